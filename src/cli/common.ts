@@ -1,0 +1,41 @@
+// What every nbcli command shares: --data-dir and --json, where data lives,
+// how results are printed, and how a user error ends a command.
+import { homedir } from 'node:os';
+import { join, resolve } from 'node:path';
+import type { Command } from 'commander';
+
+export interface CommonOptions {
+  dataDir?: string;
+  json?: boolean;
+}
+
+/** A mistake of the user's (bad flag value, unknown wallet ...): printed as one line, exit code 1. */
+export class UserError extends Error {}
+
+/** Adds --data-dir and --json to a command. */
+export function withCommonOptions(cmd: Command): Command {
+  return cmd
+    .option('--data-dir <dir>', 'where nbcli keeps its state (default: $NIMBLE_HOME or ~/.nimble)')
+    .option('--json', 'print machine-readable JSON instead of the human view');
+}
+
+/** The data directory: --data-dir, else $NIMBLE_HOME, else ~/.nimble. */
+export function resolveDataDir(opts: CommonOptions): string {
+  if (opts.dataDir) return resolve(opts.dataDir);
+  if (process.env.NIMBLE_HOME) return resolve(process.env.NIMBLE_HOME);
+  return join(homedir(), '.nimble');
+}
+
+/** Prints `value` as one JSON line with --json, else the human text. */
+export function emit(opts: CommonOptions, value: unknown, human: () => string): void {
+  if (opts.json) process.stdout.write(JSON.stringify(value) + '\n');
+  else process.stdout.write(human() + '\n');
+}
+
+/** Parses a positive integer flag or throws a UserError naming it. */
+export function parsePositiveInt(name: string, value: string | undefined, fallback: number): number {
+  if (value === undefined) return fallback;
+  const n = Number(value);
+  if (!Number.isInteger(n) || n <= 0) throw new UserError(`${name} must be a positive integer, got '${value}'`);
+  return n;
+}

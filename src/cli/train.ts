@@ -1,0 +1,124 @@
+// nbcli train --local: train a model in this process with a progress bar,
+// report the held-out loss, write a checkpoint and print a generated sample.
+import { join } from 'node:path';
+import type { Command } from 'commander';
+import { loadCorpus } from '../data/corpus.ts';
+import { Engine } from '../engine/engine.ts';
+import { saveStage } from '../model/checkpoint.ts';
+import { gptConfig } from '../model/config.ts';
+import { bytesToText, generateBytes } from '../model/generate.ts';
+import { trainLocal } from '../train/local.ts';
+import { emit, parsePositiveInt, resolveDataDir, UserError, withCommonOptions, type CommonOptions } from './common.ts';
+import { ProgressBar } from './progress.ts';
+
+interface TrainFlags extends CommonOptions {
+  local?: boolean;
+  model: string;
+  data: string;
+  steps?: string;
+  batch?: string;
+  lr?: string;
+  seed?: string;
+  threads?: string;
+  evalBatches?: string;
+  sampleLength?: string;
+  out?: string;
+}
+
+export function registerTrain(program: Command): void {
+  withCommonOptions(
+    program
+      .command('train')
+      .description('train a model (with --local: in this process, on every core)')
+      .option('--local', 'train in this process instead of on the network')
+      .option('--model <name>', 'model config (gpt-tiny, gpt-small, gpt-micro)', 'gpt-tiny')
+      .option('--data <name|file>', "'moby-dick' or the path of a text file", 'moby-dick')
+      .option('--steps <n>', 'optimizer steps', '2000')
+      .option('--batch <n>', 'sequences per step', '12')
+      .option('--lr <x>', 'AdamW learning rate', '0.001')
+      .option('--seed <n>', 'initialisation and batch seed', '1337')
+      .option('--threads <n>', 'engine threads (default: every core)')
+      .option('--eval-batches <n>', 'held-out batches averaged for the final loss', '200')
+      .option('--sample-length <n>', 'bytes of text to generate at the end', '200')
+      .option('--out <file>', 'checkpoint path (default: <data-dir>/checkpoints/<model>-<time>.safetensors)'),
+  ).action(async (flags: TrainFlags) => {
+    if (!flags.local) throw new UserError('training on the network is not available yet; add --local to train in this process');
+    await runLocal(flags);
+  });
+}
+
+async function runLocal(flags: TrainFlags): Promise<void> {
+  gptConfig(flags.model); // validate the name before the slow parts
+  const steps = parsePositiveInt('--steps', flags.steps, 2000);
+  const batchSize = parsePositiveInt('--batch', flags.batch, 12);
+  const seed = parsePositiveInt('--seed', flags.seed, 1337);
+  const evalBatches = parsePositiveInt('--eval-batches', flags.evalBatches, 200);
+  const sampleLength = parsePositiveInt('--sample-length', flags.sampleLength, 200);
+  const threads = flags.threads === undefined ? undefined : parsePositiveInt('--threads', flags.threads, 1);
+  const lr = Number(flags.lr ?? '0.001');
+  if (!(lr > 0 && lr < 1)) throw new UserError(`--lr must be a number in (0, 1), got '${flags.lr}'`);
+  let corpus;
+  try {
+    corpus = loadCorpus(flags.data);
+  } catch (err) {
+    throw new UserError((err as Error).message);
+  }
+  const engine = await Engine.create({ threads });
+  try {
+    const bar = new ProgressBar('train');
+    if (!flags.json) {
+      process.stderr.write(
+        `training ${flags.model} on ${corpus.name} (${corpus.train.length} bytes, ${corpus.heldout.length} held out), ` +
+          `${steps} steps of ${batchSize}×${gptConfig(flags.model).contextLength} tokens, ${engine.threads} threads` +
+          `${engine.relaxedSimd ? ', relaxed SIMD' : ''}\n`,
+      );
+    }
+    const result = trainLocal(engine, {
+      model: flags.model,
+      corpus,
+      steps,
+      batchSize,
+      seed,
+      evalBatches,
+      optimizer: { lr },
+      onStep: (s) => {
+        if (flags.json) {
+          if (s.step % 50 === 0 || s.step === s.steps) process.stdout.write(JSON.stringify({ event: 'step', ...s }) + '\n');
+          return;
+        }
+        bar.update({
+          done: s.step,
+          total: s.steps,
+          elapsedMs: s.elapsedMs,
+          text: `loss ${s.loss.toFixed(4)} ${Math.round(s.tokensPerSecond).toLocaleString('en-US')} tok/s`,
+        });
+      },
+    });
+    const out = flags.out ?? join(resolveDataDir(flags), 'checkpoints', `${flags.model}-${new Date().toISOString().replace(/[:.]/g, '-')}.safetensors`);
+    saveStage(result.stage, out, steps);
+    const prompt = new TextEncoder().encode('Call me Ishmael. ');
+    const sample = generateBytes(result.stage, prompt, { length: sampleLength, temperature: 0.8, seed });
+    const summary = {
+      event: 'done',
+      model: flags.model,
+      steps,
+      finalLoss: result.finalLoss,
+      heldoutLoss: result.heldoutLoss,
+      tokensPerSecond: result.tokensPerSecond,
+      seconds: result.elapsedMs / 1000,
+      checkpoint: out,
+      sample: bytesToText(prompt) + bytesToText(sample),
+    };
+    emit(flags, summary, () =>
+      [
+        `final training loss ${result.finalLoss.toFixed(4)}, held-out loss ${result.heldoutLoss.toFixed(4)} nats/byte (${evalBatches} batches)`,
+        `${Math.round(result.tokensPerSecond).toLocaleString('en-US')} tokens/s (median), ${(result.elapsedMs / 1000).toFixed(1)} s`,
+        `checkpoint: ${out}`,
+        `sample:\n${summary.sample}`,
+      ].join('\n'),
+    );
+    result.stage.release();
+  } finally {
+    await engine.close();
+  }
+}

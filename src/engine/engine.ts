@@ -1,0 +1,110 @@
+// The engine: one shared WebAssembly memory, the kernel module instantiated on
+// it in this thread and in every worker, an allocator, and typed kernel calls.
+// It knows nothing of networks or files beyond its own kernel binaries.
+import { readFileSync } from 'node:fs';
+import { availableParallelism } from 'node:os';
+import { setFlagsFromString } from 'node:v8';
+import { Heap } from './heap.ts';
+import { Kernels, KERNEL_NAMES } from './kernels.ts';
+import { ThreadPool, type KernelFn } from './pool.ts';
+import { Tensor, numel } from './tensor.ts';
+
+const RELAXED_FLAG = '--experimental-wasm-relaxed-simd';
+const MAX_PAGES = 65536; // 4 GiB of address space; only touched pages use memory
+
+export interface EngineOptions {
+  /** Worker threads including this one; defaults to every core. */
+  threads?: number;
+  /** 'auto' uses relaxed SIMD (FMA) when the runtime has it. */
+  simd?: 'auto' | 'relaxed' | 'plain';
+}
+
+export class Engine {
+  private constructor(
+    readonly threads: number,
+    readonly relaxedSimd: boolean,
+    readonly memory: WebAssembly.Memory,
+    readonly heap: Heap,
+    readonly kernels: Kernels,
+    private readonly pool: ThreadPool,
+  ) {}
+
+  static async create(options: EngineOptions = {}): Promise<Engine> {
+    const threads = Math.max(1, Math.floor(options.threads ?? availableParallelism()));
+    const { module, relaxed, flags } = await compileKernels(options.simd ?? 'auto');
+    const memory = new WebAssembly.Memory({ initial: 256, maximum: MAX_PAGES, shared: true });
+    const instance = await WebAssembly.instantiate(module, { env: { memory, abort: kernelAbort } });
+    const fns = KERNEL_NAMES.map((name) => {
+      const fn = instance.exports[name];
+      if (typeof fn !== 'function') throw new Error(`engine: kernel module lacks ${name}`);
+      return fn as KernelFn;
+    });
+    const heapBase = (instance.exports.heapBase as () => number)();
+    const heap = new Heap(memory, heapBase);
+    const pool = await ThreadPool.start({ threads, module, memory, names: KERNEL_NAMES, fns, flags });
+    const kernels = new Kernels(pool, heap, threads);
+    return new Engine(threads, relaxed, memory, heap, kernels, pool);
+  }
+
+  /** A new zero-filled tensor. Give it back with `free` when done. */
+  tensor(shape: readonly number[]): Tensor {
+    const ptr = this.heap.alloc(numel(shape) * 4);
+    return new Tensor(ptr, shape, this.memory.buffer);
+  }
+
+  /** A tensor holding a copy of `values`. */
+  tensorFrom(shape: readonly number[], values: ArrayLike<number>): Tensor {
+    const t = this.tensor(shape);
+    if (values.length !== t.size) throw new RangeError(`tensorFrom: ${values.length} values for shape [${shape}]`);
+    t.data.set(values);
+    return t;
+  }
+
+  /** Int32 storage (token ids, targets) in the shared memory. */
+  int32(count: number): { ptr: number; data: Int32Array } {
+    const ptr = this.heap.alloc(count * 4);
+    return { ptr, data: new Int32Array(this.memory.buffer, ptr, count) };
+  }
+
+  free(t: Tensor | { ptr: number }): void {
+    this.heap.release(t.ptr);
+  }
+
+  async close(): Promise<void> {
+    await this.pool.close();
+  }
+}
+
+function kernelAbort(): never {
+  throw new Error('engine: kernel aborted');
+}
+
+let compiled: Promise<{ module: WebAssembly.Module; relaxed: boolean; flags: string[] }> | undefined;
+let compiledMode: string | undefined;
+
+async function compileKernels(mode: 'auto' | 'relaxed' | 'plain') {
+  if (compiled && compiledMode === mode) return compiled;
+  compiledMode = mode;
+  compiled = (async () => {
+    const dir = new URL('../../build/', import.meta.url);
+    if (mode !== 'plain') {
+      setFlagsFromString(RELAXED_FLAG);
+      const bytes = readKernelFile(new URL('kernels-relaxed.wasm', dir));
+      if (WebAssembly.validate(bytes)) {
+        return { module: await WebAssembly.compile(bytes), relaxed: true, flags: [RELAXED_FLAG] };
+      }
+      if (mode === 'relaxed') throw new Error('engine: this runtime has no relaxed SIMD');
+    }
+    const bytes = readKernelFile(new URL('kernels-simd.wasm', dir));
+    return { module: await WebAssembly.compile(bytes), relaxed: false, flags: [] };
+  })();
+  return compiled;
+}
+
+function readKernelFile(url: URL): Uint8Array<ArrayBuffer> {
+  try {
+    return new Uint8Array(readFileSync(url));
+  } catch {
+    throw new Error(`engine: ${url.pathname} is missing; run \`npm run build:kernels\` (npm install does it)`);
+  }
+}

@@ -1,0 +1,214 @@
+// Typed calls into the WASM kernels (assembly/). The one place that knows each
+// kernel's argument list; layers call these with tensor pointers (byte
+// offsets into the engine's shared memory). Every call runs on all threads.
+import type { Heap } from './heap.ts';
+import type { ThreadPool } from './pool.ts';
+
+/** Every threaded kernel export, in a fixed order (their op numbers). */
+export const KERNEL_NAMES = [
+  'sgemm',
+  'addForward',
+  'accumulate',
+  'geluForward',
+  'geluBackward',
+  'reluForward',
+  'reluBackward',
+  'adamw',
+  'sumSquares',
+  'embeddingForward',
+  'embeddingBackward',
+  'layernormForward',
+  'layernormBackwardInput',
+  'layernormBackwardParams',
+  'biasBackward',
+  'crossEntropyForward',
+  'crossEntropyBackward',
+  'attentionForward',
+  'attentionBackward',
+] as const;
+type KernelName = (typeof KERNEL_NAMES)[number];
+const OP = Object.fromEntries(KERNEL_NAMES.map((n, i) => [n, i])) as Record<KernelName, number>;
+
+/** Must match SGEMM_WORK_BYTES in assembly/gemm.ts. */
+export const SGEMM_WORK_BYTES = (256 * 512 + 64 * 256 + 4 * 8) * 4 + 64;
+/** Floats of sumSquares chunk: fixes the summation order of norms. */
+export const NORM_CHUNK = 16384;
+
+export interface SgemmArgs {
+  M: number;
+  N: number;
+  K: number;
+  a: number;
+  lda: number;
+  transA?: boolean;
+  b: number;
+  ldb: number;
+  transB?: boolean;
+  c: number;
+  ldc: number;
+  accumulate?: boolean;
+  bias?: number;
+}
+
+export interface AdamWArgs {
+  params: number;
+  grads: number;
+  m: number;
+  v: number;
+  n: number;
+  lr: number;
+  beta1: number;
+  beta2: number;
+  eps: number;
+  weightDecay: number;
+  /** optimizer step, from 1 */
+  step: number;
+  /** multiplies each gradient first (clipping) */
+  gradScale: number;
+}
+
+export class Kernels {
+  private readonly sgemmWork: number;
+  private scratch = 0;
+  private scratchBytes = 0;
+
+  constructor(
+    private readonly pool: ThreadPool,
+    private readonly heap: Heap,
+    readonly threads: number,
+  ) {
+    this.sgemmWork = heap.alloc(SGEMM_WORK_BYTES * threads);
+  }
+
+  /**
+   * C[M×N] = op(A)·op(B) (+ bias[N]) or, with accumulate, C += op(A)·op(B).
+   * op(A) is A (M×K, row stride lda) or, with transA, Aᵀ where A is K×M.
+   * op(B) is B (K×N, row stride ldb) or, with transB, Bᵀ where B is N×K.
+   */
+  sgemm(p: SgemmArgs): void {
+    this.pool.run(OP.sgemm, [
+      p.M, p.N, p.K,
+      p.a, p.lda, p.transA ? 1 : 0,
+      p.b, p.ldb, p.transB ? 1 : 0,
+      p.c, p.ldc,
+      p.accumulate ? 1 : 0, p.bias ?? 0,
+      this.sgemmWork,
+    ]);
+  }
+
+  /** out = a + b (n floats) */
+  add(out: number, a: number, b: number, n: number): void {
+    this.pool.run(OP.addForward, [out, a, b, n]);
+  }
+
+  /** dst += src (n floats) */
+  accumulate(dst: number, src: number, n: number): void {
+    this.pool.run(OP.accumulate, [dst, src, n]);
+  }
+
+  geluForward(out: number, inp: number, n: number): void {
+    this.pool.run(OP.geluForward, [out, inp, n]);
+  }
+
+  /** dinp = gelu'(inp) · dout */
+  geluBackward(dinp: number, inp: number, dout: number, n: number): void {
+    this.pool.run(OP.geluBackward, [dinp, inp, dout, n]);
+  }
+
+  reluForward(out: number, inp: number, n: number): void {
+    this.pool.run(OP.reluForward, [out, inp, n]);
+  }
+
+  /** dinp = inp > 0 ? dout : 0 */
+  reluBackward(dinp: number, inp: number, dout: number, n: number): void {
+    this.pool.run(OP.reluBackward, [dinp, inp, dout, n]);
+  }
+
+  adamw(p: AdamWArgs): void {
+    const bc1 = 1 - Math.pow(p.beta1, p.step);
+    const bc2 = 1 - Math.pow(p.beta2, p.step);
+    this.pool.run(OP.adamw, [
+      p.params, p.grads, p.m, p.v, p.n,
+      p.lr, p.beta1, p.beta2, p.eps, p.weightDecay, bc1, bc2, p.gradScale,
+    ]);
+  }
+
+  /** Sum of squares of n floats, summed in a fixed order (any thread count). */
+  sumSquares(x: number, n: number): number {
+    const chunks = Math.ceil(n / NORM_CHUNK);
+    const partials = this.ensureScratch(chunks * 8);
+    this.pool.run(OP.sumSquares, [partials, x, n, NORM_CHUNK]);
+    const view = new Float64Array(this.heapBuffer(), partials, chunks);
+    let total = 0;
+    for (let i = 0; i < chunks; i++) total += view[i];
+    return total;
+  }
+
+  embeddingForward(out: number, tokens: number, wte: number, wpe: number, B: number, T: number, C: number): void {
+    this.pool.run(OP.embeddingForward, [out, tokens, wte, wpe, B, T, C]);
+  }
+
+  /** dwte, dwpe += from dout */
+  embeddingBackward(dwte: number, dwpe: number, dout: number, tokens: number, B: number, T: number, C: number): void {
+    this.pool.run(OP.embeddingBackward, [dwte, dwpe, dout, tokens, B, T, C]);
+  }
+
+  layernormForward(out: number, mean: number, rstd: number, inp: number, w: number, b: number, N: number, C: number): void {
+    this.pool.run(OP.layernormForward, [out, mean, rstd, inp, w, b, N, C]);
+  }
+
+  /** dinp += input gradient of layer norm */
+  layernormBackwardInput(dinp: number, dout: number, inp: number, w: number, mean: number, rstd: number, N: number, C: number): void {
+    this.pool.run(OP.layernormBackwardInput, [dinp, dout, inp, w, mean, rstd, N, C]);
+  }
+
+  /** dw, db += parameter gradients of layer norm */
+  layernormBackwardParams(dw: number, db: number, dout: number, inp: number, mean: number, rstd: number, N: number, C: number): void {
+    this.pool.run(OP.layernormBackwardParams, [dw, db, dout, inp, mean, rstd, N, C]);
+  }
+
+  /** dbias += column sums of dout (N×C) */
+  biasBackward(dbias: number, dout: number, N: number, C: number): void {
+    this.pool.run(OP.biasBackward, [dbias, dout, N, C]);
+  }
+
+  crossEntropyForward(losses: number, probs: number, logits: number, targets: number, N: number, V: number): void {
+    this.pool.run(OP.crossEntropyForward, [losses, probs, logits, targets, N, V]);
+  }
+
+  /** dlogits = (probs − onehot(targets)) · scale */
+  crossEntropyBackward(dlogits: number, probs: number, targets: number, scale: number, N: number, V: number): void {
+    this.pool.run(OP.crossEntropyBackward, [dlogits, probs, targets, scale, N, V]);
+  }
+
+  attentionForward(out: number, att: number, qkv: number, B: number, T: number, C: number, NH: number): void {
+    const scratch = this.ensureScratch(attentionScratchBytes(T, C / NH) * this.threads);
+    this.pool.run(OP.attentionForward, [out, att, qkv, B, T, C, NH, scratch]);
+  }
+
+  /** dqkv = gradient of attention (written, not accumulated) */
+  attentionBackward(dqkv: number, dout: number, qkv: number, att: number, B: number, T: number, C: number, NH: number): void {
+    const scratch = this.ensureScratch(attentionScratchBytes(T, C / NH) * this.threads);
+    this.pool.run(OP.attentionBackward, [dqkv, dout, qkv, att, B, T, C, NH, scratch]);
+  }
+
+  private heapBuffer(): ArrayBufferLike {
+    return this.heap.buffer();
+  }
+
+  /** Scratch shared by kernels that need it; grown on demand, never on the hot path after warm-up. */
+  private ensureScratch(bytes: number): number {
+    if (bytes > this.scratchBytes) {
+      if (this.scratch) this.heap.release(this.scratch);
+      this.scratchBytes = Math.max(bytes, this.scratchBytes * 2);
+      this.scratch = this.heap.alloc(this.scratchBytes);
+    }
+    return this.scratch;
+  }
+}
+
+/** Must match attentionScratchFloats in assembly/attention.ts. */
+function attentionScratchBytes(T: number, hs: number): number {
+  const tp = (T + 3) & ~3;
+  return (hs * tp + 2 * tp + 16) * 4;
+}

@@ -1,0 +1,75 @@
+// AdamW over one stage's flat parameter buffer: decoupled weight decay on the
+// decay range (matrices, embeddings), none on biases and norm gains, and
+// optional global-norm gradient clipping. Moments are flat buffers too.
+import type { Engine } from '../engine/engine.ts';
+import type { Tensor } from '../engine/tensor.ts';
+import type { FlatTensors } from './params.ts';
+
+export interface AdamWConfig {
+  lr: number;
+  beta1: number;
+  beta2: number;
+  eps: number;
+  weightDecay: number;
+  /** clip the global gradient norm to this value; 0 disables */
+  gradClip: number;
+}
+
+export const ADAMW_DEFAULTS: AdamWConfig = { lr: 1e-3, beta1: 0.9, beta2: 0.999, eps: 1e-8, weightDecay: 0.1, gradClip: 1.0 };
+
+export class AdamW {
+  readonly m: Tensor;
+  readonly v: Tensor;
+  /** steps taken */
+  step = 0;
+
+  constructor(
+    private readonly engine: Engine,
+    private readonly params: FlatTensors,
+    private readonly grads: FlatTensors,
+    readonly config: AdamWConfig = ADAMW_DEFAULTS,
+  ) {
+    this.m = engine.tensor([params.layout.size]);
+    this.v = engine.tensor([params.layout.size]);
+  }
+
+  /** L2 norm of the gradients (fixed summation order). */
+  gradNorm(): number {
+    return Math.sqrt(this.engine.kernels.sumSquares(this.grads.flat.ptr, this.grads.layout.size));
+  }
+
+  /**
+   * One update from the current gradients. `normSquaredOverride` lets a caller
+   * clip by a norm computed over several stages. Returns the gradient norm used.
+   */
+  update(lr: number = this.config.lr, normSquaredOverride?: number): number {
+    const c = this.config;
+    const norm = Math.sqrt(normSquaredOverride ?? this.engine.kernels.sumSquares(this.grads.flat.ptr, this.grads.layout.size));
+    const scale = c.gradClip > 0 && norm > c.gradClip ? c.gradClip / norm : 1;
+    this.step++;
+    const layout = this.params.layout;
+    const ranges: [number, number, number][] = [
+      [0, layout.decaySize, c.weightDecay],
+      [layout.decaySize, layout.size, 0],
+    ];
+    for (const [start, end, wd] of ranges) {
+      if (end <= start) continue;
+      this.engine.kernels.adamw({
+        params: this.params.flat.ptr + start * 4,
+        grads: this.grads.flat.ptr + start * 4,
+        m: this.m.ptr + start * 4,
+        v: this.v.ptr + start * 4,
+        n: end - start,
+        lr, beta1: c.beta1, beta2: c.beta2, eps: c.eps, weightDecay: wd,
+        step: this.step,
+        gradScale: scale,
+      });
+    }
+    return norm;
+  }
+
+  release(): void {
+    this.engine.free(this.m);
+    this.engine.free(this.v);
+  }
+}

@@ -1,0 +1,35 @@
+// Model configurations are plain objects: a new size is one line.
+
+export interface GptConfig {
+  /** tokens (bytes: 256) */
+  vocabSize: number;
+  /** longest sequence */
+  contextLength: number;
+  /** width of the residual stream */
+  channels: number;
+  layers: number;
+  heads: number;
+  /** hidden width of the MLP, as a multiple of channels */
+  mlpRatio: number;
+}
+
+export const GPT_CONFIGS: Record<string, GptConfig> = {
+  'gpt-tiny': { vocabSize: 256, contextLength: 64, channels: 128, layers: 4, heads: 4, mlpRatio: 4 },
+  'gpt-small': { vocabSize: 256, contextLength: 128, channels: 256, layers: 6, heads: 8, mlpRatio: 4 },
+  'gpt-micro': { vocabSize: 256, contextLength: 16, channels: 16, layers: 2, heads: 2, mlpRatio: 4 },
+};
+
+export function gptConfig(name: string): GptConfig {
+  const c = GPT_CONFIGS[name];
+  if (!c) throw new Error(`unknown model '${name}' (known: ${Object.keys(GPT_CONFIGS).join(', ')})`);
+  return c;
+}
+
+/** Checks the constraints the kernels rely on. */
+export function validateGptConfig(c: GptConfig): void {
+  const ints = [c.vocabSize, c.contextLength, c.channels, c.layers, c.heads, c.mlpRatio];
+  if (!ints.every((n) => Number.isInteger(n) && n > 0)) throw new Error('gpt config: every size must be a positive integer');
+  if (c.channels % c.heads !== 0) throw new Error('gpt config: channels must divide into heads');
+  if ((c.channels / c.heads) % 4 !== 0) throw new Error('gpt config: head size must be a multiple of 4');
+  if (c.vocabSize % 4 !== 0) throw new Error('gpt config: vocabulary size must be a multiple of 4');
+}

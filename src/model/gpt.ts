@@ -1,0 +1,371 @@
+// The GPT as a list of parts: [embedding, block 0 … block L−1, final norm +
+// head]. A stage is any contiguous range of parts; the whole model is the
+// stage [0, L+2). Each stage owns its parameters, gradients and activations as
+// flat buffers in the engine memory, runs forward from token ids (first stage)
+// or an activation, and backward from the loss (last stage) or an upstream
+// activation gradient. The head is untied from the token embedding, so the
+// first and last stage share no weights and can live on different machines.
+import type { Engine } from '../engine/engine.ts';
+import type { Tensor } from '../engine/tensor.ts';
+import { type GptConfig, validateGptConfig } from './config.ts';
+import { initParams } from './init.ts';
+import * as L from './layers.ts';
+import { FlatTensors, ParamLayout, type ParamSpec } from './params.ts';
+
+export interface StageRange {
+  /** first part, inclusive */
+  from: number;
+  /** last part, exclusive */
+  to: number;
+}
+
+/** Number of parts: embedding, the blocks, the head. */
+export function partCount(config: GptConfig): number {
+  return config.layers + 2;
+}
+
+export function partName(config: GptConfig, part: number): string {
+  if (part === 0) return 'embedding';
+  if (part === config.layers + 1) return 'head';
+  return `block ${part - 1}`;
+}
+
+const STD = 0.02;
+
+/** Parameter specs of one part, named as in the checkpoint. */
+export function partParams(config: GptConfig, part: number): ParamSpec[] {
+  const { vocabSize: V, contextLength: T, channels: C, layers } = config;
+  const H = C * config.mlpRatio;
+  const normal = { kind: 'normal', std: STD } as const;
+  const residual = { kind: 'normal', std: STD / Math.sqrt(2 * layers) } as const;
+  const zeros = { kind: 'zeros' } as const;
+  const ones = { kind: 'ones' } as const;
+  if (part === 0) {
+    return [
+      { name: 'wte', shape: [V, C], decay: true, init: normal },
+      { name: 'wpe', shape: [T, C], decay: true, init: normal },
+    ];
+  }
+  if (part === layers + 1) {
+    return [
+      { name: 'lnf.w', shape: [C], decay: false, init: ones },
+      { name: 'lnf.b', shape: [C], decay: false, init: zeros },
+      { name: 'lm_head.w', shape: [C, V], decay: true, init: normal },
+    ];
+  }
+  if (part < 0 || part > layers + 1) throw new RangeError(`no part ${part}`);
+  const p = `h.${part - 1}.`;
+  return [
+    { name: p + 'ln1.w', shape: [C], decay: false, init: ones },
+    { name: p + 'ln1.b', shape: [C], decay: false, init: zeros },
+    { name: p + 'attn.qkv.w', shape: [C, 3 * C], decay: true, init: normal },
+    { name: p + 'attn.qkv.b', shape: [3 * C], decay: false, init: zeros },
+    { name: p + 'attn.proj.w', shape: [C, C], decay: true, init: residual },
+    { name: p + 'attn.proj.b', shape: [C], decay: false, init: zeros },
+    { name: p + 'ln2.w', shape: [C], decay: false, init: ones },
+    { name: p + 'ln2.b', shape: [C], decay: false, init: zeros },
+    { name: p + 'mlp.fc.w', shape: [C, H], decay: true, init: normal },
+    { name: p + 'mlp.fc.b', shape: [H], decay: false, init: zeros },
+    { name: p + 'mlp.proj.w', shape: [H, C], decay: true, init: residual },
+    { name: p + 'mlp.proj.b', shape: [C], decay: false, init: zeros },
+  ];
+}
+
+/** Parameter count of a range of parts. */
+export function rangeParamCount(config: GptConfig, range: StageRange): number {
+  let n = 0;
+  for (let p = range.from; p < range.to; p++) for (const s of partParams(config, p)) n += s.shape.reduce((a, b) => a * b, 1);
+  return n;
+}
+
+/** Splits the parts into `stages` contiguous ranges of near-equal parameter count. */
+export function splitEvenly(config: GptConfig, stages: number): StageRange[] {
+  const parts = partCount(config);
+  if (!Number.isInteger(stages) || stages < 1 || stages > parts) {
+    throw new RangeError(`cannot cut ${parts} parts into ${stages} stages`);
+  }
+  const sizes = Array.from({ length: parts }, (_, p) => rangeParamCount(config, { from: p, to: p + 1 }));
+  const total = sizes.reduce((a, b) => a + b, 0);
+  const ranges: StageRange[] = [];
+  let from = 0;
+  let acc = 0;
+  for (let s = 0; s < stages; s++) {
+    const left = stages - s - 1;
+    let to = from + 1;
+    acc += sizes[from];
+    const target = (total * (s + 1)) / stages;
+    while (to < parts - left && acc + sizes[to] / 2 <= target) acc += sizes[to++];
+    if (s === stages - 1) to = parts;
+    ranges.push({ from, to });
+    from = to;
+  }
+  return ranges;
+}
+
+interface BlockActs {
+  input: Tensor;
+  ln1: Tensor; ln1Mean: Tensor; ln1Rstd: Tensor;
+  qkv: Tensor; att: Tensor; atty: Tensor;
+  res2: Tensor;
+  ln2: Tensor; ln2Mean: Tensor; ln2Rstd: Tensor;
+  fch: Tensor; fchGelu: Tensor;
+  out: Tensor;
+}
+
+export interface StageOptions {
+  /** largest batch this stage runs */
+  batchSize: number;
+  /** initialisation seed (same seed = same weights, whole or split) */
+  seed?: number;
+}
+
+export class GptStage {
+  readonly layout: ParamLayout;
+  readonly params: FlatTensors;
+  readonly grads: FlatTensors;
+  readonly isFirst: boolean;
+  readonly isLast: boolean;
+  readonly maxBatch: number;
+  private readonly engine: Engine;
+  private readonly tensors: Tensor[] = [];
+  private readonly tokens: L.IntBuffer;
+  private readonly targets: L.IntBuffer;
+  private readonly inputAct: Tensor;
+  private readonly blocks: BlockActs[] = [];
+  private readonly blockIds: number[] = [];
+  // head
+  private readonly lnf?: Tensor;
+  private readonly lnfMean?: Tensor;
+  private readonly lnfRstd?: Tensor;
+  private readonly logitsT?: Tensor;
+  private readonly probs?: Tensor;
+  private readonly losses?: Tensor;
+  // backward scratch
+  private readonly dres: Tensor;
+  private readonly dsmall: Tensor;
+  private readonly dqkv: Tensor;
+  private readonly dbig: Tensor;
+  private readonly dlogits?: Tensor;
+  private readonly tmp: Tensor;
+  /** shape of the last forward pass */
+  private B = 0;
+  private T = 0;
+  private released = false;
+
+  constructor(
+    engine: Engine,
+    readonly config: GptConfig,
+    readonly range: StageRange,
+    options: StageOptions,
+  ) {
+    validateGptConfig(config);
+    const parts = partCount(config);
+    if (!(Number.isInteger(range.from) && Number.isInteger(range.to) && 0 <= range.from && range.from < range.to && range.to <= parts)) {
+      throw new RangeError(`bad stage range [${range.from}, ${range.to}) for ${parts} parts`);
+    }
+    this.engine = engine;
+    this.isFirst = range.from === 0;
+    this.isLast = range.to === parts;
+    this.maxBatch = options.batchSize;
+    const specs: ParamSpec[] = [];
+    for (let p = range.from; p < range.to; p++) specs.push(...partParams(config, p));
+    this.layout = new ParamLayout(specs);
+    this.params = new FlatTensors(this.layout, engine);
+    this.grads = new FlatTensors(this.layout, engine);
+    initParams(this.layout, this.params.flat.data, options.seed ?? 1337);
+
+    const { contextLength: T, channels: C, heads: NH, vocabSize: V } = config;
+    const B = options.batchSize;
+    const N = B * T;
+    const H = C * config.mlpRatio;
+    const t = (shape: number[]): Tensor => {
+      const x = engine.tensor(shape);
+      this.tensors.push(x);
+      return x;
+    };
+    this.tokens = engine.int32(N);
+    this.targets = engine.int32(N);
+    this.inputAct = t([N, C]);
+    let prev = this.inputAct;
+    for (let p = Math.max(1, range.from); p < Math.min(range.to, config.layers + 1); p++) {
+      const a: BlockActs = {
+        input: prev,
+        ln1: t([N, C]), ln1Mean: t([N]), ln1Rstd: t([N]),
+        qkv: t([N, 3 * C]), att: t([B, NH, T, T]), atty: t([N, C]),
+        res2: t([N, C]),
+        ln2: t([N, C]), ln2Mean: t([N]), ln2Rstd: t([N]),
+        fch: t([N, H]), fchGelu: t([N, H]),
+        out: t([N, C]),
+      };
+      this.blocks.push(a);
+      this.blockIds.push(p - 1);
+      prev = a.out;
+    }
+    if (this.isLast) {
+      this.lnf = t([N, C]);
+      this.lnfMean = t([N]);
+      this.lnfRstd = t([N]);
+      this.logitsT = t([N, V]);
+      this.probs = t([N, V]);
+      this.losses = t([N]);
+      this.dlogits = t([N, V]);
+    }
+    this.dres = t([N, C]);
+    this.dsmall = t([N, C]);
+    this.dqkv = t([N, 3 * C]);
+    this.dbig = t([N, H]);
+    this.tmp = t([N, C]);
+  }
+
+  /** Parameters in this stage. */
+  get paramCount(): number {
+    return this.layout.size;
+  }
+
+  /** The residual stream entering the head (or leaving the last block). */
+  private streamOut(): Tensor {
+    return this.blocks.length ? this.blocks[this.blocks.length - 1].out : this.inputAct;
+  }
+
+  /**
+   * Forward pass on a batch of B sequences of T tokens (T ≤ context).
+   * input: token ids (first stage) or the activation [B·T·C] from the stage before.
+   * targets: next-token ids, needed by the last stage to compute the loss.
+   * Returns the output activation [B·T·C] (a view, valid until the next call),
+   * or for the last stage the mean loss (with targets) or the logits [B·T·V] (without).
+   */
+  forward(input: Int32Array | Float32Array, B: number, T: number, targets?: Int32Array): Float32Array | number {
+    this.checkAlive();
+    const { channels: C, heads: NH, vocabSize: V } = this.config;
+    if (!Number.isInteger(B) || !Number.isInteger(T) || B < 1 || T < 1 || B > this.maxBatch || T > this.config.contextLength) {
+      throw new RangeError(`batch ${B}×${T} exceeds this stage's ${this.maxBatch}×${this.config.contextLength}`);
+    }
+    const N = B * T;
+    this.B = B;
+    this.T = T;
+    const k = this.engine.kernels;
+    const P = this.params;
+    if (this.isFirst) {
+      if (!(input instanceof Int32Array) || input.length !== N) throw new TypeError(`first stage takes ${N} token ids`);
+      for (let i = 0; i < N; i++) {
+        const tok = input[i];
+        if (!(tok >= 0 && tok < V)) throw new RangeError(`token ${tok} at ${i} outside the vocabulary of ${V}`);
+      }
+      this.tokens.data.set(input);
+      L.embeddingForward(k, this.inputAct, this.tokens, P.get('wte'), P.get('wpe'), B, T, C);
+    } else {
+      if (!(input instanceof Float32Array) || input.length !== N * C) throw new TypeError(`stage takes an activation of ${N}×${C} floats`);
+      this.inputAct.data.set(input);
+    }
+    for (let i = 0; i < this.blocks.length; i++) this.blockForward(this.blockIds[i], this.blocks[i], B, T);
+    if (!this.isLast) return this.streamOut().data.subarray(0, N * C);
+    const x = this.streamOut();
+    L.layernormForward(k, this.lnf!, this.lnfMean!, this.lnfRstd!, x, P.get('lnf.w'), P.get('lnf.b'), N, C);
+    L.linearForward(k, this.logitsT!, this.lnf!, P.get('lm_head.w'), null, N, C, V);
+    if (!targets) return this.logitsT!.data.subarray(0, N * V);
+    if (targets.length !== N) throw new TypeError(`last stage takes ${N} targets`);
+    for (let i = 0; i < N; i++) {
+      if (!(targets[i] >= 0 && targets[i] < V)) throw new RangeError(`target ${targets[i]} at ${i} outside the vocabulary`);
+    }
+    this.targets.data.set(targets);
+    return L.crossEntropyForward(k, this.losses!, this.probs!, this.logitsT!, this.targets, N, V);
+  }
+
+  /** Per-position losses of the last forward pass with targets (last stage). */
+  lossesView(): Float32Array {
+    if (!this.isLast) throw new Error('only the last stage has losses');
+    return this.losses!.data.subarray(0, this.B * this.T);
+  }
+
+  /**
+   * Backward pass of the last forward. The last stage starts from its loss
+   * (dOutput omitted); other stages take the gradient of their output.
+   * Parameter gradients accumulate (+=) into `grads`. Returns the gradient of
+   * the input activation (a view, valid until the next call), or null for the
+   * first stage.
+   */
+  backward(dOutput?: Float32Array): Float32Array | null {
+    this.checkAlive();
+    const { channels: C, vocabSize: V } = this.config;
+    const B = this.B, T = this.T, N = B * T;
+    if (N === 0) throw new Error('backward before forward');
+    const k = this.engine.kernels;
+    const P = this.params, G = this.grads;
+    const dres = this.dres;
+    if (this.isLast) {
+      if (dOutput) throw new TypeError('the last stage starts backward from its loss');
+      L.crossEntropyBackward(k, this.dlogits!, this.probs!, this.targets, N, V);
+      L.linearBackward(k, this.dsmall, G.get('lm_head.w'), null, this.dlogits!, this.lnf!, P.get('lm_head.w'), N, C, V);
+      dres.data.fill(0, 0, N * C);
+      L.layernormBackward(k, dres, G.get('lnf.w'), G.get('lnf.b'), this.dsmall, this.streamOut(), P.get('lnf.w'), this.lnfMean!, this.lnfRstd!, N, C);
+    } else {
+      if (!dOutput || dOutput.length !== N * C) throw new TypeError(`stage backward takes a gradient of ${N}×${C} floats`);
+      dres.data.set(dOutput);
+    }
+    for (let i = this.blocks.length - 1; i >= 0; i--) this.blockBackward(this.blockIds[i], this.blocks[i], B, T);
+    if (this.isFirst) {
+      L.embeddingBackward(k, G.get('wte'), G.get('wpe'), dres, this.tokens, B, T, C);
+      return null;
+    }
+    return dres.data.subarray(0, N * C);
+  }
+
+  zeroGrad(): void {
+    this.grads.flat.data.fill(0);
+  }
+
+  /** Frees every buffer of this stage. */
+  release(): void {
+    if (this.released) return;
+    this.released = true;
+    for (const t of this.tensors) this.engine.free(t);
+    this.engine.free(this.params.flat);
+    this.engine.free(this.grads.flat);
+    this.engine.free(this.tokens);
+    this.engine.free(this.targets);
+  }
+
+  private checkAlive(): void {
+    if (this.released) throw new Error('stage was released');
+  }
+
+  private blockForward(l: number, a: BlockActs, B: number, T: number): void {
+    const { channels: C, heads: NH } = this.config;
+    const H = C * this.config.mlpRatio;
+    const N = B * T;
+    const k = this.engine.kernels;
+    const P = this.params;
+    const p = `h.${l}.`;
+    L.layernormForward(k, a.ln1, a.ln1Mean, a.ln1Rstd, a.input, P.get(p + 'ln1.w'), P.get(p + 'ln1.b'), N, C);
+    L.linearForward(k, a.qkv, a.ln1, P.get(p + 'attn.qkv.w'), P.get(p + 'attn.qkv.b'), N, C, 3 * C);
+    L.attentionForward(k, a.atty, a.att, a.qkv, B, T, C, NH);
+    L.linearForward(k, this.tmp, a.atty, P.get(p + 'attn.proj.w'), P.get(p + 'attn.proj.b'), N, C, C);
+    L.residualForward(k, a.res2, a.input, this.tmp, N * C);
+    L.layernormForward(k, a.ln2, a.ln2Mean, a.ln2Rstd, a.res2, P.get(p + 'ln2.w'), P.get(p + 'ln2.b'), N, C);
+    L.linearForward(k, a.fch, a.ln2, P.get(p + 'mlp.fc.w'), P.get(p + 'mlp.fc.b'), N, C, H);
+    L.geluForward(k, a.fchGelu, a.fch, N * H);
+    L.linearForward(k, this.tmp, a.fchGelu, P.get(p + 'mlp.proj.w'), P.get(p + 'mlp.proj.b'), N, H, C);
+    L.residualForward(k, a.out, a.res2, this.tmp, N * C);
+  }
+
+  /** dres holds d(out); on return it holds d(input). */
+  private blockBackward(l: number, a: BlockActs, B: number, T: number): void {
+    const { channels: C, heads: NH } = this.config;
+    const H = C * this.config.mlpRatio;
+    const N = B * T;
+    const k = this.engine.kernels;
+    const P = this.params, G = this.grads;
+    const p = `h.${l}.`;
+    const dres = this.dres;
+    // out = res2 + mlp(ln2(res2)): the residual passes dres through unchanged
+    L.linearBackward(k, this.dbig, G.get(p + 'mlp.proj.w'), G.get(p + 'mlp.proj.b'), dres, a.fchGelu, P.get(p + 'mlp.proj.w'), N, H, C);
+    L.geluBackward(k, this.dbig, a.fch, this.dbig, N * H);
+    L.linearBackward(k, this.dsmall, G.get(p + 'mlp.fc.w'), G.get(p + 'mlp.fc.b'), this.dbig, a.ln2, P.get(p + 'mlp.fc.w'), N, C, H);
+    L.layernormBackward(k, dres, G.get(p + 'ln2.w'), G.get(p + 'ln2.b'), this.dsmall, a.res2, P.get(p + 'ln2.w'), a.ln2Mean, a.ln2Rstd, N, C);
+    // res2 = input + proj(attn(ln1(input)))
+    L.linearBackward(k, this.dsmall, G.get(p + 'attn.proj.w'), G.get(p + 'attn.proj.b'), dres, a.atty, P.get(p + 'attn.proj.w'), N, C, C);
+    L.attentionBackward(k, this.dqkv, this.dsmall, a.qkv, a.att, B, T, C, NH);
+    L.linearBackward(k, this.dsmall, G.get(p + 'attn.qkv.w'), G.get(p + 'attn.qkv.b'), this.dqkv, a.ln1, P.get(p + 'attn.qkv.w'), N, C, 3 * C);
+    L.layernormBackward(k, dres, G.get(p + 'ln1.w'), G.get(p + 'ln1.b'), this.dsmall, a.input, P.get(p + 'ln1.w'), a.ln1Mean, a.ln1Rstd, N, C);
+  }
+}
