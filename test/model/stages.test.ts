@@ -1,0 +1,98 @@
+// Cutting the GPT into stages and chaining forward / backward by hand gives
+// the same loss and gradients as the whole model, bit for bit: each stage runs
+// exactly the kernels the whole model runs, on the same values.
+import assert from 'node:assert/strict';
+import { after, before, test } from 'node:test';
+import { Engine } from '../../src/engine/engine.ts';
+import type { GptConfig } from '../../src/model/config.ts';
+import { GptStage, partCount, splitEvenly, type StageRange } from '../../src/model/gpt.ts';
+import { batchForShard } from '../../src/data/batches.ts';
+
+const config: GptConfig = { vocabSize: 256, contextLength: 16, channels: 32, layers: 3, heads: 4, mlpRatio: 4 };
+const B = 3, T = 16;
+let engine: Engine;
+before(async () => {
+  engine = await Engine.create({ threads: 2 });
+});
+after(async () => {
+  await engine.close();
+});
+
+function corpus(): Uint8Array {
+  return new TextEncoder().encode('It was the best of times, it was the worst of times, it was the age of wisdom. '.repeat(20));
+}
+
+/** Runs forward then backward through `ranges`; returns the loss and every gradient by name. */
+function runChain(ranges: StageRange[]): { loss: number; grads: Map<string, Float32Array>; stages: GptStage[] } {
+  const stages = ranges.map((r) => new GptStage(engine, config, r, { batchSize: B, seed: 42 }));
+  const batch = batchForShard(corpus(), 5, 3, B, T);
+  let x: Int32Array | Float32Array = batch.inputs;
+  let loss = NaN;
+  for (const s of stages) {
+    s.zeroGrad();
+    const out = s.forward(x, B, T, s.isLast ? batch.targets : undefined);
+    if (typeof out === 'number') loss = out;
+    else x = out.slice(); // what the network would carry
+  }
+  let g: Float32Array | undefined;
+  for (let i = stages.length - 1; i >= 0; i--) {
+    const d = stages[i].backward(g);
+    g = d ? d.slice() : undefined;
+  }
+  const grads = new Map<string, Float32Array>();
+  for (const s of stages) for (const name of s.grads.names()) grads.set(name, s.grads.get(name).data.slice());
+  return { loss, grads, stages };
+}
+
+test('1, 2, 3 and L+2 stages give the whole model\'s loss and gradients bitwise', () => {
+  const parts = partCount(config);
+  const whole = runChain([{ from: 0, to: parts }]);
+  assert.ok(whole.loss > 4 && whole.loss < 7, `initial loss ${whole.loss} near ln 256`);
+  const cuts: StageRange[][] = [
+    splitEvenly(config, 2),
+    splitEvenly(config, 3),
+    Array.from({ length: parts }, (_, p) => ({ from: p, to: p + 1 })),
+    [{ from: 0, to: 2 }, { from: 2, to: parts }],
+  ];
+  for (const ranges of cuts) {
+    const split = runChain(ranges);
+    const label = ranges.map((r) => `[${r.from},${r.to})`).join(' ');
+    assert.equal(split.loss, whole.loss, `loss with ${label}`);
+    assert.equal(split.grads.size, whole.grads.size);
+    for (const [name, g] of whole.grads) {
+      assert.deepEqual(split.grads.get(name), g, `gradient of ${name} with ${label}`);
+    }
+    for (const s of split.stages) s.release();
+  }
+  for (const s of whole.stages) s.release();
+});
+
+test('splitEvenly covers every part once and balances parameters', () => {
+  const tiny: GptConfig = { vocabSize: 256, contextLength: 64, channels: 128, layers: 4, heads: 4, mlpRatio: 4 };
+  for (let s = 1; s <= partCount(tiny); s++) {
+    const ranges = splitEvenly(tiny, s);
+    assert.equal(ranges.length, s);
+    assert.equal(ranges[0].from, 0);
+    assert.equal(ranges[s - 1].to, partCount(tiny));
+    for (let i = 1; i < s; i++) assert.equal(ranges[i].from, ranges[i - 1].to);
+    for (const r of ranges) assert.ok(r.to > r.from);
+  }
+  assert.throws(() => splitEvenly(tiny, 0), RangeError);
+  assert.throws(() => splitEvenly(tiny, partCount(tiny) + 1), RangeError);
+});
+
+test('bad stage inputs are refused with clear errors', () => {
+  const parts = partCount(config);
+  assert.throws(() => new GptStage(engine, config, { from: 2, to: 2 }, { batchSize: 1 }), /bad stage range/);
+  assert.throws(() => new GptStage(engine, config, { from: 0, to: parts + 1 }, { batchSize: 1 }), /bad stage range/);
+  const first = new GptStage(engine, config, { from: 0, to: 2 }, { batchSize: 2 });
+  assert.throws(() => first.forward(new Int32Array(2 * T).fill(300), 2, T), /outside the vocabulary/);
+  assert.throws(() => first.forward(new Int32Array(5), 2, T), /token ids/);
+  assert.throws(() => first.forward(new Int32Array(3 * T), 3, T), /exceeds/);
+  const middle = new GptStage(engine, config, { from: 2, to: 3 }, { batchSize: 2 });
+  assert.throws(() => middle.forward(new Float32Array(7), 2, T), /activation/);
+  middle.forward(new Float32Array(2 * T * config.channels), 2, T);
+  assert.throws(() => middle.backward(new Float32Array(3)), /gradient/);
+  first.release();
+  middle.release();
+});
