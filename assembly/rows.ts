@@ -2,7 +2,7 @@
 // norm, bias gradients, softmax cross-entropy. Forward passes split rows
 // across threads; parameter gradients split columns, so each gradient element
 // is summed over rows in the same order for any thread count.
-import { exp4, fma, hsum, shareStart } from './simd';
+import { exp1, exp4, fma, hsum, shareStart } from './simd';
 
 // @ts-ignore: decorator
 @inline function rowPtr(base: usize, row: i32, C: i32): usize {
@@ -126,7 +126,7 @@ export function layernormBackwardParams(dweight: usize, dbias: usize, dout: usiz
   }
 }
 
-/** dbias[c] += sum over rows of dout[r, c]. Threads split columns; C multiple of 4. */
+/** dbias[c] += sum over rows of dout[r, c]. Threads split columns. */
 export function biasBackward(dbias: usize, dout: usize, N: i32, C: i32, tid: i32, nt: i32): void {
   const c0 = colStart(C, tid, nt), c1 = colStart(C, tid + 1, nt);
   // four column vectors at a time to keep several accumulators in flight
@@ -146,20 +146,30 @@ export function biasBackward(dbias: usize, dout: usize, N: i32, C: i32, tid: i32
     v128.store(dbias + k, f32x4.add(v128.load(dbias + k, 32), a2), 32);
     v128.store(dbias + k, f32x4.add(v128.load(dbias + k, 48), a3), 48);
   }
-  for (; c < c1; c += 4) {
+  for (; c + 4 <= c1; c += 4) {
     const k = <usize>c << 2;
     let a = f32x4.splat(0);
     for (let r = 0; r < N; r++) a = f32x4.add(a, v128.load(rowPtr(dout, r, C) + k));
     v128.store(dbias + k, f32x4.add(v128.load(dbias + k), a));
   }
+  for (; c < c1; c++) {
+    const k = <usize>c << 2;
+    let a: f32 = 0;
+    for (let r = 0; r < N; r++) a += load<f32>(rowPtr(dout, r, C) + k);
+    store<f32>(dbias + k, load<f32>(dbias + k) + a);
+  }
 }
 
 /**
  * Softmax over each row of logits (N×V) into probs, and losses[r] =
- * -log probs[r, targets[r]]. V must be a multiple of 4.
+ * -log probs[r, targets[r]].
  */
 export function crossEntropyForward(losses: usize, probs: usize, logits: usize, targets: usize, N: i32, V: i32, tid: i32, nt: i32): void {
   const r0 = shareStart(N, tid, nt), r1 = shareStart(N, tid + 1, nt);
+  if (V & 3) {
+    crossEntropyForwardScalar(losses, probs, logits, targets, r0, r1, V);
+    return;
+  }
   for (let r = r0; r < r1; r++) {
     const l = rowPtr(logits, r, V), p = rowPtr(probs, r, V);
     let mx = f32x4.splat(-Infinity);
@@ -192,12 +202,33 @@ export function crossEntropyBackward(dlogits: usize, probs: usize, targets: usiz
   const sv = f32x4.splat(scale);
   for (let r = r0; r < r1; r++) {
     const p = rowPtr(probs, r, V), d = rowPtr(dlogits, r, V);
-    for (let c = 0; c < V; c += 4) {
+    let c = 0;
+    for (; c + 4 <= V; c += 4) {
       const k = <usize>c << 2;
       v128.store(d + k, f32x4.mul(v128.load(p + k), sv));
     }
+    for (; c < V; c++) store<f32>(d + (<usize>c << 2), load<f32>(p + (<usize>c << 2)) * scale);
     const target = load<i32>(targets + (<usize>r << 2));
     const at = d + (<usize>target << 2);
     store<f32>(at, (load<f32>(p + (<usize>target << 2)) - 1) * scale);
+  }
+}
+
+/** crossEntropyForward for rows whose length is not a multiple of 4. */
+function crossEntropyForwardScalar(losses: usize, probs: usize, logits: usize, targets: usize, r0: i32, r1: i32, V: i32): void {
+  for (let r = r0; r < r1; r++) {
+    const l = rowPtr(logits, r, V), p = rowPtr(probs, r, V);
+    let m: f32 = -Infinity;
+    for (let c = 0; c < V; c++) m = max(m, load<f32>(l + (<usize>c << 2)));
+    let total: f32 = 0;
+    for (let c = 0; c < V; c++) {
+      const e = exp1(load<f32>(l + (<usize>c << 2)) - m);
+      store<f32>(p + (<usize>c << 2), e);
+      total += e;
+    }
+    const inv: f32 = 1 / total;
+    for (let c = 0; c < V; c++) store<f32>(p + (<usize>c << 2), load<f32>(p + (<usize>c << 2)) * inv);
+    const target = load<i32>(targets + (<usize>r << 2));
+    store<f32>(losses + (<usize>r << 2), Mathf.log(total) - (load<f32>(l + (<usize>target << 2)) - m));
   }
 }

@@ -30,7 +30,7 @@ export class Engine {
   ) {}
 
   static async create(options: EngineOptions = {}): Promise<Engine> {
-    const threads = Math.max(1, Math.floor(options.threads ?? availableParallelism()));
+    const threads = Math.max(1, Math.floor(options.threads || availableParallelism()));
     const { module, relaxed, flags } = await compileKernels(options.simd ?? 'auto');
     const memory = new WebAssembly.Memory({ initial: 256, maximum: MAX_PAGES, shared: true });
     const instance = await WebAssembly.instantiate(module, { env: { memory, abort: kernelAbort } });

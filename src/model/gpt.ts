@@ -236,7 +236,7 @@ export class GptStage {
    */
   forward(input: Int32Array | Float32Array, B: number, T: number, targets?: Int32Array): Float32Array | number {
     this.checkAlive();
-    const { channels: C, heads: NH, vocabSize: V } = this.config;
+    const { channels: C, vocabSize: V } = this.config;
     if (!Number.isInteger(B) || !Number.isInteger(T) || B < 1 || T < 1 || B > this.maxBatch || T > this.config.contextLength) {
       throw new RangeError(`batch ${B}×${T} exceeds this stage's ${this.maxBatch}×${this.config.contextLength}`);
     }

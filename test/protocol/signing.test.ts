@@ -1,0 +1,127 @@
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { AUTH_HEADERS, RequestSigner, RequestVerifier, bodySha256, canonicalMessage, type AuthHeaders } from '../../src/protocol/signing.ts';
+import { AuthError, type AuthErrorCode } from '../../src/protocol/errors.ts';
+import { NonceCache } from '../../src/protocol/nonce-cache.ts';
+
+// anvil's well-known dev accounts #0 and #1
+const KEY0 = '0xac0974bec39a17e36ba4a6b4d238ff944bacb478cbed5efcae784d7bf4f2ff80';
+const ADDR0 = '0xf39Fd6e51aad88F6F4ce6aB8827279cffFb92266';
+const KEY1 = '0x59c6995e998f97a5a0044966f0945389dc9e86dae88c7a8412f4603b6b78690d';
+
+async function rejects(p: Promise<unknown>, code: AuthErrorCode): Promise<AuthError> {
+  const e = await p.then(
+    () => undefined,
+    (err: unknown) => err,
+  );
+  assert.ok(e instanceof AuthError, `expected AuthError ${code}, got ${String(e)}`);
+  assert.equal(e.code, code, e.message);
+  return e;
+}
+
+const body = new TextEncoder().encode('{"stage":1,"microbatch":42}');
+
+test('a signed request verifies to the signer address, with Node-style and fetch-style headers', async () => {
+  const signer = new RequestSigner(KEY0);
+  assert.equal(signer.address, ADDR0);
+  const verifier = new RequestVerifier();
+  const headers = await signer.sign('post', '/v1/work?stage=1', body);
+  assert.match(headers[AUTH_HEADERS.nonce], /^[0-9a-f]{32}$/);
+  assert.equal(await verifier.verify({ method: 'POST', path: '/v1/work?stage=1', headers, body }), ADDR0);
+  const h2 = await signer.sign('GET', '/v1/plan');
+  assert.equal(await verifier.verify({ method: 'GET', path: '/v1/plan', headers: new Headers(h2) }), ADDR0);
+  // body hashed elsewhere (streaming) is accepted too
+  const h3 = await signer.sign('PUT', '/v1/blob', body);
+  assert.equal(await verifier.verify({ method: 'PUT', path: '/v1/blob', headers: h3, bodySha256: bodySha256(body) }), ADDR0);
+  assert.equal(verifier.nonceCount, 3);
+});
+
+test('tampered method, path, body, timestamp, address or domain fails with bad_signature', async () => {
+  const signer = new RequestSigner(KEY0);
+  const verifier = new RequestVerifier();
+  const h = await signer.sign('POST', '/v1/work', body);
+  await rejects(verifier.verify({ method: 'PUT', path: '/v1/work', headers: h, body }), 'bad_signature');
+  await rejects(verifier.verify({ method: 'POST', path: '/v1/work?x=1', headers: h, body }), 'bad_signature');
+  await rejects(verifier.verify({ method: 'POST', path: '/v1/work', headers: h, body: new TextEncoder().encode('{"stage":2,"microbatch":42}') }), 'bad_signature');
+  await rejects(verifier.verify({ method: 'POST', path: '/v1/work', headers: h }), 'bad_signature');
+  const ts = { ...h, [AUTH_HEADERS.timestamp]: String(Number(h[AUTH_HEADERS.timestamp]) + 1) };
+  await rejects(verifier.verify({ method: 'POST', path: '/v1/work', headers: ts, body }), 'bad_signature');
+  const other = new RequestSigner(KEY1);
+  const claimed = { ...h, [AUTH_HEADERS.address]: other.address };
+  await rejects(verifier.verify({ method: 'POST', path: '/v1/work', headers: claimed, body }), 'bad_signature');
+  const sigFlip = h[AUTH_HEADERS.signature].slice(0, 10) + (h[AUTH_HEADERS.signature][10] === 'a' ? 'b' : 'a') + h[AUTH_HEADERS.signature].slice(11);
+  await rejects(verifier.verify({ method: 'POST', path: '/v1/work', headers: { ...h, [AUTH_HEADERS.signature]: sigFlip }, body }), 'bad_signature');
+  const foreign = await new RequestSigner(KEY0, { domain: 'other-network' }).sign('POST', '/v1/work', body);
+  await rejects(verifier.verify({ method: 'POST', path: '/v1/work', headers: foreign, body }), 'bad_signature');
+  // failed attempts do not burn the nonce: the genuine request still goes through once
+  assert.equal(await verifier.verify({ method: 'POST', path: '/v1/work', headers: h, body }), ADDR0);
+});
+
+test('missing and malformed headers', async () => {
+  const verifier = new RequestVerifier();
+  const h = await new RequestSigner(KEY0).sign('GET', '/v1/x');
+  for (const name of Object.values(AUTH_HEADERS)) {
+    const partial: Record<string, string> = { ...h };
+    delete partial[name];
+    const e = await rejects(verifier.verify({ method: 'GET', path: '/v1/x', headers: partial }), 'missing');
+    assert.match(e.message, new RegExp(name));
+  }
+  const bad: [string, string][] = [
+    [AUTH_HEADERS.address, '0x1234'],
+    [AUTH_HEADERS.timestamp, '12e5'],
+    [AUTH_HEADERS.nonce, 'NOT-HEX-NONCE-VALUE'],
+    [AUTH_HEADERS.signature, '0xdeadbeef'],
+  ];
+  for (const [name, value] of bad) {
+    await rejects(verifier.verify({ method: 'GET', path: '/v1/x', headers: { ...h, [name]: value } }), 'bad_signature');
+  }
+  await rejects(verifier.verify({ method: 'GET', path: '/v1/x', headers: { ...h, [AUTH_HEADERS.nonce]: [h[AUTH_HEADERS.nonce], 'ab'] } }), 'bad_signature');
+  await rejects(verifier.verify({ method: 'GET', path: '/v1/x\nPOST', headers: h }), 'bad_signature');
+});
+
+test('stale and future timestamps fail, within the window they pass', async () => {
+  let now = 1_700_000_000_000;
+  const verifier = new RequestVerifier({ windowMs: 30_000, now: () => now });
+  const signer = new RequestSigner(KEY0, { now: () => now });
+  const h = await signer.sign('GET', '/v1/status');
+  now += 29_000;
+  assert.equal(await verifier.verify({ method: 'GET', path: '/v1/status', headers: h }), ADDR0);
+  const h2 = await signer.sign('GET', '/v1/status');
+  now += 31_000;
+  const e = await rejects(verifier.verify({ method: 'GET', path: '/v1/status', headers: h2 }), 'stale');
+  assert.equal(e.httpStatus, 401);
+  now -= 62_000; // the request now looks 31 s in the future
+  await rejects(verifier.verify({ method: 'GET', path: '/v1/status', headers: h2 }), 'stale');
+});
+
+test('a replayed nonce fails; the same nonce from another address does not collide', async () => {
+  const verifier = new RequestVerifier();
+  const h = await new RequestSigner(KEY0).sign('POST', '/v1/work', body);
+  await verifier.verify({ method: 'POST', path: '/v1/work', headers: h, body });
+  await rejects(verifier.verify({ method: 'POST', path: '/v1/work', headers: h, body }), 'replayed');
+  // another miner that happens to pick the same nonce is fine
+  const signer1 = new RequestSigner(KEY1);
+  const h1 = await signer1.sign('POST', '/v1/work', body);
+  const message = canonicalMessage({ domain: 'nimble', method: 'POST', path: '/v1/work', bodySha256: bodySha256(body), timestamp: Number(h[AUTH_HEADERS.timestamp]), nonce: h[AUTH_HEADERS.nonce] });
+  const { privateKeyToAccount } = await import('viem/accounts');
+  const sig = await privateKeyToAccount(KEY1).signMessage({ message });
+  const same: AuthHeaders = { ...h1, [AUTH_HEADERS.timestamp]: h[AUTH_HEADERS.timestamp], [AUTH_HEADERS.nonce]: h[AUTH_HEADERS.nonce], [AUTH_HEADERS.signature]: sig };
+  assert.equal(await verifier.verify({ method: 'POST', path: '/v1/work', headers: same, body }), signer1.address);
+});
+
+test('nonce cache is bounded: expires with the window and refuses when full of live nonces', async () => {
+  let now = 1_000_000;
+  const verifier = new RequestVerifier({ windowMs: 1000, maxNonces: 3, now: () => now });
+  const signer = new RequestSigner(KEY0, { now: () => now });
+  for (let i = 0; i < 3; i++) await verifier.verify({ method: 'GET', path: '/p', headers: await signer.sign('GET', '/p') });
+  const e = await rejects(verifier.verify({ method: 'GET', path: '/p', headers: await signer.sign('GET', '/p') }), 'overloaded');
+  assert.equal(e.httpStatus, 503);
+  now += 1001; // the three earlier nonces expire with their window
+  await verifier.verify({ method: 'GET', path: '/p', headers: await signer.sign('GET', '/p') });
+  assert.equal(verifier.nonceCount, 1);
+
+  const cache = new NonceCache(10, 100);
+  assert.equal(cache.add('a', 200, 0), 'ok');
+  assert.equal(cache.add('a', 200, 150), 'seen');
+  assert.equal(cache.add('a', 400, 201), 'ok', 'an expired entry no longer blocks');
+});
