@@ -71,3 +71,15 @@ test('results are bitwise identical with 1 and 2 threads', () => {
   const d = { M: 768, N: 384, K: 128, transA: false, transB: true, bias: true, accumulate: false };
   assert.deepEqual(run(one, d, 7).got, run(two, d, 7).got);
 });
+
+test('the plain-SIMD build (no relaxed FMA) computes the same products within rounding', async () => {
+  const plain = await Engine.create({ threads: 2, simd: 'plain' });
+  try {
+    assert.equal(plain.relaxedSimd, false);
+    const c = { M: 40, N: 72, K: 300, transA: false, transB: true, bias: true, accumulate: false };
+    const { got, want } = run(plain, c, 5);
+    for (let i = 0; i < want.length; i++) assert.ok(Math.abs(got[i] - want[i]) <= 1e-5 * c.K);
+  } finally {
+    await plain.close();
+  }
+});

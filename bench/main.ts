@@ -1,0 +1,33 @@
+// npm run bench [-- --json] [--convergence] [--only GROUP[,GROUP]]
+import type { Bench, BenchResult } from './harness.ts';
+import { engineBenches } from './engine.bench.ts';
+import { chainBenches } from './chain.bench.ts';
+import { protocolBenches } from './protocol.bench.ts';
+
+const registry: Bench[] = [...engineBenches, ...protocolBenches, ...chainBenches];
+
+const args = process.argv.slice(2);
+const json = args.includes('--json');
+const convergence = args.includes('--convergence');
+const onlyAt = args.indexOf('--only');
+const only = onlyAt >= 0 ? new Set(args[onlyAt + 1]?.split(',')) : undefined;
+
+const results: BenchResult[] = [];
+for (const bench of registry) {
+  if (bench.convergence && !convergence) continue;
+  if (only && !only.has(bench.group)) continue;
+  const log = (line: string): void => void process.stderr.write(`[${bench.group}] ${line}\n`);
+  for (const r of await bench.run({ convergence, log })) {
+    results.push(r);
+    if (json) process.stdout.write(JSON.stringify(r) + '\n');
+  }
+}
+if (!json) {
+  const width = Math.max(...results.map((r) => r.bench.length), 5);
+  process.stdout.write(`${'bench'.padEnd(width)}  ${'value'.padStart(12)}  unit\n`);
+  for (const r of results) {
+    const v = Number.isInteger(r.value) ? String(r.value) : r.value.toPrecision(5);
+    process.stdout.write(`${r.bench.padEnd(width)}  ${v.padStart(12)}  ${r.unit}\n`);
+  }
+}
+process.exit(0);

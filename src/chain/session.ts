@@ -1,0 +1,111 @@
+// Opening the chain for one command: the local anvil node of the data dir
+// (started, deployed to once, stopped after) or any RPC endpoint given with
+// --chain-rpc, whose contract addresses must be in deployment.json.
+import type { Account, Address } from 'viem';
+import { privateKeyToAccount } from 'viem/accounts';
+import { UserError } from '../cli/common.ts';
+import { LOCAL_CHAIN_ID } from './anvil.ts';
+import { createChainPublicClient, chainDefinition, makeChainClient, signerFor, type ChainClient } from './client.ts';
+import { deployContracts, deploymentFile, LOCAL_DEPLOYMENT_KEY, readDeployments, saveDeployment } from './deploy.ts';
+import { openLocalNode, type LocalNode } from './node.ts';
+
+/**
+ * The operator key of a LOCAL chain: anvil's first well-known development
+ * account (mnemonic "test test ... junk", index 0). It deploys the contracts,
+ * is their admin, holds the orchestrator role and runs the faucet. Everyone
+ * knows this key: it is only ever used on the loopback-only local node.
+ */
+export const LOCAL_OPERATOR_KEY = '0xac0974bec39a17e36ba4a6b4d238ff944bacb478cbed5efcae784d7bf4f2ff80' as const;
+
+export function localOperatorAccount(): Account {
+  return privateKeyToAccount(LOCAL_OPERATOR_KEY);
+}
+
+export interface OpenChainOptions {
+  dataDir: string;
+  /** --chain-rpc: use this node instead of the local one */
+  rpcUrl?: string;
+  /** keep the local node running for other commands until close() (orchestrator) */
+  persistent?: boolean;
+  /** cooldown of the Staking contract when the local chain is first deployed (default 0, or $NIMBLE_UNSTAKE_COOLDOWN) */
+  unstakeCooldownSeconds?: number;
+}
+
+export interface ChainSession {
+  client: ChainClient;
+  /** the local node, when no RPC URL was given */
+  node?: LocalNode;
+  /** Dumps and stops the local node if this session started it. */
+  close(): Promise<void>;
+}
+
+export async function openChain(opts: OpenChainOptions): Promise<ChainSession> {
+  if (opts.rpcUrl) return { client: await connectRemote(opts.dataDir, opts.rpcUrl), close: async () => {} };
+  const node = await openLocalNode(opts.dataDir, { persistent: opts.persistent });
+  try {
+    const client = await ensureLocalDeployment(opts, node);
+    return { client, node, close: () => node.release() };
+  } catch (err) {
+    await node.release();
+    throw err;
+  }
+}
+
+async function ensureLocalDeployment(opts: OpenChainOptions, node: LocalNode): Promise<ChainClient> {
+  const known = readDeployments(opts.dataDir)[LOCAL_DEPLOYMENT_KEY];
+  const chain = chainDefinition(LOCAL_CHAIN_ID, node.rpcUrl, true);
+  const pub = createChainPublicClient(chain, true);
+  if (known && (await hasCode(pub, known.nim))) return makeChainClient(node.rpcUrl, LOCAL_CHAIN_ID, true, known);
+  const operator = localOperatorAccount();
+  const cooldown = opts.unstakeCooldownSeconds ?? Number(process.env.NIMBLE_UNSTAKE_COOLDOWN ?? 0);
+  if (!Number.isInteger(cooldown) || cooldown < 0) throw new UserError(`unstake cooldown must be a whole number of seconds, got ${cooldown}`);
+  const deployment = await deployContracts({ chainId: LOCAL_CHAIN_ID, chain, local: true, public: pub }, signerFor({ chain, local: true }, operator), {
+    orchestrator: operator.address,
+    faucet: operator.address,
+    unstakeCooldownSeconds: cooldown,
+  });
+  saveDeployment(opts.dataDir, deployment, LOCAL_DEPLOYMENT_KEY);
+  await node.dump();
+  return makeChainClient(node.rpcUrl, LOCAL_CHAIN_ID, true, deployment);
+}
+
+async function connectRemote(dataDir: string, rpcUrl: string): Promise<ChainClient> {
+  let url: URL;
+  try {
+    url = new URL(rpcUrl);
+  } catch {
+    throw new UserError(`--chain-rpc must be an http(s) URL, got '${rpcUrl}'`);
+  }
+  if (url.protocol !== 'http:' && url.protocol !== 'https:') throw new UserError(`--chain-rpc must be an http(s) URL, got '${rpcUrl}'`);
+  const probe = createChainPublicClient(chainDefinition(1, rpcUrl, false), false);
+  let chainId: number;
+  try {
+    chainId = await probe.getChainId();
+  } catch (err) {
+    throw new UserError(`cannot reach the chain at ${rpcUrl}: ${(err as Error).message.split('\n')[0]}`);
+  }
+  const deployment = readDeployments(dataDir)[String(chainId)];
+  if (!deployment) {
+    throw new UserError(`no Nimble contract addresses for chain id ${chainId} in ${deploymentFile(dataDir)} (see docs/chain.md)`);
+  }
+  const client = makeChainClient(rpcUrl, chainId, false, deployment);
+  if (!(await hasCode(client.public, deployment.nim))) {
+    throw new UserError(`no NIM contract at ${deployment.nim} on chain ${chainId} (${rpcUrl}); check ${deploymentFile(dataDir)}`);
+  }
+  return client;
+}
+
+async function hasCode(pub: ChainClient['public'], address: Address): Promise<boolean> {
+  const code = await pub.getCode({ address });
+  return code !== undefined && code !== '0x';
+}
+
+/** Runs `fn` with an open chain session and always closes it (the local node is dumped and stopped). */
+export async function withChain<T>(opts: OpenChainOptions, fn: (client: ChainClient) => Promise<T>): Promise<T> {
+  const session = await openChain(opts);
+  try {
+    return await fn(session.client);
+  } finally {
+    await session.close();
+  }
+}

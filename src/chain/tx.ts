@@ -1,0 +1,74 @@
+// Sending one contract call: simulate first (so a revert is reported with its
+// reason and nothing is sent), then send and wait for the receipt.
+import {
+  BaseError,
+  ContractFunctionRevertedError,
+  type Abi,
+  type Address,
+  type Chain,
+  type Hash,
+  type PublicClient,
+  type TransactionReceipt,
+  type Transport,
+} from 'viem';
+import type { SigningClient } from './client.ts';
+
+export interface ContractCall {
+  address: Address;
+  abi: Abi;
+  functionName: string;
+  args?: readonly unknown[];
+}
+
+export interface SentTx {
+  hash: Hash;
+  gasUsed: bigint;
+  receipt: TransactionReceipt;
+}
+
+export class ChainTxError extends Error {
+  constructor(
+    message: string,
+    /** the custom error's name when the contract reverted with one */
+    readonly errorName?: string,
+  ) {
+    super(message);
+  }
+}
+
+export async function sendContractTx(
+  client: { public: PublicClient<Transport, Chain> },
+  signer: SigningClient, call: ContractCall,
+): Promise<SentTx> {
+  let request;
+  try {
+    ({ request } = await client.public.simulateContract({
+      account: signer.account,
+      address: call.address,
+      abi: call.abi,
+      functionName: call.functionName,
+      args: call.args ?? [],
+    }));
+  } catch (err) {
+    throw explainRevert(err, call.functionName);
+  }
+  const hash = await signer.writeContract(request);
+  const receipt = await client.public.waitForTransactionReceipt({ hash });
+  if (receipt.status !== 'success') throw new ChainTxError(`${call.functionName} reverted in transaction ${hash}`);
+  return { hash, gasUsed: receipt.gasUsed, receipt };
+}
+
+/** Turns a viem revert into one line naming the contract error. */
+export function explainRevert(err: unknown, functionName: string): ChainTxError {
+  if (err instanceof BaseError) {
+    const revert = err.walk((e) => e instanceof ContractFunctionRevertedError);
+    if (revert instanceof ContractFunctionRevertedError) {
+      const name = revert.data?.errorName;
+      const args = revert.data?.args?.map((a) => String(a)).join(', ');
+      const reason = name ? `${name}(${args ?? ''})` : (revert.reason ?? revert.shortMessage);
+      return new ChainTxError(`${functionName} rejected by the contract: ${reason}`, name);
+    }
+    return new ChainTxError(`${functionName} failed: ${err.shortMessage}`);
+  }
+  return new ChainTxError(`${functionName} failed: ${err instanceof Error ? err.message : String(err)}`);
+}

@@ -1,0 +1,37 @@
+#!/usr/bin/env node
+// nbcli: the command line of Nimble Network. Each command group lives in its
+// own module under src/cli/ and registers itself here.
+import { Command, CommanderError } from 'commander';
+import { UserError } from './common.ts';
+import { registerTrain } from './train.ts';
+import { registerWallet } from './wallet.ts';
+import { registerStake } from './stake.ts';
+
+export function buildProgram(): Command {
+  const program = new Command('nbcli')
+    .description('Nimble Network: train and serve AI models on machines nobody owns together')
+    .version('0.1.0')
+    .showHelpAfterError()
+    .exitOverride();
+  registerTrain(program);
+  registerWallet(program);
+  registerStake(program);
+  return program;
+}
+
+async function main(argv: string[]): Promise<void> {
+  try {
+    await buildProgram().parseAsync(argv);
+  } catch (err) {
+    if (err instanceof CommanderError) {
+      process.exitCode = err.exitCode;
+      return;
+    }
+    const message = err instanceof Error ? err.message : String(err);
+    process.stderr.write(`nbcli: ${message}\n`);
+    if (!(err instanceof UserError) && process.env.NIMBLE_DEBUG) console.error(err);
+    process.exitCode = 1;
+  }
+}
+
+await main(process.argv);

@@ -1,0 +1,116 @@
+// Shared by the chain tests: a fresh anvil on a free loopback port in a
+// temporary folder, the contracts deployed, anvil's dev accounts as signers.
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import type { Address } from 'viem';
+import { mnemonicToAccount } from 'viem/accounts';
+import { LOCAL_CHAIN_ID, rpc, startAnvil, type AnvilProcess } from '../../src/chain/anvil.ts';
+import { chainDefinition, createChainPublicClient, makeChainClient, signerFor, type ChainClient, type SigningClient } from '../../src/chain/client.ts';
+import { abiOf } from '../../src/chain/contracts.ts';
+import { deployContracts } from '../../src/chain/deploy.ts';
+
+const DEV_MNEMONIC = 'test test test test test test test test test test test junk';
+
+export interface TestChain {
+  dir: string;
+  anvil: AnvilProcess;
+  client: ChainClient;
+  /** dev account 0: admin, orchestrator, faucet */
+  operator: SigningClient;
+  /** dev account i (1..9) */
+  signer(i: number): SigningClient;
+  stop(): Promise<void>;
+}
+
+export function tempDir(prefix: string): string {
+  return mkdtempSync(join(tmpdir(), `nimble-${prefix}-`));
+}
+
+export async function startTestChain(opts: { cooldownSeconds?: number } = {}): Promise<TestChain> {
+  const dir = tempDir('chain');
+  let anvil: AnvilProcess | undefined;
+  try {
+    anvil = await startAnvil({ logFile: join(dir, 'anvil.log') });
+    const chain = chainDefinition(LOCAL_CHAIN_ID, anvil.rpcUrl, true);
+    const signer = (i: number): SigningClient => signerFor({ chain, local: true }, mnemonicToAccount(DEV_MNEMONIC, { addressIndex: i }));
+    const operator = signer(0);
+    const deployment = await deployContracts(
+      { chainId: LOCAL_CHAIN_ID, chain, local: true, public: createChainPublicClient(chain, true) },
+      operator,
+      { orchestrator: operator.account.address, faucet: operator.account.address, unstakeCooldownSeconds: opts.cooldownSeconds ?? 0 },
+    );
+    const client = makeChainClient(anvil.rpcUrl, LOCAL_CHAIN_ID, true, deployment);
+    const a = anvil;
+    return {
+      dir,
+      anvil: a,
+      client,
+      operator,
+      signer,
+      async stop() {
+        await a.stop();
+        rmSync(dir, { recursive: true, force: true });
+      },
+    };
+  } catch (err) {
+    await anvil?.stop();
+    rmSync(dir, { recursive: true, force: true });
+    throw err;
+  }
+}
+
+/** Moves the node's clock forward and mines a block. */
+export async function advanceTime(client: ChainClient, seconds: number): Promise<void> {
+  await rpc(client.rpcUrl, 'evm_increaseTime', [seconds]);
+  await rpc(client.rpcUrl, 'evm_mine', []);
+}
+
+export interface SupplyReport {
+  totalSupply: bigint;
+  free: bigint;
+  staked: bigint;
+  unstaking: bigint;
+  undistributed: bigint;
+}
+
+/**
+ * Conservation: total supply = free balances of `holders` + their stakes +
+ * their unstaking tokens + tokens held by the distributor (undistributed).
+ * Also checks the Staking contract's own books against the sums.
+ */
+export async function supplyReport(client: ChainClient, holders: readonly Address[]): Promise<SupplyReport & { stakingBalance: bigint; totalStaked: bigint; totalUnstaking: bigint }> {
+  const d = client.deployment;
+  const read = <T>(address: Address, name: 'NIM' | 'Staking', functionName: string, args: unknown[] = []): Promise<T> =>
+    client.public.readContract({ address, abi: abiOf(name), functionName, args }) as Promise<T>;
+  let free = 0n;
+  let staked = 0n;
+  let unstaking = 0n;
+  for (const h of holders) {
+    free += await read<bigint>(d.nim, 'NIM', 'balanceOf', [h]);
+    staked += await read<bigint>(d.staking, 'Staking', 'stakeOf', [h]);
+    unstaking += (await read<readonly [bigint, bigint]>(d.staking, 'Staking', 'unstakingOf', [h]))[0];
+  }
+  return {
+    totalSupply: await read<bigint>(d.nim, 'NIM', 'totalSupply'),
+    free,
+    staked,
+    unstaking,
+    undistributed: await read<bigint>(d.nim, 'NIM', 'balanceOf', [d.rewardDistributor]),
+    stakingBalance: await read<bigint>(d.nim, 'NIM', 'balanceOf', [d.staking]),
+    totalStaked: await read<bigint>(d.staking, 'Staking', 'totalStaked'),
+    totalUnstaking: await read<bigint>(d.staking, 'Staking', 'totalUnstaking'),
+  };
+}
+
+/** A small deterministic PRNG (mulberry32). */
+export function prng(seed: number): () => number {
+  let a = seed >>> 0;
+  return () => {
+    a = (a + 0x6d2b79f5) >>> 0;
+    let t = a;
+    t = Math.imul(t ^ (t >>> 15), t | 1);
+    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+  };
+}
