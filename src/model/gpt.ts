@@ -112,11 +112,33 @@ interface BlockActs {
   out: Tensor;
 }
 
+/** Everything one microbatch in flight keeps between forward and backward. */
+interface SlotActs {
+  tokens: L.IntBuffer;
+  targets: L.IntBuffer;
+  inputAct: Tensor;
+  blocks: BlockActs[];
+  lnf?: Tensor;
+  lnfMean?: Tensor;
+  lnfRstd?: Tensor;
+  logits?: Tensor;
+  probs?: Tensor;
+  losses?: Tensor;
+  /** shape of the slot's last forward pass */
+  B: number;
+  T: number;
+}
+
 export interface StageOptions {
   /** largest batch this stage runs */
   batchSize: number;
   /** initialisation seed (same seed = same weights, whole or split) */
   seed?: number;
+  /**
+   * Microbatches that can be in flight at once (forward done, backward not
+   * yet): each slot keeps its own activations. Default 1.
+   */
+  slots?: number;
 }
 
 export class GptStage {
@@ -128,28 +150,16 @@ export class GptStage {
   readonly maxBatch: number;
   private readonly engine: Engine;
   private readonly tensors: Tensor[] = [];
-  private readonly tokens: L.IntBuffer;
-  private readonly targets: L.IntBuffer;
-  private readonly inputAct: Tensor;
-  private readonly blocks: BlockActs[] = [];
+  private readonly ints: L.IntBuffer[] = [];
+  private readonly slots: SlotActs[] = [];
   private readonly blockIds: number[] = [];
-  // head
-  private readonly lnf?: Tensor;
-  private readonly lnfMean?: Tensor;
-  private readonly lnfRstd?: Tensor;
-  private readonly logitsT?: Tensor;
-  private readonly probs?: Tensor;
-  private readonly losses?: Tensor;
-  // backward scratch
+  // backward scratch, shared by the slots
   private readonly dres: Tensor;
   private readonly dsmall: Tensor;
   private readonly dqkv: Tensor;
   private readonly dbig: Tensor;
   private readonly dlogits?: Tensor;
   private readonly tmp: Tensor;
-  /** shape of the last forward pass */
-  private B = 0;
-  private T = 0;
   private released = false;
 
   constructor(
@@ -183,33 +193,39 @@ export class GptStage {
       this.tensors.push(x);
       return x;
     };
-    this.tokens = engine.int32(N);
-    this.targets = engine.int32(N);
-    this.inputAct = t([N, C]);
-    let prev = this.inputAct;
-    for (let p = Math.max(1, range.from); p < Math.min(range.to, config.layers + 1); p++) {
-      const a: BlockActs = {
-        input: prev,
-        ln1: t([N, C]), ln1Mean: t([N]), ln1Rstd: t([N]),
-        qkv: t([N, 3 * C]), att: t([B, NH, T, T]), atty: t([N, C]),
-        res2: t([N, C]),
-        ln2: t([N, C]), ln2Mean: t([N]), ln2Rstd: t([N]),
-        fch: t([N, H]), fchGelu: t([N, H]),
-        out: t([N, C]),
-      };
-      this.blocks.push(a);
-      this.blockIds.push(p - 1);
-      prev = a.out;
+    for (let p = Math.max(1, range.from); p < Math.min(range.to, config.layers + 1); p++) this.blockIds.push(p - 1);
+    const slotCount = options.slots ?? 1;
+    if (!Number.isInteger(slotCount) || slotCount < 1) throw new RangeError(`slots must be a positive integer, got ${slotCount}`);
+    for (let i = 0; i < slotCount; i++) {
+      const tokens = engine.int32(N);
+      const targets = engine.int32(N);
+      this.ints.push(tokens, targets);
+      const slot: SlotActs = { tokens, targets, inputAct: t([N, C]), blocks: [], B: 0, T: 0 };
+      let prev = slot.inputAct;
+      for (let b = 0; b < this.blockIds.length; b++) {
+        const a: BlockActs = {
+          input: prev,
+          ln1: t([N, C]), ln1Mean: t([N]), ln1Rstd: t([N]),
+          qkv: t([N, 3 * C]), att: t([B, NH, T, T]), atty: t([N, C]),
+          res2: t([N, C]),
+          ln2: t([N, C]), ln2Mean: t([N]), ln2Rstd: t([N]),
+          fch: t([N, H]), fchGelu: t([N, H]),
+          out: t([N, C]),
+        };
+        slot.blocks.push(a);
+        prev = a.out;
+      }
+      if (this.isLast) {
+        slot.lnf = t([N, C]);
+        slot.lnfMean = t([N]);
+        slot.lnfRstd = t([N]);
+        slot.logits = t([N, V]);
+        slot.probs = t([N, V]);
+        slot.losses = t([N]);
+      }
+      this.slots.push(slot);
     }
-    if (this.isLast) {
-      this.lnf = t([N, C]);
-      this.lnfMean = t([N]);
-      this.lnfRstd = t([N]);
-      this.logitsT = t([N, V]);
-      this.probs = t([N, V]);
-      this.losses = t([N]);
-      this.dlogits = t([N, V]);
-    }
+    if (this.isLast) this.dlogits = t([N, V]);
     this.dres = t([N, C]);
     this.dsmall = t([N, C]);
     this.dqkv = t([N, 3 * C]);
@@ -222,9 +238,20 @@ export class GptStage {
     return this.layout.size;
   }
 
+  /** Microbatches this stage can hold between forward and backward. */
+  get slotCount(): number {
+    return this.slots.length;
+  }
+
   /** The residual stream entering the head (or leaving the last block). */
-  private streamOut(): Tensor {
-    return this.blocks.length ? this.blocks[this.blocks.length - 1].out : this.inputAct;
+  private streamOut(slot: SlotActs): Tensor {
+    return slot.blocks.length ? slot.blocks[slot.blocks.length - 1].out : slot.inputAct;
+  }
+
+  private slot(index: number): SlotActs {
+    const s = this.slots[index];
+    if (!s) throw new RangeError(`slot ${index} outside the stage's ${this.slots.length} slots`);
+    return s;
   }
 
   /**
@@ -233,16 +260,18 @@ export class GptStage {
    * targets: next-token ids, needed by the last stage to compute the loss.
    * Returns the output activation [B·T·C] (a view, valid until the next call),
    * or for the last stage the mean loss (with targets) or the logits [B·T·V] (without).
+   * `slot` picks which activation set keeps this microbatch until its backward.
    */
-  forward(input: Int32Array | Float32Array, B: number, T: number, targets?: Int32Array): Float32Array | number {
+  forward(input: Int32Array | Float32Array, B: number, T: number, targets?: Int32Array, slotIndex = 0): Float32Array | number {
     this.checkAlive();
+    const slot = this.slot(slotIndex);
     const { channels: C, vocabSize: V } = this.config;
     if (!Number.isInteger(B) || !Number.isInteger(T) || B < 1 || T < 1 || B > this.maxBatch || T > this.config.contextLength) {
       throw new RangeError(`batch ${B}×${T} exceeds this stage's ${this.maxBatch}×${this.config.contextLength}`);
     }
     const N = B * T;
-    this.B = B;
-    this.T = T;
+    slot.B = B;
+    slot.T = T;
     const k = this.engine.kernels;
     const P = this.params;
     if (this.isFirst) {
@@ -251,30 +280,31 @@ export class GptStage {
         const tok = input[i];
         if (!(tok >= 0 && tok < V)) throw new RangeError(`token ${tok} at ${i} outside the vocabulary of ${V}`);
       }
-      this.tokens.data.set(input);
-      L.embeddingForward(k, this.inputAct, this.tokens, P.get('wte'), P.get('wpe'), B, T, C);
+      slot.tokens.data.set(input);
+      L.embeddingForward(k, slot.inputAct, slot.tokens, P.get('wte'), P.get('wpe'), B, T, C);
     } else {
       if (!(input instanceof Float32Array) || input.length !== N * C) throw new TypeError(`stage takes an activation of ${N}×${C} floats`);
-      this.inputAct.data.set(input);
+      slot.inputAct.data.set(input);
     }
-    for (let i = 0; i < this.blocks.length; i++) this.blockForward(this.blockIds[i], this.blocks[i], B, T);
-    if (!this.isLast) return this.streamOut().data.subarray(0, N * C);
-    const x = this.streamOut();
-    L.layernormForward(k, this.lnf!, this.lnfMean!, this.lnfRstd!, x, P.get('lnf.w'), P.get('lnf.b'), N, C);
-    L.linearForward(k, this.logitsT!, this.lnf!, P.get('lm_head.w'), null, N, C, V);
-    if (!targets) return this.logitsT!.data.subarray(0, N * V);
+    for (let i = 0; i < slot.blocks.length; i++) this.blockForward(this.blockIds[i], slot.blocks[i], B, T);
+    if (!this.isLast) return this.streamOut(slot).data.subarray(0, N * C);
+    const x = this.streamOut(slot);
+    L.layernormForward(k, slot.lnf!, slot.lnfMean!, slot.lnfRstd!, x, P.get('lnf.w'), P.get('lnf.b'), N, C);
+    L.linearForward(k, slot.logits!, slot.lnf!, P.get('lm_head.w'), null, N, C, V);
+    if (!targets) return slot.logits!.data.subarray(0, N * V);
     if (targets.length !== N) throw new TypeError(`last stage takes ${N} targets`);
     for (let i = 0; i < N; i++) {
       if (!(targets[i] >= 0 && targets[i] < V)) throw new RangeError(`target ${targets[i]} at ${i} outside the vocabulary`);
     }
-    this.targets.data.set(targets);
-    return L.crossEntropyForward(k, this.losses!, this.probs!, this.logitsT!, this.targets, N, V);
+    slot.targets.data.set(targets);
+    return L.crossEntropyForward(k, slot.losses!, slot.probs!, slot.logits!, slot.targets, N, V);
   }
 
-  /** Per-position losses of the last forward pass with targets (last stage). */
-  lossesView(): Float32Array {
+  /** Per-position losses of a slot's last forward pass with targets (last stage). */
+  lossesView(slotIndex = 0): Float32Array {
     if (!this.isLast) throw new Error('only the last stage has losses');
-    return this.losses!.data.subarray(0, this.B * this.T);
+    const slot = this.slot(slotIndex);
+    return slot.losses!.data.subarray(0, slot.B * slot.T);
   }
 
   /**
@@ -284,27 +314,28 @@ export class GptStage {
    * the input activation (a view, valid until the next call), or null for the
    * first stage.
    */
-  backward(dOutput?: Float32Array): Float32Array | null {
+  backward(dOutput?: Float32Array, slotIndex = 0): Float32Array | null {
     this.checkAlive();
+    const slot = this.slot(slotIndex);
     const { channels: C, vocabSize: V } = this.config;
-    const B = this.B, T = this.T, N = B * T;
+    const B = slot.B, T = slot.T, N = B * T;
     if (N === 0) throw new Error('backward before forward');
     const k = this.engine.kernels;
     const P = this.params, G = this.grads;
     const dres = this.dres;
     if (this.isLast) {
       if (dOutput) throw new TypeError('the last stage starts backward from its loss');
-      L.crossEntropyBackward(k, this.dlogits!, this.probs!, this.targets, N, V);
-      L.linearBackward(k, this.dsmall, G.get('lm_head.w'), null, this.dlogits!, this.lnf!, P.get('lm_head.w'), N, C, V);
+      L.crossEntropyBackward(k, this.dlogits!, slot.probs!, slot.targets, N, V);
+      L.linearBackward(k, this.dsmall, G.get('lm_head.w'), null, this.dlogits!, slot.lnf!, P.get('lm_head.w'), N, C, V);
       dres.data.fill(0, 0, N * C);
-      L.layernormBackward(k, dres, G.get('lnf.w'), G.get('lnf.b'), this.dsmall, this.streamOut(), P.get('lnf.w'), this.lnfMean!, this.lnfRstd!, N, C);
+      L.layernormBackward(k, dres, G.get('lnf.w'), G.get('lnf.b'), this.dsmall, this.streamOut(slot), P.get('lnf.w'), slot.lnfMean!, slot.lnfRstd!, N, C);
     } else {
       if (!dOutput || dOutput.length !== N * C) throw new TypeError(`stage backward takes a gradient of ${N}×${C} floats`);
       dres.data.set(dOutput);
     }
-    for (let i = this.blocks.length - 1; i >= 0; i--) this.blockBackward(this.blockIds[i], this.blocks[i], B, T);
+    for (let i = slot.blocks.length - 1; i >= 0; i--) this.blockBackward(this.blockIds[i], slot.blocks[i], B, T);
     if (this.isFirst) {
-      L.embeddingBackward(k, G.get('wte'), G.get('wpe'), dres, this.tokens, B, T, C);
+      L.embeddingBackward(k, G.get('wte'), G.get('wpe'), dres, slot.tokens, B, T, C);
       return null;
     }
     return dres.data.subarray(0, N * C);
@@ -321,8 +352,7 @@ export class GptStage {
     for (const t of this.tensors) this.engine.free(t);
     this.engine.free(this.params.flat);
     this.engine.free(this.grads.flat);
-    this.engine.free(this.tokens);
-    this.engine.free(this.targets);
+    for (const b of this.ints) this.engine.free(b);
   }
 
   private checkAlive(): void {

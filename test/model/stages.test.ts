@@ -96,3 +96,26 @@ test('bad stage inputs are refused with clear errors', () => {
   first.release();
   middle.release();
 });
+
+test('two microbatches in flight in separate slots give the same gradients as one after the other', () => {
+  const parts = partCount(config);
+  const a = batchForShard(corpus(), 5, 1, B, T);
+  const b = batchForShard(corpus(), 5, 2, B, T);
+  const seq = new GptStage(engine, config, { from: 0, to: parts }, { batchSize: B, seed: 42 });
+  seq.zeroGrad();
+  const la = seq.forward(a.inputs, B, T, a.targets) as number;
+  seq.backward();
+  const lb = seq.forward(b.inputs, B, T, b.targets) as number;
+  seq.backward();
+  const piped = new GptStage(engine, config, { from: 0, to: parts }, { batchSize: B, seed: 42, slots: 2 });
+  assert.equal(piped.slotCount, 2);
+  piped.zeroGrad();
+  assert.equal(piped.forward(a.inputs, B, T, a.targets, 0), la);
+  assert.equal(piped.forward(b.inputs, B, T, b.targets, 1), lb);
+  piped.backward(undefined, 0);
+  piped.backward(undefined, 1);
+  assert.deepEqual(piped.grads.flat.data.slice(), seq.grads.flat.data.slice());
+  assert.throws(() => piped.forward(a.inputs, B, T, a.targets, 2), /slot 2/);
+  seq.release();
+  piped.release();
+});
