@@ -3,8 +3,9 @@ import type { Bench, BenchResult } from './harness.ts';
 import { engineBenches } from './engine.bench.ts';
 import { chainBenches } from './chain.bench.ts';
 import { protocolBenches } from './protocol.bench.ts';
+import { mergeBenches } from './merge.bench.ts';
 
-const registry: Bench[] = [...engineBenches, ...protocolBenches, ...chainBenches];
+const registry: Bench[] = [...engineBenches, ...protocolBenches, ...chainBenches, ...mergeBenches];
 
 const args = process.argv.slice(2);
 const json = args.includes('--json');

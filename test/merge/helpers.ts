@@ -1,0 +1,45 @@
+// Shared helpers of the merge tests.
+import assert from 'node:assert/strict';
+import { MergeError, type MergeErrorCode } from '../../src/merge/errors.ts';
+
+/** Deterministic PRNG (mulberry32) in [0, 1). */
+export function rng(seed: number): () => number {
+  let a = seed >>> 0;
+  return () => {
+    a = (a + 0x6d2b79f5) >>> 0;
+    let t = a;
+    t = Math.imul(t ^ (t >>> 15), t | 1);
+    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+  };
+}
+
+/** Uniform values in [-scale, scale). */
+export function randomVector(n: number, seed: number, scale = 1): Float32Array {
+  const r = rng(seed);
+  const x = new Float32Array(n);
+  for (let i = 0; i < n; i++) x[i] = (r() * 2 - 1) * scale;
+  return x;
+}
+
+/** Asserts `fn` throws a MergeError with `code`; returns it. */
+export function expectMergeError(fn: () => unknown, code: MergeErrorCode): MergeError {
+  let caught: unknown;
+  try {
+    fn();
+  } catch (e) {
+    caught = e;
+  }
+  assert.ok(caught instanceof MergeError, `expected MergeError ${code}, got ${String(caught)}`);
+  assert.equal(caught.code, code, caught.message);
+  return caught;
+}
+
+/** Bitwise equality of two float32 arrays. */
+export function bitwiseEqual(a: Float32Array, b: Float32Array): boolean {
+  if (a.length !== b.length) return false;
+  const x = new Uint32Array(a.buffer, a.byteOffset, a.length);
+  const y = new Uint32Array(b.buffer, b.byteOffset, b.length);
+  for (let i = 0; i < x.length; i++) if (x[i] !== y[i]) return false;
+  return true;
+}
