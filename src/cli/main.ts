@@ -6,6 +6,9 @@ import { UserError } from './common.ts';
 import { registerTrain } from './train.ts';
 import { registerWallet } from './wallet.ts';
 import { registerStake } from './stake.ts';
+import { registerOrchestrator } from './orchestrator.ts';
+import { registerMiner } from './miner.ts';
+import { registerUp } from './up.ts';
 
 export function buildProgram(): Command {
   const program = new Command('nbcli')
@@ -16,6 +19,9 @@ export function buildProgram(): Command {
   registerTrain(program);
   registerWallet(program);
   registerStake(program);
+  registerOrchestrator(program);
+  registerMiner(program);
+  registerUp(program);
   return program;
 }
 

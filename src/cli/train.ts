@@ -9,10 +9,16 @@ import { gptConfig } from '../model/config.ts';
 import { bytesToText, generateBytes } from '../model/generate.ts';
 import { trainLocal } from '../train/local.ts';
 import { emit, parsePositiveInt, resolveDataDir, UserError, withCommonOptions, type CommonOptions } from './common.ts';
+import { describeRun, followRun, postJson } from './follow.ts';
 import { ProgressBar } from './progress.ts';
+import type { RunView } from '../orchestrator/views.ts';
 
 interface TrainFlags extends CommonOptions {
   local?: boolean;
+  orchestrator: string;
+  stages?: string;
+  mergeEvery?: string;
+  follow?: boolean;
   model: string;
   data: string;
   steps?: string;
@@ -29,8 +35,12 @@ export function registerTrain(program: Command): void {
   withCommonOptions(
     program
       .command('train')
-      .description('train a model (with --local: in this process, on every core)')
+      .description('train a model on the network (or with --local: in this process, on every core)')
       .option('--local', 'train in this process instead of on the network')
+      .option('--orchestrator <url>', 'the network to train on', 'http://127.0.0.1:7070')
+      .option('--stages <n>', 'pipeline stages (default: chosen from the miners available)')
+      .option('--merge-every <h>', 'inner steps per replica between merges (network)')
+      .option('--follow', 'show the run\'s progress until it ends (network)')
       .option('--model <name>', 'model config (gpt-tiny, gpt-small, gpt-micro)', 'gpt-tiny')
       .option('--data <name|file>', "'moby-dick' or the path of a text file", 'moby-dick')
       .option('--steps <n>', 'optimizer steps', '2000')
@@ -42,9 +52,29 @@ export function registerTrain(program: Command): void {
       .option('--sample-length <n>', 'bytes of text to generate at the end', '200')
       .option('--out <file>', 'checkpoint path (default: <data-dir>/checkpoints/<model>-<time>.safetensors)'),
   ).action(async (flags: TrainFlags) => {
-    if (!flags.local) throw new UserError('training on the network is not available yet; add --local to train in this process');
-    await runLocal(flags);
+    if (flags.local) await runLocal(flags);
+    else await runOnNetwork(flags);
   });
+}
+
+async function runOnNetwork(flags: TrainFlags): Promise<void> {
+  gptConfig(flags.model);
+  const request = {
+    model: flags.model,
+    data: flags.data,
+    steps: parsePositiveInt('--steps', flags.steps, 2000),
+    batchSize: parsePositiveInt('--batch', flags.batch, 12),
+    seed: parsePositiveInt('--seed', flags.seed, 1337),
+    lr: Number(flags.lr ?? '0.001'),
+    ...(flags.stages ? { stages: parsePositiveInt('--stages', flags.stages, 1) } : {}),
+    ...(flags.mergeEvery ? { mergeEvery: parsePositiveInt('--merge-every', flags.mergeEvery, 50) } : {}),
+  };
+  const run = await postJson<RunView>(flags.orchestrator, '/runs', request);
+  emit(flags, { event: 'created', id: run.id, status: run.status }, () => run.id);
+  if (!flags.follow) return;
+  const done = await followRun(flags.orchestrator, run.id, Boolean(flags.json));
+  if (!flags.json) process.stdout.write(`${done.id} ${done.status}: ${describeRun(done)}\n`);
+  if (done.status === 'failed') throw new UserError(`run ${done.id} failed: ${done.message ?? 'unknown error'}`);
 }
 
 async function runLocal(flags: TrainFlags): Promise<void> {

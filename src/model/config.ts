@@ -11,6 +11,12 @@ export interface GptConfig {
   heads: number;
   /** hidden width of the MLP, as a multiple of channels */
   mlpRatio: number;
+  /**
+   * Initialisation: 'gpt2' (the default: normal 0.02, residual projections
+   * scaled by 1/sqrt(2L)) or 'torch' (PyTorch's layer defaults: linear
+   * weights and biases uniform in ±1/sqrt(fan_in), embeddings normal 1).
+   */
+  init?: 'gpt2' | 'torch';
 }
 
 export const GPT_CONFIGS: Record<string, GptConfig> = {

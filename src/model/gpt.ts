@@ -10,7 +10,7 @@ import type { Tensor } from '../engine/tensor.ts';
 import { type GptConfig, validateGptConfig } from './config.ts';
 import { initParams } from './init.ts';
 import * as L from './layers.ts';
-import { FlatTensors, ParamLayout, type ParamSpec } from './params.ts';
+import { FlatTensors, ParamLayout, type InitKind, type ParamSpec } from './params.ts';
 
 export interface StageRange {
   /** first part, inclusive */
@@ -36,38 +36,50 @@ const STD = 0.02;
 export function partParams(config: GptConfig, part: number): ParamSpec[] {
   const { vocabSize: V, contextLength: T, channels: C, layers } = config;
   const H = C * config.mlpRatio;
-  const normal = { kind: 'normal', std: STD } as const;
-  const residual = { kind: 'normal', std: STD / Math.sqrt(2 * layers) } as const;
+  const torch = config.init === 'torch';
   const zeros = { kind: 'zeros' } as const;
   const ones = { kind: 'ones' } as const;
+  const embedding: InitKind = torch ? { kind: 'normal', std: 1 } : { kind: 'normal', std: STD };
+  /** a linear layer's weight and bias inits, by fan-in */
+  const linear = (fanIn: number, residual = false): [InitKind, InitKind] => {
+    if (torch) {
+      const bound = 1 / Math.sqrt(fanIn);
+      return [{ kind: 'uniform', bound }, { kind: 'uniform', bound }];
+    }
+    return [{ kind: 'normal', std: residual ? STD / Math.sqrt(2 * layers) : STD }, zeros];
+  };
   if (part === 0) {
     return [
-      { name: 'wte', shape: [V, C], decay: true, init: normal },
-      { name: 'wpe', shape: [T, C], decay: true, init: normal },
+      { name: 'wte', shape: [V, C], decay: true, init: embedding },
+      { name: 'wpe', shape: [T, C], decay: true, init: embedding },
     ];
   }
   if (part === layers + 1) {
     return [
       { name: 'lnf.w', shape: [C], decay: false, init: ones },
       { name: 'lnf.b', shape: [C], decay: false, init: zeros },
-      { name: 'lm_head.w', shape: [C, V], decay: true, init: normal },
+      { name: 'lm_head.w', shape: [C, V], decay: true, init: linear(C)[0] },
     ];
   }
   if (part < 0 || part > layers + 1) throw new RangeError(`no part ${part}`);
   const p = `h.${part - 1}.`;
+  const [qkvW, qkvB] = linear(C);
+  const [projW, projB] = linear(C, true);
+  const [fcW, fcB] = linear(C);
+  const [mprojW, mprojB] = linear(H, true);
   return [
     { name: p + 'ln1.w', shape: [C], decay: false, init: ones },
     { name: p + 'ln1.b', shape: [C], decay: false, init: zeros },
-    { name: p + 'attn.qkv.w', shape: [C, 3 * C], decay: true, init: normal },
-    { name: p + 'attn.qkv.b', shape: [3 * C], decay: false, init: zeros },
-    { name: p + 'attn.proj.w', shape: [C, C], decay: true, init: residual },
-    { name: p + 'attn.proj.b', shape: [C], decay: false, init: zeros },
+    { name: p + 'attn.qkv.w', shape: [C, 3 * C], decay: true, init: qkvW },
+    { name: p + 'attn.qkv.b', shape: [3 * C], decay: false, init: qkvB },
+    { name: p + 'attn.proj.w', shape: [C, C], decay: true, init: projW },
+    { name: p + 'attn.proj.b', shape: [C], decay: false, init: projB },
     { name: p + 'ln2.w', shape: [C], decay: false, init: ones },
     { name: p + 'ln2.b', shape: [C], decay: false, init: zeros },
-    { name: p + 'mlp.fc.w', shape: [C, H], decay: true, init: normal },
-    { name: p + 'mlp.fc.b', shape: [H], decay: false, init: zeros },
-    { name: p + 'mlp.proj.w', shape: [H, C], decay: true, init: residual },
-    { name: p + 'mlp.proj.b', shape: [C], decay: false, init: zeros },
+    { name: p + 'mlp.fc.w', shape: [C, H], decay: true, init: fcW },
+    { name: p + 'mlp.fc.b', shape: [H], decay: false, init: fcB },
+    { name: p + 'mlp.proj.w', shape: [H, C], decay: true, init: mprojW },
+    { name: p + 'mlp.proj.b', shape: [C], decay: false, init: mprojB },
   ];
 }
 

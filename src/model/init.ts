@@ -54,6 +54,12 @@ export function initParams(layout: ParamLayout, flat: Float32Array, seed: number
       case 'ones':
         view.fill(1);
         break;
+      case 'uniform': {
+        const uniform = mulberry32(hashSeed(seed, e.name));
+        const b = e.init.bound;
+        for (let i = 0; i < view.length; i++) view[i] = (uniform() * 2 - 1) * b;
+        break;
+      }
       case 'normal': {
         const normal = normalSampler(mulberry32(hashSeed(seed, e.name)));
         const std = e.init.std;

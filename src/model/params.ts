@@ -4,7 +4,7 @@
 import type { Engine } from '../engine/engine.ts';
 import { Tensor, numel } from '../engine/tensor.ts';
 
-export type InitKind = { kind: 'normal'; std: number } | { kind: 'zeros' } | { kind: 'ones' };
+export type InitKind = { kind: 'normal'; std: number } | { kind: 'uniform'; bound: number } | { kind: 'zeros' } | { kind: 'ones' };
 
 export interface ParamSpec {
   name: string;

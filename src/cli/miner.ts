@@ -1,0 +1,55 @@
+// nbcli miner start: join a network and train the stage it assigns.
+import { join } from 'node:path';
+import type { Command } from 'commander';
+import { Miner } from '../miner/miner.ts';
+import { emit, parsePositiveInt, resolveDataDir, UserError, withCommonOptions, type CommonOptions } from './common.ts';
+import { waitForSignal } from './orchestrator.ts';
+
+interface Flags extends CommonOptions {
+  orchestrator: string;
+  name?: string;
+  threads?: string;
+  throttle: string;
+  host: string;
+  port: string;
+  slots: string;
+}
+
+export function registerMiner(program: Command): void {
+  const group = program.command('miner').description('run a miner');
+  withCommonOptions(
+    group
+      .command('start')
+      .description('join a network and train the stage the orchestrator assigns')
+      .requiredOption('--orchestrator <url>', 'the orchestrator, e.g. http://127.0.0.1:7070')
+      .option('--name <name>', 'a name shown in the dashboard')
+      .option('--threads <n>', 'engine threads (default: every core)')
+      .option('--throttle <f>', 'use only this share of the time, 0 < f <= 1', '1')
+      .option('--host <host>', 'address for peer traffic', '127.0.0.1')
+      .option('--port <port>', 'port for peer traffic (0: any free port)', '0')
+      .option('--slots <n>', 'microbatches in flight', '3'),
+  ).action(async (flags: Flags) => {
+    let orchestrator: URL;
+    try {
+      orchestrator = new URL(flags.orchestrator);
+    } catch {
+      throw new UserError(`--orchestrator must be a URL, got '${flags.orchestrator}'`);
+    }
+    const throttle = Number(flags.throttle);
+    if (!(throttle > 0 && throttle <= 1)) throw new UserError(`--throttle must be in (0, 1], got '${flags.throttle}'`);
+    const port = Number(flags.port);
+    if (!Number.isInteger(port) || port < 0 || port > 65535) throw new UserError(`--port must be 0-65535, got '${flags.port}'`);
+    const threads = flags.threads === undefined ? undefined : parsePositiveInt('--threads', flags.threads, 1);
+    const slots = parsePositiveInt('--slots', flags.slots, 3);
+    const dataDir = join(resolveDataDir(flags), 'miner');
+    const log = (line: string): void => {
+      if (flags.json) process.stdout.write(JSON.stringify({ event: 'log', message: line }) + '\n');
+      else process.stderr.write(`[${flags.name ?? 'miner'}] ${line}\n`);
+    };
+    const miner = await Miner.start({ orchestrator: orchestrator.href.replace(/\/$/, ''), dataDir, name: flags.name, threads, throttle, host: flags.host, port, slots, log });
+    emit(flags, { event: 'started', address: miner.address, url: miner.url }, () => `miner ${miner.address} serving peers on ${miner.url}`);
+    await waitForSignal();
+    await miner.stop();
+    emit(flags, { event: 'stopped', stats: miner.stats }, () => `miner stopped: ${miner.stats.forward} forward, ${miner.stats.backward} backward, ${miner.stats.merges} partitions merged`);
+  });
+}

@@ -1,0 +1,43 @@
+// nbcli orchestrator start: the coordinator of a network, with its SQLite
+// state and blobs in the data dir.
+import { join } from 'node:path';
+import type { Command } from 'commander';
+import { startOrchestrator } from '../orchestrator/server.ts';
+import { emit, resolveDataDir, UserError, withCommonOptions, type CommonOptions } from './common.ts';
+
+interface Flags extends CommonOptions {
+  host: string;
+  port: string;
+}
+
+export function registerOrchestrator(program: Command): void {
+  const group = program.command('orchestrator').description('run the coordinator of a network');
+  withCommonOptions(
+    group
+      .command('start')
+      .description('start an orchestrator (HTTP API, SQLite state and blobs in <data-dir>/orchestrator)')
+      .option('--host <host>', 'address to listen on', '127.0.0.1')
+      .option('--port <port>', 'port to listen on (0: any free port)', '7070'),
+  ).action(async (flags: Flags) => {
+    const port = Number(flags.port);
+    if (!Number.isInteger(port) || port < 0 || port > 65535) throw new UserError(`--port must be 0-65535, got '${flags.port}'`);
+    const dataDir = join(resolveDataDir(flags), 'orchestrator');
+    const orch = await startOrchestrator({ dataDir, host: flags.host, port });
+    emit(flags, { event: 'listening', url: orch.url, dataDir }, () => `orchestrator listening on ${orch.url} (state in ${dataDir})`);
+    await waitForSignal();
+    await orch.close();
+  });
+}
+
+/** Resolves on SIGINT or SIGTERM. */
+export function waitForSignal(): Promise<string> {
+  return new Promise((resolve) => {
+    const on = (sig: string): void => {
+      process.off('SIGINT', on);
+      process.off('SIGTERM', on);
+      resolve(sig);
+    };
+    process.on('SIGINT', on);
+    process.on('SIGTERM', on);
+  });
+}

@@ -1,0 +1,213 @@
+// The stage a miner holds: the GPT stage with its activation slots, the inner
+// AdamW, the corpus (a first or last stage loads batches itself), and the
+// DiLoCo state (weights at the last merge, outer momentum, error feedback).
+import { loadCorpus, type ByteCorpus } from '../data/corpus.ts';
+import { batchForShard } from '../data/batches.ts';
+import type { Engine } from '../engine/engine.ts';
+import { aggregate } from '../merge/aggregate.ts';
+import { createOuterState, outerStep, type OuterState } from '../merge/outer.ts';
+import { encodeMergedPartition, encodePseudoGradientPartitions, pseudoGradient } from '../merge/pseudo-gradient.ts';
+import type { Partition } from '../merge/partition.ts';
+import { AdamW, ADAMW_DEFAULTS } from '../model/adamw.ts';
+import { CHECKPOINT_FORMAT, loadStageFrom, stageTensors } from '../model/checkpoint.ts';
+import { gptConfig } from '../model/config.ts';
+import { GptStage } from '../model/gpt.ts';
+import { decodeSafetensors, encodeSafetensors, SafetensorsError } from '../model/safetensors.ts';
+import { DEFAULT_BLOCK_SIZE } from '../protocol/codec.ts';
+import { ErrorFeedback } from '../protocol/error-feedback.ts';
+import type { StageAssignment } from '../protocol/messages.ts';
+
+export class StageRunner {
+  readonly stage: GptStage;
+  readonly corpus: ByteCorpus | null;
+  private readonly opt: AdamW;
+  private readonly freeSlots: number[] = [];
+  private readonly slotOf = new Map<number, { slot: number; since: number }>();
+  /** weights at the start of the current merge interval */
+  private thetaStart: Float32Array;
+  private outer: OuterState;
+  private readonly feedback: ErrorFeedback;
+  /** merge rounds applied */
+  round: number;
+  /** inner steps since the last merge */
+  samples = 0;
+
+  constructor(
+    private readonly engine: Engine,
+    readonly assignment: StageAssignment,
+    slots: number,
+  ) {
+    const config = gptConfig(assignment.model);
+    const isEdge = assignment.from === 0 || assignment.to === config.layers + 2;
+    this.stage = new GptStage(engine, config, { from: assignment.from, to: assignment.to }, {
+      batchSize: assignment.batchSize,
+      seed: assignment.seed,
+      slots,
+    });
+    this.corpus = isEdge ? loadCorpus(assignment.data) : null;
+    this.opt = new AdamW(engine, this.stage.params, this.stage.grads, { ...ADAMW_DEFAULTS, lr: assignment.lr });
+    for (let i = slots - 1; i >= 0; i--) this.freeSlots.push(i);
+    this.thetaStart = this.stage.params.flat.data.slice();
+    this.outer = createOuterState(this.stage.paramCount);
+    this.feedback = new ErrorFeedback(this.stage.paramCount, DEFAULT_BLOCK_SIZE);
+    this.round = 0;
+  }
+
+  get runId(): string {
+    return this.assignment.runId;
+  }
+
+  get tokensPerMicrobatch(): number {
+    return this.assignment.batchSize * this.stage.config.contextLength;
+  }
+
+  get freeSlotCount(): number {
+    return this.freeSlots.length;
+  }
+
+  holds(microbatch: number): boolean {
+    return this.slotOf.has(microbatch);
+  }
+
+  /** Microbatches held longer than `ms`. */
+  heldLongerThan(ms: number, now: number): number[] {
+    return [...this.slotOf].filter(([, v]) => now - v.since > ms).map(([k]) => k);
+  }
+
+  private takeSlot(microbatch: number): number {
+    const slot = this.freeSlots.pop();
+    if (slot === undefined) throw new Error('no free activation slot');
+    this.slotOf.set(microbatch, { slot, since: Date.now() });
+    return slot;
+  }
+
+  release(microbatch: number): void {
+    const s = this.slotOf.get(microbatch);
+    if (!s) return;
+    this.slotOf.delete(microbatch);
+    this.freeSlots.push(s.slot);
+  }
+
+  private batch(shard: number): { inputs: Int32Array; targets: Int32Array } {
+    if (!this.corpus) throw new Error('a middle stage has no corpus');
+    return batchForShard(this.corpus.train, this.assignment.seed, shard, this.assignment.batchSize, this.stage.config.contextLength);
+  }
+
+  /** First stage: forward a new microbatch; keeps its activations in a slot. */
+  forwardFirst(microbatch: number, shard: number): Float32Array {
+    const slot = this.takeSlot(microbatch);
+    const { B, T } = this.dims();
+    return (this.stage.forward(this.batch(shard).inputs, B, T, undefined, slot) as Float32Array).slice();
+  }
+
+  /** Middle stage: forward an activation; keeps the microbatch in a slot. */
+  forwardMiddle(microbatch: number, activation: Float32Array): Float32Array {
+    const slot = this.takeSlot(microbatch);
+    const { B, T } = this.dims();
+    return (this.stage.forward(activation, B, T, undefined, slot) as Float32Array).slice();
+  }
+
+  /** Last stage: forward to the loss, backward at once, inner step. Returns the loss and d(input). */
+  forwardBackwardLast(microbatch: number, shard: number, activation: Float32Array | null): { loss: number; dInput: Float32Array | null } {
+    const slot = this.takeSlot(microbatch);
+    const { B, T } = this.dims();
+    const batch = this.batch(shard);
+    try {
+      this.stage.zeroGrad();
+      const loss = this.stage.forward(activation ?? batch.inputs, B, T, batch.targets, slot) as number;
+      const d = this.stage.backward(undefined, slot);
+      this.step();
+      return { loss, dInput: d ? d.slice() : null };
+    } finally {
+      this.release(microbatch);
+    }
+  }
+
+  /** Backward of a microbatch held in a slot, from the gradient of its output; inner step. */
+  backward(microbatch: number, dOutput: Float32Array): Float32Array | null {
+    const s = this.slotOf.get(microbatch);
+    if (!s) throw new Error(`microbatch ${microbatch} is not held here`);
+    try {
+      this.stage.zeroGrad();
+      const d = this.stage.backward(dOutput, s.slot);
+      this.step();
+      return d ? d.slice() : null;
+    } finally {
+      this.release(microbatch);
+    }
+  }
+
+  private step(): void {
+    const norm = this.opt.update();
+    if (!Number.isFinite(norm)) throw new Error('gradient norm is not finite');
+    this.samples++;
+  }
+
+  private dims(): { B: number; T: number } {
+    return { B: this.assignment.batchSize, T: this.stage.config.contextLength };
+  }
+
+  // ---- merging -------------------------------------------------------------
+
+  /** Pseudo-gradient frames, one per partition, with error feedback. */
+  pseudoGradientFrames(partitions: readonly Partition[], round: number): Uint8Array[] {
+    const pg = pseudoGradient(this.thetaStart, this.stage.params.flat.data);
+    return encodePseudoGradientPartitions(pg, partitions, this.feedback, { runId: this.runId, stage: this.assignment.stage, round });
+  }
+
+  /** Merges one partition from the replicas' decoded slices. */
+  mergePartition(slices: Float32Array[], weights: number[], partition: Partition, method: 'mean' | 'trimmed-mean' | 'median', round: number): Uint8Array {
+    const merged = aggregate(slices, { method, weights });
+    return encodeMergedPartition(merged, partition, { runId: this.runId, stage: this.assignment.stage, round });
+  }
+
+  /** Outer step from the merged pseudo-gradient; every replica ends with the same weights. */
+  applyMerged(delta: Float32Array | null, round: number, lr: number, momentum: number): void {
+    if (delta) {
+      if (this.outer.lr !== lr || this.outer.momentum !== momentum) {
+        this.outer = { ...createOuterState(this.stage.paramCount, { lr, momentum }), step: this.outer.step, momentumBuffer: this.outer.momentumBuffer };
+      }
+      const next = outerStep(this.outer, this.thetaStart, delta);
+      this.stage.params.flat.data.set(next);
+    }
+    this.thetaStart = this.stage.params.flat.data.slice();
+    this.round = round;
+    this.samples = 0;
+  }
+
+  /** The stage state after a merge: weights and outer momentum, as safetensors. */
+  encodeState(round: number): Uint8Array {
+    return encodeSafetensors(
+      [...stageTensors(this.stage), { name: 'outer.momentum', shape: [this.stage.paramCount], data: this.outer.momentumBuffer }],
+      {
+        format: CHECKPOINT_FORMAT,
+        config: JSON.stringify(this.stage.config),
+        from: String(this.assignment.from),
+        to: String(this.assignment.to),
+        step: String(round),
+        outerStep: String(this.outer.step),
+      },
+    );
+  }
+
+  /** Loads a stage state saved by a replica (a new or stale replica catching up). */
+  loadState(bytes: Uint8Array, round: number): void {
+    const file = decodeSafetensors(bytes);
+    const info = loadStageFrom(this.stage, file);
+    if (info.from !== this.assignment.from || info.to !== this.assignment.to) throw new SafetensorsError('state is for another stage');
+    const m = file.tensors.get('outer.momentum');
+    if (!m || m.data.length !== this.stage.paramCount) throw new SafetensorsError('state lacks the outer momentum');
+    this.outer.momentumBuffer.set(m.data);
+    this.outer.step = Number(file.metadata.outerStep ?? 0);
+    this.thetaStart = this.stage.params.flat.data.slice();
+    this.feedback.reset();
+    this.round = round;
+    this.samples = 0;
+  }
+
+  dispose(): void {
+    this.opt.release();
+    this.stage.release();
+    void this.engine;
+  }
+}

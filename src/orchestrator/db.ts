@@ -1,0 +1,371 @@
+// The orchestrator's durable state: one SQLite file (WAL) in the data dir.
+// Every table, and the only SQL, lives here; the rest of the orchestrator
+// calls these typed functions.
+import Database from 'better-sqlite3';
+
+export type RunStatus = 'waiting' | 'started' | 'executing' | 'merging' | 'completed' | 'failed';
+export type StageMode = 'training' | 'merging';
+export type MicrobatchStatus = 'pending' | 'issued' | 'done' | 'dropped';
+export type WorkKind = 'forward' | 'backward' | 'merge' | 'dropped' | 'invalid';
+
+export interface MinerRow {
+  id: string; // checksummed address
+  name: string;
+  url: string;
+  gflops: number;
+  threads: number;
+  memory_bytes: number;
+  bandwidth_mbps: number;
+  joined_at: number;
+  last_seen: number;
+  alive: number;
+}
+
+export interface RunRow {
+  id: string;
+  model: string;
+  data: string;
+  status: RunStatus;
+  steps: number; // microbatches to train
+  batch_size: number;
+  merge_every: number; // H: inner steps per replica between merges
+  seed: number;
+  stage_count: number;
+  plan: string; // JSON of the placement plan
+  options: string; // JSON of the remaining run options
+  microbatches_done: number;
+  merges_done: number;
+  tokens_done: number;
+  bytes_sent: number;
+  last_loss: number | null;
+  created_at: number;
+  started_at: number | null;
+  finished_at: number | null;
+  error: string | null;
+}
+
+export interface StageRow {
+  run_id: string;
+  stage: number;
+  from_part: number;
+  to_part: number;
+  mode: StageMode;
+  round: number; // merge rounds completed
+  state_blob: string | null; // weights + outer momentum after the last merge
+  inner_steps: number; // microbatches since the last merge
+  last_loss: number | null;
+}
+
+export interface AssignmentRow {
+  run_id: string;
+  stage: number;
+  miner_id: string;
+  assigned_at: number;
+}
+
+export interface MicrobatchRow {
+  id: number;
+  run_id: string;
+  shard: number;
+  step: number;
+  status: MicrobatchStatus;
+  miner_id: string | null;
+  path: string | null; // JSON: miner ids, one per stage, as far as it got
+  progress: number; // hops reported: forward stages done + backward stages done
+  issued_at: number | null;
+  deadline: number | null;
+  attempts: number;
+  loss: number | null;
+}
+
+export interface MergeRoundRow {
+  run_id: string;
+  stage: number;
+  round: number;
+  status: 'uploading' | 'merging' | 'applying' | 'done';
+  partitions: number;
+  replicas: string; // JSON miner ids taking part
+  assignment: string; // JSON: partition -> merger ids
+  started_at: number;
+}
+
+const SCHEMA = `
+CREATE TABLE IF NOT EXISTS miners (
+  id TEXT PRIMARY KEY, name TEXT NOT NULL, url TEXT NOT NULL,
+  gflops REAL NOT NULL, threads INTEGER NOT NULL, memory_bytes INTEGER NOT NULL, bandwidth_mbps REAL NOT NULL,
+  joined_at INTEGER NOT NULL, last_seen INTEGER NOT NULL, alive INTEGER NOT NULL DEFAULT 1
+);
+CREATE TABLE IF NOT EXISTS runs (
+  id TEXT PRIMARY KEY, model TEXT NOT NULL, data TEXT NOT NULL, status TEXT NOT NULL,
+  steps INTEGER NOT NULL, batch_size INTEGER NOT NULL, merge_every INTEGER NOT NULL, seed INTEGER NOT NULL,
+  stage_count INTEGER NOT NULL, plan TEXT NOT NULL, options TEXT NOT NULL,
+  microbatches_done INTEGER NOT NULL DEFAULT 0, merges_done INTEGER NOT NULL DEFAULT 0,
+  tokens_done INTEGER NOT NULL DEFAULT 0, bytes_sent INTEGER NOT NULL DEFAULT 0, last_loss REAL,
+  created_at INTEGER NOT NULL, started_at INTEGER, finished_at INTEGER, error TEXT
+);
+CREATE TABLE IF NOT EXISTS stages (
+  run_id TEXT NOT NULL, stage INTEGER NOT NULL, from_part INTEGER NOT NULL, to_part INTEGER NOT NULL,
+  mode TEXT NOT NULL, round INTEGER NOT NULL DEFAULT 0, state_blob TEXT, inner_steps INTEGER NOT NULL DEFAULT 0,
+  last_loss REAL,
+  PRIMARY KEY (run_id, stage)
+);
+CREATE TABLE IF NOT EXISTS assignments (
+  run_id TEXT NOT NULL, stage INTEGER NOT NULL, miner_id TEXT NOT NULL, assigned_at INTEGER NOT NULL,
+  PRIMARY KEY (run_id, miner_id)
+);
+CREATE TABLE IF NOT EXISTS microbatches (
+  id INTEGER PRIMARY KEY AUTOINCREMENT, run_id TEXT NOT NULL, shard INTEGER NOT NULL, step INTEGER NOT NULL,
+  status TEXT NOT NULL, miner_id TEXT, path TEXT, progress INTEGER NOT NULL DEFAULT 0,
+  issued_at INTEGER, deadline INTEGER, attempts INTEGER NOT NULL DEFAULT 0, loss REAL
+);
+CREATE INDEX IF NOT EXISTS microbatches_by_status ON microbatches (run_id, status);
+CREATE TABLE IF NOT EXISTS merge_rounds (
+  run_id TEXT NOT NULL, stage INTEGER NOT NULL, round INTEGER NOT NULL, status TEXT NOT NULL,
+  partitions INTEGER NOT NULL, replicas TEXT NOT NULL, assignment TEXT NOT NULL, started_at INTEGER NOT NULL,
+  PRIMARY KEY (run_id, stage, round)
+);
+CREATE TABLE IF NOT EXISTS merge_uploads (
+  run_id TEXT NOT NULL, stage INTEGER NOT NULL, round INTEGER NOT NULL, miner_id TEXT NOT NULL,
+  partition INTEGER NOT NULL, blob TEXT NOT NULL, samples INTEGER NOT NULL,
+  PRIMARY KEY (run_id, stage, round, miner_id, partition)
+);
+CREATE TABLE IF NOT EXISTS merge_results (
+  run_id TEXT NOT NULL, stage INTEGER NOT NULL, round INTEGER NOT NULL, partition INTEGER NOT NULL,
+  miner_id TEXT NOT NULL, blob TEXT NOT NULL,
+  PRIMARY KEY (run_id, stage, round, partition, miner_id)
+);
+CREATE TABLE IF NOT EXISTS work_log (
+  id INTEGER PRIMARY KEY AUTOINCREMENT, miner_id TEXT NOT NULL, run_id TEXT, kind TEXT NOT NULL,
+  units REAL NOT NULL, stage INTEGER, at INTEGER NOT NULL, detail TEXT
+);
+CREATE INDEX IF NOT EXISTS work_by_miner ON work_log (miner_id, kind);
+`;
+
+export class OrchestratorDb {
+  readonly sql: Database.Database;
+
+  constructor(path: string) {
+    this.sql = new Database(path);
+    this.sql.pragma('journal_mode = WAL');
+    this.sql.pragma('synchronous = NORMAL');
+    this.sql.pragma('busy_timeout = 5000');
+    this.sql.exec(SCHEMA);
+  }
+
+  close(): void {
+    this.sql.close();
+  }
+
+  /** Runs fn in one transaction. */
+  tx<T>(fn: () => T): T {
+    return this.sql.transaction(fn)();
+  }
+
+  // ---- miners -------------------------------------------------------------
+
+  upsertMiner(m: Omit<MinerRow, 'joined_at' | 'last_seen' | 'alive'>, now: number): void {
+    this.sql
+      .prepare(
+        `INSERT INTO miners (id, name, url, gflops, threads, memory_bytes, bandwidth_mbps, joined_at, last_seen, alive)
+         VALUES (@id, @name, @url, @gflops, @threads, @memory_bytes, @bandwidth_mbps, @now, @now, 1)
+         ON CONFLICT(id) DO UPDATE SET name = @name, url = @url, gflops = @gflops, threads = @threads,
+           memory_bytes = @memory_bytes, bandwidth_mbps = @bandwidth_mbps, last_seen = @now, alive = 1`,
+      )
+      .run({ ...m, now });
+  }
+
+  miner(id: string): MinerRow | undefined {
+    return this.sql.prepare('SELECT * FROM miners WHERE id = ?').get(id) as MinerRow | undefined;
+  }
+
+  miners(aliveOnly = false): MinerRow[] {
+    return this.sql.prepare(`SELECT * FROM miners ${aliveOnly ? 'WHERE alive = 1' : ''} ORDER BY joined_at, id`).all() as MinerRow[];
+  }
+
+  touchMiner(id: string, now: number): void {
+    this.sql.prepare('UPDATE miners SET last_seen = ?, alive = 1 WHERE id = ?').run(now, id);
+  }
+
+  markMinerGone(id: string): void {
+    this.sql.prepare('UPDATE miners SET alive = 0 WHERE id = ?').run(id);
+  }
+
+  // ---- runs ---------------------------------------------------------------
+
+  insertRun(r: Pick<RunRow, 'id' | 'model' | 'data' | 'steps' | 'batch_size' | 'merge_every' | 'seed' | 'stage_count' | 'plan' | 'options'>, now: number): void {
+    this.sql
+      .prepare(
+        `INSERT INTO runs (id, model, data, status, steps, batch_size, merge_every, seed, stage_count, plan, options, created_at)
+         VALUES (@id, @model, @data, 'waiting', @steps, @batch_size, @merge_every, @seed, @stage_count, @plan, @options, @now)`,
+      )
+      .run({ ...r, now });
+  }
+
+  run(id: string): RunRow | undefined {
+    return this.sql.prepare('SELECT * FROM runs WHERE id = ?').get(id) as RunRow | undefined;
+  }
+
+  runs(): RunRow[] {
+    return this.sql.prepare('SELECT * FROM runs ORDER BY created_at').all() as RunRow[];
+  }
+
+  activeRuns(): RunRow[] {
+    return this.sql.prepare("SELECT * FROM runs WHERE status NOT IN ('completed', 'failed') ORDER BY created_at").all() as RunRow[];
+  }
+
+  updateRun(id: string, fields: Partial<Omit<RunRow, 'id'>>): void {
+    const keys = Object.keys(fields);
+    if (keys.length === 0) return;
+    this.sql.prepare(`UPDATE runs SET ${keys.map((k) => `${k} = @${k}`).join(', ')} WHERE id = @id`).run({ ...fields, id });
+  }
+
+  addRunCounters(id: string, c: { microbatches?: number; tokens?: number; bytes?: number; merges?: number }): void {
+    this.sql
+      .prepare(
+        `UPDATE runs SET microbatches_done = microbatches_done + @m, tokens_done = tokens_done + @t,
+         bytes_sent = bytes_sent + @b, merges_done = merges_done + @g WHERE id = @id`,
+      )
+      .run({ id, m: c.microbatches ?? 0, t: c.tokens ?? 0, b: c.bytes ?? 0, g: c.merges ?? 0 });
+  }
+
+  // ---- stages and assignments ---------------------------------------------
+
+  insertStage(s: Pick<StageRow, 'run_id' | 'stage' | 'from_part' | 'to_part'>): void {
+    this.sql
+      .prepare(`INSERT INTO stages (run_id, stage, from_part, to_part, mode) VALUES (@run_id, @stage, @from_part, @to_part, 'training')`)
+      .run(s);
+  }
+
+  stages(runId: string): StageRow[] {
+    return this.sql.prepare('SELECT * FROM stages WHERE run_id = ? ORDER BY stage').all(runId) as StageRow[];
+  }
+
+  updateStage(runId: string, stage: number, fields: Partial<Omit<StageRow, 'run_id' | 'stage'>>): void {
+    const keys = Object.keys(fields);
+    if (keys.length === 0) return;
+    this.sql
+      .prepare(`UPDATE stages SET ${keys.map((k) => `${k} = @${k}`).join(', ')} WHERE run_id = @run_id AND stage = @stage`)
+      .run({ ...fields, run_id: runId, stage });
+  }
+
+  assign(runId: string, stage: number, minerId: string, now: number): void {
+    this.sql
+      .prepare(
+        `INSERT INTO assignments (run_id, stage, miner_id, assigned_at) VALUES (?, ?, ?, ?)
+         ON CONFLICT(run_id, miner_id) DO UPDATE SET stage = excluded.stage, assigned_at = excluded.assigned_at`,
+      )
+      .run(runId, stage, minerId, now);
+  }
+
+  unassign(runId: string, minerId: string): void {
+    this.sql.prepare('DELETE FROM assignments WHERE run_id = ? AND miner_id = ?').run(runId, minerId);
+  }
+
+  assignments(runId: string): AssignmentRow[] {
+    return this.sql.prepare('SELECT * FROM assignments WHERE run_id = ? ORDER BY stage, assigned_at, miner_id').all(runId) as AssignmentRow[];
+  }
+
+  assignmentOf(minerId: string): AssignmentRow | undefined {
+    return this.sql
+      .prepare(
+        `SELECT a.* FROM assignments a JOIN runs r ON r.id = a.run_id
+         WHERE a.miner_id = ? AND r.status NOT IN ('completed', 'failed') ORDER BY r.created_at LIMIT 1`,
+      )
+      .get(minerId) as AssignmentRow | undefined;
+  }
+
+  // ---- microbatches ---------------------------------------------------------
+
+  insertMicrobatch(runId: string, shard: number, step: number): number {
+    return Number(this.sql.prepare(`INSERT INTO microbatches (run_id, shard, step, status) VALUES (?, ?, ?, 'pending')`).run(runId, shard, step).lastInsertRowid);
+  }
+
+  microbatch(id: number): MicrobatchRow | undefined {
+    return this.sql.prepare('SELECT * FROM microbatches WHERE id = ?').get(id) as MicrobatchRow | undefined;
+  }
+
+  microbatchesByStatus(runId: string, status: MicrobatchStatus, limit = 1_000_000): MicrobatchRow[] {
+    return this.sql.prepare('SELECT * FROM microbatches WHERE run_id = ? AND status = ? ORDER BY id LIMIT ?').all(runId, status, limit) as MicrobatchRow[];
+  }
+
+  countMicrobatches(runId: string, status: MicrobatchStatus): number {
+    return (this.sql.prepare('SELECT COUNT(*) AS n FROM microbatches WHERE run_id = ? AND status = ?').get(runId, status) as { n: number }).n;
+  }
+
+  issuedTo(minerId: string): MicrobatchRow[] {
+    return this.sql.prepare(`SELECT * FROM microbatches WHERE miner_id = ? AND status = 'issued' ORDER BY id`).all(minerId) as MicrobatchRow[];
+  }
+
+  updateMicrobatch(id: number, fields: Partial<Omit<MicrobatchRow, 'id'>>): void {
+    const keys = Object.keys(fields);
+    if (keys.length === 0) return;
+    this.sql.prepare(`UPDATE microbatches SET ${keys.map((k) => `${k} = @${k}`).join(', ')} WHERE id = @id`).run({ ...fields, id });
+  }
+
+  // ---- merges ---------------------------------------------------------------
+
+  insertMergeRound(r: MergeRoundRow): void {
+    this.sql
+      .prepare(
+        `INSERT OR REPLACE INTO merge_rounds (run_id, stage, round, status, partitions, replicas, assignment, started_at)
+         VALUES (@run_id, @stage, @round, @status, @partitions, @replicas, @assignment, @started_at)`,
+      )
+      .run(r);
+  }
+
+  mergeRound(runId: string, stage: number, round: number): MergeRoundRow | undefined {
+    return this.sql.prepare('SELECT * FROM merge_rounds WHERE run_id = ? AND stage = ? AND round = ?').get(runId, stage, round) as MergeRoundRow | undefined;
+  }
+
+  updateMergeRound(runId: string, stage: number, round: number, fields: Partial<Pick<MergeRoundRow, 'status' | 'replicas' | 'assignment'>>): void {
+    const keys = Object.keys(fields);
+    if (keys.length === 0) return;
+    this.sql
+      .prepare(`UPDATE merge_rounds SET ${keys.map((k) => `${k} = @${k}`).join(', ')} WHERE run_id = @run_id AND stage = @stage AND round = @round`)
+      .run({ ...fields, run_id: runId, stage, round });
+  }
+
+  putMergeUpload(u: { run_id: string; stage: number; round: number; miner_id: string; partition: number; blob: string; samples: number }): void {
+    this.sql
+      .prepare(
+        `INSERT OR REPLACE INTO merge_uploads (run_id, stage, round, miner_id, partition, blob, samples)
+         VALUES (@run_id, @stage, @round, @miner_id, @partition, @blob, @samples)`,
+      )
+      .run(u);
+  }
+
+  mergeUploads(runId: string, stage: number, round: number): { miner_id: string; partition: number; blob: string; samples: number }[] {
+    return this.sql
+      .prepare('SELECT miner_id, partition, blob, samples FROM merge_uploads WHERE run_id = ? AND stage = ? AND round = ? ORDER BY partition, miner_id')
+      .all(runId, stage, round) as { miner_id: string; partition: number; blob: string; samples: number }[];
+  }
+
+  putMergeResult(r: { run_id: string; stage: number; round: number; partition: number; miner_id: string; blob: string }): void {
+    this.sql
+      .prepare(
+        `INSERT OR REPLACE INTO merge_results (run_id, stage, round, partition, miner_id, blob)
+         VALUES (@run_id, @stage, @round, @partition, @miner_id, @blob)`,
+      )
+      .run(r);
+  }
+
+  mergeResults(runId: string, stage: number, round: number): { partition: number; miner_id: string; blob: string }[] {
+    return this.sql
+      .prepare('SELECT partition, miner_id, blob FROM merge_results WHERE run_id = ? AND stage = ? AND round = ? ORDER BY partition, miner_id')
+      .all(runId, stage, round) as { partition: number; miner_id: string; blob: string }[];
+  }
+
+  // ---- work log ---------------------------------------------------------------
+
+  logWork(minerId: string, runId: string | null, kind: WorkKind, units: number, now: number, stage: number | null = null, detail: string | null = null): void {
+    this.sql
+      .prepare('INSERT INTO work_log (miner_id, run_id, kind, units, stage, at, detail) VALUES (?, ?, ?, ?, ?, ?, ?)')
+      .run(minerId, runId, kind, units, stage, now, detail);
+  }
+
+  workSummary(runId?: string): { miner_id: string; kind: WorkKind; units: number }[] {
+    return this.sql
+      .prepare(`SELECT miner_id, kind, SUM(units) AS units FROM work_log ${runId ? 'WHERE run_id = ?' : ''} GROUP BY miner_id, kind ORDER BY miner_id, kind`)
+      .all(...(runId ? [runId] : [])) as { miner_id: string; kind: WorkKind; units: number }[];
+  }
+}

@@ -1,0 +1,51 @@
+// Starts an orchestrator: the SQLite file and blob folder in its data dir, the
+// coordinator, the HTTP API on a loopback port (by default), and the clock.
+import { mkdirSync } from 'node:fs';
+import { join } from 'node:path';
+import { FsBlobStore } from './blobs.ts';
+import { Coordinator, type CoordinatorOptions } from './coordinator.ts';
+import { OrchestratorDb } from './db.ts';
+import { buildApi } from './http.ts';
+
+export interface OrchestratorOptions {
+  dataDir: string;
+  host?: string;
+  /** 0 picks a free port */
+  port?: number;
+  coordinator?: Partial<CoordinatorOptions>;
+  tickMs?: number;
+}
+
+export interface RunningOrchestrator {
+  url: string;
+  coordinator: Coordinator;
+  close(): Promise<void>;
+}
+
+export async function startOrchestrator(options: OrchestratorOptions): Promise<RunningOrchestrator> {
+  mkdirSync(options.dataDir, { recursive: true });
+  const db = new OrchestratorDb(join(options.dataDir, 'orchestrator.sqlite'));
+  const blobs = await FsBlobStore.open(join(options.dataDir, 'blobs'));
+  const coordinator = new Coordinator(db, blobs, options.coordinator);
+  const app = buildApi(coordinator);
+  const host = options.host ?? '127.0.0.1';
+  await app.listen({ host, port: options.port ?? 0 });
+  const address = app.server.address();
+  const port = typeof address === 'object' && address ? address.port : options.port;
+  const timer = setInterval(() => {
+    try {
+      coordinator.tick();
+    } catch (err) {
+      console.error('orchestrator: tick failed:', err);
+    }
+  }, options.tickMs ?? 200);
+  return {
+    url: `http://${host.includes(':') ? `[${host}]` : host}:${port}`,
+    coordinator,
+    async close() {
+      clearInterval(timer);
+      await app.close();
+      db.close();
+    },
+  };
+}

@@ -1,0 +1,113 @@
+// What GET /runs/:id shows, and the whole-model checkpoint assembled from the
+// stages' latest merged states (bytes rearranged, no kernels run).
+import { CHECKPOINT_FORMAT, checkpointInfo } from '../model/checkpoint.ts';
+import { gptConfig } from '../model/config.ts';
+import { partCount } from '../model/gpt.ts';
+import { decodeSafetensors, encodeSafetensors, type NamedTensor } from '../model/safetensors.ts';
+import type { Plan } from '../planner/placement.ts';
+import type { Coordinator } from './coordinator.ts';
+import type { RunRow } from './db.ts';
+import { CoordinatorError } from './errors.ts';
+
+export interface StageView {
+  stage: number;
+  parts: [number, number];
+  mode: 'training' | 'merging';
+  mergePhase: string | null;
+  replicas: { id: string; name: string; alive: boolean; gflops: number }[];
+  round: number;
+  innerSteps: number;
+  loss: number | null;
+}
+
+export interface RunView {
+  id: string;
+  model: string;
+  data: string;
+  status: string;
+  steps: number;
+  microbatchesDone: number;
+  tokensDone: number;
+  tokensPerSecond: number;
+  mergesDone: number;
+  bytesSent: number;
+  loss: number | null;
+  batchSize: number;
+  mergeEvery: number;
+  stages: StageView[];
+  bottleneckTokensPerS: number | null;
+  message: string | null;
+  createdAt: number;
+  startedAt: number | null;
+  finishedAt: number | null;
+}
+
+export function runView(c: Coordinator, run: RunRow): RunView {
+  const plan = JSON.parse(run.plan) as Plan | null;
+  const assignments = c.db.assignments(run.id);
+  const stages: StageView[] = c.db.stages(run.id).map((s) => {
+    const round = c.db.mergeRound(run.id, s.stage, s.round + 1);
+    return {
+      stage: s.stage,
+      parts: [s.from_part, s.to_part],
+      mode: s.mode,
+      mergePhase: round && round.status !== 'done' ? round.status : null,
+      replicas: assignments
+        .filter((a) => a.stage === s.stage)
+        .map((a) => {
+          const m = c.db.miner(a.miner_id);
+          return { id: a.miner_id, name: m?.name ?? '?', alive: Boolean(m?.alive), gflops: m?.gflops ?? 0 };
+        }),
+      round: s.round,
+      innerSteps: s.inner_steps,
+      loss: s.last_loss,
+    };
+  });
+  return {
+    id: run.id,
+    model: run.model,
+    data: run.data,
+    status: run.status,
+    steps: run.steps,
+    microbatchesDone: run.microbatches_done,
+    tokensDone: run.tokens_done,
+    tokensPerSecond: c.tokensPerSecond(run.id),
+    mergesDone: run.merges_done,
+    bytesSent: run.bytes_sent,
+    loss: run.last_loss,
+    batchSize: run.batch_size,
+    mergeEvery: run.merge_every,
+    stages,
+    bottleneckTokensPerS: plan?.bottleneckTokensPerS ?? null,
+    message: run.error,
+    createdAt: run.created_at,
+    startedAt: run.started_at,
+    finishedAt: run.finished_at,
+  };
+}
+
+/** The whole model from the stages' latest states, as one safetensors checkpoint. */
+export async function assembleCheckpoint(c: Coordinator, runId: string): Promise<Uint8Array> {
+  const run = c.db.run(runId);
+  if (!run) throw new CoordinatorError(404, `unknown run ${runId}`);
+  const stages = c.db.stages(runId);
+  if (stages.length === 0 || stages.some((s) => !s.state_blob)) throw new CoordinatorError(409, `run ${runId} has no merged state for every stage yet`);
+  const config = gptConfig(run.model);
+  const tensors: NamedTensor[] = [];
+  let round = Infinity;
+  for (const s of stages) {
+    const file = decodeSafetensors(await c.blobs.get(s.state_blob!));
+    const info = checkpointInfo(file);
+    round = Math.min(round, info.step);
+    for (const t of file.tensors.values()) if (!t.name.startsWith('outer.')) tensors.push(t);
+  }
+  return encodeSafetensors(tensors, {
+    format: CHECKPOINT_FORMAT,
+    config: JSON.stringify(config),
+    from: '0',
+    to: String(partCount(config)),
+    step: String(run.microbatches_done),
+    run: run.id,
+    rounds: String(round),
+  });
+}
