@@ -13,6 +13,7 @@ interface Flags extends CommonOptions {
   host: string;
   port: string;
   slots: string;
+  mergeDelayMs: string;
 }
 
 export function registerMiner(program: Command): void {
@@ -27,7 +28,8 @@ export function registerMiner(program: Command): void {
       .option('--throttle <f>', 'use only this share of the time, 0 < f <= 1', '1')
       .option('--host <host>', 'address for peer traffic', '127.0.0.1')
       .option('--port <port>', 'port for peer traffic (0: any free port)', '0')
-      .option('--slots <n>', 'microbatches in flight', '3'),
+      .option('--slots <n>', 'microbatches in flight', '3')
+      .option('--merge-delay-ms <ms>', 'wait this long before merging partitions (for failure testing)', '0'),
   ).action(async (flags: Flags) => {
     let orchestrator: URL;
     try {
@@ -46,7 +48,9 @@ export function registerMiner(program: Command): void {
       if (flags.json) process.stdout.write(JSON.stringify({ event: 'log', message: line }) + '\n');
       else process.stderr.write(`[${flags.name ?? 'miner'}] ${line}\n`);
     };
-    const miner = await Miner.start({ orchestrator: orchestrator.href.replace(/\/$/, ''), dataDir, name: flags.name, threads, throttle, host: flags.host, port, slots, log });
+    const mergeDelayMs = Number(flags.mergeDelayMs);
+    if (!(mergeDelayMs >= 0)) throw new UserError(`--merge-delay-ms must be a non-negative number, got '${flags.mergeDelayMs}'`);
+    const miner = await Miner.start({ orchestrator: orchestrator.href.replace(/\/$/, ''), dataDir, name: flags.name, threads, throttle, host: flags.host, port, slots, log, mergeDelayMs });
     emit(flags, { event: 'started', address: miner.address, url: miner.url }, () => `miner ${miner.address} serving peers on ${miner.url}`);
     await waitForSignal();
     await miner.stop();

@@ -3,11 +3,13 @@
 import { join } from 'node:path';
 import type { Command } from 'commander';
 import { startOrchestrator } from '../orchestrator/server.ts';
-import { emit, resolveDataDir, UserError, withCommonOptions, type CommonOptions } from './common.ts';
+import { emit, parsePositiveInt, resolveDataDir, UserError, withCommonOptions, type CommonOptions } from './common.ts';
 
 interface Flags extends CommonOptions {
   host: string;
   port: string;
+  minerTimeoutMs: string;
+  deadlineMs: string;
 }
 
 export function registerOrchestrator(program: Command): void {
@@ -17,12 +19,18 @@ export function registerOrchestrator(program: Command): void {
       .command('start')
       .description('start an orchestrator (HTTP API, SQLite state and blobs in <data-dir>/orchestrator)')
       .option('--host <host>', 'address to listen on', '127.0.0.1')
-      .option('--port <port>', 'port to listen on (0: any free port)', '7070'),
+      .option('--port <port>', 'port to listen on (0: any free port)', '7070')
+      .option('--miner-timeout-ms <ms>', 'a miner silent this long is gone', '4000')
+      .option('--deadline-ms <ms>', 'a microbatch not finished this long after issue is re-issued elsewhere', '15000'),
   ).action(async (flags: Flags) => {
     const port = Number(flags.port);
     if (!Number.isInteger(port) || port < 0 || port > 65535) throw new UserError(`--port must be 0-65535, got '${flags.port}'`);
     const dataDir = join(resolveDataDir(flags), 'orchestrator');
-    const orch = await startOrchestrator({ dataDir, host: flags.host, port });
+    const coordinator = {
+      minerTimeoutMs: parsePositiveInt('--miner-timeout-ms', flags.minerTimeoutMs, 4000),
+      microbatchDeadlineMs: parsePositiveInt('--deadline-ms', flags.deadlineMs, 15000),
+    };
+    const orch = await startOrchestrator({ dataDir, host: flags.host, port, coordinator });
     emit(flags, { event: 'listening', url: orch.url, dataDir }, () => `orchestrator listening on ${orch.url} (state in ${dataDir})`);
     await waitForSignal();
     await orch.close();

@@ -42,6 +42,8 @@ export interface MinerOptions {
   port?: number;
   /** microbatches in flight (activation slots) */
   slots?: number;
+  /** wait this long before merging partitions: lets failure tests kill a merger mid-round */
+  mergeDelayMs?: number;
   log?: (line: string) => void;
 }
 
@@ -449,7 +451,9 @@ export class Miner {
       }
       this.uploadedRound = task.round;
     }
+    if (task.merge.length && this.options.mergeDelayMs) await sleep(this.options.mergeDelayMs);
     for (const m of task.merge) {
+      if (this.stopped) return;
       const key = `${runner.runId}/${task.round}/${m.partition}`;
       if (this.mergedParts.has(key)) continue;
       const part = partitions[m.partition];

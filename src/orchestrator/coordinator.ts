@@ -73,6 +73,9 @@ export class Coordinator {
     this.options = { ...COORDINATOR_DEFAULTS, ...options };
     this.now = this.options.now ?? Date.now;
     this.merges = new MergeRounds(db, blobs, this.now);
+    // after a restart, give the miners that were alive a full timeout to re-attach
+    const now = this.now();
+    for (const m of db.miners(true)) db.touchMiner(m.id, now);
   }
 
   // ---- miners ----------------------------------------------------------------
@@ -402,7 +405,17 @@ export class Coordinator {
     let changed = false;
     for (const m of this.db.miners(true)) {
       if (now - m.last_seen > this.options.minerTimeoutMs) {
-        this.db.markMinerGone(m.id);
+        this.db.tx(() => {
+          this.db.markMinerGone(m.id);
+          // its microbatches go back in the queue now, counted as dropped by it
+          for (const run of this.db.activeRuns()) {
+            for (const mb of this.db.microbatchesByStatus(run.id, 'issued')) {
+              if (!(JSON.parse(mb.path ?? '[]') as (string | null)[]).includes(m.id)) continue;
+              this.db.logWork(m.id, run.id, 'dropped', 1, now, null, `miner vanished holding microbatch ${mb.id}`);
+              this.requeue(mb);
+            }
+          }
+        });
         this.load.delete(m.id);
         changed = true;
       }

@@ -87,6 +87,7 @@ export interface MergeRoundRow {
   replicas: string; // JSON miner ids taking part
   assignment: string; // JSON: partition -> merger ids
   started_at: number;
+  state_blob: string | null; // the stage state uploaded after applying
 }
 
 const SCHEMA = `
@@ -122,6 +123,7 @@ CREATE INDEX IF NOT EXISTS microbatches_by_status ON microbatches (run_id, statu
 CREATE TABLE IF NOT EXISTS merge_rounds (
   run_id TEXT NOT NULL, stage INTEGER NOT NULL, round INTEGER NOT NULL, status TEXT NOT NULL,
   partitions INTEGER NOT NULL, replicas TEXT NOT NULL, assignment TEXT NOT NULL, started_at INTEGER NOT NULL,
+  state_blob TEXT,
   PRIMARY KEY (run_id, stage, round)
 );
 CREATE TABLE IF NOT EXISTS merge_uploads (
@@ -304,7 +306,7 @@ export class OrchestratorDb {
 
   // ---- merges ---------------------------------------------------------------
 
-  insertMergeRound(r: MergeRoundRow): void {
+  insertMergeRound(r: Omit<MergeRoundRow, 'state_blob'>): void {
     this.sql
       .prepare(
         `INSERT OR REPLACE INTO merge_rounds (run_id, stage, round, status, partitions, replicas, assignment, started_at)
@@ -317,7 +319,7 @@ export class OrchestratorDb {
     return this.sql.prepare('SELECT * FROM merge_rounds WHERE run_id = ? AND stage = ? AND round = ?').get(runId, stage, round) as MergeRoundRow | undefined;
   }
 
-  updateMergeRound(runId: string, stage: number, round: number, fields: Partial<Pick<MergeRoundRow, 'status' | 'replicas' | 'assignment'>>): void {
+  updateMergeRound(runId: string, stage: number, round: number, fields: Partial<Pick<MergeRoundRow, 'status' | 'replicas' | 'assignment' | 'state_blob'>>): void {
     const keys = Object.keys(fields);
     if (keys.length === 0) return;
     this.sql

@@ -194,11 +194,9 @@ export class MergeRounds {
     }
   }
 
-  /** The state blob uploaded for a round, kept in memory until the round finishes. */
-  private readonly states = new Map<string, string>();
-
+  /** The state blob uploaded for a round, if any. */
   private stateOf(run: RunRow, s: StageRow, round: number): string | null {
-    return this.states.get(`${run.id}/${s.stage}/${round}`) ?? null;
+    return this.db.mergeRound(run.id, s.stage, round)?.state_blob ?? null;
   }
 
   private finish(run: RunRow, s: StageRow, round: number, stateBlob: string | null): void {
@@ -317,7 +315,7 @@ export class MergeRounds {
       throw new CoordinatorError(400, `stage state holds parts [${info.from}, ${info.to}) round ${info.step}; expected [${s.from_part}, ${s.to_part}) round ${round}`);
     }
     const blob = await this.blobs.put(bytes);
-    this.states.set(`${run.id}/${stage}/${round}`, blob);
+    this.db.updateMergeRound(run.id, stage, round, { state_blob: blob });
     this.db.addRunCounters(runId, { bytes: bytes.length });
     return blob;
   }

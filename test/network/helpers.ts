@@ -1,0 +1,137 @@
+// Real processes on loopback for network tests: an orchestrator and miners
+// started through nbcli as child processes, with their data in a temp folder,
+// all killed and removed at the end.
+import { spawn, type ChildProcess } from 'node:child_process';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { createServer } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { createInterface } from 'node:readline';
+import type { RunView } from '../../src/orchestrator/views.ts';
+
+const root = new URL('../..', import.meta.url).pathname;
+const MAIN = join(root, 'src/cli/main.ts');
+
+export interface Proc {
+  child: ChildProcess;
+  lines: string[];
+  /** resolves with the first stdout JSON object that matches */
+  waitFor(pred: (v: Record<string, unknown>) => boolean, timeoutMs?: number): Promise<Record<string, unknown>>;
+}
+
+export class Cluster {
+  readonly dir = mkdtempSync(join(tmpdir(), 'nimble-net-'));
+  readonly procs: Proc[] = [];
+  url = '';
+  orchestrator: Proc | null = null;
+  port = 0;
+
+  spawnNbcli(args: string[], home: string): Proc {
+    const child = spawn(process.execPath, ['--import', 'tsx', MAIN, ...args, '--json'], {
+      cwd: root,
+      env: { ...process.env, NIMBLE_HOME: home },
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
+    const lines: string[] = [];
+    const waiters: { pred: (v: Record<string, unknown>) => boolean; resolve: (v: Record<string, unknown>) => void }[] = [];
+    createInterface({ input: child.stdout! }).on('line', (line) => {
+      lines.push(line);
+      let v: Record<string, unknown>;
+      try {
+        v = JSON.parse(line);
+      } catch {
+        return;
+      }
+      for (const w of [...waiters]) if (w.pred(v)) {
+        waiters.splice(waiters.indexOf(w), 1);
+        w.resolve(v);
+      }
+    });
+    createInterface({ input: child.stderr! }).on('line', (line) => lines.push(`stderr: ${line}`));
+    const proc: Proc = {
+      child,
+      lines,
+      waitFor: (pred, timeoutMs = 60_000) =>
+        new Promise((resolve, reject) => {
+          for (const line of lines) {
+            try {
+              const v = JSON.parse(line);
+              if (pred(v)) return resolve(v);
+            } catch {
+              // not JSON
+            }
+          }
+          const t = setTimeout(() => reject(new Error(`timed out; output:\n${lines.slice(-20).join('\n')}`)), timeoutMs);
+          waiters.push({ pred, resolve: (v) => (clearTimeout(t), resolve(v)) });
+          child.once('exit', (code) => reject(new Error(`process exited (${code}); output:\n${lines.slice(-20).join('\n')}`)));
+        }),
+    };
+    this.procs.push(proc);
+    return proc;
+  }
+
+  async startOrchestrator(extra: string[] = []): Promise<void> {
+    if (!this.port) this.port = await freePort();
+    this.orchestrator = this.spawnNbcli(['orchestrator', 'start', '--port', String(this.port), ...extra], join(this.dir, 'orch'));
+    const v = await this.orchestrator.waitFor((v) => v.event === 'listening');
+    this.url = v.url as string;
+  }
+
+  async startMiner(name: string, extra: string[] = []): Promise<Proc> {
+    const p = this.spawnNbcli(['miner', 'start', '--orchestrator', this.url, '--name', name, '--threads', '1', ...extra], join(this.dir, name));
+    await p.waitFor((v) => v.event === 'started');
+    return p;
+  }
+
+  async createRun(body: Record<string, unknown>): Promise<RunView> {
+    const res = await fetch(`${this.url}/runs`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) });
+    if (res.status !== 201) throw new Error(`create run: ${res.status} ${await res.text()}`);
+    return (await res.json()) as RunView;
+  }
+
+  async run(id: string): Promise<RunView> {
+    const res = await fetch(`${this.url}/runs/${id}`);
+    return (await res.json()) as RunView;
+  }
+
+  /** Polls until pred(view) holds. */
+  async waitRun(id: string, pred: (v: RunView) => boolean, timeoutMs = 120_000): Promise<RunView> {
+    const end = Date.now() + timeoutMs;
+    for (;;) {
+      let v: RunView | undefined;
+      try {
+        v = await this.run(id);
+      } catch {
+        // orchestrator restarting
+      }
+      if (v && pred(v)) return v;
+      if (Date.now() > end) throw new Error(`run ${id} did not get there: ${JSON.stringify(v)}`);
+      await new Promise((r) => setTimeout(r, 200));
+    }
+  }
+
+  async stop(): Promise<void> {
+    await Promise.all(
+      this.procs.map(
+        (p) =>
+          new Promise<void>((resolve) => {
+            if (p.child.exitCode !== null || p.child.signalCode !== null) return resolve();
+            p.child.once('exit', () => resolve());
+            p.child.kill('SIGKILL');
+          }),
+      ),
+    );
+    rmSync(this.dir, { recursive: true, force: true });
+  }
+}
+
+export function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const s = createServer();
+    s.once('error', reject);
+    s.listen(0, '127.0.0.1', () => {
+      const port = (s.address() as { port: number }).port;
+      s.close(() => resolve(port));
+    });
+  });
+}
