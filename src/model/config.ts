@@ -12,9 +12,11 @@ export interface GptConfig {
   /** hidden width of the MLP, as a multiple of channels */
   mlpRatio: number;
   /**
-   * Initialisation: 'gpt2' (the default: normal 0.02, residual projections
-   * scaled by 1/sqrt(2L)) or 'torch' (PyTorch's layer defaults: linear
-   * weights and biases uniform in ±1/sqrt(fan_in), embeddings normal 1).
+   * Initialisation: 'torch' (the default: PyTorch's layer defaults, linear
+   * weights and biases uniform in ±1/sqrt(fan_in), embeddings normal 1) or
+   * 'gpt2' (normal 0.02, residual projections scaled by 1/sqrt(2L)). On the
+   * reference recipe 'torch' reaches a held-out loss of 1.713 after 2,000
+   * steps, 'gpt2' 1.767-1.777 (README).
    */
   init?: 'gpt2' | 'torch';
 }

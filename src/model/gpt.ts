@@ -36,7 +36,7 @@ const STD = 0.02;
 export function partParams(config: GptConfig, part: number): ParamSpec[] {
   const { vocabSize: V, contextLength: T, channels: C, layers } = config;
   const H = C * config.mlpRatio;
-  const torch = config.init === 'torch';
+  const torch = (config.init ?? 'torch') === 'torch';
   const zeros = { kind: 'zeros' } as const;
   const ones = { kind: 'ones' } as const;
   const embedding: InitKind = torch ? { kind: 'normal', std: 1 } : { kind: 'normal', std: STD };

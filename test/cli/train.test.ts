@@ -57,7 +57,7 @@ test('user errors: one line on stderr, exit code 1', () => {
     [['train', '--local', '--steps', 'ten'], /--steps must be a positive integer/],
     [['train', '--local', '--model', 'gpt-huge'], /unknown model 'gpt-huge'/],
     [['train', '--local', '--data', '/no/such/file'], /unknown data set/],
-    [['train', '--steps', '5'], /add --local/],
+    [['train', '--steps', '5', '--orchestrator', 'http://127.0.0.1:1'], /cannot reach the orchestrator at http:\/\/127.0.0.1:1/],
   ] as const) {
     const r = nbcli([...args]);
     assert.equal(r.status, 1, `${args.join(' ')}: ${r.stderr}`);
