@@ -70,6 +70,8 @@ export class Miner {
   private readonly routes = new Map<number, { id: string; url: string }[]>();
   private peers: Peer[] = [];
   private reports: WorkReport[] = [];
+  /** peer requests refused, by verified sender, for the next heartbeat */
+  private rejected: { sender: string; reason: string }[] = [];
   private pumping = false;
   private stopped = false;
   private heartbeatMs = 250;
@@ -156,7 +158,9 @@ export class Miner {
     const runner = this.runner;
     const reports = this.reports;
     this.reports = [];
+    const rejected = this.rejected.splice(0, 1024);
     const req: HeartbeatRequest = {
+      rejected,
       freeSlots: runner && !this.mergeOpen() ? runner.freeSlotCount - this.queue.filter((j) => j.kind === 'start').length : 0,
       queue: this.queue.length,
       reports: reports.slice(0, 4096),
@@ -169,6 +173,7 @@ export class Miner {
       reply = await this.client.postJson('/miners/heartbeat', req, HeartbeatReply, 'heartbeat reply');
     } catch (err) {
       this.reports.unshift(...req.reports);
+      this.rejected.unshift(...rejected);
       if (err instanceof HttpError && err.status === 404) await this.join().catch(() => {});
       else this.log(`heartbeat failed: ${(err as Error).message}`);
       this.schedule(Math.max(500, this.heartbeatMs * 2));
@@ -381,20 +386,23 @@ export class Miner {
     const app = Fastify({ logger: false, bodyLimit: MAX_PEER_FRAME_BYTES });
     app.removeAllContentTypeParsers();
     app.addContentTypeParser('*', { parseAs: 'buffer', bodyLimit: MAX_PEER_FRAME_BYTES }, (_req, body, done) => done(null, body));
-    app.setErrorHandler((err: Error & { statusCode?: number }, _req: FastifyRequest, reply: FastifyReply) => {
+    app.setErrorHandler((err: Error & { statusCode?: number }, req: FastifyRequest, reply: FastifyReply) => {
       let status = 500;
       if (err instanceof AuthError) status = 401;
       else if (err instanceof FrameError) status = protocolHttpStatus(err) ?? 400;
       else if (err instanceof MessageError) status = 400;
       else if (err instanceof PeerError) status = err.status;
       else if (typeof err.statusCode === 'number' && err.statusCode >= 400 && err.statusCode < 500) status = err.statusCode;
-      if (status < 500) this.stats.rejected++;
-      else this.log(`peer request failed: ${err.message}`);
+      if (status < 500) {
+        this.stats.rejected++;
+        const sender = (req as FastifyRequest & { sender?: string }).sender;
+        if (sender && this.rejected.length < 1024) this.rejected.push({ sender, reason: err.message.slice(0, 256) });
+      } else this.log(`peer request failed: ${err.message}`);
       reply.status(status).send({ error: status >= 500 ? 'internal error' : err.message });
     });
     const receive = async (req: FastifyRequest, kind: 'forward' | 'backward'): Promise<{ queued: number }> => {
       const body = Buffer.isBuffer(req.body) ? new Uint8Array(req.body.buffer, req.body.byteOffset, req.body.byteLength) : new Uint8Array(0);
-      await this.verifier.verify({ method: req.method, path: req.url, headers: req.headers, body });
+      (req as FastifyRequest & { sender?: string }).sender = await this.verifier.verify({ method: req.method, path: req.url, headers: req.headers, body });
       const runner = this.runner;
       if (!runner) throw new PeerError(409, 'this miner holds no stage');
       const { batchSize } = runner.assignment;

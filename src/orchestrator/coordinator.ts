@@ -100,6 +100,9 @@ export class Coordinator {
     this.load.set(minerId, { queue: req.queue, freeSlots: req.freeSlots });
     if (wasGone) this.onMinersChanged();
     for (const report of req.reports) this.applyReport(minerId, report);
+    for (const r of req.rejected ?? []) {
+      if (this.db.miner(r.sender)) this.db.logWork(r.sender, null, 'invalid', 1, now, null, `refused by ${minerId}: ${r.reason}`);
+    }
 
     const reply: HeartbeatReply = { assignment: null, microbatches: [], nextStage: [], merge: null, abandon: [] };
     const dropped = this.abandon.get(minerId);

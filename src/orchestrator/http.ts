@@ -90,6 +90,8 @@ export function buildApi(coordinator: Coordinator, verifier = new RequestVerifie
   app.post('/bandwidth', { preHandler: signed }, async (req) => ({ bytes: raw(req).length }));
   app.get('/blobs/:id', { preHandler: signed }, async (req, reply) => {
     const bytes = await coordinator.blobs.get((req.params as { id: string }).id);
+    const a = coordinator.db.assignmentOf(req.minerId!);
+    if (a) coordinator.db.addRunCounters(a.run_id, { bytes: bytes.length }); // downloads are traffic too
     reply.header('content-type', 'application/octet-stream');
     return Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength);
   });

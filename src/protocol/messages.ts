@@ -54,6 +54,8 @@ export const HeartbeatRequest = Type.Object({
   /** merge round whose pseudo-gradient the miner has uploaded in full */
   uploadedRound: Type.Optional(Count),
   reports: Type.Array(WorkReport, { maxItems: 4096 }),
+  /** peer requests this miner refused since its last heartbeat, by verified sender */
+  rejected: Type.Optional(Type.Array(Type.Object({ sender: Address, reason: Type.String({ maxLength: 256 }) }), { maxItems: 1024 })),
 });
 export type HeartbeatRequest = Static<typeof HeartbeatRequest>;
 
