@@ -27,7 +27,7 @@ async function sgemmGflops(threads: number, n: number, repeats: number): Promise
   }
 }
 
-function child(mode: string, steps: number): Record<string, number | string | boolean> {
+export function gptChild(mode: string, steps: number): Record<string, number | string | boolean> {
   const r = spawnSync(process.execPath, ['--import', 'tsx', new URL('./gpt-child.ts', import.meta.url).pathname, mode, String(steps)], {
     encoding: 'utf8',
     stdio: ['ignore', 'pipe', 'inherit'],
@@ -52,7 +52,7 @@ export const engineBenches: Bench[] = [
     group: 'gpt-tiny',
     async run(o): Promise<BenchResult[]> {
       o.log('training 40 steps of gpt-tiny (batch 12, context 64) in a child process');
-      const r = child('speed', 40);
+      const r = gptChild('speed', 40);
       o.log(`threads ${r.threads}, relaxed SIMD ${r.relaxedSimd}, middle stage ${r.stage2of3}`);
       return [
         { bench: 'gpt-tiny.train.tokens_per_s', value: Math.round(r.tokensPerSecond as number), unit: 'tokens/s' },
@@ -66,7 +66,7 @@ export const engineBenches: Bench[] = [
     convergence: true,
     async run(o): Promise<BenchResult[]> {
       o.log('reference recipe: 2,000 steps x 12 x 64 = 1.536 M tokens, held-out loss over 200 batches');
-      const r = child('convergence', 2000);
+      const r = gptChild('convergence', 2000);
       return [{ bench: 'gpt-tiny.heldout_loss', value: r.heldoutLoss as number, unit: 'nats/byte' }];
     },
   },

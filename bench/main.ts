@@ -4,8 +4,9 @@ import { engineBenches } from './engine.bench.ts';
 import { chainBenches } from './chain.bench.ts';
 import { protocolBenches } from './protocol.bench.ts';
 import { mergeBenches } from './merge.bench.ts';
+import { networkBenches } from './network.bench.ts';
 
-const registry: Bench[] = [...engineBenches, ...protocolBenches, ...chainBenches, ...mergeBenches];
+const registry: Bench[] = [...engineBenches, ...protocolBenches, ...chainBenches, ...mergeBenches, ...networkBenches];
 
 const args = process.argv.slice(2);
 const json = args.includes('--json');

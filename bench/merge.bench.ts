@@ -3,6 +3,7 @@
 // `network.merge_compression` figure for gpt-tiny (867,072 parameters).
 // One thread; each throughput is the median of several timed repetitions.
 
+import { DEFAULT_MERGE_EVERY } from '../src/orchestrator/coordinator.ts';
 import { median as medianOf, type Bench, type BenchOptions, type BenchResult } from './harness.ts';
 import { ErrorFeedback } from '../src/protocol/error-feedback.ts';
 import { AGGREGATORS, aggregate } from '../src/merge/aggregate.ts';
@@ -95,7 +96,8 @@ async function compression(options: BenchOptions): Promise<BenchResult[]> {
     const bytes = gptTinyRoundBytes(R);
     for (const H of [50, 100]) {
       const c = mergeCompression({ params: GPT_TINY_PARAMS, innerSteps: H, replicas: R, redundancy: 2, ...bytes });
-      const name = R === 4 && H === 50 ? 'network.merge_compression' : `network.merge_compression_r${R}_h${H}`;
+      // the network's default: 2 replicas per stage (nbcli up), H = DEFAULT_MERGE_EVERY
+      const name = R === 2 && H === DEFAULT_MERGE_EVERY ? 'network.merge_compression' : `network.merge_compression_r${R}_h${H}`;
       out.push({ bench: name, value: Number(c.ratio.toFixed(1)), unit: 'x' });
       options.log(`R=${R} H=${H}: ${c.ratio.toFixed(1)}x, ${(c.traffic.total / GPT_TINY_PARAMS).toFixed(3)} bytes/param/round, pg ${c.pseudoGradientBytesPerParam.toFixed(4)} bytes/param`);
     }

@@ -51,7 +51,8 @@ export interface RunOptions {
   created: number;
 }
 
-const DEFAULT_MERGE_EVERY = 50;
+/** H: inner steps per replica between merges (README: why 100). */
+export const DEFAULT_MERGE_EVERY = 100;
 const RATE_WINDOW_MS = 10_000;
 
 export class Coordinator {

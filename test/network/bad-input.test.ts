@@ -55,7 +55,7 @@ async function signedPost(signer: RequestSigner, url: string, body: Uint8Array, 
   const u = new URL(url);
   const headers: Record<string, string> = { ...(await signer.sign('POST', u.pathname + u.search, body)), 'content-type': 'application/octet-stream' };
   tweak?.(headers);
-  const res = await fetch(u, { method: 'POST', headers, body });
+  const res = await fetch(u, { method: 'POST', headers, body: body as BodyInit });
   const json = (await res.json().catch(() => ({}))) as { error?: string };
   return { status: res.status, error: json.error ?? '' };
 }
@@ -69,7 +69,7 @@ async function invalidCount(address: string): Promise<number> {
 
 test('the orchestrator refuses unsigned, forged, stale and replayed requests with 401', async () => {
   const hb = json({ freeSlots: 0, queue: 0, reports: [] });
-  const unsigned = await fetch(`${orch.url}/miners/heartbeat`, { method: 'POST', body: hb, headers: { 'content-type': 'application/json' } });
+  const unsigned = await fetch(`${orch.url}/miners/heartbeat`, { method: 'POST', body: hb as BodyInit, headers: { 'content-type': 'application/json' } });
   assert.equal(unsigned.status, 401);
   assert.match(((await unsigned.json()) as { error: string }).error, /missing header/);
   // signed over a different body
@@ -82,8 +82,8 @@ test('the orchestrator refuses unsigned, forged, stale and replayed requests wit
   // the same signed request twice
   const u = new URL(`${orch.url}/miners/heartbeat`);
   const headers = { ...(await signerA.sign('POST', u.pathname, hb)), 'content-type': 'application/json' };
-  assert.equal((await fetch(u, { method: 'POST', headers, body: hb })).status, 200);
-  const replay = await fetch(u, { method: 'POST', headers, body: hb });
+  assert.equal((await fetch(u, { method: 'POST', headers, body: hb as BodyInit })).status, 200);
+  const replay = await fetch(u, { method: 'POST', headers, body: hb as BodyInit });
   assert.equal(replay.status, 401);
   assert.match(((await replay.json()) as { error: string }).error, /already used/);
 });
@@ -104,7 +104,7 @@ test('the orchestrator answers malformed and unknown requests with 4xx and count
   assert.equal(closedRound.status, 409);
   assert.ok((await invalidCount(addressA)) >= before + 4);
   assert.equal((await fetch(`${orch.url}/runs/run-nope`)).status, 404);
-  const badRun = await fetch(`${orch.url}/runs`, { method: 'POST', body: json({ model: 'gpt-huge', data: 'moby-dick', steps: 1 }), headers: { 'content-type': 'application/json' } });
+  const badRun = await fetch(`${orch.url}/runs`, { method: 'POST', body: JSON.stringify({ model: 'gpt-huge', data: 'moby-dick', steps: 1 }), headers: { 'content-type': 'application/json' } });
   assert.equal(badRun.status, 400);
   assert.equal((await fetch(`${orch.url}/health`)).status, 200);
 });
@@ -145,7 +145,7 @@ test('a miner refuses malformed frames and misrouted work with 4xx, reports the 
   const huge = await signedPost(signerA, url, new Uint8Array((64 << 20) + 1));
   assert.equal(huge.status, 413);
   // unsigned
-  const unsigned = await fetch(url, { method: 'POST', body: good, headers: { 'content-type': 'application/octet-stream' } });
+  const unsigned = await fetch(url, { method: 'POST', body: good as BodyInit, headers: { 'content-type': 'application/octet-stream' } });
   assert.equal(unsigned.status, 401);
   assert.ok(stage1.stats.rejected >= rejectedBefore + cases.length + 2);
   // the refusals reach the orchestrator's work log against the sender, and training goes on

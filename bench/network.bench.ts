@@ -1,0 +1,146 @@
+// Network benchmarks with real processes on loopback: pipeline efficiency of
+// two single-thread miners against one two-thread process, bytes on the wire
+// per trained token, and (with --convergence) the held-out loss of gpt-tiny
+// trained by 4 miners as 2 stages x 2 replicas.
+import { spawn, type ChildProcess } from 'node:child_process';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { loadCorpus } from '../src/data/corpus.ts';
+import { Engine } from '../src/engine/engine.ts';
+import { loadStageFrom } from '../src/model/checkpoint.ts';
+import { gptConfig } from '../src/model/config.ts';
+import { GptStage, partCount } from '../src/model/gpt.ts';
+import { decodeSafetensors } from '../src/model/safetensors.ts';
+import { startOrchestrator, type RunningOrchestrator } from '../src/orchestrator/server.ts';
+import type { RunView } from '../src/orchestrator/views.ts';
+import { heldoutLoss } from '../src/train/local.ts';
+import { gptChild } from './engine.bench.ts';
+import type { Bench, BenchResult } from './harness.ts';
+
+const MAIN = new URL('../src/cli/main.ts', import.meta.url).pathname;
+
+interface Net {
+  orch: RunningOrchestrator;
+  children: ChildProcess[];
+  dir: string;
+}
+
+async function startNet(miners: { threads: number; throttle?: number }[]): Promise<Net> {
+  const dir = mkdtempSync(join(tmpdir(), 'nimble-bench-'));
+  const orch = await startOrchestrator({ dataDir: join(dir, 'orch') });
+  const children = miners.map((m, i) =>
+    spawn(process.execPath, ['--import', 'tsx', MAIN, 'miner', 'start', '--orchestrator', orch.url, '--name', `m${i}`, '--threads', String(m.threads), '--throttle', String(m.throttle ?? 1)], {
+      env: { ...process.env, NIMBLE_HOME: join(dir, `m${i}`) },
+      stdio: 'ignore',
+    }),
+  );
+  return { orch, children, dir };
+}
+
+async function stopNet(net: Net): Promise<void> {
+  await Promise.all(
+    net.children.map((c) => new Promise<void>((resolve) => {
+      if (c.exitCode !== null || c.signalCode !== null) return resolve();
+      c.once('exit', () => resolve());
+      c.kill('SIGTERM');
+    })),
+  );
+  await net.orch.close();
+  rmSync(net.dir, { recursive: true, force: true });
+}
+
+async function createRun(net: Net, body: Record<string, unknown>): Promise<string> {
+  const res = await fetch(`${net.orch.url}/runs`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) });
+  if (res.status !== 201) throw new Error(`create run: ${await res.text()}`);
+  return ((await res.json()) as RunView).id;
+}
+
+async function view(net: Net, id: string): Promise<RunView> {
+  return (await (await fetch(`${net.orch.url}/runs/${id}`)).json()) as RunView;
+}
+
+async function waitFor(net: Net, id: string, pred: (v: RunView) => boolean, log?: (v: RunView) => void): Promise<RunView> {
+  let last = 0;
+  for (;;) {
+    const v = await view(net, id);
+    if (log && performance.now() - last > 15_000) {
+      last = performance.now();
+      log(v);
+    }
+    if (pred(v)) return v;
+    if (v.status === 'failed') throw new Error(`run failed: ${v.message}`);
+    await new Promise((r) => setTimeout(r, 100));
+  }
+}
+
+/** Tokens/s of two single-thread miners holding one stage each, in steady state. */
+async function pipelineTokensPerSecond(steps: number): Promise<number> {
+  const net = await startNet([{ threads: 1 }, { threads: 1 }]);
+  try {
+    const id = await createRun(net, { model: 'gpt-tiny', data: 'moby-dick', steps, stages: 2, mergeEvery: 1_000_000, minMiners: 2 });
+    const warm = 20;
+    const a = await waitFor(net, id, (v) => v.microbatchesDone >= warm);
+    const t0 = performance.now();
+    const b = await waitFor(net, id, (v) => v.microbatchesDone >= steps - 10);
+    return ((b.tokensDone - a.tokensDone) * 1000) / (performance.now() - t0);
+  } finally {
+    await stopNet(net);
+  }
+}
+
+export const networkBenches: Bench[] = [
+  {
+    group: 'network',
+    async run(o): Promise<BenchResult[]> {
+      o.log('one process, 2 threads: gpt-tiny training speed');
+      const single = gptChild('speed', 40).tokensPerSecond as number;
+      o.log(`${Math.round(single)} tokens/s; now 2 single-thread miners, 2 stages`);
+      const pipe = await pipelineTokensPerSecond(200);
+      o.log(`${Math.round(pipe)} tokens/s through the pipeline`);
+      o.log('4 miners, 2 stages x 2 replicas, default merge interval: bytes on the wire');
+      const net = await startNet([{ threads: 1 }, { threads: 1, throttle: 0.8 }, { threads: 1, throttle: 0.6 }, { threads: 1, throttle: 0.45 }]);
+      let bytesPerToken: number;
+      try {
+        const id = await createRun(net, { model: 'gpt-tiny', data: 'moby-dick', steps: 500, stages: 2, minMiners: 4 });
+        const done = await waitFor(net, id, (v) => v.status === 'completed');
+        bytesPerToken = done.bytesSent / done.tokensDone;
+        o.log(`${done.bytesSent} bytes for ${done.tokensDone} tokens, ${done.mergesDone} merge rounds`);
+      } finally {
+        await stopNet(net);
+      }
+      return [
+        { bench: 'network.pipeline2.efficiency', value: Number((pipe / single).toFixed(3)), unit: 'ratio' },
+        { bench: 'network.pipeline2.tokens_per_s', value: Math.round(pipe), unit: 'tokens/s' },
+        { bench: 'network.bytes_per_token', value: Number(bytesPerToken.toFixed(1)), unit: 'bytes/token' },
+      ];
+    },
+  },
+  {
+    group: 'network-convergence',
+    convergence: true,
+    async run(o): Promise<BenchResult[]> {
+      o.log('gpt-tiny, 4 miners as 2 stages x 2 replicas, 2,000 microbatches of 12 x 64 = 1.536 M tokens');
+      const net = await startNet([{ threads: 1 }, { threads: 1 }, { threads: 1 }, { threads: 1 }]);
+      let bytes: Uint8Array;
+      try {
+        const id = await createRun(net, { model: 'gpt-tiny', data: 'moby-dick', steps: 2000, stages: 2, minMiners: 4 });
+        await waitFor(net, id, (v) => v.status === 'completed', (v) => o.log(`${v.microbatchesDone}/2000 loss ${v.loss?.toFixed(4)} ${Math.round(v.tokensPerSecond)} tok/s merges ${v.mergesDone}`));
+        bytes = new Uint8Array(await (await fetch(`${net.orch.url}/runs/${id}/checkpoint`)).arrayBuffer());
+      } finally {
+        await stopNet(net);
+      }
+      const engine = await Engine.create();
+      try {
+        const config = gptConfig('gpt-tiny');
+        const model = new GptStage(engine, config, { from: 0, to: partCount(config) }, { batchSize: 12 });
+        loadStageFrom(model, decodeSafetensors(bytes));
+        const loss = heldoutLoss(model, loadCorpus('moby-dick'), 200, 12);
+        model.release();
+        return [{ bench: 'network.heldout_loss', value: loss, unit: 'nats/byte' }];
+      } finally {
+        await engine.close();
+      }
+    },
+  },
+];
