@@ -75,7 +75,7 @@ async function waitFor(net: Net, id: string, pred: (v: RunView) => boolean, log?
 }
 
 /** Tokens/s of two single-thread miners holding one stage each, in steady state. */
-async function pipelineTokensPerSecond(steps: number): Promise<number> {
+export async function pipelineTokensPerSecond(steps: number): Promise<number> {
   const net = await startNet([{ threads: 1 }, { threads: 1 }]);
   try {
     const id = await createRun(net, { model: 'gpt-tiny', data: 'moby-dick', steps, stages: 2, mergeEvery: 1_000_000, minMiners: 2 });

@@ -161,7 +161,8 @@ export class Miner {
     const rejected = this.rejected.splice(0, 1024);
     const req: HeartbeatRequest = {
       rejected,
-      freeSlots: runner && !this.mergeOpen() ? runner.freeSlotCount - this.queue.filter((j) => j.kind === 'start').length : 0,
+      // ask for a slot's worth more than is free, so a new microbatch is at hand when a slot frees
+      freeSlots: runner && !this.mergeOpen() ? runner.freeSlotCount + runner.stage.slotCount - this.queue.filter((j) => j.kind === 'start').length : 0,
       queue: this.queue.length,
       reports: reports.slice(0, 4096),
       ...(runner ? { runId: runner.runId, stage: runner.assignment.stage, round: runner.round, uploadedRound: this.uploadedRound } : {}),

@@ -301,7 +301,8 @@ export class Coordinator {
     const stages = this.db.stages(run.id);
     if (this.db.assignments(run.id).length === 0 || stages.some((s) => !this.db.assignments(run.id).some((a) => a.stage === s.stage))) return [];
     const inFlight = this.db.issuedTo(minerId).length;
-    let want = Math.min(freeSlots, this.options.slots - inFlight);
+    // up to two slots' worth per miner: the ones it runs and the ones queued behind them
+    let want = Math.min(freeSlots, 2 * this.options.slots - inFlight);
     const tasks: MicrobatchTask[] = [];
     this.db.tx(() => {
       const remaining = run.steps - run.microbatches_done - this.db.countMicrobatches(run.id, 'issued');

@@ -13,13 +13,27 @@ test('a miner killed with SIGKILL mid-run: the run finishes, its microbatches ar
   const cluster = new Cluster();
   try {
     await cluster.startOrchestrator(FAST);
-    const miners = await Promise.all(['a', 'b', 'c', 'd'].map((n) => cluster.startMiner(n)));
-    const run = await cluster.createRun({ model: 'gpt-micro', data: 'moby-dick', steps: 150, stages: 2, mergeEvery: 10, batchSize: 8, minMiners: 4 });
+    // throttled, so the run is surely still going when the victim dies
+    const miners = await Promise.all(['a', 'b', 'c', 'd'].map((n) => cluster.startMiner(n, ['--throttle', '0.2'])));
+    const run = await cluster.createRun({ model: 'gpt-micro', data: 'moby-dick', steps: 150, stages: 2, mergeEvery: 10, batchSize: 16, minMiners: 4 });
     // kill a stage-0 replica while it trains (it then holds microbatches in flight)
     const mid = await cluster.waitRun(run.id, (v) => v.microbatchesDone >= 30 && v.status === 'executing' && v.stages.every((s) => s.mode === 'training'));
     const victimName = mid.stages[0].replicas[0].name;
     const victimId = mid.stages[0].replicas[0].id;
+    // wait until the orchestrator shows it holding microbatches (not between merge rounds)
+    const state = new Database(join(cluster.dir, 'orch', 'orchestrator', 'orchestrator.sqlite'), { readonly: true });
+    try {
+      const holding = state.prepare(`SELECT COUNT(*) AS n FROM microbatches WHERE status = 'issued' AND miner_id = ?`);
+      for (let i = 0; (holding.get(victimId) as { n: number }).n === 0; i++) {
+        if (i > 600) throw new Error('the victim never held a microbatch');
+        await new Promise((r) => setTimeout(r, 20));
+      }
+    } finally {
+      state.close();
+    }
     miners[['a', 'b', 'c', 'd'].indexOf(victimName)].child.kill('SIGKILL');
+    const atKill = await cluster.run(run.id);
+    assert.ok(atKill.microbatchesDone < 140, `the run was still going when the miner died (${atKill.microbatchesDone} done)`);
     const done = await cluster.waitRun(run.id, (v) => v.status === 'completed' || v.status === 'failed', 180_000);
     assert.equal(done.status, 'completed', JSON.stringify(done));
     assert.equal(done.microbatchesDone, 150);
@@ -27,7 +41,8 @@ test('a miner killed with SIGKILL mid-run: the run finishes, its microbatches ar
     const db = new Database(join(cluster.dir, 'orch', 'orchestrator', 'orchestrator.sqlite'), { readonly: true });
     try {
       const redone = db.prepare(`SELECT COUNT(*) AS n FROM microbatches WHERE run_id = ? AND attempts > 1 AND status = 'done'`).get(run.id) as { n: number };
-      assert.ok(redone.n >= 1, 'some microbatches were issued again and finished');
+      const log = db.prepare(`SELECT kind, detail FROM work_log WHERE miner_id = ? AND kind = 'dropped'`).all(victimId);
+      assert.ok(redone.n >= 1, `some microbatches were issued again and finished; victim's dropped work: ${JSON.stringify(log)}`);
       const dropped = db.prepare(`SELECT SUM(units) AS n FROM work_log WHERE miner_id = ? AND kind = 'dropped'`).get(victimId) as { n: number | null };
       assert.ok((dropped.n ?? 0) >= 1, 'the dropped work is counted against the killed miner');
       const total = db.prepare(`SELECT COUNT(*) AS n FROM microbatches WHERE run_id = ? AND status = 'done'`).get(run.id) as { n: number };
