@@ -59,7 +59,7 @@ export function loadWalletFile(dataDir: string, name: string): { info: WalletInf
 }
 
 /** The wallet's signing account; a UserError for a wrong password. */
-export function unlockWallet(dataDir: string, name: string, password: string): { info: WalletInfo; account: PrivateKeyAccount } {
+export function unlockWallet(dataDir: string, name: string, password: string): { info: WalletInfo; account: PrivateKeyAccount; privateKey: Hex } {
   const { info, keystore } = loadWalletFile(dataDir, name);
   let key: Hex;
   try {
@@ -70,7 +70,7 @@ export function unlockWallet(dataDir: string, name: string, password: string): {
   }
   const account = privateKeyToAccount(key);
   if (account.address !== info.address) throw new UserError(`wallet file ${info.file} is corrupt: its key does not match its address`);
-  return { info, account };
+  return { info, account, privateKey: key };
 }
 
 export function listWallets(dataDir: string): WalletInfo[] {

@@ -9,6 +9,7 @@ import { registerStake } from './stake.ts';
 import { registerOrchestrator } from './orchestrator.ts';
 import { registerMiner } from './miner.ts';
 import { registerUp } from './up.ts';
+import { registerRewards } from './rewards.ts';
 
 export function buildProgram(): Command {
   const program = new Command('nbcli')
@@ -22,6 +23,7 @@ export function buildProgram(): Command {
   registerOrchestrator(program);
   registerMiner(program);
   registerUp(program);
+  registerRewards(program);
   return program;
 }
 

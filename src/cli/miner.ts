@@ -2,10 +2,13 @@
 import { join } from 'node:path';
 import type { Command } from 'commander';
 import { Miner } from '../miner/miner.ts';
+import { loadWalletFile, unlockWallet } from '../chain/wallets.ts';
 import { emit, parsePositiveInt, resolveDataDir, UserError, withCommonOptions, type CommonOptions } from './common.ts';
 import { waitForSignal } from './orchestrator.ts';
+import { readPassword } from './prompt.ts';
 
 interface Flags extends CommonOptions {
+  'wallet.name'?: string;
   orchestrator: string;
   name?: string;
   threads?: string;
@@ -29,7 +32,8 @@ export function registerMiner(program: Command): void {
       .option('--host <host>', 'address for peer traffic', '127.0.0.1')
       .option('--port <port>', 'port for peer traffic (0: any free port)', '0')
       .option('--slots <n>', 'microbatches in flight', '3')
-      .option('--merge-delay-ms <ms>', 'wait this long before merging partitions (for failure testing)', '0'),
+      .option('--merge-delay-ms <ms>', 'wait this long before merging partitions (for failure testing)', '0')
+      .option('--wallet.name <name>', 'sign with this wallet (<data-dir>/wallets/NAME.json; password from $NIMBLE_PASSWORD or a prompt) instead of <data-dir>/miner/miner-key.json'),
   ).action(async (flags: Flags) => {
     let orchestrator: URL;
     try {
@@ -50,7 +54,14 @@ export function registerMiner(program: Command): void {
     };
     const mergeDelayMs = Number(flags.mergeDelayMs);
     if (!(mergeDelayMs >= 0)) throw new UserError(`--merge-delay-ms must be a non-negative number, got '${flags.mergeDelayMs}'`);
-    const miner = await Miner.start({ orchestrator: orchestrator.href.replace(/\/$/, ''), dataDir, name: flags.name, threads, throttle, host: flags.host, port, slots, log, mergeDelayMs });
+    let privateKey: `0x${string}` | undefined;
+    const walletName = flags['wallet.name'];
+    if (walletName) {
+      loadWalletFile(resolveDataDir(flags), walletName); // an unknown wallet fails before the prompt
+      const password = await readPassword(`Password for wallet '${walletName}': `);
+      privateKey = unlockWallet(resolveDataDir(flags), walletName, password).privateKey;
+    }
+    const miner = await Miner.start({ orchestrator: orchestrator.href.replace(/\/$/, ''), dataDir, name: flags.name, threads, throttle, host: flags.host, port, slots, log, mergeDelayMs, privateKey });
     emit(flags, { event: 'started', address: miner.address, url: miner.url }, () => `miner ${miner.address} serving peers on ${miner.url}`);
     await waitForSignal();
     await miner.stop();

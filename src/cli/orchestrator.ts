@@ -3,9 +3,10 @@
 import { join } from 'node:path';
 import type { Command } from 'commander';
 import { startOrchestrator } from '../orchestrator/server.ts';
-import { emit, parsePositiveInt, resolveDataDir, UserError, withCommonOptions, type CommonOptions } from './common.ts';
+import { emit, parsePositiveInt, resolveDataDir, UserError, withCommonOptions } from './common.ts';
+import { orchestratorChain, withOrchestratorChainOptions, type OrchestratorChainFlags } from './orchestrator-chain.ts';
 
-interface Flags extends CommonOptions {
+interface Flags extends OrchestratorChainFlags {
   host: string;
   port: string;
   minerTimeoutMs: string;
@@ -14,7 +15,7 @@ interface Flags extends CommonOptions {
 
 export function registerOrchestrator(program: Command): void {
   const group = program.command('orchestrator').description('run the coordinator of a network');
-  withCommonOptions(
+  withCommonOptions(withOrchestratorChainOptions(
     group
       .command('start')
       .description('start an orchestrator (HTTP API, SQLite state and blobs in <data-dir>/orchestrator)')
@@ -22,7 +23,7 @@ export function registerOrchestrator(program: Command): void {
       .option('--port <port>', 'port to listen on (0: any free port)', '7070')
       .option('--miner-timeout-ms <ms>', 'a miner silent this long is gone', '4000')
       .option('--deadline-ms <ms>', 'a microbatch not finished this long after issue is re-issued elsewhere', '15000'),
-  ).action(async (flags: Flags) => {
+  )).action(async (flags: Flags) => {
     const port = Number(flags.port);
     if (!Number.isInteger(port) || port < 0 || port > 65535) throw new UserError(`--port must be 0-65535, got '${flags.port}'`);
     const dataDir = join(resolveDataDir(flags), 'orchestrator');
@@ -30,8 +31,20 @@ export function registerOrchestrator(program: Command): void {
       minerTimeoutMs: parsePositiveInt('--miner-timeout-ms', flags.minerTimeoutMs, 4000),
       microbatchDeadlineMs: parsePositiveInt('--deadline-ms', flags.deadlineMs, 15000),
     };
-    const orch = await startOrchestrator({ dataDir, host: flags.host, port, coordinator });
-    emit(flags, { event: 'listening', url: orch.url, dataDir }, () => `orchestrator listening on ${orch.url} (state in ${dataDir})`);
+    const log = (line: string): void => {
+      if (flags.json) process.stdout.write(JSON.stringify({ event: 'log', message: line }) + '\n');
+      else process.stderr.write(`orchestrator: ${line}\n`);
+    };
+    const chain = await orchestratorChain(flags, log);
+    let orch;
+    try {
+      orch = await startOrchestrator({ dataDir, host: flags.host, port, coordinator, chain: chain ?? undefined });
+    } catch (err) {
+      await chain?.close?.();
+      throw err;
+    }
+    const paid = chain ? `paying ${flags.emission ?? '100'} NIM per epoch on chain ${chain.client.chainId}` : 'unpaid (--no-chain)';
+    emit(flags, { event: 'listening', url: orch.url, dataDir, chainId: chain?.client.chainId ?? null }, () => `orchestrator listening on ${orch.url} (state in ${dataDir}; ${paid})`);
     await waitForSignal();
     await orch.close();
   });

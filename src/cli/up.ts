@@ -15,12 +15,26 @@ import { decodeSafetensors } from '../model/safetensors.ts';
 import { startOrchestrator } from '../orchestrator/server.ts';
 import type { RunView } from '../orchestrator/views.ts';
 import { heldoutLoss } from '../train/local.ts';
-import { emit, parsePositiveInt, resolveDataDir, UserError, withCommonOptions, type CommonOptions } from './common.ts';
+import { generatePrivateKey } from 'viem/accounts';
+import { formatEther, parseEther } from 'viem';
+import { signerFor } from '../chain/client.ts';
+import { addStake, readStake } from '../chain/staking.ts';
+import { faucet } from '../chain/token.ts';
+import { loadWalletFile, saveWallet, unlockWallet, walletsDir } from '../chain/wallets.ts';
+import type { ChainOptions } from '../orchestrator/epochs.ts';
+import { epochView } from '../orchestrator/views.ts';
+import { emit, parsePositiveInt, resolveDataDir, UserError, withCommonOptions } from './common.ts';
 import { describeRun, followRun, postJson } from './follow.ts';
 import { waitForSignal } from './orchestrator.ts';
+import { orchestratorChain, withOrchestratorChainOptions, type OrchestratorChainFlags } from './orchestrator-chain.ts';
+import { describeEpoch } from './rewards.ts';
 import { nbcliArgv } from './self.ts';
 
-interface Flags extends CommonOptions {
+/** Password of the demo miners' wallets when $NIMBLE_PASSWORD is not set (local chain only). */
+export const UP_DEMO_PASSWORD = 'nimble-up-demo';
+
+interface Flags extends OrchestratorChainFlags {
+  stake?: string;
   miners: string;
   steps?: string;
   stages: string;
@@ -34,7 +48,7 @@ const THROTTLES = [1, 0.8, 0.6, 0.45, 0.9, 0.7, 0.5, 0.35];
 const DEFAULT_STEPS = 2000;
 
 export function registerUp(program: Command): void {
-  withCommonOptions(
+  withCommonOptions(withOrchestratorChainOptions(
     program
       .command('up')
       .description('start a local network (orchestrator + miners) and train gpt-tiny on Moby Dick')
@@ -43,8 +57,9 @@ export function registerUp(program: Command): void {
       .option('--stages <n>', 'pipeline stages', '2')
       .option('--model <name>', 'model config', 'gpt-tiny')
       .option('--merge-every <h>', 'inner steps per replica between merges')
-      .option('--eval-batches <n>', 'held-out batches for the final loss', '200'),
-  ).action(async (flags: Flags) => {
+      .option('--eval-batches <n>', 'held-out batches for the final loss', '200')
+      .option('--stake <nim>', "faucet and stake this much NIM in each demo miner's wallet (default: --min-stake)"),
+  )).action(async (flags: Flags) => {
     const minerCount = parsePositiveInt('--miners', flags.miners, 4);
     const steps = parsePositiveInt('--steps', flags.steps, DEFAULT_STEPS);
     const stages = parsePositiveInt('--stages', flags.stages, 2);
@@ -53,8 +68,28 @@ export function registerUp(program: Command): void {
     if (stages > minerCount) throw new UserError(`--stages ${stages} needs at least ${stages} miners`);
     const root = join(resolveDataDir(flags), 'up');
     const say = (event: Record<string, unknown>, human: string): void => emit(flags, event, () => human);
-    const orch = await startOrchestrator({ dataDir: join(root, 'orchestrator'), port: 0 });
-    say({ event: 'orchestrator', url: orch.url }, `orchestrator on ${orch.url} (state in ${join(root, 'orchestrator')})`);
+    if (flags.chainRpc || process.env.NIMBLE_CHAIN_RPC) throw new UserError('nbcli up runs on the local chain; use orchestrator start --chain-rpc for another one');
+    const dataDir = resolveDataDir(flags);
+    const t0 = performance.now();
+    const chain = await orchestratorChain({ ...flags, chainRpc: undefined }, (line) => say({ event: 'log', message: line }, line));
+    const password = process.env.NIMBLE_PASSWORD ?? UP_DEMO_PASSWORD;
+    const wallets: { name: string; address: string }[] = [];
+    let orch: Awaited<ReturnType<typeof startOrchestrator>>;
+    try {
+      if (chain) {
+        const stake = flags.stake !== undefined ? parseEther(checkNim('--stake', flags.stake)) : (chain.minStake ?? 0n);
+        for (let i = 0; i < minerCount; i++) wallets.push(await demoWallet(dataDir, `up-miner-${i + 1}`, password, chain, stake));
+        say(
+          { event: 'wallets', wallets, stake: formatEther(stake), chainId: chain.client.chainId, ms: Math.round(performance.now() - t0) },
+          `local chain ${chain.client.chainId} (${join(dataDir, 'chain')}): demo miners' wallets ${wallets.map((w) => w.name).join(', ')} in ${walletsDir(dataDir)}${stake > 0n ? `, ${formatEther(stake)} NIM staked each` : ''}`,
+        );
+      }
+      orch = await startOrchestrator({ dataDir: join(root, 'orchestrator'), port: 0, chain: chain ?? undefined });
+    } catch (err) {
+      await chain?.close?.();
+      throw err;
+    }
+    say({ event: 'orchestrator', url: orch.url }, `orchestrator on ${orch.url} (state in ${join(root, 'orchestrator')}; ${chain ? `paying ${formatEther(chain.emission ?? 0n)} NIM per epoch` : 'unpaid'})`);
     const children: ChildProcess[] = [];
     let stopping = false;
     const stopAll = async (): Promise<void> => {
@@ -81,9 +116,11 @@ export function registerUp(program: Command): void {
         const name = `miner-${i + 1}`;
         const throttle = THROTTLES[i % THROTTLES.length];
         const [cmd, ...pre] = nbcliArgv();
-        const child = spawn(cmd, [...pre, 'miner', 'start', '--orchestrator', orch.url, '--data-dir', join(root, 'miners', name), '--name', name, '--threads', String(threads), '--throttle', String(throttle)], {
+        // with the chain each miner signs with its demo wallet (in the data dir), else with its own miner key
+        const identity = chain ? ['--data-dir', dataDir, '--wallet.name', wallets[i].name] : ['--data-dir', join(root, 'miners', name)];
+        const child = spawn(cmd, [...pre, 'miner', 'start', '--orchestrator', orch.url, ...identity, '--name', name, '--threads', String(threads), '--throttle', String(throttle)], {
           stdio: ['ignore', 'pipe', 'pipe'],
-          env: { ...process.env, NIMBLE_HOME: join(root, 'miners', name) },
+          env: { ...process.env, NIMBLE_HOME: join(root, 'miners', name), NIMBLE_PASSWORD: password, NIMBLE_CHAIN_RPC: '' },
         });
         const log = createWriteStream(join(root, 'logs', `${name}.log`));
         child.stdout!.pipe(log);
@@ -126,6 +163,19 @@ export function registerUp(program: Command): void {
       } finally {
         await engine.close();
       }
+      if (orch.epochs) {
+        // the run's last epoch closes when it completes; wait for it to settle
+        await orch.epochs.step();
+        await orch.epochs.step();
+        const epochs = orch.coordinator.db.epochs().filter((e) => e.status !== 'open').map((e) => epochView(orch.coordinator.db, e));
+        const totals = new Map<string, bigint>();
+        for (const e of epochs) for (const r of e.rewards) totals.set(r.miner, (totals.get(r.miner) ?? 0n) + BigInt(r.amountWei));
+        const named = wallets.map((w) => ({ ...w, earned: formatEther(totals.get(w.address) ?? 0n) }));
+        say(
+          { event: 'rewards', epochs, miners: named },
+          `rewards (staked for the miners):\n${epochs.map(describeEpoch).join('\n')}\ntotal: ${named.map((w) => `${w.name} ${w.earned} NIM`).join(', ')}\n(nbcli rewards, nbcli wallet balance --wallet.name up-miner-1)`,
+        );
+      }
       if (flags.steps === undefined) {
         say({ event: 'serving' }, 'the network keeps serving; Ctrl+C stops every process');
         await waitForSignal();
@@ -135,4 +185,28 @@ export function registerUp(program: Command): void {
       if (!stopping) await stopAll();
     }
   });
+}
+
+function checkNim(flag: string, value: string): string {
+  if (!/^\d+(\.\d{1,18})?$/.test(value.trim())) throw new UserError(`${flag} must be a non-negative number of NIM, got '${value}'`);
+  return value.trim();
+}
+
+/** A demo miner's wallet: created if missing, funded with ether for gas and, when asked, NIM staked up to `stake`. */
+async function demoWallet(dataDir: string, name: string, password: string, chain: ChainOptions, stake: bigint): Promise<{ name: string; address: string }> {
+  let address: string;
+  try {
+    address = loadWalletFile(dataDir, name).info.address;
+  } catch {
+    address = saveWallet(dataDir, name, generatePrivateKey(), password).address;
+  }
+  if (stake > 0n) {
+    const { staked } = await readStake(chain.client, address as `0x${string}`);
+    if (staked < stake) {
+      const { account } = unlockWallet(dataDir, name, password);
+      await faucet(chain.client, account.address, stake - staked);
+      await addStake(chain.client, signerFor(chain.client, account), stake - staked);
+    }
+  }
+  return { name, address };
 }

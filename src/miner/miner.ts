@@ -45,6 +45,8 @@ export interface MinerOptions {
   /** wait this long before merging partitions: lets failure tests kill a merger mid-round */
   mergeDelayMs?: number;
   log?: (line: string) => void;
+  /** sign with this key (a wallet's) instead of <dataDir>/miner-key.json */
+  privateKey?: `0x${string}`;
 }
 
 type Job =
@@ -101,9 +103,9 @@ export class Miner {
   static async start(options: MinerOptions): Promise<Miner> {
     const throttle = new Throttle(options.throttle ?? 1); // validate before starting threads
     void throttle;
-    const identity = loadOrCreateIdentity(options.dataDir);
+    const privateKey = options.privateKey ?? loadOrCreateIdentity(options.dataDir).privateKey;
     const engine = await Engine.create({ threads: options.threads });
-    const miner = new Miner(options, engine, identity.privateKey);
+    const miner = new Miner(options, engine, privateKey);
     try {
       await miner.app.listen({ host: options.host ?? '127.0.0.1', port: options.port ?? 0 });
       const addr = miner.app.server.address() as AddressInfo;

@@ -8,6 +8,41 @@ export type StageMode = 'training' | 'merging';
 export type MicrobatchStatus = 'pending' | 'issued' | 'done' | 'dropped';
 export type WorkKind = 'forward' | 'backward' | 'merge' | 'dropped' | 'invalid';
 
+export type EpochStatus = 'open' | 'settling' | 'settled';
+
+export interface EpochRow {
+  id: number;
+  /** the run whose merge rounds (or end) closed the epoch */
+  run_id: string | null;
+  /** work_log ids in (from_log, to_log] */
+  from_log: number;
+  to_log: number | null;
+  opened_at: number;
+  closed_at: number | null;
+  /** merge rounds of run_id done when it closed */
+  merges_mark: number;
+  status: EpochStatus;
+  /** wei, decimal strings */
+  emission: string | null;
+  remainder: string | null;
+  chain_id: number | null;
+  /** the epoch id used on chain (decimal string) */
+  chain_epoch: string | null;
+  tx_hash: string | null;
+  settled_at: number | null;
+  error: string | null;
+}
+
+export interface EpochRewardRow {
+  epoch: number;
+  miner: string;
+  score: number;
+  /** wei, decimal string */
+  amount: string;
+  /** JSON: units per kind */
+  units: string;
+}
+
 export interface MinerRow {
   id: string; // checksummed address
   name: string;
@@ -141,6 +176,15 @@ CREATE TABLE IF NOT EXISTS work_log (
   units REAL NOT NULL, stage INTEGER, at INTEGER NOT NULL, detail TEXT
 );
 CREATE INDEX IF NOT EXISTS work_by_miner ON work_log (miner_id, kind);
+CREATE TABLE IF NOT EXISTS epochs (
+  id INTEGER PRIMARY KEY AUTOINCREMENT, run_id TEXT, from_log INTEGER NOT NULL, to_log INTEGER,
+  opened_at INTEGER NOT NULL, closed_at INTEGER, merges_mark INTEGER NOT NULL DEFAULT 0, status TEXT NOT NULL,
+  emission TEXT, remainder TEXT, chain_id INTEGER, chain_epoch TEXT, tx_hash TEXT, settled_at INTEGER, error TEXT
+);
+CREATE TABLE IF NOT EXISTS epoch_rewards (
+  epoch INTEGER NOT NULL, miner TEXT NOT NULL, score REAL NOT NULL, amount TEXT NOT NULL, units TEXT NOT NULL,
+  PRIMARY KEY (epoch, miner)
+);
 `;
 
 export class OrchestratorDb {
@@ -369,5 +413,66 @@ export class OrchestratorDb {
     return this.sql
       .prepare(`SELECT miner_id, kind, SUM(units) AS units FROM work_log ${runId ? 'WHERE run_id = ?' : ''} GROUP BY miner_id, kind ORDER BY miner_id, kind`)
       .all(...(runId ? [runId] : [])) as { miner_id: string; kind: WorkKind; units: number }[];
+  }
+
+  lastWorkId(): number {
+    return (this.sql.prepare('SELECT COALESCE(MAX(id), 0) AS n FROM work_log').get() as { n: number }).n;
+  }
+
+  workRows(fromExclusive: number, toInclusive: number): { id: number; miner_id: string; run_id: string | null; kind: WorkKind; units: number; stage: number | null }[] {
+    return this.sql
+      .prepare('SELECT id, miner_id, run_id, kind, units, stage FROM work_log WHERE id > ? AND id <= ? ORDER BY id')
+      .all(fromExclusive, toInclusive) as { id: number; miner_id: string; run_id: string | null; kind: WorkKind; units: number; stage: number | null }[];
+  }
+
+  /** Work of `runId` logged after work_log id `after`. */
+  countWorkAfter(after: number, runId: string): number {
+    return (this.sql.prepare('SELECT COUNT(*) AS n FROM work_log WHERE id > ? AND run_id = ?').get(after, runId) as { n: number }).n;
+  }
+
+  // ---- epochs -------------------------------------------------------------------
+
+  epoch(id: number): EpochRow | undefined {
+    return this.sql.prepare('SELECT * FROM epochs WHERE id = ?').get(id) as EpochRow | undefined;
+  }
+
+  epochs(status?: EpochStatus): EpochRow[] {
+    return this.sql.prepare(`SELECT * FROM epochs ${status ? 'WHERE status = ?' : ''} ORDER BY id`).all(...(status ? [status] : [])) as EpochRow[];
+  }
+
+  /** The open epoch (created on first use, starting after the last closed one). */
+  openEpoch(now: number): EpochRow {
+    const open = this.sql.prepare("SELECT * FROM epochs WHERE status = 'open' ORDER BY id DESC LIMIT 1").get() as EpochRow | undefined;
+    if (open) return open;
+    const last = this.sql.prepare('SELECT COALESCE(MAX(to_log), 0) AS n FROM epochs').get() as { n: number };
+    const id = Number(this.sql.prepare("INSERT INTO epochs (from_log, opened_at, status) VALUES (?, ?, 'open')").run(last.n, now).lastInsertRowid);
+    return this.epoch(id)!;
+  }
+
+  /** The last merges_mark recorded for a run (0 when no epoch was closed by it). */
+  runMergesMark(runId: string): number {
+    return (this.sql.prepare('SELECT COALESCE(MAX(merges_mark), 0) AS n FROM epochs WHERE run_id = ?').get(runId) as { n: number }).n;
+  }
+
+  updateEpoch(id: number, fields: Partial<Omit<EpochRow, 'id'>>): void {
+    const keys = Object.keys(fields);
+    if (keys.length === 0) return;
+    this.sql.prepare(`UPDATE epochs SET ${keys.map((k) => `${k} = @${k}`).join(', ')} WHERE id = @id`).run({ ...fields, id });
+  }
+
+  putEpochReward(r: EpochRewardRow): void {
+    this.sql
+      .prepare('INSERT OR REPLACE INTO epoch_rewards (epoch, miner, score, amount, units) VALUES (@epoch, @miner, @score, @amount, @units)')
+      .run(r);
+  }
+
+  epochRewards(epoch: number): EpochRewardRow[] {
+    return this.sql.prepare('SELECT * FROM epoch_rewards WHERE epoch = ? ORDER BY miner').all(epoch) as EpochRewardRow[];
+  }
+
+  /** The highest on-chain epoch id used so far (0n when none). */
+  maxChainEpoch(): bigint {
+    const rows = this.sql.prepare('SELECT chain_epoch FROM epochs WHERE chain_epoch IS NOT NULL').all() as { chain_epoch: string }[];
+    return rows.reduce((m, r) => (BigInt(r.chain_epoch) > m ? BigInt(r.chain_epoch) : m), 0n);
   }
 }

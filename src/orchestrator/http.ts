@@ -14,8 +14,9 @@ import {
 import { RequestVerifier } from '../protocol/signing.ts';
 import { BlobError } from './blobs.ts';
 import type { Coordinator } from './coordinator.ts';
+import type { Epochs } from './epochs.ts';
 import { CoordinatorError } from './errors.ts';
-import { assembleCheckpoint, runView } from './views.ts';
+import { assembleCheckpoint, epochView, runView } from './views.ts';
 
 /** Largest JSON body. */
 const MAX_JSON_BYTES = 1 << 20;
@@ -28,7 +29,7 @@ declare module 'fastify' {
   }
 }
 
-export function buildApi(coordinator: Coordinator, verifier = new RequestVerifier()): FastifyInstance {
+export function buildApi(coordinator: Coordinator, verifier = new RequestVerifier(), epochs: Epochs | null = null): FastifyInstance {
   const app = Fastify({ logger: false, bodyLimit: MAX_FRAME_BYTES });
   app.removeAllContentTypeParsers();
   app.addContentTypeParser('*', { parseAs: 'buffer', bodyLimit: MAX_FRAME_BYTES }, (_req, body, done) => done(null, body));
@@ -56,7 +57,8 @@ export function buildApi(coordinator: Coordinator, verifier = new RequestVerifie
     else if (err instanceof CoordinatorError) status = err.status;
     else if (err instanceof BlobError) status = err.code === 'not_found' ? 404 : 400;
     else if (typeof err.statusCode === 'number' && err.statusCode >= 400 && err.statusCode < 500) status = err.statusCode;
-    if (status >= 400 && status < 500 && req.minerId && status !== 401) {
+    const refusedJoin = status === 403 && req.url === '/miners/join'; // too little stake: not a fault
+    if (status >= 400 && status < 500 && req.minerId && status !== 401 && !refusedJoin) {
       coordinator.db.logWork(req.minerId, null, 'invalid', 1, Date.now(), null, `${req.method} ${req.url.slice(0, 120)}: ${err.message.slice(0, 200)}`);
     }
     if (status >= 500) console.error(`orchestrator: ${req.method} ${req.url}:`, err);
@@ -83,9 +85,20 @@ export function buildApi(coordinator: Coordinator, verifier = new RequestVerifie
     return Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength);
   });
   app.get('/work', async () => coordinator.db.workSummary());
+  app.get('/epochs', async () => ({ paid: epochs !== null, epochs: coordinator.db.epochs().map((e) => epochView(coordinator.db, e)) }));
+  app.get('/epochs/:id', async (req) => {
+    const id = int((req.params as { id: string }).id, 'epoch id');
+    const e = coordinator.db.epoch(id);
+    if (!e) throw new CoordinatorError(404, `unknown epoch ${id}`);
+    return epochView(coordinator.db, e);
+  });
 
   // ---- miners (signed) -----------------------------------------------------
-  app.post('/miners/join', { preHandler: signed }, async (req) => coordinator.join(req.minerId!, json(req, JoinRequest, 'join request')));
+  app.post('/miners/join', { preHandler: signed }, async (req) => {
+    const body = json(req, JoinRequest, 'join request');
+    await epochs?.checkStake(req.minerId!);
+    return coordinator.join(req.minerId!, body);
+  });
   app.post('/miners/heartbeat', { preHandler: signed }, async (req) => coordinator.heartbeat(req.minerId!, json(req, HeartbeatRequest, 'heartbeat')));
   app.post('/bandwidth', { preHandler: signed }, async (req) => ({ bytes: raw(req).length }));
   app.get('/blobs/:id', { preHandler: signed }, async (req, reply) => {

@@ -5,6 +5,7 @@ import { join } from 'node:path';
 import { FsBlobStore } from './blobs.ts';
 import { Coordinator, type CoordinatorOptions } from './coordinator.ts';
 import { OrchestratorDb } from './db.ts';
+import { Epochs, type ChainOptions } from './epochs.ts';
 import { buildApi } from './http.ts';
 
 export interface OrchestratorOptions {
@@ -14,11 +15,14 @@ export interface OrchestratorOptions {
   port?: number;
   coordinator?: Partial<CoordinatorOptions>;
   tickMs?: number;
+  /** pay miners on this chain (epochs, settlement, minimum stake); without it the network runs unpaid */
+  chain?: ChainOptions;
 }
 
 export interface RunningOrchestrator {
   url: string;
   coordinator: Coordinator;
+  epochs: Epochs | null;
   close(): Promise<void>;
 }
 
@@ -27,7 +31,16 @@ export async function startOrchestrator(options: OrchestratorOptions): Promise<R
   const db = new OrchestratorDb(join(options.dataDir, 'orchestrator.sqlite'));
   const blobs = await FsBlobStore.open(join(options.dataDir, 'blobs'));
   const coordinator = new Coordinator(db, blobs, options.coordinator);
-  const app = buildApi(coordinator);
+  const epochs = options.chain ? new Epochs(db, options.chain) : null;
+  if (epochs) {
+    try {
+      await epochs.start(); // finishes epochs a crash left 'settling' before anything else
+    } catch (err) {
+      db.close();
+      throw err;
+    }
+  }
+  const app = buildApi(coordinator, undefined, epochs);
   const host = options.host ?? '127.0.0.1';
   await app.listen({ host, port: options.port ?? 0 });
   const address = app.server.address();
@@ -42,10 +55,18 @@ export async function startOrchestrator(options: OrchestratorOptions): Promise<R
   return {
     url: `http://${host.includes(':') ? `[${host}]` : host}:${port}`,
     coordinator,
+    epochs,
     async close() {
       clearInterval(timer);
       await app.close();
+      if (epochs) {
+        await epochs.stop();
+        // pay for the work done up to now before leaving
+        epochs.close(null, 0);
+        await epochs.reconcile();
+      }
       db.close();
+      await options.chain?.close?.();
     },
   };
 }

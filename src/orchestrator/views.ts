@@ -6,7 +6,8 @@ import { partCount } from '../model/gpt.ts';
 import { decodeSafetensors, encodeSafetensors, type NamedTensor } from '../model/safetensors.ts';
 import type { Plan } from '../planner/placement.ts';
 import type { Coordinator } from './coordinator.ts';
-import type { RunRow } from './db.ts';
+import { formatEther } from 'viem';
+import type { EpochRow, OrchestratorDb, RunRow } from './db.ts';
 import { CoordinatorError } from './errors.ts';
 
 export interface StageView {
@@ -110,4 +111,49 @@ export async function assembleCheckpoint(c: Coordinator, runId: string): Promise
     run: run.id,
     rounds: String(round),
   });
+}
+
+export interface EpochView {
+  id: number;
+  status: EpochRow['status'];
+  runId: string | null;
+  /** work_log ids (from, to] */
+  workLog: [number, number | null];
+  openedAt: number;
+  closedAt: number | null;
+  /** NIM, decimal strings */
+  emission: string | null;
+  remainder: string | null;
+  chainId: number | null;
+  chainEpoch: string | null;
+  txHash: string | null;
+  settledAt: number | null;
+  error: string | null;
+  rewards: { miner: string; name: string | null; score: number; amount: string; amountWei: string; units: Record<string, number> }[];
+}
+
+export function epochView(db: OrchestratorDb, e: EpochRow): EpochView {
+  return {
+    id: e.id,
+    status: e.status,
+    runId: e.run_id,
+    workLog: [e.from_log, e.to_log],
+    openedAt: e.opened_at,
+    closedAt: e.closed_at,
+    emission: e.emission === null ? null : formatEther(BigInt(e.emission)),
+    remainder: e.remainder === null ? null : formatEther(BigInt(e.remainder)),
+    chainId: e.chain_id,
+    chainEpoch: e.chain_epoch,
+    txHash: e.tx_hash,
+    settledAt: e.settled_at,
+    error: e.error,
+    rewards: db.epochRewards(e.id).map((r) => ({
+      miner: r.miner,
+      name: db.miner(r.miner)?.name ?? null,
+      score: r.score,
+      amount: formatEther(BigInt(r.amount)),
+      amountWei: r.amount,
+      units: JSON.parse(r.units) as Record<string, number>,
+    })),
+  };
 }

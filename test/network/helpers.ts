@@ -70,9 +70,10 @@ export class Cluster {
     return proc;
   }
 
-  async startOrchestrator(extra: string[] = []): Promise<void> {
+  /** Starts `nbcli orchestrator start`: unpaid (--no-chain) unless `chain` is set (the local anvil in its data dir). */
+  async startOrchestrator(extra: string[] = [], opts: { chain?: boolean } = {}): Promise<void> {
     if (!this.port) this.port = await freePort();
-    this.orchestrator = this.spawnNbcli(['orchestrator', 'start', '--port', String(this.port), ...extra], join(this.dir, 'orch'));
+    this.orchestrator = this.spawnNbcli(['orchestrator', 'start', '--port', String(this.port), ...(opts.chain ? [] : ['--no-chain']), ...extra], join(this.dir, 'orch'));
     const v = await this.orchestrator.waitFor((v) => v.event === 'listening');
     this.url = v.url as string;
   }

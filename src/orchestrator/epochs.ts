@@ -1,0 +1,241 @@
+// Epochs: the orchestrator closes an epoch every N completed merge rounds of a
+// run (and when a run ends, or every M minutes), scores the work logged in it
+// (src/orchestrator/scoring.ts), and pays the split on chain with settleEpoch.
+//
+// Durable order, so a crash (kill -9) at any point never pays twice nor loses
+// an epoch:
+//   1. one SQLite transaction: the split is written (epoch_rewards) and the
+//      epoch goes 'open' -> 'settling'; a new 'open' epoch starts;
+//   2. the on-chain epoch id is chosen (the next id not used on chain) and
+//      written before anything is sent;
+//   3. settleEpoch sends the batches (idempotent, resumable);
+//   4. the epoch is marked 'settled' with the transaction hash.
+// At start (and on every step) each 'settling' epoch is finished: if the chain
+// already shows it settled with the same digest it is only marked settled,
+// otherwise the remaining batches are sent.
+import { formatEther, parseAbiItem, type Address, type Hash } from 'viem';
+import type { ChainClient, SigningClient } from '../chain/client.ts';
+import { normalizeRewards, readEpoch, rewardsDigest, settleEpoch, type Reward } from '../chain/rewards.ts';
+import { readStake } from '../chain/staking.ts';
+import type { EpochRow, OrchestratorDb } from './db.ts';
+import { CoordinatorError } from './errors.ts';
+import { scoreEpoch, splitEmission, stageSharesOf, type StageShares } from './scoring.ts';
+
+export const DEFAULT_EMISSION = 100n * 10n ** 18n;
+export const DEFAULT_EPOCH_ROUNDS = 1;
+
+export interface ChainOptions {
+  client: ChainClient;
+  /** holds ORCHESTRATOR_ROLE on the RewardDistributor */
+  signer: SigningClient;
+  /** wei per epoch (default 100 NIM) */
+  emission?: bigint;
+  /** completed merge rounds of a run per epoch (default 1) */
+  epochRounds?: number;
+  /** also close an epoch this long after it opened (default: never) */
+  epochMs?: number;
+  /** a join from an address with less stake is refused with 403 (default 0) */
+  minStake?: bigint;
+  /** credit rewards as stake (default true) */
+  asStake?: boolean;
+  /** how often epochs are checked and settled (default 500 ms) */
+  intervalMs?: number;
+  /** called when the orchestrator closes (stops the local node it opened) */
+  close?: () => Promise<void>;
+  log?: (line: string) => void;
+}
+
+const EPOCH_SETTLED = parseAbiItem('event EpochSettled(uint256 indexed epochId, uint32 batchCount, uint256 total, bytes32 digest)');
+
+export class Epochs {
+  readonly emission: bigint;
+  readonly epochRounds: number;
+  private readonly log: (line: string) => void;
+  private timer: NodeJS.Timeout | null = null;
+  private running: Promise<void> | null = null;
+
+  constructor(
+    readonly db: OrchestratorDb,
+    readonly chain: ChainOptions,
+    private readonly now: () => number = Date.now,
+  ) {
+    this.emission = chain.emission ?? DEFAULT_EMISSION;
+    if (this.emission < 0n) throw new RangeError('emission must not be negative');
+    this.epochRounds = chain.epochRounds ?? DEFAULT_EPOCH_ROUNDS;
+    if (!Number.isInteger(this.epochRounds) || this.epochRounds < 1) throw new RangeError('epochRounds must be a positive integer');
+    this.log = chain.log ?? ((line) => console.error(`orchestrator: ${line}`));
+  }
+
+  /** Finishes every epoch left in 'settling' (crash recovery), then runs a step every intervalMs. */
+  async start(): Promise<void> {
+    await this.reconcile();
+    this.timer = setInterval(() => void this.step(), this.chain.intervalMs ?? 500);
+  }
+
+  async stop(): Promise<void> {
+    if (this.timer) clearInterval(this.timer);
+    this.timer = null;
+    await this.running;
+  }
+
+  /** One pass: close the open epoch if it is due, settle what is settling. Never runs twice at once. */
+  step(): Promise<void> {
+    if (this.running) return this.running;
+    this.running = (async () => {
+      try {
+        this.closeIfDue();
+        await this.reconcile();
+      } catch (err) {
+        this.log(`epochs: ${(err as Error).message}`);
+      } finally {
+        this.running = null;
+      }
+    })();
+    return this.running;
+  }
+
+  /** Settles every 'settling' epoch, oldest first; errors are recorded on the epoch and retried later. */
+  async reconcile(): Promise<void> {
+    for (const e of this.db.epochs('settling')) {
+      try {
+        await this.settle(e);
+      } catch (err) {
+        const message = (err as Error).message.split('\n')[0];
+        this.db.updateEpoch(e.id, { error: message.slice(0, 500) });
+        this.log(`epoch ${e.id}: settlement failed, will retry: ${message}`);
+      }
+    }
+  }
+
+  /** Closes the open epoch when a run completed `epochRounds` more merge rounds, ended, or time is up. */
+  closeIfDue(): EpochRow | null {
+    return this.db.tx(() => {
+      const now = this.now();
+      const open = this.db.openEpoch(now);
+      if (this.db.lastWorkId() <= open.from_log) return null;
+      for (const run of this.db.runs()) {
+        const mark = this.db.runMergesMark(run.id);
+        if (run.merges_done - mark >= this.epochRounds) return this.close(run.id, run.merges_done);
+        if ((run.status === 'completed' || run.status === 'failed') && this.db.countWorkAfter(open.from_log, run.id) > 0) return this.close(run.id, run.merges_done);
+      }
+      if (this.chain.epochMs !== undefined && now - open.opened_at >= this.chain.epochMs) return this.close(null, 0);
+      return null;
+    });
+  }
+
+  /** Closes the open epoch now: scores its work and writes the split ('settling'). Null when it holds no work. */
+  close(runId: string | null, mergesMark: number): EpochRow | null {
+    return this.db.tx(() => {
+      const now = this.now();
+      const open = this.db.openEpoch(now);
+      const to = this.db.lastWorkId();
+      if (to <= open.from_log) return null;
+      const rows = this.db.workRows(open.from_log, to);
+      const scores = scoreEpoch(rows, this.sharesOf(rows.map((r) => r.run_id)));
+      const split = splitEmission(scores, this.emission);
+      split.rewards.forEach((r, i) => {
+        this.db.putEpochReward({ epoch: open.id, miner: r.miner, score: r.score, amount: r.amount.toString(), units: JSON.stringify(scores[i].units) });
+      });
+      const paid = split.rewards.some((r) => r.amount > 0n);
+      this.db.updateEpoch(open.id, {
+        run_id: runId,
+        merges_mark: mergesMark,
+        to_log: to,
+        closed_at: now,
+        status: paid ? 'settling' : 'settled',
+        emission: this.emission.toString(),
+        remainder: split.remainder.toString(),
+        settled_at: paid ? null : now,
+      });
+      this.db.openEpoch(now);
+      return this.db.epoch(open.id)!;
+    });
+  }
+
+  /** The reward list of an epoch, as posted (normalized: zero amounts dropped). */
+  rewardList(epochId: number): Reward[] {
+    return normalizeRewards(this.db.epochRewards(epochId).map((r) => ({ address: r.miner as Address, amount: BigInt(r.amount) })));
+  }
+
+  private async settle(e: EpochRow): Promise<void> {
+    const { client, signer } = this.chain;
+    const list = this.rewardList(e.id);
+    if (list.length === 0) {
+      this.db.updateEpoch(e.id, { status: 'settled', settled_at: this.now(), error: null });
+      return;
+    }
+    const digest = rewardsDigest(list);
+    let chainEpoch = e.chain_epoch === null || e.chain_id !== client.chainId ? null : BigInt(e.chain_epoch);
+    if (chainEpoch !== null) {
+      // an id someone else used (another orchestrator on the same chain) is given up for a fresh one
+      const status = await readEpoch(client, chainEpoch);
+      if (status.batchesPosted > 0 && status.digest !== digest) {
+        this.log(`epoch ${e.id}: on-chain epoch ${chainEpoch} holds another list; choosing a new id`);
+        chainEpoch = null;
+      }
+    }
+    if (chainEpoch === null) {
+      chainEpoch = await this.freeChainEpoch();
+      this.db.updateEpoch(e.id, { chain_epoch: chainEpoch.toString(), chain_id: client.chainId }); // durable before sending
+    }
+    const result = await settleEpoch(client, signer, chainEpoch, list, { asStake: this.chain.asStake ?? true });
+    let txHash: Hash | null = result.txHashes.at(-1) ?? null;
+    if (result.alreadySettled) {
+      if (result.digest !== digest) throw new Error(`on-chain epoch ${chainEpoch} was settled with another list`);
+      txHash = await this.settlementTx(chainEpoch);
+    }
+    this.db.updateEpoch(e.id, { status: 'settled', tx_hash: txHash, settled_at: this.now(), error: null });
+    const total = list.reduce((a, r) => a + r.amount, 0n);
+    this.log(`epoch ${e.id}: ${result.alreadySettled ? 'found settled' : 'settled'} on chain as epoch ${chainEpoch}: ${formatEther(total)} NIM to ${list.length} miner(s)${txHash ? ` (tx ${txHash})` : ''}`);
+  }
+
+  /** The next on-chain epoch id after those this database used that nothing was posted to. */
+  private async freeChainEpoch(): Promise<bigint> {
+    let id = this.db.maxChainEpoch() + 1n;
+    for (;;) {
+      const s = await readEpoch(this.chain.client, id);
+      if (s.batchesPosted === 0 && !s.settled) return id;
+      id++;
+    }
+  }
+
+  /** The transaction that settled an on-chain epoch (from its EpochSettled event). */
+  private async settlementTx(chainEpoch: bigint): Promise<Hash | null> {
+    const { client } = this.chain;
+    const logs = await client.public.getLogs({
+      address: client.deployment.rewardDistributor,
+      event: EPOCH_SETTLED,
+      args: { epochId: chainEpoch },
+      fromBlock: BigInt(client.deployment.deployBlock),
+      toBlock: 'latest',
+    });
+    return logs.at(-1)?.transactionHash ?? null;
+  }
+
+  /** Each run's stage shares of the model's parameters. */
+  private sharesOf(runIds: (string | null)[]): StageShares {
+    const shares: StageShares = {};
+    for (const id of new Set(runIds)) {
+      if (id === null) continue;
+      const run = this.db.run(id);
+      if (!run) continue;
+      const stages = this.db.stages(id);
+      try {
+        shares[id] = stageSharesOf(run.model, stages.map((s) => ({ from: s.from_part, to: s.to_part })));
+      } catch {
+        shares[id] = stages.map(() => 1 / Math.max(1, stages.length));
+      }
+    }
+    return shares;
+  }
+
+  /** Refuses a join from an address whose stake is below the minimum. */
+  async checkStake(minerId: string): Promise<void> {
+    const min = this.chain.minStake ?? 0n;
+    if (min <= 0n) return;
+    const { staked } = await readStake(this.chain.client, minerId as Address);
+    if (staked < min) {
+      throw new CoordinatorError(403, `stake too low: ${minerId} has ${formatEther(staked)} NIM staked, this orchestrator requires ${formatEther(min)} NIM (nbcli stake add)`);
+    }
+  }
+}

@@ -1,0 +1,75 @@
+// End to end with the chain on: an orchestrator paying on its local anvil,
+// two miners signing with their wallets, a short gpt-micro run; every closed
+// epoch is settled and each miner's stake on chain grew by exactly what the
+// epochs gave it, also after the orchestrator is killed (SIGKILL) and restarted.
+import assert from 'node:assert/strict';
+import { join } from 'node:path';
+import { after, test } from 'node:test';
+import type { Address } from 'viem';
+import { generatePrivateKey } from 'viem/accounts';
+import { openChain } from '../../src/chain/session.ts';
+import { readStake } from '../../src/chain/staking.ts';
+import { saveWallet } from '../../src/chain/wallets.ts';
+import type { EpochView } from '../../src/orchestrator/views.ts';
+import { Cluster } from './helpers.ts';
+
+const cluster = new Cluster();
+after(async () => {
+  // a graceful stop: the orchestrator saves and stops the anvil node it runs
+  const orch = cluster.orchestrator?.child;
+  if (orch && orch.exitCode === null && orch.signalCode === null) {
+    const exited = new Promise((r) => orch.once('exit', r));
+    orch.kill('SIGTERM');
+    await Promise.race([exited, new Promise((r) => setTimeout(r, 10_000))]);
+  }
+  await cluster.stop();
+});
+
+async function epochs(): Promise<EpochView[]> {
+  return ((await (await fetch(`${cluster.url}/epochs`)).json()) as { epochs: EpochView[] }).epochs;
+}
+
+test('a run with the chain on pays the miners that worked, once', async () => {
+  process.env.NIMBLE_PASSWORD = 'pw-e2e';
+  process.env.NIMBLE_CHAIN_RPC = '';
+  await cluster.startOrchestrator(['--epoch-rounds', '2', '--emission', '10'], { chain: true });
+  const wallets = ['a', 'b'].map((n) => saveWallet(join(cluster.dir, n), `w-${n}`, generatePrivateKey(), 'pw-e2e'));
+  const started = await Promise.all(['a', 'b'].map((n) => cluster.startMiner(n, ['--wallet.name', `w-${n}`])));
+  assert.deepEqual(
+    started.map((p) => JSON.parse(p.lines.find((l) => l.includes('"started"'))!).address),
+    wallets.map((w) => w.address),
+    'the miners sign with their wallets',
+  );
+  const run = await cluster.createRun({ model: 'gpt-micro', data: 'moby-dick', steps: 40, stages: 2, mergeEvery: 5, batchSize: 8, minMiners: 2 });
+  const done = await cluster.waitRun(run.id, (v) => v.status === 'completed' || v.status === 'failed');
+  assert.equal(done.status, 'completed');
+  let closed: EpochView[] = [];
+  for (let i = 0; i < 100; i++) {
+    closed = (await epochs()).filter((e) => e.status !== 'open');
+    if (closed.length > 0 && closed.every((e) => e.status === 'settled') && closed.some((e) => e.runId === run.id && e.workLog[1]! > 0)) break;
+    await new Promise((r) => setTimeout(r, 200));
+  }
+  assert.ok(closed.length >= 2, `epochs: ${JSON.stringify(closed)}`);
+  for (const e of closed) {
+    assert.equal(e.status, 'settled');
+    assert.match(e.txHash!, /^0x[0-9a-f]{64}$/);
+  }
+  const owed = (a: string, es: EpochView[]): bigint => es.flatMap((e) => e.rewards).filter((r) => r.miner === a).reduce((s, r) => s + BigInt(r.amountWei), 0n);
+
+  // kill -9 and restart: nothing is paid twice, the local node is adopted
+  cluster.orchestrator!.child.kill('SIGKILL');
+  await new Promise((r) => cluster.orchestrator!.child.once('exit', r));
+  await cluster.startOrchestrator(['--epoch-rounds', '2', '--emission', '10'], { chain: true });
+  const again = (await epochs()).filter((e) => e.status !== 'open');
+  assert.deepEqual(again.slice(0, closed.length), closed);
+  const session = await openChain({ dataDir: join(cluster.dir, 'orch') });
+  try {
+    for (const w of wallets) {
+      const { staked } = await readStake(session.client, w.address as Address);
+      assert.ok(staked > 0n, `${w.name} earned nothing`);
+      assert.equal(staked, owed(w.address, again.filter((e) => e.status === 'settled')), `${w.name}: stake = what its epochs paid`);
+    }
+  } finally {
+    await session.close();
+  }
+});
