@@ -124,7 +124,9 @@ export const networkBenches: Bench[] = [
       const net = await startNet([{ threads: 1 }, { threads: 1 }, { threads: 1 }, { threads: 1 }]);
       let bytes: Uint8Array;
       try {
-        const id = await createRun(net, { model: 'gpt-tiny', data: 'moby-dick', steps: 2000, stages: 2, minMiners: 4 });
+        const extra = JSON.parse(process.env.NIMBLE_BENCH_RUN ?? '{}') as Record<string, unknown>;
+        if (Object.keys(extra).length) o.log(`run options ${JSON.stringify(extra)}`);
+        const id = await createRun(net, { model: 'gpt-tiny', data: 'moby-dick', steps: 2000, stages: 2, minMiners: 4, ...extra });
         await waitFor(net, id, (v) => v.status === 'completed', (v) => o.log(`${v.microbatchesDone}/2000 loss ${v.loss?.toFixed(4)} ${Math.round(v.tokensPerSecond)} tok/s merges ${v.mergesDone}`));
         bytes = new Uint8Array(await (await fetch(`${net.orch.url}/runs/${id}/checkpoint`)).arrayBuffer());
       } finally {

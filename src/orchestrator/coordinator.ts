@@ -20,6 +20,7 @@ import type {
 } from '../protocol/messages.ts';
 import type { BlobStore } from './blobs.ts';
 import type { MicrobatchRow, MinerRow, OrchestratorDb, RunRow } from './db.ts';
+import { DEFAULT_OUTER_LR, DEFAULT_OUTER_MOMENTUM } from '../merge/outer.ts';
 import { CoordinatorError } from './errors.ts';
 import { MergeRounds } from './merges.ts';
 
@@ -46,6 +47,8 @@ export interface RunOptions {
   codec: 'f32' | 'f16' | 'int8-row';
   aggregator: 'mean' | 'trimmed-mean' | 'median';
   minMiners: number;
+  outerLr: number;
+  outerMomentum: number;
   requestedStages: number | null;
   /** microbatches created so far (shard ids 0 … created − 1) */
   created: number;
@@ -172,6 +175,8 @@ export class Coordinator {
       codec: req.codec ?? 'f16',
       aggregator: req.aggregator ?? 'mean',
       minMiners: req.minMiners ?? req.stages ?? 1,
+      outerLr: req.outerLr ?? DEFAULT_OUTER_LR,
+      outerMomentum: req.outerMomentum ?? DEFAULT_OUTER_MOMENTUM,
       requestedStages: req.stages ?? null,
       created: 0,
     };

@@ -238,8 +238,8 @@ export class MergeRounds {
       apply: null,
       saveState: false,
       aggregator: opts.aggregator,
-      outerLr: DEFAULT_OUTER_LR,
-      outerMomentum: DEFAULT_OUTER_MOMENTUM,
+      outerLr: opts.outerLr ?? DEFAULT_OUTER_LR,
+      outerMomentum: opts.outerMomentum ?? DEFAULT_OUTER_MOMENTUM,
     };
     if (!member) return task; // a replica that joined mid-round waits for the new state
     if (round.status === 'uploading') {

@@ -128,6 +128,8 @@ export const CreateRunRequest = Type.Object({
   codec: Type.Optional(Type.Union([Type.Literal('f32'), Type.Literal('f16'), Type.Literal('int8-row')])),
   aggregator: Type.Optional(Type.Union([Type.Literal('mean'), Type.Literal('trimmed-mean'), Type.Literal('median')])),
   minMiners: Type.Optional(Type.Integer({ minimum: 1, maximum: 100_000 })),
+  outerLr: Type.Optional(Type.Number({ exclusiveMinimum: 0, maximum: 10 })),
+  outerMomentum: Type.Optional(Type.Number({ minimum: 0, maximum: 0.999 })),
 });
 export type CreateRunRequest = Static<typeof CreateRunRequest>;
 
