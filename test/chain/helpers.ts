@@ -9,6 +9,7 @@ import { LOCAL_CHAIN_ID, rpc, startAnvil, type AnvilProcess } from '../../src/ch
 import { chainDefinition, createChainPublicClient, makeChainClient, signerFor, type ChainClient, type SigningClient } from '../../src/chain/client.ts';
 import { abiOf } from '../../src/chain/contracts.ts';
 import { deployContracts } from '../../src/chain/deploy.ts';
+import { mulberry32 } from '../../src/model/init.ts';
 
 const DEV_MNEMONIC = 'test test test test test test test test test test test junk';
 
@@ -103,14 +104,5 @@ export async function supplyReport(client: ChainClient, holders: readonly Addres
   };
 }
 
-/** A small deterministic PRNG (mulberry32). */
-export function prng(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
+/** A small deterministic PRNG (the engine's mulberry32), floats in [0, 1). */
+export const prng = mulberry32;

@@ -1,18 +1,10 @@
 // Shared helpers of the merge tests.
 import assert from 'node:assert/strict';
 import { MergeError, type MergeErrorCode } from '../../src/merge/errors.ts';
+import { mulberry32 } from '../../src/model/init.ts';
 
-/** Deterministic PRNG (mulberry32) in [0, 1). */
-export function rng(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
+/** A small deterministic PRNG (the engine's mulberry32), floats in [0, 1). */
+export const rng = mulberry32;
 
 /** Uniform values in [-scale, scale). */
 export function randomVector(n: number, seed: number, scale = 1): Float32Array {
