@@ -4,11 +4,11 @@ import type { RunView } from '../orchestrator/views.ts';
 import { UserError } from './common.ts';
 import { ProgressBar } from './progress.ts';
 
-/** GET a JSON document from the orchestrator, with a clear error when it is unreachable. */
-export async function getJson<T>(base: string, path: string): Promise<T> {
+/** A JSON request to the orchestrator, with a clear error when it is unreachable or refuses. */
+async function requestJson<T>(base: string, path: string, init: RequestInit): Promise<T> {
   let res: Response;
   try {
-    res = await fetch(new URL(path, base), { signal: AbortSignal.timeout(15_000) });
+    res = await fetch(new URL(path, base), { ...init, signal: AbortSignal.timeout(15_000) });
   } catch (err) {
     throw new UserError(`cannot reach the orchestrator at ${base}: ${(err as Error).message}`);
   }
@@ -17,17 +17,14 @@ export async function getJson<T>(base: string, path: string): Promise<T> {
   return body;
 }
 
+/** GET a JSON document from the orchestrator. */
+export function getJson<T>(base: string, path: string): Promise<T> {
+  return requestJson<T>(base, path, {});
+}
+
 /** POST JSON to the orchestrator. */
-export async function postJson<T>(base: string, path: string, value: unknown): Promise<T> {
-  let res: Response;
-  try {
-    res = await fetch(new URL(path, base), { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(value), signal: AbortSignal.timeout(15_000) });
-  } catch (err) {
-    throw new UserError(`cannot reach the orchestrator at ${base}: ${(err as Error).message}`);
-  }
-  const body = (await res.json().catch(() => ({}))) as T & { error?: string };
-  if (!res.ok) throw new UserError(`${path}: ${body.error ?? res.statusText}`);
-  return body;
+export function postJson<T>(base: string, path: string, value: unknown): Promise<T> {
+  return requestJson<T>(base, path, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(value) });
 }
 
 /** One line describing a run's progress. */

@@ -7,6 +7,7 @@ import type { Command } from 'commander';
 import { OrchestratorDb } from '../orchestrator/db.ts';
 import { epochView, type EpochView } from '../orchestrator/views.ts';
 import { emit, resolveDataDir, UserError, withCommonOptions, type CommonOptions } from './common.ts';
+import { getJson } from './follow.ts';
 
 interface Flags extends CommonOptions {
   epoch?: string;
@@ -39,14 +40,7 @@ async function fromOrchestrator(url: string, id: number | undefined): Promise<Ep
   } catch {
     throw new UserError(`--orchestrator must be a URL, got '${url}'`);
   }
-  let res: Response;
-  try {
-    res = await fetch(new URL(id === undefined ? '/epochs' : `/epochs/${id}`, base), { signal: AbortSignal.timeout(10_000) });
-  } catch (err) {
-    throw new UserError(`cannot reach the orchestrator at ${url}: ${(err as Error).message}`);
-  }
-  const body = (await res.json().catch(() => ({}))) as { error?: string; epochs?: EpochView[] } & Partial<EpochView>;
-  if (!res.ok) throw new UserError(body.error ?? `orchestrator answered ${res.status}`);
+  const body = await getJson<{ epochs?: EpochView[] } & Partial<EpochView>>(base.href, id === undefined ? '/epochs' : `/epochs/${id}`);
   return id === undefined ? (body.epochs ?? []) : [body as EpochView];
 }
 

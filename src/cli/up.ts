@@ -2,7 +2,7 @@
 // child processes of different speeds, a gpt-tiny run on Moby Dick, progress,
 // and at the end the held-out loss and a generated sample.
 import { spawn, type ChildProcess } from 'node:child_process';
-import { createWriteStream, mkdirSync } from 'node:fs';
+import { createWriteStream, mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import type { Command } from 'commander';
 import { loadCorpus } from '../data/corpus.ts';
@@ -146,7 +146,6 @@ export function registerUp(program: Command): void {
       if (!res.ok) throw new Error(`cannot download the checkpoint: ${res.status}`);
       const bytes = new Uint8Array(await res.arrayBuffer());
       const ckpt = join(root, `${run.id}.safetensors`);
-      const { writeFileSync } = await import('node:fs');
       writeFileSync(ckpt, bytes);
       const engine = await Engine.create();
       try {

@@ -92,20 +92,20 @@ export class Miner {
     private readonly options: MinerOptions,
     private readonly engine: Engine,
     privateKey: `0x${string}`,
+    throttle: Throttle,
   ) {
     this.client = new SignedClient(options.orchestrator, privateKey);
     this.address = this.client.address;
-    this.throttle = new Throttle(options.throttle ?? 1);
+    this.throttle = throttle;
     this.log = options.log ?? (() => {});
     this.app = this.buildPeerApi();
   }
 
   static async start(options: MinerOptions): Promise<Miner> {
-    const throttle = new Throttle(options.throttle ?? 1); // validate before starting threads
-    void throttle;
+    const throttle = new Throttle(options.throttle ?? 1); // a bad share throws before any thread starts
     const privateKey = options.privateKey ?? loadOrCreateIdentity(options.dataDir).privateKey;
     const engine = await Engine.create({ threads: options.threads });
-    const miner = new Miner(options, engine, privateKey);
+    const miner = new Miner(options, engine, privateKey, throttle);
     try {
       await miner.app.listen({ host: options.host ?? '127.0.0.1', port: options.port ?? 0 });
       const addr = miner.app.server.address() as AddressInfo;

@@ -33,7 +33,7 @@ export class StageRunner {
   samples = 0;
 
   constructor(
-    private readonly engine: Engine,
+    engine: Engine,
     readonly assignment: StageAssignment,
     slots: number,
   ) {
@@ -208,6 +208,5 @@ export class StageRunner {
   dispose(): void {
     this.opt.release();
     this.stage.release();
-    void this.engine;
   }
 }

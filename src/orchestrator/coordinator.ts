@@ -54,7 +54,7 @@ export interface RunOptions {
   created: number;
 }
 
-/** H: inner steps per replica between merges (README: why 100). */
+/** H: inner steps per replica between merges (docs/network.md: why 100). */
 export const DEFAULT_MERGE_EVERY = 100;
 const RATE_WINDOW_MS = 10_000;
 
@@ -292,7 +292,6 @@ export class Coordinator {
         this.db.updateRun(run.id, { plan: JSON.stringify(next) });
         if (next.stages.every((s) => s.miners.length > 0)) this.db.updateRun(run.id, { error: null });
       });
-      this.merges.onReplicasChanged(run);
     }
   }
 

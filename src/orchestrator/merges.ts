@@ -215,11 +215,6 @@ export class MergeRounds {
     set.add(minerId);
   }
 
-  /** Replicas came or went: rounds re-check their members at the next tick. */
-  onReplicasChanged(run: RunRow): void {
-    void run;
-  }
-
   /** What a replica should do for its stage's round, if one is running. */
   taskFor(run: RunRow, stage: number, minerId: string): MergeTask | null {
     const s = this.db.stages(run.id)[stage];

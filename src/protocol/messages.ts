@@ -93,7 +93,7 @@ export const MergeTask = Type.Object({
   partitions: Type.Array(Partition, { maxItems: 65536 }),
   /** upload your pseudo-gradient, one frame per partition */
   upload: Type.Boolean(),
-  /** samples (microbatches) this replica trained on since the last merge, to report with the upload */
+  /** partitions this replica merges: each replica's uploaded slice and its sample count (the weight) */
   merge: Type.Array(Type.Object({ partition: Count, inputs: Type.Array(MergeInput, { maxItems: 4096 }) }), { maxItems: 65536 }),
   /** merged partitions to apply (all of them, once every partition is merged) */
   apply: Type.Union([Type.Array(Type.Object({ partition: Count, blob: BlobId }), { maxItems: 65536 }), Type.Null()]),

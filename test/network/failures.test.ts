@@ -67,8 +67,7 @@ test('a merger killed during a merge round: every partition is still merged and 
     const merging = await cluster.waitRun(run.id, (v) => v.stages[0].mergePhase === 'merging');
     const round = merging.stages[0].round + 1;
     victim.child.kill('SIGKILL');
-    const after = await cluster.waitRun(run.id, (v) => v.stages[0].round >= round, 60_000);
-    assert.equal(after.stages[0].mode === 'training' || after.stages[0].round > round, true);
+    await cluster.waitRun(run.id, (v) => v.stages[0].round >= round, 60_000);
     const db = new Database(join(cluster.dir, 'orch', 'orchestrator', 'orchestrator.sqlite'), { readonly: true });
     try {
       const r = db.prepare('SELECT * FROM merge_rounds WHERE run_id = ? AND stage = 0 AND round = ?').get(run.id, round) as { partitions: number; assignment: string; status: string };

@@ -1,18 +1,9 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { F16_MAX, decodeF16, encodeF16, f16ToF32, f32ToF16 } from '../../src/protocol/fp16.ts';
+import { mulberry32 } from '../../src/model/init.ts';
 
-/** Deterministic PRNG (mulberry32). */
-function rng(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
+const rng = mulberry32;
 
 test('every finite half round-trips exactly through float32', () => {
   for (let h = 0; h < 65536; h++) {

@@ -2,17 +2,9 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { dequantize, dequantizeInt8, quantize, quantizeInt8 } from '../../src/protocol/int8.ts';
 import { ErrorFeedback } from '../../src/protocol/error-feedback.ts';
+import { mulberry32 } from '../../src/model/init.ts';
 
-function rng(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
+const rng = mulberry32;
 
 /** Random vector whose groups of `group` values have very different magnitudes. */
 function randomVector(n: number, group: number, seed: number): Float32Array {
