@@ -11,6 +11,9 @@ interface Flags extends OrchestratorChainFlags {
   port: string;
   minerTimeoutMs: string;
   deadlineMs: string;
+  checkRate: string;
+  slashAfter: string;
+  slashFraction: string;
 }
 
 export function registerOrchestrator(program: Command): void {
@@ -22,7 +25,10 @@ export function registerOrchestrator(program: Command): void {
       .option('--host <host>', 'address to listen on', '127.0.0.1')
       .option('--port <port>', 'port to listen on (0: any free port)', '7070')
       .option('--miner-timeout-ms <ms>', 'a miner silent this long is gone', '4000')
-      .option('--deadline-ms <ms>', 'a microbatch not finished this long after issue is re-issued elsewhere', '15000'),
+      .option('--deadline-ms <ms>', 'a microbatch not finished this long after issue is re-issued elsewhere', '15000')
+      .option('--check-rate <share>', 'share of forwards the orchestrator recomputes (spot checks; 0 disables)', '0.02')
+      .option('--slash-after <n>', 'failed spot checks in one epoch after which a miner is slashed', '3')
+      .option('--slash-fraction <share>', 'share of its stake a slashed miner loses', '0.1'),
   )).action(async (flags: Flags) => {
     const port = Number(flags.port);
     if (!Number.isInteger(port) || port < 0 || port > 65535) throw new UserError(`--port must be 0-65535, got '${flags.port}'`);
@@ -30,6 +36,11 @@ export function registerOrchestrator(program: Command): void {
     const coordinator = {
       minerTimeoutMs: parsePositiveInt('--miner-timeout-ms', flags.minerTimeoutMs, 4000),
       microbatchDeadlineMs: parsePositiveInt('--deadline-ms', flags.deadlineMs, 15000),
+      spotChecks: {
+        rate: parseShare('--check-rate', flags.checkRate),
+        slashAfter: parsePositiveInt('--slash-after', flags.slashAfter, 3),
+        slashFraction: parseShare('--slash-fraction', flags.slashFraction),
+      },
     };
     const log = (line: string): void => {
       if (flags.json) process.stdout.write(JSON.stringify({ event: 'log', message: line }) + '\n');
@@ -48,6 +59,13 @@ export function registerOrchestrator(program: Command): void {
     await waitForSignal();
     await orch.close();
   });
+}
+
+/** A number in [0, 1]. */
+function parseShare(flag: string, value: string): number {
+  const n = Number(value);
+  if (value.trim() === '' || !Number.isFinite(n) || n < 0 || n > 1) throw new UserError(`${flag} must be a number from 0 to 1, got '${value}'`);
+  return n;
 }
 
 /** Resolves on SIGINT or SIGTERM. */

@@ -2,7 +2,9 @@
 // stage it is assigned, runs forward and backward work for microbatches that
 // flow through it (activations from the previous stage's miners, gradients
 // from the next), steps its inner optimizer, and does its share of each merge
-// round. Heartbeats carry its reports and bring its instructions.
+// round. Heartbeats carry its reports and bring its instructions; it keeps
+// each recent forward (weights, input, output) until the heartbeat that
+// reported it is answered, so that it can prove it in a spot check.
 import { randomBytes } from 'node:crypto';
 import type { AddressInfo } from 'node:net';
 import Fastify, { type FastifyInstance, type FastifyReply, type FastifyRequest } from 'fastify';
@@ -10,7 +12,8 @@ import { Engine } from '../engine/engine.ts';
 import { decodePartitionFrame, decodePartitionFrames } from '../merge/pseudo-gradient.ts';
 import type { Partition } from '../merge/partition.ts';
 import { AuthError, FrameError, protocolHttpStatus } from '../protocol/errors.ts';
-import { decodeFrame, encodeFrame } from '../protocol/frame.ts';
+import { encodeCheckBundle } from '../protocol/check-bundle.ts';
+import { decodeFrame, encodeFrame, readFrameHeader } from '../protocol/frame.ts';
 import {
   BackwardMeta,
   ForwardMeta,
@@ -27,6 +30,7 @@ import {
 } from '../protocol/messages.ts';
 import { RequestVerifier } from '../protocol/signing.ts';
 import { HttpError, SignedClient } from './client.ts';
+import { ForwardRecords } from './forward-records.ts';
 import { measureHardware } from './hardware.ts';
 import { loadOrCreateIdentity } from './identity.ts';
 import { StageRunner } from './stage-runner.ts';
@@ -47,11 +51,16 @@ export interface MinerOptions {
   log?: (line: string) => void;
   /** sign with this key (a wallet's) instead of <dataDir>/miner-key.json */
   privateKey?: `0x${string}`;
+  /**
+   * Fault injection for tests: a dishonest miner that changes each activation
+   * before it sends it, or the loss it reports. Not exposed on the command line.
+   */
+  tamper?: { activation?: (activation: Float32Array) => void; loss?: (loss: number) => number };
 }
 
 type Job =
   | { kind: 'start'; task: MicrobatchTask }
-  | { kind: 'forward'; meta: ForwardMeta; data: Float32Array }
+  | { kind: 'forward'; meta: ForwardMeta; data: Float32Array; frame: Uint8Array; sha: string }
   | { kind: 'backward'; meta: BackwardMeta; data: Float32Array };
 
 /** A microbatch held longer than this is let go (its gradient is not coming). */
@@ -84,6 +93,7 @@ export class Miner {
   private uploadedRound = 0;
   private savedRound = 0;
   private readonly sends = new Set<Promise<unknown>>();
+  private readonly records = new ForwardRecords();
   private readonly log: (line: string) => void;
   /** counters for the CLI and tests */
   readonly stats = { forward: 0, backward: 0, merges: 0, bytesSent: 0, rejected: 0 };
@@ -174,6 +184,7 @@ export class Miner {
     let reply: HeartbeatReply;
     try {
       reply = await this.client.postJson('/miners/heartbeat', req, HeartbeatReply, 'heartbeat reply');
+      this.answerChecks(req.reports, reply.checks);
     } catch (err) {
       this.reports.unshift(...req.reports);
       this.rejected.unshift(...rejected);
@@ -237,7 +248,28 @@ export class Miner {
     return this.loading;
   }
 
+  /** Uploads the records the orchestrator asked to check; lets the other reported forwards go. */
+  private answerChecks(reports: readonly WorkReport[], checks: readonly number[]): void {
+    const asked = new Set(checks);
+    for (const r of reports) if (r.phase === 'forward' && !asked.has(r.microbatch)) this.records.drop(r.microbatch);
+    for (const id of asked) {
+      const bundle = this.records.take(id);
+      if (!bundle) {
+        this.log(`spot check of microbatch ${id}: no longer kept`);
+        continue;
+      }
+      const body = encodeCheckBundle(bundle);
+      this.track(
+        this.client.request('POST', `/runs/${bundle.meta.runId}/checks/${id}`, body).then(
+          () => void (this.stats.bytesSent += body.length),
+          (err) => this.log(`spot check of microbatch ${id}: ${(err as Error).message}`),
+        ),
+      );
+    }
+  }
+
   private dropStage(): void {
+    this.records.clear();
     this.queue.length = 0;
     this.routes.clear();
     this.runner?.dispose();
@@ -311,22 +343,38 @@ export class Miner {
       const shard = job.kind === 'start' ? job.task.shard : job.meta.shard;
       const step = job.kind === 'start' ? job.task.step : job.meta.step;
       const route = job.kind === 'start' ? [] : job.meta.route;
-      if (last) {
-        const { loss, dInput } = runner.forwardBackwardLast(id, shard, job.kind === 'forward' ? job.data : null);
+      const input = job.kind === 'forward' ? { frame: job.frame, sha: job.sha } : null;
+      const checkMeta = { runId: a.runId, microbatch: id, stage: a.stage, round: runner.round, samples: runner.samples, shard };
+      const weights = this.records.snapshot(runner.stage.params.flat.data);
+      let recorded = false;
+      try {
+        if (last) {
+          const result = runner.forwardBackwardLast(id, shard, job.kind === 'forward' ? job.data : null);
+          const dInput = result.dInput;
+          const loss = this.options.tamper?.loss?.(result.loss) ?? result.loss;
+          this.stats.forward++;
+          this.stats.backward++;
+          this.records.add({ meta: checkMeta, weights, input: input?.frame ?? null, output: null });
+          recorded = true;
+          let bytes = 0;
+          if (dInput && a.stage > 0) bytes = this.sendBackward(runner, route[a.stage - 1], { runId: a.runId, microbatch: id, stage: a.stage - 1 }, dInput);
+          this.report({ runId: a.runId, microbatch: id, stage: a.stage, phase: 'forward', loss, bytesSent: 0, ...(input ? { inputSha: input.sha } : {}) });
+          this.report({ runId: a.runId, microbatch: id, stage: a.stage, phase: 'backward', bytesSent: bytes });
+          return;
+        }
+        const out = job.kind === 'start' ? runner.forwardFirst(id, shard) : runner.forwardMiddle(id, job.data);
         this.stats.forward++;
-        this.stats.backward++;
-        let bytes = 0;
-        if (dInput && a.stage > 0) bytes = this.sendBackward(runner, route[a.stage - 1], { runId: a.runId, microbatch: id, stage: a.stage - 1 }, dInput);
-        this.report({ runId: a.runId, microbatch: id, stage: a.stage, phase: 'forward', loss, bytesSent: 0 });
-        this.report({ runId: a.runId, microbatch: id, stage: a.stage, phase: 'backward', bytesSent: bytes });
+        this.options.tamper?.activation?.(out);
+        const fullRoute = [...route, me];
+        this.routes.set(id, fullRoute);
+        const body = this.frame(runner, out, { runId: a.runId, microbatch: id, shard, step, stage: a.stage + 1, route: fullRoute });
+        this.records.add({ meta: checkMeta, weights, input: input?.frame ?? null, output: body });
+        recorded = true;
+        this.sendForward(runner, id, body, { outputSha: readFrameHeader(body).header.sha256, ...(input ? { inputSha: input.sha } : {}) });
         return;
+      } finally {
+        if (!recorded) this.records.recycle(weights);
       }
-      const out = job.kind === 'start' ? runner.forwardFirst(id, shard) : runner.forwardMiddle(id, job.data);
-      this.stats.forward++;
-      const fullRoute = [...route, me];
-      this.routes.set(id, fullRoute);
-      this.sendForward(runner, { runId: a.runId, microbatch: id, shard, step, stage: a.stage + 1, route: fullRoute }, out);
-      return;
     }
     const id = job.meta.microbatch;
     const dInput = runner.backward(id, job.data);
@@ -343,9 +391,8 @@ export class Miner {
     return encodeFrame(data, [data.length / C, C], runner.assignment.codec, meta);
   }
 
-  /** Sends an activation to a next-stage replica chosen at random by weight; tries others if one fails. */
-  private sendForward(runner: StageRunner, meta: ForwardMeta, activation: Float32Array): void {
-    const body = this.frame(runner, activation, meta);
+  /** Sends an activation frame to a next-stage replica chosen at random by weight; tries others if one fails. */
+  private sendForward(runner: StageRunner, microbatch: number, body: Uint8Array, commit: { outputSha: string; inputSha?: string }): void {
     const candidates = [...this.peers];
     const a = runner.assignment;
     const attempt = async (): Promise<void> => {
@@ -355,13 +402,14 @@ export class Miner {
         try {
           await this.client.request('POST', `${peer.url}/forward`, body);
           this.stats.bytesSent += body.length;
-          this.report({ runId: a.runId, microbatch: meta.microbatch, stage: a.stage, phase: 'forward', next: peer.id, bytesSent: body.length });
+          this.report({ runId: a.runId, microbatch, stage: a.stage, phase: 'forward', next: peer.id, bytesSent: body.length, ...commit });
           return;
         } catch (err) {
-          this.log(`forward of microbatch ${meta.microbatch} to ${peer.url} failed: ${(err as Error).message}`);
+          this.log(`forward of microbatch ${microbatch} to ${peer.url} failed: ${(err as Error).message}`);
         }
       }
-      this.abandon(meta.microbatch, 'no next-stage replica accepted the activation');
+      this.records.drop(microbatch);
+      this.abandon(microbatch, 'no next-stage replica accepted the activation');
     };
     this.track(attempt());
   }
@@ -418,7 +466,7 @@ export class Miner {
           throw new PeerError(409, `work for run ${meta.runId} stage ${meta.stage}; this miner holds stage ${runner.assignment.stage} of ${runner.runId}`);
         }
         if (meta.route.length !== meta.stage) throw new PeerError(400, `route has ${meta.route.length} hops for stage ${meta.stage}`);
-        this.queue.push({ kind: 'forward', meta, data: frame.data });
+        this.queue.push({ kind: 'forward', meta, data: frame.data, frame: body, sha: readFrameHeader(body).header.sha256 });
       } else {
         const meta = parse(BackwardMeta, frame.meta, 'backward meta');
         if (meta.runId !== runner.runId || meta.stage !== runner.assignment.stage) {

@@ -1,6 +1,13 @@
 // The stage a miner holds: the GPT stage with its activation slots, the inner
 // AdamW, the corpus (a first or last stage loads batches itself), and the
 // DiLoCo state (weights at the last merge, outer momentum, error feedback).
+//
+// Weight stashing (PipeDream): a stage that is not last runs a microbatch's
+// backward long after its forward, with other microbatches' inner steps in
+// between. It keeps the weights each slot's forward used and runs that
+// slot's backward with them, so the gradient is the true gradient of the
+// forward it belongs to (only delayed), not a mix of two weight versions.
+// Cost: one copy of the stage's parameters per activation slot.
 import { loadCorpus, type ByteCorpus } from '../data/corpus.ts';
 import { batchForShard } from '../data/batches.ts';
 import type { Engine } from '../engine/engine.ts';
@@ -23,6 +30,10 @@ export class StageRunner {
   private readonly opt: AdamW;
   private readonly freeSlots: number[] = [];
   private readonly slotOf = new Map<number, { slot: number; since: number }>();
+  /** per slot: the weights its forward used (allocated on first use) */
+  private readonly stash: (Float32Array | null)[];
+  /** the current weights while a stashed backward runs */
+  private readonly current: Float32Array;
   /** weights at the start of the current merge interval */
   private thetaStart: Float32Array;
   private outer: OuterState;
@@ -47,6 +58,8 @@ export class StageRunner {
     this.corpus = isEdge ? loadCorpus(assignment.data) : null;
     this.opt = new AdamW(engine, this.stage.params, this.stage.grads, { ...ADAMW_DEFAULTS, lr: assignment.lr });
     for (let i = slots - 1; i >= 0; i--) this.freeSlots.push(i);
+    this.stash = new Array<Float32Array | null>(slots).fill(null);
+    this.current = new Float32Array(this.stage.paramCount);
     this.thetaStart = this.stage.params.flat.data.slice();
     this.outer = createOuterState(this.stage.paramCount);
     this.feedback = new ErrorFeedback(this.stage.paramCount, DEFAULT_BLOCK_SIZE);
@@ -93,16 +106,25 @@ export class StageRunner {
     return batchForShard(this.corpus.train, this.assignment.seed, shard, this.assignment.batchSize, this.stage.config.contextLength);
   }
 
-  /** First stage: forward a new microbatch; keeps its activations in a slot. */
+  /** Keeps the weights the forward in `slot` is about to use. */
+  private stashWeights(slot: number): void {
+    const w = this.stage.params.flat.data;
+    const s = (this.stash[slot] ??= new Float32Array(w.length));
+    s.set(w);
+  }
+
+  /** First stage: forward a new microbatch; keeps its activations (and weights) in a slot. */
   forwardFirst(microbatch: number, shard: number): Float32Array {
     const slot = this.takeSlot(microbatch);
+    this.stashWeights(slot);
     const { B, T } = this.dims();
     return (this.stage.forward(this.batch(shard).inputs, B, T, undefined, slot) as Float32Array).slice();
   }
 
-  /** Middle stage: forward an activation; keeps the microbatch in a slot. */
+  /** Middle stage: forward an activation; keeps the microbatch (and weights) in a slot. */
   forwardMiddle(microbatch: number, activation: Float32Array): Float32Array {
     const slot = this.takeSlot(microbatch);
+    this.stashWeights(slot);
     const { B, T } = this.dims();
     return (this.stage.forward(activation, B, T, undefined, slot) as Float32Array).slice();
   }
@@ -123,13 +145,29 @@ export class StageRunner {
     }
   }
 
-  /** Backward of a microbatch held in a slot, from the gradient of its output; inner step. */
+  /**
+   * Backward of a microbatch held in a slot, from the gradient of its output,
+   * with the weights its forward used; then the inner step on the current weights.
+   */
   backward(microbatch: number, dOutput: Float32Array): Float32Array | null {
     const s = this.slotOf.get(microbatch);
     if (!s) throw new Error(`microbatch ${microbatch} is not held here`);
+    const w = this.stage.params.flat.data;
+    const stashed = this.stash[s.slot];
     try {
       this.stage.zeroGrad();
-      const d = this.stage.backward(dOutput, s.slot);
+      let d: Float32Array | null;
+      if (stashed) {
+        this.current.set(w);
+        w.set(stashed);
+        try {
+          d = this.stage.backward(dOutput, s.slot);
+        } finally {
+          w.set(this.current);
+        }
+      } else {
+        d = this.stage.backward(dOutput, s.slot);
+      }
       this.step();
       return d ? d.slice() : null;
     } finally {

@@ -23,6 +23,7 @@ import type { MicrobatchRow, MinerRow, OrchestratorDb, RunRow } from './db.ts';
 import { DEFAULT_OUTER_LR, DEFAULT_OUTER_MOMENTUM } from '../merge/outer.ts';
 import { CoordinatorError } from './errors.ts';
 import { MergeRounds } from './merges.ts';
+import { SpotChecks, type SpotCheckOptions } from './spot-checks.ts';
 
 export interface CoordinatorOptions {
   heartbeatMs: number;
@@ -32,6 +33,8 @@ export interface CoordinatorOptions {
   microbatchDeadlineMs: number;
   /** activation slots each miner keeps (microbatches in flight per miner) */
   slots: number;
+  /** spot checks of forwards (rate, timeout, slashing threshold) */
+  spotChecks?: Partial<SpotCheckOptions>;
   now?: () => number;
 }
 
@@ -60,6 +63,7 @@ const RATE_WINDOW_MS = 10_000;
 
 export class Coordinator {
   readonly merges: MergeRounds;
+  readonly checks: SpotChecks;
   private readonly options: CoordinatorOptions;
   private readonly now: () => number;
   /** microbatches each miner should abandon, sent with its next heartbeat */
@@ -77,6 +81,7 @@ export class Coordinator {
     this.options = { ...COORDINATOR_DEFAULTS, ...options };
     this.now = this.options.now ?? Date.now;
     this.merges = new MergeRounds(db, blobs, this.now);
+    this.checks = new SpotChecks(db, blobs, this.options.spotChecks, this.now);
     // after a restart, give the miners that were alive a full timeout to re-attach
     const now = this.now();
     for (const m of db.miners(true)) db.touchMiner(m.id, now);
@@ -103,12 +108,13 @@ export class Coordinator {
     this.db.touchMiner(minerId, now);
     this.load.set(minerId, { queue: req.queue, freeSlots: req.freeSlots });
     if (wasGone) this.onMinersChanged();
-    for (const report of req.reports) this.applyReport(minerId, report);
+    const checks: number[] = [];
+    for (const report of req.reports) if (this.applyReport(minerId, report)) checks.push(report.microbatch);
     for (const r of req.rejected ?? []) {
       if (this.db.miner(r.sender)) this.db.logWork(r.sender, null, 'invalid', 1, now, null, `refused by ${minerId}: ${r.reason}`);
     }
 
-    const reply: HeartbeatReply = { assignment: null, microbatches: [], nextStage: [], merge: null, abandon: [] };
+    const reply: HeartbeatReply = { assignment: null, microbatches: [], nextStage: [], merge: null, abandon: [], checks };
     const dropped = this.abandon.get(minerId);
     if (dropped) {
       reply.abandon = [...dropped].slice(0, 4096);
@@ -329,18 +335,20 @@ export class Coordinator {
     return tasks;
   }
 
-  private applyReport(minerId: string, r: WorkReport): void {
+  /** Applies one report; true when the forward it reports was selected for a spot check. */
+  private applyReport(minerId: string, r: WorkReport): boolean {
     const now = this.now();
     const mb = this.db.microbatch(r.microbatch);
     const a = this.db.assignmentOf(minerId);
     if (!mb || mb.run_id !== r.runId || !a || a.run_id !== r.runId || a.stage !== r.stage) {
       this.db.logWork(minerId, r.runId, 'invalid', 1, now, r.stage, `report for microbatch ${r.microbatch} at stage ${r.stage} does not match the miner's assignment`);
-      return;
+      return false;
     }
     const run = this.db.run(r.runId)!;
     const S = run.stage_count;
     if (r.bytesSent) this.db.addRunCounters(run.id, { bytes: r.bytesSent });
     const path = JSON.parse(mb.path ?? '[]') as (string | null)[];
+    let selected = false;
     this.db.tx(() => {
       if (r.phase === 'dropped') {
         this.db.logWork(minerId, run.id, 'dropped', 1, now, r.stage, r.reason ?? null);
@@ -348,6 +356,7 @@ export class Coordinator {
         return;
       }
       this.db.logWork(minerId, run.id, r.phase, 1, now, r.stage);
+      if (r.phase === 'forward') selected = this.checks.onForward(run, minerId, r);
       if (mb.status !== 'issued') return; // late report of re-issued work: credited, nothing else
       const bit = r.phase === 'forward' ? 1 << r.stage : 1 << (S + r.stage);
       const fields: Partial<MicrobatchRow> = { progress: mb.progress | bit };
@@ -376,6 +385,7 @@ export class Coordinator {
       }
       this.db.updateMicrobatch(mb.id, fields);
     });
+    return selected;
   }
 
   /** Puts a microbatch back in the queue and tells the miners on its path to let go. */
@@ -411,6 +421,7 @@ export class Coordinator {
   /** Liveness, deadlines, run starts, merges and completion. Called a few times a second. */
   tick(): void {
     const now = this.now();
+    this.checks.expire();
     let changed = false;
     for (const m of this.db.miners(true)) {
       if (now - m.last_seen > this.options.minerTimeoutMs) {

@@ -6,7 +6,50 @@ import Database from 'better-sqlite3';
 export type RunStatus = 'waiting' | 'started' | 'executing' | 'merging' | 'completed' | 'failed';
 export type StageMode = 'training' | 'merging';
 export type MicrobatchStatus = 'pending' | 'issued' | 'done' | 'dropped';
-export type WorkKind = 'forward' | 'backward' | 'merge' | 'dropped' | 'invalid';
+export type WorkKind = 'forward' | 'backward' | 'merge' | 'dropped' | 'invalid' | 'failed_check';
+export type SpotCheckStatus = 'asked' | 'passed' | 'failed' | 'skipped';
+export type SlashStatus = 'pending' | 'slashed' | 'skipped';
+
+/** What a miner committed to when it reported a forward. */
+export interface ForwardCommitRow {
+  microbatch: number;
+  stage: number;
+  miner_id: string;
+  output_sha: string | null;
+  input_sha: string | null;
+  loss: number | null;
+  at: number;
+}
+
+export interface SpotCheckRow {
+  id: number;
+  run_id: string;
+  microbatch: number;
+  stage: number;
+  miner_id: string;
+  status: SpotCheckStatus;
+  created_at: number;
+  decided_at: number | null;
+  cosine: number | null;
+  norm_ratio: number | null;
+  detail: string | null;
+}
+
+export interface SlashRow {
+  epoch: number;
+  miner: string;
+  /** failed checks in the epoch */
+  failed: number;
+  /** share of the stake to slash */
+  fraction: number;
+  /** wei (decimal string), fixed before the first send */
+  amount: string | null;
+  /** the on-chain reason, unique per (epoch, miner): how a resend finds an earlier slash */
+  reason: string;
+  status: SlashStatus;
+  tx_hash: string | null;
+  error: string | null;
+}
 
 export type EpochStatus = 'open' | 'settling' | 'settled';
 
@@ -180,6 +223,21 @@ CREATE TABLE IF NOT EXISTS epochs (
   id INTEGER PRIMARY KEY AUTOINCREMENT, run_id TEXT, from_log INTEGER NOT NULL, to_log INTEGER,
   opened_at INTEGER NOT NULL, closed_at INTEGER, merges_mark INTEGER NOT NULL DEFAULT 0, status TEXT NOT NULL,
   emission TEXT, remainder TEXT, chain_id INTEGER, chain_epoch TEXT, tx_hash TEXT, settled_at INTEGER, error TEXT
+);
+CREATE TABLE IF NOT EXISTS forward_commits (
+  microbatch INTEGER NOT NULL, stage INTEGER NOT NULL, miner_id TEXT NOT NULL, output_sha TEXT, input_sha TEXT, loss REAL,
+  at INTEGER NOT NULL, PRIMARY KEY (microbatch, stage, miner_id)
+);
+CREATE TABLE IF NOT EXISTS spot_checks (
+  id INTEGER PRIMARY KEY AUTOINCREMENT, run_id TEXT NOT NULL, microbatch INTEGER NOT NULL, stage INTEGER NOT NULL,
+  miner_id TEXT NOT NULL, status TEXT NOT NULL, created_at INTEGER NOT NULL, decided_at INTEGER,
+  cosine REAL, norm_ratio REAL, detail TEXT
+);
+CREATE INDEX IF NOT EXISTS spot_checks_by_miner ON spot_checks (miner_id, status);
+CREATE TABLE IF NOT EXISTS slashes (
+  epoch INTEGER NOT NULL, miner TEXT NOT NULL, failed INTEGER NOT NULL, fraction REAL NOT NULL, amount TEXT,
+  reason TEXT NOT NULL, status TEXT NOT NULL, tx_hash TEXT, error TEXT,
+  PRIMARY KEY (epoch, miner)
 );
 CREATE TABLE IF NOT EXISTS epoch_rewards (
   epoch INTEGER NOT NULL, miner TEXT NOT NULL, score REAL NOT NULL, amount TEXT NOT NULL, units TEXT NOT NULL,
@@ -428,6 +486,92 @@ export class OrchestratorDb {
   /** Work of `runId` logged after work_log id `after`. */
   countWorkAfter(after: number, runId: string): number {
     return (this.sql.prepare('SELECT COUNT(*) AS n FROM work_log WHERE id > ? AND run_id = ?').get(after, runId) as { n: number }).n;
+  }
+
+  // ---- spot checks ----------------------------------------------------------------
+
+  putForwardCommit(c: ForwardCommitRow): void {
+    this.sql
+      .prepare(
+        `INSERT OR REPLACE INTO forward_commits (microbatch, stage, miner_id, output_sha, input_sha, loss, at)
+         VALUES (@microbatch, @stage, @miner_id, @output_sha, @input_sha, @loss, @at)`,
+      )
+      .run(c);
+  }
+
+  /** The commitments reported for a microbatch at a stage (several when it was re-issued), newest first. */
+  forwardCommits(microbatch: number, stage: number): ForwardCommitRow[] {
+    return this.sql.prepare('SELECT * FROM forward_commits WHERE microbatch = ? AND stage = ? ORDER BY at DESC').all(microbatch, stage) as ForwardCommitRow[];
+  }
+
+  deleteForwardCommitsBefore(at: number): void {
+    this.sql.prepare('DELETE FROM forward_commits WHERE at < ?').run(at);
+  }
+
+  insertSpotCheck(c: Pick<SpotCheckRow, 'run_id' | 'microbatch' | 'stage' | 'miner_id' | 'created_at'>): number {
+    return Number(
+      this.sql
+        .prepare(`INSERT INTO spot_checks (run_id, microbatch, stage, miner_id, status, created_at) VALUES (@run_id, @microbatch, @stage, @miner_id, 'asked', @created_at)`)
+        .run(c).lastInsertRowid,
+    );
+  }
+
+  /** The open check of `microbatch` asked of `minerId`. */
+  askedCheck(minerId: string, runId: string, microbatch: number): SpotCheckRow | undefined {
+    return this.sql
+      .prepare("SELECT * FROM spot_checks WHERE miner_id = ? AND run_id = ? AND microbatch = ? AND status = 'asked' ORDER BY id DESC LIMIT 1")
+      .get(minerId, runId, microbatch) as SpotCheckRow | undefined;
+  }
+
+  checksAskedBefore(at: number): SpotCheckRow[] {
+    return this.sql.prepare("SELECT * FROM spot_checks WHERE status = 'asked' AND created_at < ? ORDER BY id").all(at) as SpotCheckRow[];
+  }
+
+  decideCheck(id: number, fields: Pick<SpotCheckRow, 'status' | 'decided_at' | 'cosine' | 'norm_ratio' | 'detail'>): void {
+    this.sql
+      .prepare('UPDATE spot_checks SET status = @status, decided_at = @decided_at, cosine = @cosine, norm_ratio = @norm_ratio, detail = @detail WHERE id = @id')
+      .run({ ...fields, id });
+  }
+
+  spotChecks(filter: { runId?: string; minerId?: string } = {}): SpotCheckRow[] {
+    const where: string[] = [];
+    const args: string[] = [];
+    if (filter.runId) {
+      where.push('run_id = ?');
+      args.push(filter.runId);
+    }
+    if (filter.minerId) {
+      where.push('miner_id = ?');
+      args.push(filter.minerId);
+    }
+    return this.sql.prepare(`SELECT * FROM spot_checks ${where.length ? `WHERE ${where.join(' AND ')}` : ''} ORDER BY id`).all(...args) as SpotCheckRow[];
+  }
+
+  /** Checks per miner and status, optionally for one run. */
+  checkSummary(runId?: string): { miner_id: string; status: SpotCheckStatus; n: number }[] {
+    return this.sql
+      .prepare(`SELECT miner_id, status, COUNT(*) AS n FROM spot_checks ${runId ? 'WHERE run_id = ?' : ''} GROUP BY miner_id, status ORDER BY miner_id, status`)
+      .all(...(runId ? [runId] : [])) as { miner_id: string; status: SpotCheckStatus; n: number }[];
+  }
+
+  // ---- slashes --------------------------------------------------------------------
+
+  putSlash(r: Omit<SlashRow, 'amount' | 'status' | 'tx_hash' | 'error'>): void {
+    this.sql
+      .prepare(
+        `INSERT OR IGNORE INTO slashes (epoch, miner, failed, fraction, reason, status) VALUES (@epoch, @miner, @failed, @fraction, @reason, 'pending')`,
+      )
+      .run(r);
+  }
+
+  slashes(status?: SlashStatus): SlashRow[] {
+    return this.sql.prepare(`SELECT * FROM slashes ${status ? 'WHERE status = ?' : ''} ORDER BY epoch, miner`).all(...(status ? [status] : [])) as SlashRow[];
+  }
+
+  updateSlash(epoch: number, miner: string, fields: Partial<Pick<SlashRow, 'amount' | 'status' | 'tx_hash' | 'error'>>): void {
+    const keys = Object.keys(fields);
+    if (keys.length === 0) return;
+    this.sql.prepare(`UPDATE slashes SET ${keys.map((k) => `${k} = @${k}`).join(', ')} WHERE epoch = @epoch AND miner = @miner`).run({ ...fields, epoch, miner });
   }
 
   // ---- epochs -------------------------------------------------------------------

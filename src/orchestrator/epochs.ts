@@ -13,13 +13,21 @@
 // At start (and on every step) each 'settling' epoch is finished: if the chain
 // already shows it settled with the same digest it is only marked settled,
 // otherwise the remaining batches are sent.
+//
+// Slashing: a miner with `slashAfter` or more failed spot checks in an epoch
+// gets a 'pending' slash row in the same transaction that closes the epoch.
+// Its amount (a share of the stake and unstaking tokens) is fixed and written
+// before the first send; its reason names the epoch and is unique, so after a
+// crash the Slashed events show whether it already went through.
 import { formatEther, parseAbiItem, type Address, type Hash } from 'viem';
 import type { ChainClient, SigningClient } from '../chain/client.ts';
 import { normalizeRewards, readEpoch, rewardsDigest, settleEpoch, type Reward } from '../chain/rewards.ts';
-import { readStake } from '../chain/staking.ts';
-import type { EpochRow, OrchestratorDb } from './db.ts';
+import { ChainTxError } from '../chain/tx.ts';
+import { readStake, slashStake } from '../chain/staking.ts';
+import type { EpochRow, OrchestratorDb, SlashRow } from './db.ts';
 import { CoordinatorError } from './errors.ts';
 import { scoreEpoch, splitEmission, stageSharesOf, type StageShares } from './scoring.ts';
+import { SPOT_CHECK_DEFAULTS, type SpotCheckOptions } from './spot-checks.ts';
 
 export const DEFAULT_EMISSION = 100n * 10n ** 18n;
 export const DEFAULT_EPOCH_ROUNDS = 1;
@@ -46,6 +54,7 @@ export interface ChainOptions {
 }
 
 const EPOCH_SETTLED = parseAbiItem('event EpochSettled(uint256 indexed epochId, uint32 batchCount, uint256 total, bytes32 digest)');
+const SLASHED = parseAbiItem('event Slashed(address indexed account, uint256 amount, string reason)');
 
 export class Epochs {
   readonly emission: bigint;
@@ -58,6 +67,7 @@ export class Epochs {
     readonly db: OrchestratorDb,
     readonly chain: ChainOptions,
     private readonly now: () => number = Date.now,
+    readonly slashing: Pick<SpotCheckOptions, 'slashAfter' | 'slashFraction'> = SPOT_CHECK_DEFAULTS,
   ) {
     this.emission = chain.emission ?? DEFAULT_EMISSION;
     if (this.emission < 0n) throw new RangeError('emission must not be negative');
@@ -94,7 +104,7 @@ export class Epochs {
     return this.running;
   }
 
-  /** Settles every 'settling' epoch, oldest first; errors are recorded on the epoch and retried later. */
+  /** Settles every 'settling' epoch, oldest first, then sends pending slashes; errors are recorded and retried later. */
   async reconcile(): Promise<void> {
     for (const e of this.db.epochs('settling')) {
       try {
@@ -104,6 +114,53 @@ export class Epochs {
         this.db.updateEpoch(e.id, { error: message.slice(0, 500) });
         this.log(`epoch ${e.id}: settlement failed, will retry: ${message}`);
       }
+    }
+    for (const s of this.db.slashes('pending')) {
+      try {
+        await this.slash(s);
+      } catch (err) {
+        const message = (err as Error).message.split('\n')[0];
+        this.db.updateSlash(s.epoch, s.miner, { error: message.slice(0, 500) });
+        this.log(`epoch ${s.epoch}: slashing ${s.miner} failed, will retry: ${message}`);
+      }
+    }
+  }
+
+  /** Sends one pending slash exactly once (a Slashed event with its reason means it went through already). */
+  private async slash(s: SlashRow): Promise<void> {
+    const { client, signer } = this.chain;
+    const account = s.miner as Address;
+    const done = await client.public.getLogs({
+      address: client.deployment.staking,
+      event: SLASHED,
+      args: { account },
+      fromBlock: BigInt(client.deployment.deployBlock),
+      toBlock: 'latest',
+    });
+    const found = done.find((l) => l.args.reason === s.reason);
+    if (found) {
+      this.db.updateSlash(s.epoch, s.miner, { status: 'slashed', tx_hash: found.transactionHash, amount: (found.args.amount ?? 0n).toString(), error: null });
+      return;
+    }
+    let amount = s.amount === null ? null : BigInt(s.amount);
+    if (amount === null) {
+      const p = await readStake(client, account);
+      amount = ((p.staked + p.unstaking) * BigInt(Math.round(s.fraction * 1e6))) / 1_000_000n;
+      this.db.updateSlash(s.epoch, s.miner, { amount: amount.toString() }); // durable before sending
+    }
+    if (amount === 0n) {
+      this.db.updateSlash(s.epoch, s.miner, { status: 'skipped', error: 'nothing staked to slash' });
+      this.log(`epoch ${s.epoch}: ${s.miner} failed ${s.failed} spot checks but has nothing staked`);
+      return;
+    }
+    try {
+      const tx = await slashStake(client, signer, account, amount, s.reason);
+      this.db.updateSlash(s.epoch, s.miner, { status: 'slashed', tx_hash: tx.hash, error: null });
+      this.log(`epoch ${s.epoch}: slashed ${formatEther(amount)} NIM of ${s.miner} for ${s.failed} failed spot checks (tx ${tx.hash})`);
+    } catch (err) {
+      if (!(err instanceof ChainTxError && err.errorName === 'InsufficientStake')) throw err;
+      // it withdrew in between: slash what is left at the next pass
+      this.db.updateSlash(s.epoch, s.miner, { amount: null, error: 'stake fell before the slash; recomputing' });
     }
   }
 
@@ -136,6 +193,12 @@ export class Epochs {
       split.rewards.forEach((r, i) => {
         this.db.putEpochReward({ epoch: open.id, miner: r.miner, score: r.score, amount: r.amount.toString(), units: JSON.stringify(scores[i].units) });
       });
+      for (const sc of scores) {
+        const failed = sc.units.failed_check;
+        if (failed >= this.slashing.slashAfter && this.slashing.slashFraction > 0) {
+          this.db.putSlash({ epoch: open.id, miner: sc.miner, failed, fraction: this.slashing.slashFraction, reason: `nimble epoch ${open.id}: ${failed} failed spot checks` });
+        }
+      }
       const paid = split.rewards.some((r) => r.amount > 0n);
       this.db.updateEpoch(open.id, {
         run_id: runId,

@@ -123,6 +123,12 @@ export function buildApi(coordinator: Coordinator, verifier = new RequestVerifie
     const partition = int((req.params as Record<string, string>).partition, 'partition');
     return { blob: await coordinator.merges.putMerged(req.minerId!, runId, stage, round, partition, raw(req)) };
   });
+  app.post('/runs/:runId/checks/:microbatch', { preHandler: signed }, async (req) => {
+    const p = req.params as Record<string, string>;
+    const microbatch = int(p.microbatch, 'microbatch');
+    const r = await coordinator.checks.submit(req.minerId!, p.runId, microbatch, raw(req));
+    return { status: r.status, detail: r.detail };
+  });
   app.post('/runs/:runId/stages/:stage/rounds/:round/state', { preHandler: signed }, async (req) => {
     const { runId, stage, round } = roundParams(req);
     return { blob: await coordinator.merges.putState(req.minerId!, runId, stage, round, raw(req)) };

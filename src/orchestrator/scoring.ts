@@ -4,19 +4,24 @@
 //
 //   weight(unit) = the share of the model's parameters held by the stage the
 //                  unit was logged for (rangeParamCount(stage) / total)
-//   score(miner) = max(0, Σ done units·w − 3·Σ dropped units·w − 5·Σ invalid units·w)
+//   score(miner) = max(0, Σ done units·w − 3·Σ dropped units·w − 5·Σ invalid units·w
+//                         − 10·Σ failed spot checks·w)
 //
 // Done units are forward, backward and merge (one merged partition). A dropped
 // unit (a microbatch lost while held, a missing pseudo-gradient) costs 3 done
 // units, as in IOTA; an invalid one (a malformed or forged request, a report
 // that does not match the assignment, a peer refusing what the miner sent)
-// costs 5, because it is deliberate or broken rather than merely slow.
+// costs 5, because it is deliberate or broken rather than merely slow. A
+// failed spot check (src/orchestrator/spot-checks.ts: a forward whose
+// recomputation disagrees with what the miner sent, or a check left
+// unanswered) costs 10: it is evidence of wrong work passed on to others.
 import { gptConfig } from '../model/config.ts';
 import { rangeParamCount } from '../model/gpt.ts';
 import type { WorkKind } from './db.ts';
 
 export const DROPPED_PENALTY = 3;
 export const INVALID_PENALTY = 5;
+export const FAILED_CHECK_PENALTY = 10;
 /** Scores are quantized to 1e-9 of a unit before the integer split. */
 const SCORE_SCALE = 1e9;
 
@@ -63,7 +68,7 @@ export interface MinerScore {
   penalty: number;
   /** max(0, work − penalty) */
   score: number;
-  units: { forward: number; backward: number; merge: number; dropped: number; invalid: number };
+  units: Record<WorkKind, number>;
 }
 
 /** Scores every miner that appears in `rows`, sorted by address. */
@@ -72,7 +77,7 @@ export function scoreEpoch(rows: readonly WorkRow[], shares: StageShares): Miner
   for (const r of rows) {
     let m = byMiner.get(r.miner_id);
     if (!m) {
-      m = { miner: r.miner_id, work: 0, penalty: 0, score: 0, units: { forward: 0, backward: 0, merge: 0, dropped: 0, invalid: 0 } };
+      m = { miner: r.miner_id, work: 0, penalty: 0, score: 0, units: { forward: 0, backward: 0, merge: 0, dropped: 0, invalid: 0, failed_check: 0 } };
       byMiner.set(r.miner_id, m);
     }
     if (!(r.units > 0) || !Number.isFinite(r.units)) continue;
@@ -81,6 +86,7 @@ export function scoreEpoch(rows: readonly WorkRow[], shares: StageShares): Miner
     if (r.kind === 'forward' || r.kind === 'backward' || r.kind === 'merge') m.work += r.units * w;
     else if (r.kind === 'dropped') m.penalty += DROPPED_PENALTY * r.units * w;
     else if (r.kind === 'invalid') m.penalty += INVALID_PENALTY * r.units * w;
+    else if (r.kind === 'failed_check') m.penalty += FAILED_CHECK_PENALTY * r.units * w;
   }
   const out = [...byMiner.values()];
   for (const m of out) m.score = Math.max(0, m.work - m.penalty);

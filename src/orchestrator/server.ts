@@ -31,7 +31,7 @@ export async function startOrchestrator(options: OrchestratorOptions): Promise<R
   const db = new OrchestratorDb(join(options.dataDir, 'orchestrator.sqlite'));
   const blobs = await FsBlobStore.open(join(options.dataDir, 'blobs'));
   const coordinator = new Coordinator(db, blobs, options.coordinator);
-  const epochs = options.chain ? new Epochs(db, options.chain) : null;
+  const epochs = options.chain ? new Epochs(db, options.chain, Date.now, coordinator.checks.options) : null;
   if (epochs) {
     try {
       await epochs.start(); // finishes epochs a crash left 'settling' before anything else
@@ -59,6 +59,7 @@ export async function startOrchestrator(options: OrchestratorOptions): Promise<R
     async close() {
       clearInterval(timer);
       await app.close();
+      await coordinator.checks.close();
       if (epochs) {
         await epochs.stop();
         // pay for the work done up to now before leaving

@@ -36,6 +36,8 @@ export interface RunView {
   batchSize: number;
   mergeEvery: number;
   stages: StageView[];
+  /** spot checks of this run's forwards, per miner */
+  checks: { miner: string; name: string | null; passed: number; failed: number; open: number }[];
   bottleneckTokensPerS: number | null;
   message: string | null;
   createdAt: number;
@@ -79,12 +81,25 @@ export function runView(c: Coordinator, run: RunRow): RunView {
     batchSize: run.batch_size,
     mergeEvery: run.merge_every,
     stages,
+    checks: checksView(c.db, run.id),
     bottleneckTokensPerS: plan?.bottleneckTokensPerS ?? null,
     message: run.error,
     createdAt: run.created_at,
     startedAt: run.started_at,
     finishedAt: run.finished_at,
   };
+}
+
+function checksView(db: OrchestratorDb, runId: string): RunView['checks'] {
+  const byMiner = new Map<string, RunView['checks'][number]>();
+  for (const r of db.checkSummary(runId)) {
+    let v = byMiner.get(r.miner_id);
+    if (!v) byMiner.set(r.miner_id, (v = { miner: r.miner_id, name: db.miner(r.miner_id)?.name ?? null, passed: 0, failed: 0, open: 0 }));
+    if (r.status === 'passed') v.passed += r.n;
+    else if (r.status === 'failed') v.failed += r.n;
+    else if (r.status === 'asked') v.open += r.n;
+  }
+  return [...byMiner.values()];
 }
 
 /** The whole model from the stages' latest states, as one safetensors checkpoint. */
@@ -130,6 +145,8 @@ export interface EpochView {
   settledAt: number | null;
   error: string | null;
   rewards: { miner: string; name: string | null; score: number; amount: string; amountWei: string; units: Record<string, number> }[];
+  /** stakes slashed for failed spot checks in this epoch */
+  slashes: { miner: string; failed: number; amount: string | null; amountWei: string | null; status: string; txHash: string | null; reason: string; error: string | null }[];
 }
 
 export function epochView(db: OrchestratorDb, e: EpochRow): EpochView {
@@ -154,6 +171,16 @@ export function epochView(db: OrchestratorDb, e: EpochRow): EpochView {
       amount: formatEther(BigInt(r.amount)),
       amountWei: r.amount,
       units: JSON.parse(r.units) as Record<string, number>,
+    })),
+    slashes: db.slashes().filter((x) => x.epoch === e.id).map((x) => ({
+      miner: x.miner,
+      failed: x.failed,
+      amount: x.amount === null ? null : formatEther(BigInt(x.amount)),
+      amountWei: x.amount,
+      status: x.status,
+      txHash: x.tx_hash,
+      reason: x.reason,
+      error: x.error,
     })),
   };
 }

@@ -3,6 +3,7 @@
 import { Type, type Static, type TSchema } from '@sinclair/typebox';
 import { TypeCompiler, type TypeCheck } from '@sinclair/typebox/compiler';
 
+const Sha256 = Type.String({ pattern: '^[0-9a-f]{64}$' });
 const Id = Type.String({ minLength: 1, maxLength: 128, pattern: '^[A-Za-z0-9_.:-]+$' });
 const Address = Type.String({ pattern: '^0x[0-9a-fA-F]{40}$' });
 const BlobId = Type.String({ pattern: '^[0-9a-f]{64}$' });
@@ -41,6 +42,9 @@ export const WorkReport = Type.Object({
   loss: Type.Optional(Finite),
   bytesSent: Count,
   reason: Type.Optional(Type.String({ maxLength: 256 })),
+  /** sha256 of the activation frame this forward sent / received: the miner's commitment for spot checks */
+  outputSha: Type.Optional(Sha256),
+  inputSha: Type.Optional(Sha256),
 });
 export type WorkReport = Static<typeof WorkReport>;
 
@@ -113,6 +117,8 @@ export const HeartbeatReply = Type.Object({
   merge: Type.Union([MergeTask, Type.Null()]),
   /** microbatches the miner should abandon (re-issued elsewhere) */
   abandon: Type.Array(Positive, { maxItems: 4096 }),
+  /** forwards reported in this heartbeat that the miner must prove (spot checks); the others it may forget */
+  checks: Type.Array(Positive, { maxItems: 4096 }),
 });
 export type HeartbeatReply = Static<typeof HeartbeatReply>;
 

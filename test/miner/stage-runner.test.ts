@@ -1,0 +1,93 @@
+import assert from 'node:assert/strict';
+import { after, before, test } from 'node:test';
+import { Engine } from '../../src/engine/engine.ts';
+import { StageRunner } from '../../src/miner/stage-runner.ts';
+import { gptConfig } from '../../src/model/config.ts';
+import { GptStage, splitEvenly } from '../../src/model/gpt.ts';
+import { mulberry32 } from '../../src/model/init.ts';
+import type { StageAssignment } from '../../src/protocol/messages.ts';
+
+let engine: Engine;
+before(async () => {
+  engine = await Engine.create({ threads: 1 });
+});
+after(async () => {
+  await engine.close();
+});
+
+const model = 'gpt-micro';
+const B = 2;
+
+function assignment(stage: number, stageCount: number): StageAssignment {
+  const range = splitEvenly(gptConfig(model), stageCount)[stage];
+  return {
+    runId: 'r1', stage, stageCount, from: range.from, to: range.to, model, data: 'moby-dick',
+    batchSize: B, seed: 7, round: 0, stateBlob: null, codec: 'f16', lr: 1e-2,
+  };
+}
+
+function randomArray(n: number, seed: number, scale = 1): Float32Array {
+  const rand = mulberry32(seed);
+  return Float32Array.from({ length: n }, () => (rand() * 2 - 1) * scale);
+}
+
+test('a delayed backward uses the weights its forward used (weight stashing)', () => {
+  const config = gptConfig(model);
+  const a = assignment(1, 3); // a middle stage: backward returns d(input)
+  const runner = new StageRunner(engine, a, 2);
+  const T = config.contextLength;
+  const width = B * T * config.channels;
+  const w0 = runner.stage.params.flat.data.slice();
+  const x1 = randomArray(width, 1);
+  const x2 = randomArray(width, 2);
+  const g1 = randomArray(width, 3, 1e-3);
+  const g2 = randomArray(width, 4, 1e-3);
+
+  runner.forwardMiddle(1, x1);
+  runner.forwardMiddle(2, x2);
+  runner.backward(2, g2); // inner step: the weights move
+  assert.notDeepEqual(runner.stage.params.flat.data, w0);
+  const wAfterFirstStep = runner.stage.params.flat.data.slice();
+  const d1 = runner.backward(1, g1);
+  assert.ok(d1);
+
+  // reference: the same forward and backward on a stage holding w0
+  const ref = new GptStage(engine, config, { from: a.from, to: a.to }, { batchSize: B });
+  ref.params.flat.data.set(w0);
+  ref.forward(x1, B, T);
+  ref.zeroGrad();
+  const dRef = ref.backward(g1);
+  assert.ok(dRef);
+  assert.deepEqual(d1, dRef.slice(), 'd(input) is the gradient at the forward weights');
+  assert.deepEqual(runner.stage.grads.flat.data.slice(), ref.grads.flat.data.slice(), 'parameter gradients too');
+  // and the inner step moved the current weights, not the stashed ones
+  assert.notDeepEqual(runner.stage.params.flat.data, wAfterFirstStep);
+  assert.notDeepEqual(runner.stage.params.flat.data, w0);
+  ref.release();
+  runner.dispose();
+});
+
+test('a first stage stashes too: its parameter gradient matches the forward weights', () => {
+  const config = gptConfig(model);
+  const a = assignment(0, 2);
+  const runner = new StageRunner(engine, a, 2);
+  const T = config.contextLength;
+  const width = B * T * config.channels;
+  const w0 = runner.stage.params.flat.data.slice();
+  runner.forwardFirst(1, 10);
+  runner.forwardFirst(2, 11);
+  runner.backward(2, randomArray(width, 5, 1e-3));
+  const g1 = randomArray(width, 6, 1e-3);
+  assert.equal(runner.backward(1, g1), null);
+
+  const ref = new StageRunner(engine, a, 1);
+  ref.stage.params.flat.data.set(w0);
+  ref.forwardFirst(1, 10);
+  const before = ref.stage.params.flat.data.slice();
+  ref.stage.zeroGrad();
+  ref.stage.backward(g1, 0);
+  assert.deepEqual(runner.stage.grads.flat.data.slice(), ref.stage.grads.flat.data.slice());
+  assert.deepEqual(ref.stage.params.flat.data.slice(), before);
+  ref.dispose();
+  runner.dispose();
+});

@@ -1,0 +1,95 @@
+// End to end: spot checks catch a dishonest miner and slash it. An orchestrator
+// on its local anvil checks half of all forwards; one honest miner (a child
+// process) and one that inflates every activation it sends and every loss it
+// reports (in this process, through the miner's fault-injection hook). The
+// honest miner passes every check; the dishonest one fails, loses score and,
+// past two failures in an epoch, half its stake, exactly once per epoch.
+import assert from 'node:assert/strict';
+import { join } from 'node:path';
+import { after, test } from 'node:test';
+import { parseAbiItem, parseEther, type Address } from 'viem';
+import { generatePrivateKey, privateKeyToAccount } from 'viem/accounts';
+import { signerFor } from '../../src/chain/client.ts';
+import { openChain } from '../../src/chain/session.ts';
+import { addStake, readStake } from '../../src/chain/staking.ts';
+import { ensureGas, faucet } from '../../src/chain/token.ts';
+import { Miner } from '../../src/miner/miner.ts';
+import type { EpochView } from '../../src/orchestrator/views.ts';
+import { Cluster } from './helpers.ts';
+
+const cluster = new Cluster();
+let cheater: Miner | null = null;
+after(async () => {
+  await cheater?.stop();
+  const orch = cluster.orchestrator?.child;
+  if (orch && orch.exitCode === null && orch.signalCode === null) {
+    const exited = new Promise((r) => orch.once('exit', r));
+    orch.kill('SIGTERM');
+    await Promise.race([exited, new Promise((r) => setTimeout(r, 10_000))]);
+  }
+  await cluster.stop();
+});
+
+async function epochs(): Promise<EpochView[]> {
+  return ((await (await fetch(`${cluster.url}/epochs`)).json()) as { epochs: EpochView[] }).epochs;
+}
+
+test('spot checks pass an honest miner and slash a dishonest one', async () => {
+  process.env.NIMBLE_CHAIN_RPC = '';
+  await cluster.startOrchestrator(['--epoch-rounds', '1', '--emission', '10', '--check-rate', '0.5', '--slash-after', '2', '--slash-fraction', '0.5'], { chain: true });
+  const key = generatePrivateKey();
+  const address = privateKeyToAccount(key).address;
+  const session = await openChain({ dataDir: join(cluster.dir, 'orch') });
+  try {
+    await faucet(session.client, address, parseEther('100'));
+    await ensureGas(session.client, address);
+    await addStake(session.client, signerFor(session.client, privateKeyToAccount(key)), parseEther('40'));
+
+    await cluster.startMiner('honest');
+    cheater = await Miner.start({
+      orchestrator: cluster.url,
+      dataDir: join(cluster.dir, 'cheater'),
+      name: 'cheater',
+      threads: 1,
+      privateKey: key,
+      tamper: { activation: (a) => a.forEach((x, i) => (a[i] = x * 1.5)), loss: (l) => l * 0.5 },
+    });
+    const run = await cluster.createRun({ model: 'gpt-micro', data: 'moby-dick', steps: 60, stages: 2, mergeEvery: 5, batchSize: 8, minMiners: 2 });
+    const done = await cluster.waitRun(run.id, (v) => v.status === 'completed' || v.status === 'failed', 180_000);
+    assert.equal(done.status, 'completed');
+    const byName = new Map(done.checks.map((c) => [c.name, c]));
+    const honest = byName.get('honest');
+    const bad = byName.get('cheater');
+    assert.ok(honest && honest.passed >= 3, `honest checks: ${JSON.stringify(done.checks)}`);
+    assert.equal(honest.failed, 0, `an honest miner never fails: ${JSON.stringify(done.checks)}`);
+    assert.ok(bad && bad.failed >= 3, `dishonest checks: ${JSON.stringify(done.checks)}`);
+    assert.equal(bad.passed, 0);
+
+    // slashed on chain: every 'slashed' row is one Slashed event, the stake fell by their sum
+    let slashes: EpochView['slashes'] = [];
+    for (let i = 0; i < 150; i++) {
+      const es = await epochs();
+      slashes = es.flatMap((e) => e.slashes);
+      if (slashes.length > 0 && slashes.every((s) => s.status !== 'pending') && es.filter((e) => e.status !== 'open').every((e) => e.status === 'settled')) break;
+      await new Promise((r) => setTimeout(r, 200));
+    }
+    assert.ok(slashes.length >= 1, 'the dishonest miner was slashed');
+    assert.ok(slashes.every((s) => s.miner === address && s.status === 'slashed' && s.failed >= 2), JSON.stringify(slashes));
+    const events = await session.client.public.getLogs({
+      address: session.client.deployment.staking,
+      event: parseAbiItem('event Slashed(address indexed account, uint256 amount, string reason)'),
+      args: { account: address as Address },
+      fromBlock: 0n,
+      toBlock: 'latest',
+    });
+    assert.equal(events.length, slashes.length, 'one slash per epoch row, none twice');
+    assert.deepEqual(new Set(events.map((e) => e.args.reason)).size, events.length);
+    const earned = (await epochs()).flatMap((e) => e.rewards).filter((r) => r.miner === address).reduce((a, r) => a + BigInt(r.amountWei), 0n);
+    const slashed = slashes.reduce((a, s) => a + BigInt(s.amountWei!), 0n);
+    const { staked, unstaking } = await readStake(session.client, address as Address);
+    assert.equal(staked + unstaking, parseEther('40') + earned - slashed);
+    assert.ok(slashed >= parseEther('20'), 'the first slash took half of the stake');
+  } finally {
+    await session.close();
+  }
+});

@@ -1,0 +1,153 @@
+import assert from 'node:assert/strict';
+import { after, before, test } from 'node:test';
+import { loadCorpus } from '../../src/data/corpus.ts';
+import { batchForShard } from '../../src/data/batches.ts';
+import { Engine } from '../../src/engine/engine.ts';
+import { gptConfig } from '../../src/model/config.ts';
+import { GptStage, splitEvenly } from '../../src/model/gpt.ts';
+import { mulberry32 } from '../../src/model/init.ts';
+import { decodeCheckBundle, encodeCheckBundle, type CheckMeta } from '../../src/protocol/check-bundle.ts';
+import { FrameError } from '../../src/protocol/errors.ts';
+import { encodeFrame, readFrameHeader } from '../../src/protocol/frame.ts';
+import { ADAM_STEP_BOUND, compare, verifyForward, type CheckContext } from '../../src/orchestrator/spot-checks.ts';
+
+let engine: Engine;
+before(async () => {
+  engine = await Engine.create({ threads: 1 });
+});
+after(async () => {
+  await engine.close();
+});
+
+const config = gptConfig('gpt-micro');
+const B = 2;
+const T = config.contextLength;
+const C = config.channels;
+const corpus = loadCorpus('moby-dick');
+const [first, second] = splitEvenly(config, 2);
+const seed = 5;
+const shard = 17;
+
+/** A forward as an honest first-stage miner does it: weights moved a little since the merge, fp16 output frame. */
+function honestFirst(samples = 3, lr = 1e-3): { meta: CheckMeta; weights: Float32Array; theta: Float32Array; out: Float32Array; frame: Uint8Array } {
+  const stage = new GptStage(engine, config, first, { batchSize: B, seed });
+  const theta = stage.params.flat.data.slice();
+  const rand = mulberry32(9);
+  const w = stage.params.flat.data;
+  for (let i = 0; i < w.length; i++) w[i] += (rand() * 2 - 1) * lr * samples; // within what AdamW could do
+  const weights = w.slice();
+  const out = (stage.forward(batchForShard(corpus.train, seed, shard, B, T).inputs, B, T) as Float32Array).slice();
+  stage.release();
+  const meta: CheckMeta = { runId: 'r1', microbatch: 4, stage: 0, round: 0, samples, shard };
+  return { meta, weights, theta, out, frame: encodeFrame(out, [B * T, C], 'f16', { microbatch: 4 }) };
+}
+
+function contextFor(frame: Uint8Array, theta: Float32Array | null, over: Partial<CheckContext> = {}): CheckContext {
+  return {
+    config, range: first, batchSize: B, seed, corpus, shard, codec: 'f16', lr: 1e-3, thetaStart: theta, maxSamples: 464,
+    outputSha: readFrameHeader(frame).header.sha256, inputSha: null, loss: null, upstreamShas: null, ...over,
+  };
+}
+
+const expectFirst = (paramCount: number) => ({ paramCount, activationShape: [B * T, C], hasInput: false, hasOutput: true, maxBytes: 1 << 26 });
+
+test('a check bundle round-trips, and a malformed one is refused with a FrameError', () => {
+  const h = honestFirst();
+  const bytes = encodeCheckBundle({ meta: h.meta, weights: h.weights, input: null, output: h.frame });
+  const d = decodeCheckBundle(bytes, expectFirst(h.weights.length));
+  assert.deepEqual(d.meta, h.meta);
+  assert.deepEqual(d.weights, h.weights);
+  assert.equal(d.outputSha, readFrameHeader(h.frame).header.sha256);
+  assert.equal(d.input, null);
+  const bad: [string, Uint8Array, Partial<ReturnType<typeof expectFirst>>][] = [
+    ['truncated', bytes.subarray(0, bytes.length - 1), {}],
+    ['magic', Uint8Array.from(bytes, (b, i) => (i === 0 ? 0 : b)), {}],
+    ['missing input', bytes, { hasInput: true }],
+    ['wrong param count', bytes, { paramCount: h.weights.length - 1 }],
+    ['too large', bytes, { maxBytes: 100 }],
+  ];
+  for (const [what, b, over] of bad) {
+    assert.throws(() => decodeCheckBundle(b, { ...expectFirst(h.weights.length), ...over }), FrameError, what);
+  }
+  // a flipped payload byte breaks the output frame's sha256
+  const flipped = bytes.slice();
+  flipped[flipped.length - 3] ^= 0xff;
+  assert.throws(() => decodeCheckBundle(flipped, expectFirst(h.weights.length)), FrameError);
+});
+
+test('an honest fp16 forward passes; a tampered one fails on cosine and norm', () => {
+  const h = honestFirst();
+  const bundle = (frame: Uint8Array) => decodeCheckBundle(encodeCheckBundle({ meta: h.meta, weights: h.weights, input: null, output: frame }), expectFirst(h.weights.length));
+  const ok = verifyForward(engine, contextFor(h.frame, h.theta), bundle(h.frame));
+  assert.ok(ok.passed, ok.detail);
+  assert.ok(ok.cosine! > 0.99999, `cosine ${ok.cosine}`);
+
+  // 3% noise on every value: the cheat a threshold must catch
+  const rand = mulberry32(3);
+  const noisy = h.out.map((x) => x * (1 + 0.03 * (rand() * 2 - 1)) + 0.03 * (rand() * 2 - 1));
+  const noisyFrame = encodeFrame(noisy, [B * T, C], 'f16', {});
+  const bad = verifyForward(engine, contextFor(noisyFrame, h.theta), bundle(noisyFrame));
+  assert.equal(bad.passed, false);
+  assert.match(bad.detail, /cosine/);
+
+  // scaled output: the cosine is perfect, the norm ratio is not
+  const scaledFrame = encodeFrame(h.out.map((x) => x * 1.05), [B * T, C], 'f16', {});
+  const scaled = verifyForward(engine, contextFor(scaledFrame, h.theta), bundle(scaledFrame));
+  assert.equal(scaled.passed, false);
+  assert.ok(scaled.cosine! > 0.9999);
+  assert.match(scaled.detail, /norm ratio/);
+});
+
+test('the output must be the committed frame, and the weights within reach of the merged state', () => {
+  const h = honestFirst();
+  const bytes = encodeCheckBundle({ meta: h.meta, weights: h.weights, input: null, output: h.frame });
+  const b = decodeCheckBundle(bytes, expectFirst(h.weights.length));
+  const other = encodeFrame(h.out, [B * T, C], 'f32', {});
+  const r1 = verifyForward(engine, contextFor(other, h.theta), b);
+  assert.equal(r1.passed, false);
+  assert.match(r1.detail, /not the one the miner reported sending/);
+
+  // weights far from the merged state: made up to fit a made-up output
+  const far = h.weights.slice();
+  far[10] += 1;
+  const b2 = decodeCheckBundle(encodeCheckBundle({ meta: h.meta, weights: far, input: null, output: h.frame }), expectFirst(h.weights.length));
+  const r2 = verifyForward(engine, contextFor(h.frame, h.theta), b2);
+  assert.equal(r2.passed, false);
+  assert.match(r2.detail, /moved .* from the merged state/);
+  // the bound scales with the steps claimed; claiming more than possible fails too
+  const r3 = verifyForward(engine, contextFor(h.frame, h.theta, { maxSamples: 2 }), b);
+  assert.match(r3.detail, /inner steps/);
+  assert.ok(ADAM_STEP_BOUND > 7.27);
+
+  // the wrong shard
+  const r4 = verifyForward(engine, contextFor(h.frame, h.theta, { shard: shard + 1 }), b);
+  assert.match(r4.detail, /shard/);
+});
+
+test('a last stage is checked by its loss, and its input against what the previous stage sent', () => {
+  const h = honestFirst();
+  const last = new GptStage(engine, config, second, { batchSize: B, seed });
+  const weights = last.params.flat.data.slice();
+  const input = h.frame;
+  // the receiver sees the fp16-rounded activation
+  const decoded = decodeCheckBundle(encodeCheckBundle({ meta: h.meta, weights: h.weights, input: null, output: h.frame }), expectFirst(h.weights.length)).output!.data;
+  const loss = last.forward(decoded, B, T, batchForShard(corpus.train, seed, shard, B, T).targets) as number;
+  last.release();
+  const sha = readFrameHeader(input).header.sha256;
+  const meta: CheckMeta = { ...h.meta, stage: 1 };
+  const b = decodeCheckBundle(encodeCheckBundle({ meta, weights, input, output: null }), { paramCount: weights.length, activationShape: [B * T, C], hasInput: true, hasOutput: false, maxBytes: 1 << 26 });
+  const ctx = (over: Partial<CheckContext>): CheckContext => ({ ...contextFor(h.frame, weights), range: second, outputSha: null, inputSha: sha, loss, upstreamShas: [sha], ...over });
+  const ok = verifyForward(engine, ctx({}), b);
+  assert.ok(ok.passed, ok.detail);
+  assert.equal(verifyForward(engine, ctx({ loss: loss * 0.99 }), b).passed, false);
+  assert.match(verifyForward(engine, ctx({ upstreamShas: ['0'.repeat(64)] }), b).detail, /previous stage/);
+  assert.match(verifyForward(engine, ctx({ inputSha: '1'.repeat(64) }), b).detail, /reported receiving/);
+});
+
+test('compare: cosine and norm ratio', () => {
+  const a = Float32Array.from([1, 2, 3]);
+  assert.deepEqual(compare(a, a), { cosine: 1, normRatio: 1 });
+  const c = compare(a, Float32Array.from([2, 4, 6]));
+  assert.ok(Math.abs(c.cosine - 1) < 1e-12 && Math.abs(c.normRatio - 2) < 1e-12);
+  assert.equal(compare(a, new Float32Array(3)).cosine, 0);
+});
