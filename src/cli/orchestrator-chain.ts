@@ -53,5 +53,9 @@ export async function orchestratorChain(flags: OrchestratorChainFlags, log: (lin
   }) : null;
   const session = await openChain({ dataDir: resolveDataDir(flags), rpcUrl, persistent: true });
   const signer = wallet ? wallet.sign(session.client) : signerFor(session.client, localOperatorAccount());
-  return { client: session.client, signer, emission, epochRounds, epochMs, minStake, close: () => session.close(), log };
+  const pause = Number(process.env.NIMBLE_TEST_SETTLE_PAUSE_MS ?? 0); // fault injection for the kill -9 test
+  return {
+    client: session.client, signer, emission, epochRounds, epochMs, minStake, close: () => session.close(), log,
+    ...(pause > 0 ? { pauseAfterSettleMs: pause } : {}),
+  };
 }

@@ -189,7 +189,15 @@ export class Miner {
       this.reports.unshift(...req.reports);
       this.rejected.unshift(...rejected);
       if (err instanceof HttpError && err.status === 404) await this.join().catch(() => {});
-      else this.log(`heartbeat failed: ${(err as Error).message}`);
+      else if (err instanceof HttpError && err.status === 403) {
+        // refused (too little stake): stop working, try to join again now and then
+        this.log(`refused by the orchestrator: ${err.message}`);
+        this.dropStage();
+        this.reports = [];
+        await this.join().catch(() => {});
+        this.schedule(5000);
+        return;
+      } else this.log(`heartbeat failed: ${(err as Error).message}`);
       this.schedule(Math.max(500, this.heartbeatMs * 2));
       return;
     }

@@ -70,6 +70,8 @@ export class Coordinator {
   private readonly abandon = new Map<string, Set<number>>();
   /** live queue lengths and free slots, from heartbeats */
   private readonly load = new Map<string, { queue: number; freeSlots: number }>();
+  /** miners refused until they join again (too little stake), with the reason */
+  private readonly evicted = new Map<string, string>();
   /** recent completions per run, for tokens/s */
   private readonly completions = new Map<string, { at: number; tokens: number }[]>();
 
@@ -91,6 +93,7 @@ export class Coordinator {
 
   join(minerId: string, req: JoinRequest): JoinReply {
     const now = this.now();
+    this.evicted.delete(minerId);
     const known = this.db.miner(minerId);
     this.db.upsertMiner(
       { id: minerId, name: req.name, url: req.url, gflops: req.hardware.gflops, threads: req.hardware.threads, memory_bytes: req.hardware.memoryBytes, bandwidth_mbps: req.bandwidthMbps },
@@ -103,6 +106,8 @@ export class Coordinator {
   heartbeat(minerId: string, req: HeartbeatRequest): HeartbeatReply {
     const miner = this.db.miner(minerId);
     if (!miner) throw new CoordinatorError(404, `miner ${minerId} has not joined; call /miners/join first`);
+    const evicted = this.evicted.get(minerId);
+    if (evicted) throw new CoordinatorError(403, evicted);
     const now = this.now();
     const wasGone = !miner.alive;
     this.db.touchMiner(minerId, now);
@@ -273,6 +278,34 @@ export class Coordinator {
     for (const a of this.db.assignments(runId)) if (!keep.has(a.miner_id)) this.db.unassign(runId, a.miner_id);
   }
 
+  /** The miner is gone: its microbatches go back in the queue now, counted as dropped by it. */
+  private markGone(minerId: string, why: string): void {
+    const now = this.now();
+    this.db.tx(() => {
+      this.db.markMinerGone(minerId);
+      for (const run of this.db.activeRuns()) {
+        for (const mb of this.db.microbatchesByStatus(run.id, 'issued')) {
+          if (!(JSON.parse(mb.path ?? '[]') as (string | null)[]).includes(minerId)) continue;
+          this.db.logWork(minerId, run.id, 'dropped', 1, now, null, `${why} holding microbatch ${mb.id}`);
+          this.requeue(mb);
+        }
+      }
+    });
+    this.load.delete(minerId);
+  }
+
+  /**
+   * Removes a live miner from the network until it joins again (its stake fell
+   * below the minimum): its heartbeats get 403 with `reason`, its work is
+   * re-issued, placement is recomputed.
+   */
+  evict(minerId: string, reason: string): void {
+    if (!this.db.miner(minerId)?.alive) return;
+    this.evicted.set(minerId, reason);
+    this.markGone(minerId, 'miner evicted');
+    this.onMinersChanged();
+  }
+
   /** Miners came or went: start waiting runs, rebalance running ones. */
   private onMinersChanged(): void {
     for (const run of this.db.activeRuns()) {
@@ -425,18 +458,7 @@ export class Coordinator {
     let changed = false;
     for (const m of this.db.miners(true)) {
       if (now - m.last_seen > this.options.minerTimeoutMs) {
-        this.db.tx(() => {
-          this.db.markMinerGone(m.id);
-          // its microbatches go back in the queue now, counted as dropped by it
-          for (const run of this.db.activeRuns()) {
-            for (const mb of this.db.microbatchesByStatus(run.id, 'issued')) {
-              if (!(JSON.parse(mb.path ?? '[]') as (string | null)[]).includes(m.id)) continue;
-              this.db.logWork(m.id, run.id, 'dropped', 1, now, null, `miner vanished holding microbatch ${mb.id}`);
-              this.requeue(mb);
-            }
-          }
-        });
-        this.load.delete(m.id);
+        this.markGone(m.id, 'miner vanished');
         changed = true;
       }
     }

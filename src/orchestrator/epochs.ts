@@ -48,6 +48,15 @@ export interface ChainOptions {
   asStake?: boolean;
   /** how often epochs are checked and settled (default 500 ms) */
   intervalMs?: number;
+  /** how often live miners' stakes are checked against minStake (default 10 s) */
+  stakeCheckMs?: number;
+  /** miners whose stake fell below minStake are removed through this */
+  evict?: (minerId: string, reason: string) => void;
+  /**
+   * Fault injection for tests: after the chain accepted an epoch and before it
+   * is recorded as settled, log and wait this long (a window for kill -9).
+   */
+  pauseAfterSettleMs?: number;
   /** called when the orchestrator closes (stops the local node it opened) */
   close?: () => Promise<void>;
   log?: (line: string) => void;
@@ -62,6 +71,7 @@ export class Epochs {
   private readonly log: (line: string) => void;
   private timer: NodeJS.Timeout | null = null;
   private running: Promise<void> | null = null;
+  private stakesCheckedAt = 0;
 
   constructor(
     readonly db: OrchestratorDb,
@@ -95,6 +105,7 @@ export class Epochs {
       try {
         this.closeIfDue();
         await this.reconcile();
+        await this.checkStakes();
       } catch (err) {
         this.log(`epochs: ${(err as Error).message}`);
       } finally {
@@ -242,6 +253,10 @@ export class Epochs {
       this.db.updateEpoch(e.id, { chain_epoch: chainEpoch.toString(), chain_id: client.chainId }); // durable before sending
     }
     const result = await settleEpoch(client, signer, chainEpoch, list, { asStake: this.chain.asStake ?? true });
+    if (this.chain.pauseAfterSettleMs) {
+      this.log(`epoch ${e.id}: on chain as epoch ${chainEpoch}, pausing ${this.chain.pauseAfterSettleMs} ms before recording it (test hook)`);
+      await new Promise((r) => setTimeout(r, this.chain.pauseAfterSettleMs));
+    }
     let txHash: Hash | null = result.txHashes.at(-1) ?? null;
     if (result.alreadySettled) {
       if (result.digest !== digest) throw new Error(`on-chain epoch ${chainEpoch} was settled with another list`);
@@ -290,6 +305,23 @@ export class Epochs {
       }
     }
     return shares;
+  }
+
+  /** Every stakeCheckMs: a live miner whose stake fell below the minimum (it unstaked, or was slashed) is evicted. */
+  private async checkStakes(): Promise<void> {
+    const min = this.chain.minStake ?? 0n;
+    if (min <= 0n || !this.chain.evict) return;
+    const now = this.now();
+    if (now - this.stakesCheckedAt < (this.chain.stakeCheckMs ?? 10_000)) return;
+    this.stakesCheckedAt = now;
+    for (const m of this.db.miners(true)) {
+      const { staked } = await readStake(this.chain.client, m.id as Address);
+      if (staked < min) {
+        const reason = `stake too low: ${m.id} has ${formatEther(staked)} NIM staked, this orchestrator requires ${formatEther(min)} NIM (nbcli stake add, then restart the miner)`;
+        this.log(`evicting ${m.name} (${m.id}): ${reason}`);
+        this.chain.evict(m.id, reason);
+      }
+    }
   }
 
   /** Refuses a join from an address whose stake is below the minimum. */

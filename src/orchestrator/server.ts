@@ -31,7 +31,9 @@ export async function startOrchestrator(options: OrchestratorOptions): Promise<R
   const db = new OrchestratorDb(join(options.dataDir, 'orchestrator.sqlite'));
   const blobs = await FsBlobStore.open(join(options.dataDir, 'blobs'));
   const coordinator = new Coordinator(db, blobs, options.coordinator);
-  const epochs = options.chain ? new Epochs(db, options.chain, Date.now, coordinator.checks.options) : null;
+  const epochs = options.chain
+    ? new Epochs(db, { evict: (id, reason) => coordinator.evict(id, reason), ...options.chain }, Date.now, coordinator.checks.options)
+    : null;
   if (epochs) {
     try {
       await epochs.start(); // finishes epochs a crash left 'settling' before anything else

@@ -10,7 +10,7 @@ import { fileURLToPath } from 'node:url';
 import { parseEther, type Address } from 'viem';
 import { generatePrivateKey, privateKeyToAccount } from 'viem/accounts';
 import { rewardHistory, settleEpoch } from '../../src/chain/rewards.ts';
-import { addStake, readStake } from '../../src/chain/staking.ts';
+import { addStake, readStake, removeStake } from '../../src/chain/staking.ts';
 import { faucet } from '../../src/chain/token.ts';
 import { signerFor } from '../../src/chain/client.ts';
 import { HttpError, SignedClient } from '../../src/miner/client.ts';
@@ -122,14 +122,14 @@ test('kill -9 while settling: the epoch is completed exactly once after restart'
   reB.close();
 });
 
-test('GET /epochs, nbcli rewards, and a join below the minimum stake gets 403', async () => {
+test('GET /epochs, nbcli rewards, a join below the minimum stake gets 403, a miner that unstakes is evicted', async () => {
   const orchDir = join(dir, 'orchestrator'); // where `nbcli orchestrator start --data-dir dir` keeps it
   const db = seed(join(dir, 'seed.sqlite'));
   db.close();
   const { mkdirSync, copyFileSync } = await import('node:fs');
   mkdirSync(orchDir, { recursive: true });
   copyFileSync(join(dir, 'seed.sqlite'), join(orchDir, 'orchestrator.sqlite'));
-  const orch = await startOrchestrator({ dataDir: orchDir, chain: chainOpts({ minStake: parseEther('10'), epochRounds: 1, intervalMs: 100 }) });
+  const orch = await startOrchestrator({ dataDir: orchDir, chain: chainOpts({ minStake: parseEther('10'), epochRounds: 1, intervalMs: 100, stakeCheckMs: 0 }) });
   try {
     orch.coordinator.db.addRunCounters('r1', { merges: 1 });
     await orch.epochs!.step();
@@ -164,6 +164,16 @@ test('GET /epochs, nbcli rewards, and a join below the minimum stake gets 403', 
     await addStake(chain.client, signerFor(chain.client, account), parseEther('10'));
     await client.request('POST', '/miners/join', new TextEncoder().encode(JSON.stringify(join)), 'application/json');
     assert.ok(orch.coordinator.db.miner(account.address));
+    const beat = (): Promise<Uint8Array> =>
+      client.request('POST', '/miners/heartbeat', new TextEncoder().encode(JSON.stringify({ freeSlots: 0, queue: 0, reports: [] })), 'application/json');
+    await beat();
+
+    // the stake is checked while it works, not only at join: unstaking gets it evicted
+    await removeStake(chain.client, signerFor(chain.client, account));
+    await orch.epochs!.step(); // (a pass already under way may have read the stake before)
+    await orch.epochs!.step();
+    assert.equal(orch.coordinator.db.miner(account.address)!.alive, 0);
+    await assert.rejects(beat, (err: unknown) => err instanceof HttpError && err.status === 403 && /stake too low/.test(err.message));
   } finally {
     await orch.close();
   }
