@@ -5,8 +5,9 @@ import { chainBenches } from './chain.bench.ts';
 import { protocolBenches } from './protocol.bench.ts';
 import { mergeBenches } from './merge.bench.ts';
 import { networkBenches } from './network.bench.ts';
+import { spotCheckBenches } from './spot-check.bench.ts';
 
-const registry: Bench[] = [...engineBenches, ...protocolBenches, ...chainBenches, ...mergeBenches, ...networkBenches];
+const registry: Bench[] = [...engineBenches, ...protocolBenches, ...chainBenches, ...mergeBenches, ...spotCheckBenches, ...networkBenches];
 
 const args = process.argv.slice(2);
 const json = args.includes('--json');
