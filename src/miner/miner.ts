@@ -240,7 +240,7 @@ export class Miner {
     this.loading = (async () => {
       if (!same) {
         this.dropStage();
-        this.runner = new StageRunner(this.engine, a, this.options.slots ?? 3);
+        this.runner = new StageRunner(this.engine, a, inFlightLimit(a, this.options.slots ?? 3));
         this.uploadedRound = a.round;
         this.savedRound = a.round;
         this.log(`holding stage ${a.stage} [${a.from}, ${a.to}) of ${a.runId}`);
@@ -353,36 +353,37 @@ export class Miner {
       const route = job.kind === 'start' ? [] : job.meta.route;
       const input = job.kind === 'forward' ? { frame: job.frame, sha: job.sha } : null;
       const checkMeta = { runId: a.runId, microbatch: id, stage: a.stage, round: runner.round, samples: runner.samples, shard };
-      const weights = this.records.snapshot(runner.stage.params.flat.data);
-      let recorded = false;
-      try {
-        if (last) {
-          const result = runner.forwardBackwardLast(id, shard, job.kind === 'forward' ? job.data : null);
-          const dInput = result.dInput;
-          const loss = this.options.tamper?.loss?.(result.loss) ?? result.loss;
-          this.stats.forward++;
-          this.stats.backward++;
-          this.records.add({ meta: checkMeta, weights, input: input?.frame ?? null, output: null });
-          recorded = true;
-          let bytes = 0;
-          if (dInput && a.stage > 0) bytes = this.sendBackward(runner, route[a.stage - 1], { runId: a.runId, microbatch: id, stage: a.stage - 1 }, dInput);
-          this.report({ runId: a.runId, microbatch: id, stage: a.stage, phase: 'forward', loss, bytesSent: 0, ...(input ? { inputSha: input.sha } : {}) });
-          this.report({ runId: a.runId, microbatch: id, stage: a.stage, phase: 'backward', bytesSent: bytes });
-          return;
+      if (last) {
+        const weights = this.records.snapshot(runner.stage.params.flat.data);
+        let result: { loss: number; dInput: Float32Array | null };
+        try {
+          result = runner.forwardBackwardLast(id, shard, job.kind === 'forward' ? job.data : null);
+        } catch (err) {
+          this.records.recycle(weights);
+          throw err;
         }
-        const out = job.kind === 'start' ? runner.forwardFirst(id, shard) : runner.forwardMiddle(id, job.data);
+        const loss = this.options.tamper?.loss?.(result.loss) ?? result.loss;
         this.stats.forward++;
-        this.options.tamper?.activation?.(out);
-        const fullRoute = [...route, me];
-        this.routes.set(id, fullRoute);
-        const body = this.frame(runner, out, { runId: a.runId, microbatch: id, shard, step, stage: a.stage + 1, route: fullRoute });
-        this.records.add({ meta: checkMeta, weights, input: input?.frame ?? null, output: body });
-        recorded = true;
-        this.sendForward(runner, id, body, { outputSha: readFrameHeader(body).header.sha256, ...(input ? { inputSha: input.sha } : {}) });
+        this.stats.backward++;
+        this.records.add({ meta: checkMeta, weights, input: input?.frame ?? null, output: null });
+        let bytes = 0;
+        if (result.dInput && a.stage > 0) bytes = this.sendBackward(runner, route[a.stage - 1], { runId: a.runId, microbatch: id, stage: a.stage - 1 }, result.dInput);
+        this.report({ runId: a.runId, microbatch: id, stage: a.stage, phase: 'forward', loss, bytesSent: 0, ...(input ? { inputSha: input.sha } : {}) });
+        this.report({ runId: a.runId, microbatch: id, stage: a.stage, phase: 'backward', bytesSent: bytes });
         return;
-      } finally {
-        if (!recorded) this.records.recycle(weights);
       }
+      const out = job.kind === 'start' ? runner.forwardFirst(id, shard) : runner.forwardMiddle(id, job.data);
+      this.stats.forward++;
+      this.options.tamper?.activation?.(out);
+      const fullRoute = [...route, me];
+      this.routes.set(id, fullRoute);
+      const body = this.frame(runner, out, { runId: a.runId, microbatch: id, shard, step, stage: a.stage + 1, route: fullRoute });
+      const used = runner.forwardWeights(id)!;
+      // the forward ran with weights predicted `predictedSteps` inner steps ahead
+      checkMeta.samples += used.predictedSteps;
+      this.records.add({ meta: checkMeta, weights: this.records.snapshot(used.weights), input: input?.frame ?? null, output: body });
+      this.sendForward(runner, id, body, { outputSha: readFrameHeader(body).header.sha256, ...(input ? { inputSha: input.sha } : {}) });
+      return;
     }
     const id = job.meta.microbatch;
     const dInput = runner.backward(id, job.data);
@@ -573,6 +574,16 @@ class PeerError extends Error {
   ) {
     super(message);
   }
+}
+
+/**
+ * Microbatches a stage keeps in flight: the miner's slots, but at most the
+ * stages from here to the end (1F1B: S − stage). More would only add gradient
+ * delay, since a stage's backward for a microbatch waits for every later
+ * stage; with S − stage in flight the pipeline is already full.
+ */
+export function inFlightLimit(a: Pick<StageAssignment, 'stage' | 'stageCount'>, slots: number): number {
+  return Math.max(1, Math.min(slots, a.stageCount - a.stage));
 }
 
 function pickWeighted(peers: Peer[]): Peer {

@@ -2,12 +2,18 @@
 // AdamW, the corpus (a first or last stage loads batches itself), and the
 // DiLoCo state (weights at the last merge, outer momentum, error feedback).
 //
-// Weight stashing (PipeDream): a stage that is not last runs a microbatch's
-// backward long after its forward, with other microbatches' inner steps in
-// between. It keeps the weights each slot's forward used and runs that
-// slot's backward with them, so the gradient is the true gradient of the
-// forward it belongs to (only delayed), not a mix of two weight versions.
-// Cost: one copy of the stage's parameters per activation slot.
+// Delayed backwards: a stage that is not last runs a microbatch's backward
+// after the backwards (and inner steps) of the microbatches already in flight
+// when its forward ran, so the gradient arrives `d` steps late. Two remedies,
+// measured in docs/network.md:
+// - weight prediction (SpecTrain): the forward runs with the weights AdamW is
+//   expected to reach after those d steps, θ − d·lr·m̂/(√v̂ + ε), so the
+//   gradient is computed about where it is applied;
+// - weight stashing (PipeDream): the slot keeps the weights its forward used
+//   and runs its backward with them, so the gradient is the true gradient of
+//   that forward, not a mix of two weight versions.
+// Cost: one copy of the stage's parameters per activation slot, and a few
+// copies of it per microbatch.
 import { loadCorpus, type ByteCorpus } from '../data/corpus.ts';
 import { batchForShard } from '../data/batches.ts';
 import type { Engine } from '../engine/engine.ts';
@@ -32,7 +38,9 @@ export class StageRunner {
   private readonly slotOf = new Map<number, { slot: number; since: number }>();
   /** per slot: the weights its forward used (allocated on first use) */
   private readonly stash: (Float32Array | null)[];
-  /** the current weights while a stashed backward runs */
+  /** per slot: the inner steps its weights were predicted ahead */
+  private readonly predicted = new Map<number, number>();
+  /** the current weights while a stashed forward or backward runs */
   private readonly current: Float32Array;
   /** weights at the start of the current merge interval */
   private thetaStart: Float32Array;
@@ -106,27 +114,43 @@ export class StageRunner {
     return batchForShard(this.corpus.train, this.assignment.seed, shard, this.assignment.batchSize, this.stage.config.contextLength);
   }
 
-  /** Keeps the weights the forward in `slot` is about to use. */
-  private stashWeights(slot: number): void {
+  /**
+   * Forward of a microbatch whose backward comes later: with the weights
+   * predicted for when its gradient is applied (one inner step per
+   * microbatch already in flight), kept in its slot for the backward.
+   */
+  private forwardDelayed(microbatch: number, input: Float32Array | Int32Array): Float32Array {
+    const delay = this.slotOf.size;
+    const slot = this.takeSlot(microbatch);
     const w = this.stage.params.flat.data;
-    const s = (this.stash[slot] ??= new Float32Array(w.length));
-    s.set(w);
+    const stashed = this.opt.predict((this.stash[slot] ??= new Float32Array(w.length)), delay);
+    this.predicted.set(slot, delay);
+    const { B, T } = this.dims();
+    this.current.set(w);
+    w.set(stashed);
+    try {
+      return (this.stage.forward(input, B, T, undefined, slot) as Float32Array).slice();
+    } finally {
+      w.set(this.current);
+    }
+  }
+
+  /** The weights the forward of a held microbatch used, and the inner steps they are ahead of the current ones. */
+  forwardWeights(microbatch: number): { weights: Float32Array; predictedSteps: number } | null {
+    const s = this.slotOf.get(microbatch);
+    const weights = s ? this.stash[s.slot] : null;
+    if (!s || !weights) return null;
+    return { weights, predictedSteps: this.predicted.get(s.slot) ?? 0 };
   }
 
   /** First stage: forward a new microbatch; keeps its activations (and weights) in a slot. */
   forwardFirst(microbatch: number, shard: number): Float32Array {
-    const slot = this.takeSlot(microbatch);
-    this.stashWeights(slot);
-    const { B, T } = this.dims();
-    return (this.stage.forward(this.batch(shard).inputs, B, T, undefined, slot) as Float32Array).slice();
+    return this.forwardDelayed(microbatch, this.batch(shard).inputs);
   }
 
   /** Middle stage: forward an activation; keeps the microbatch (and weights) in a slot. */
   forwardMiddle(microbatch: number, activation: Float32Array): Float32Array {
-    const slot = this.takeSlot(microbatch);
-    this.stashWeights(slot);
-    const { B, T } = this.dims();
-    return (this.stage.forward(activation, B, T, undefined, slot) as Float32Array).slice();
+    return this.forwardDelayed(microbatch, activation);
   }
 
   /** Last stage: forward to the loss, backward at once, inner step. Returns the loss and d(input). */

@@ -68,6 +68,30 @@ export class AdamW {
     return norm;
   }
 
+  /**
+   * Where `steps` more updates are likely to take the weights, from the
+   * current moments (SpecTrain-style weight prediction):
+   * out = θ − steps · lr · m̂ / (√v̂ + ε), weight decay left out. Before the
+   * first step it is θ. `out` may be a separate buffer of the same length.
+   */
+  predict(out: Float32Array, steps: number): Float32Array {
+    const w = this.params.flat.data;
+    if (out.length !== w.length) throw new RangeError(`predict: out has ${out.length} values, the parameters ${w.length}`);
+    const t = this.step;
+    if (t === 0 || steps <= 0) {
+      out.set(w);
+      return out;
+    }
+    const c = this.config;
+    const c1 = 1 - c.beta1 ** t;
+    const c2 = 1 - c.beta2 ** t;
+    const m = this.m.data;
+    const v = this.v.data;
+    const k = steps * c.lr;
+    for (let i = 0; i < w.length; i++) out[i] = w[i] - (k * (m[i] / c1)) / (Math.sqrt(v[i] / c2) + c.eps);
+    return out;
+  }
+
   release(): void {
     this.engine.free(this.m);
     this.engine.free(this.v);

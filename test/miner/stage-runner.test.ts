@@ -91,3 +91,40 @@ test('a first stage stashes too: its parameter gradient matches the forward weig
   ref.dispose();
   runner.dispose();
 });
+
+test('a forward behind others in flight runs at the predicted weights, and its backward uses them', () => {
+  const config = gptConfig(model);
+  const a = assignment(1, 3);
+  const runner = new StageRunner(engine, a, 3);
+  const T = config.contextLength;
+  const width = B * T * config.channels;
+  // one inner step so AdamW has moments
+  runner.forwardMiddle(1, randomArray(width, 1));
+  runner.backward(1, randomArray(width, 2, 1e-3));
+  const current = runner.stage.params.flat.data.slice();
+  runner.forwardMiddle(2, randomArray(width, 3)); // nothing in flight: the current weights
+  assert.deepEqual(runner.forwardWeights(2)!.weights, current);
+  assert.equal(runner.forwardWeights(2)!.predictedSteps, 0);
+  const x3 = randomArray(width, 4);
+  runner.forwardMiddle(3, x3); // one in flight: one step ahead
+  const used = runner.forwardWeights(3)!;
+  assert.equal(used.predictedSteps, 1);
+  const stashed = used.weights.slice();
+  assert.notDeepEqual(stashed, current);
+  assert.deepEqual(runner.stage.params.flat.data.slice(), current, 'the current weights are untouched by the prediction');
+  let worst = 0;
+  for (let i = 0; i < current.length; i++) worst = Math.max(worst, Math.abs(stashed[i] - current[i]));
+  assert.ok(worst > 0 && worst <= 1e-2 * 7.3, `moved ${worst}`);
+
+  runner.backward(2, randomArray(width, 5, 1e-3));
+  const g3 = randomArray(width, 6, 1e-3);
+  const d3 = runner.backward(3, g3);
+  const ref = new GptStage(engine, config, { from: a.from, to: a.to }, { batchSize: B });
+  ref.params.flat.data.set(stashed);
+  const out = (ref.forward(x3, B, T) as Float32Array).slice();
+  ref.zeroGrad();
+  assert.deepEqual(d3, (ref.backward(g3) as Float32Array).slice());
+  assert.ok(out.length === width);
+  ref.release();
+  runner.dispose();
+});

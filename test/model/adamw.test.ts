@@ -49,3 +49,28 @@ test('three steps match the reference, with and without clipping', () => {
     opt.release();
   }
 });
+
+test('predict: where the next steps go from the current moments (SpecTrain), θ before the first step', () => {
+  const layout = new ParamLayout([{ name: 'w', shape: [40], decay: true, init: { kind: 'zeros' } }]);
+  const params = new FlatTensors(layout, engine);
+  const grads = new FlatTensors(layout, engine);
+  fillRandom(params.flat.data, 2);
+  fillRandom(grads.flat.data, 3);
+  const opt = new AdamW(engine, params, grads, { lr: 0.01, beta1: 0.9, beta2: 0.999, eps: 1e-8, weightDecay: 0, gradClip: 0 });
+  const out = new Float32Array(40);
+  assert.deepEqual(opt.predict(out, 3), params.flat.data, 'no moments yet: no prediction');
+  opt.update();
+  const predicted = opt.predict(new Float32Array(40), 1).slice();
+  // with the same gradient again, Adam's second step is exactly the predicted one
+  opt.update();
+  for (let i = 0; i < 40; i++) assert.ok(Math.abs(predicted[i] - params.flat.data[i]) < 1e-6, `${i}: ${predicted[i]} vs ${params.flat.data[i]}`);
+  // d steps ahead is d times one step
+  const now = params.flat.data.slice();
+  const one = opt.predict(new Float32Array(40), 1);
+  const two = opt.predict(new Float32Array(40), 2);
+  for (let i = 0; i < 40; i++) assert.ok(Math.abs(two[i] - now[i] - 2 * (one[i] - now[i])) < 1e-6);
+  assert.throws(() => opt.predict(new Float32Array(3), 1), RangeError);
+  opt.release();
+  engine.free(params.flat);
+  engine.free(grads.flat);
+});
