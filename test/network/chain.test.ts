@@ -14,20 +14,8 @@ import type { EpochView } from '../../src/orchestrator/views.ts';
 import { Cluster } from './helpers.ts';
 
 const cluster = new Cluster();
-after(async () => {
-  // a graceful stop: the orchestrator saves and stops the anvil node it runs
-  const orch = cluster.orchestrator?.child;
-  if (orch && orch.exitCode === null && orch.signalCode === null) {
-    const exited = new Promise((r) => orch.once('exit', r));
-    orch.kill('SIGTERM');
-    await Promise.race([exited, new Promise((r) => setTimeout(r, 10_000))]);
-  }
-  await cluster.stop();
-});
-
-async function epochs(): Promise<EpochView[]> {
-  return ((await (await fetch(`${cluster.url}/epochs`)).json()) as { epochs: EpochView[] }).epochs;
-}
+after(() => cluster.stopGracefully()); // the orchestrator saves and stops the anvil node it runs
+const epochs = (): Promise<EpochView[]> => cluster.epochs();
 
 test('a run with the chain on pays the miners that worked, once', async () => {
   process.env.NIMBLE_PASSWORD = 'pw-e2e';

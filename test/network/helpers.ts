@@ -7,7 +7,7 @@ import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { createInterface } from 'node:readline';
-import type { RunView } from '../../src/orchestrator/views.ts';
+import type { EpochView, RunView } from '../../src/orchestrator/views.ts';
 
 const root = new URL('../..', import.meta.url).pathname;
 const MAIN = join(root, 'src/cli/main.ts');
@@ -109,6 +109,22 @@ export class Cluster {
       if (Date.now() > end) throw new Error(`run ${id} did not get there: ${JSON.stringify(v)}`);
       await new Promise((r) => setTimeout(r, 200));
     }
+  }
+
+  /** GET /epochs of the orchestrator. */
+  async epochs(): Promise<EpochView[]> {
+    return ((await (await fetch(`${this.url}/epochs`)).json()) as { epochs: EpochView[] }).epochs;
+  }
+
+  /** Stops the orchestrator with SIGTERM (it saves and stops the anvil node it runs), then everything else. */
+  async stopGracefully(): Promise<void> {
+    const orch = this.orchestrator?.child;
+    if (orch && orch.exitCode === null && orch.signalCode === null) {
+      const exited = new Promise((r) => orch.once('exit', r));
+      orch.kill('SIGTERM');
+      await Promise.race([exited, new Promise((r) => setTimeout(r, 10_000))]);
+    }
+    await this.stop();
   }
 
   async stop(): Promise<void> {

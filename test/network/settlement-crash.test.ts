@@ -15,19 +15,8 @@ import type { EpochView } from '../../src/orchestrator/views.ts';
 import { Cluster } from './helpers.ts';
 
 const cluster = new Cluster();
-after(async () => {
-  const orch = cluster.orchestrator?.child;
-  if (orch && orch.exitCode === null && orch.signalCode === null) {
-    const exited = new Promise((r) => orch.once('exit', r));
-    orch.kill('SIGTERM');
-    await Promise.race([exited, new Promise((r) => setTimeout(r, 10_000))]);
-  }
-  await cluster.stop();
-});
-
-async function epochs(): Promise<EpochView[]> {
-  return ((await (await fetch(`${cluster.url}/epochs`)).json()) as { epochs: EpochView[] }).epochs;
-}
+after(() => cluster.stopGracefully());
+const epochs = (): Promise<EpochView[]> => cluster.epochs();
 
 test('kill -9 of the orchestrator between the chain taking an epoch and recording it: paid exactly once after restart', async () => {
   process.env.NIMBLE_PASSWORD = 'pw-crash';

@@ -21,18 +21,9 @@ const cluster = new Cluster();
 let cheater: Miner | null = null;
 after(async () => {
   await cheater?.stop();
-  const orch = cluster.orchestrator?.child;
-  if (orch && orch.exitCode === null && orch.signalCode === null) {
-    const exited = new Promise((r) => orch.once('exit', r));
-    orch.kill('SIGTERM');
-    await Promise.race([exited, new Promise((r) => setTimeout(r, 10_000))]);
-  }
-  await cluster.stop();
+  await cluster.stopGracefully();
 });
-
-async function epochs(): Promise<EpochView[]> {
-  return ((await (await fetch(`${cluster.url}/epochs`)).json()) as { epochs: EpochView[] }).epochs;
-}
+const epochs = (): Promise<EpochView[]> => cluster.epochs();
 
 test('spot checks pass an honest miner and slash a dishonest one', async () => {
   process.env.NIMBLE_CHAIN_RPC = '';
