@@ -20,6 +20,15 @@ import type { Bench, BenchResult } from './harness.ts';
 
 const MAIN = new URL('../src/cli/main.ts', import.meta.url).pathname;
 
+/**
+ * The 4-miner convergence run (docs/network.md, "Convergence"): the same
+ * 1.536 M tokens and the same global batch as the single-process reference
+ * (12 rows = 2 replicas x 6), so each replica takes 2,000 inner steps;
+ * inner lr 2e-3, merges every 100 inner steps with plain averaging (outer lr 1,
+ * momentum 0). NIMBLE_BENCH_RUN='{"lr": ...}' overrides any of it.
+ */
+export const CONVERGENCE_RUN = { batchSize: 6, steps: 4000, lr: 2e-3, outerLr: 1, outerMomentum: 0 };
+
 interface Net {
   orch: RunningOrchestrator;
   children: ChildProcess[];
@@ -120,14 +129,13 @@ export const networkBenches: Bench[] = [
     group: 'network-convergence',
     convergence: true,
     async run(o): Promise<BenchResult[]> {
-      o.log('gpt-tiny, 4 miners as 2 stages x 2 replicas, 2,000 microbatches of 12 x 64 = 1.536 M tokens');
+      const recipe = { ...CONVERGENCE_RUN, ...(JSON.parse(process.env.NIMBLE_BENCH_RUN ?? '{}') as Record<string, number>) };
+      o.log(`gpt-tiny, 4 miners as 2 stages x 2 replicas, ${recipe.steps} microbatches of ${recipe.batchSize} x 64 = ${((recipe.steps * recipe.batchSize * 64) / 1e6).toFixed(3)} M tokens; run options ${JSON.stringify(recipe)}`);
       const net = await startNet([{ threads: 1 }, { threads: 1 }, { threads: 1 }, { threads: 1 }]);
       let bytes: Uint8Array;
       try {
-        const extra = JSON.parse(process.env.NIMBLE_BENCH_RUN ?? '{}') as Record<string, unknown>;
-        if (Object.keys(extra).length) o.log(`run options ${JSON.stringify(extra)}`);
-        const id = await createRun(net, { model: 'gpt-tiny', data: 'moby-dick', steps: 2000, stages: 2, minMiners: 4, ...extra });
-        await waitFor(net, id, (v) => v.status === 'completed', (v) => o.log(`${v.microbatchesDone}/2000 loss ${v.loss?.toFixed(4)} ${Math.round(v.tokensPerSecond)} tok/s merges ${v.mergesDone}`));
+        const id = await createRun(net, { model: 'gpt-tiny', data: 'moby-dick', stages: 2, minMiners: 4, ...recipe });
+        await waitFor(net, id, (v) => v.status === 'completed', (v) => o.log(`${v.microbatchesDone}/${recipe.steps} loss ${v.loss?.toFixed(4)} ${Math.round(v.tokensPerSecond)} tok/s merges ${v.mergesDone}`));
         bytes = new Uint8Array(await (await fetch(`${net.orch.url}/runs/${id}/checkpoint`)).arrayBuffer());
       } finally {
         await stopNet(net);
