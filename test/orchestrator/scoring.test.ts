@@ -4,7 +4,7 @@ import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { gptConfig } from '../../src/model/config.ts';
 import { partCount, rangeParamCount, splitEvenly } from '../../src/model/gpt.ts';
-import { DROPPED_PENALTY, INVALID_PENALTY, scoreEpoch, splitEmission, stageSharesOf, unitWeight, type WorkRow } from '../../src/orchestrator/scoring.ts';
+import { DROPPED_PENALTY, FAILED_CHECK_PENALTY, INVALID_PENALTY, scoreEpoch, splitEmission, stageSharesOf, unitWeight, type WorkRow } from '../../src/orchestrator/scoring.ts';
 import { prng } from '../chain/helpers.ts';
 
 const A = '0x00000000000000000000000000000000000000aA';
@@ -29,7 +29,7 @@ test('work is weighted by the stage’s parameter share; merges likewise', () =>
   assert.deepEqual(s.map((m) => m.miner), [A, B]);
   assert.equal(s[0].score, 8 * 0.75);
   assert.equal(s[1].score, 10 * 0.25);
-  assert.deepEqual(s[1].units, { forward: 4, backward: 4, merge: 2, dropped: 0, invalid: 0 });
+  assert.deepEqual(s[1].units, { forward: 4, backward: 4, merge: 2, dropped: 0, invalid: 0, failed_check: 0 });
 });
 
 test('a dropped unit costs 3 done units, an invalid one 5; scores clip at 0', () => {
@@ -45,6 +45,15 @@ test('a dropped unit costs 3 done units, an invalid one 5; scores clip at 0', ()
   assert.equal(unitWeight({ r: [0.9, 0.1] }, 'r', null), 0.5);
   assert.equal(unitWeight({ r: [0.9, 0.1], q: [0.2, 0.3, 0.5] }, null, null), (1 / 2 + 1 / 3) / 2);
   assert.equal(unitWeight({}, null, null), 1);
+});
+
+test('a failed spot check costs 10 done units', () => {
+  assert.equal(FAILED_CHECK_PENALTY, 10);
+  const s = scoreEpoch([row(A, 'forward', 0, 30), row(A, 'failed_check', 0, 2), row(B, 'forward', 0, 30), row(B, 'failed_check', 0, 4)], { r: [0.5, 0.5] });
+  assert.equal(s[0].score, (30 - 20) * 0.5);
+  assert.equal(s[0].units.failed_check, 2);
+  assert.equal(s[1].score, 0);
+  assert.equal(s[1].penalty, 20);
 });
 
 test('the emission is split in proportion to scores, exactly, remainder undistributed', () => {
