@@ -1,4 +1,5 @@
-// Element-wise kernels: residual add, GELU (tanh form), ReLU, AdamW, and the
+// Element-wise kernels: residual add, GELU (tanh form), ReLU, AdamW and its
+// weight prediction, and the
 // chunked sum of squares used for global-norm clipping. Threads split the
 // elements into contiguous runs of whole vectors.
 import { exp4, fma, shareStart } from './simd';
@@ -139,6 +140,35 @@ export function adamw(
     const vhat = vi / bc2;
     const p = load<f32>(params + o);
     store<f32>(params + o, p - lr * (mhat / (Mathf.sqrt(vhat) + eps) + weightDecay * p));
+  }
+}
+
+/**
+ * Weight prediction: out = params − k · (m / bc1) / (√(v / bc2) + eps), where
+ * k = steps · lr: where AdamW's next `steps` updates take the weights if the
+ * moments stay as they are. `out` may be `params`.
+ */
+export function adamPredict(
+  out: usize, params: usize, m: usize, v: usize, n: i32,
+  k: f32, bc1: f32, bc2: f32, eps: f32,
+  tid: i32, nt: i32,
+): void {
+  const r = vecRange(n, tid, nt);
+  const s = <i32>(r >> 32), e = <i32>r;
+  const kv = f32x4.splat(k), ib1 = f32x4.splat(1 / bc1), ib2 = f32x4.splat(1 / bc2), ev = f32x4.splat(eps);
+  let i = s;
+  for (; i + 4 <= e; i += 4) {
+    const o = <usize>i << 2;
+    const mh = f32x4.mul(v128.load(m + o), ib1);
+    const vh = f32x4.mul(v128.load(v + o), ib2);
+    const step = f32x4.div(mh, f32x4.add(f32x4.sqrt(vh), ev));
+    v128.store(out + o, f32x4.sub(v128.load(params + o), f32x4.mul(kv, step)));
+  }
+  for (; i < e; i++) {
+    const o = <usize>i << 2;
+    const mh = load<f32>(m + o) * (1 / bc1);
+    const vh = load<f32>(v + o) * (1 / bc2);
+    store<f32>(out + o, load<f32>(params + o) - k * (mh / (Mathf.sqrt(vh) + eps)));
   }
 }
 

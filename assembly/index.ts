@@ -3,7 +3,7 @@
 // memory and, last, (tid, nt): the share of the work this thread does.
 export { sgemm, SGEMM_WORK_BYTES } from './gemm';
 export {
-  addForward, accumulate, geluForward, geluBackward, reluForward, reluBackward, adamw, sumSquares,
+  addForward, accumulate, geluForward, geluBackward, reluForward, reluBackward, adamw, adamPredict, sumSquares,
 } from './elementwise';
 export {
   embeddingForward, embeddingBackward, layernormForward, layernormBackwardInput, layernormBackwardParams,

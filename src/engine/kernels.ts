@@ -25,6 +25,7 @@ export const KERNEL_NAMES = [
   'crossEntropyBackward',
   'attentionForward',
   'attentionBackward',
+  'adamPredict',
 ] as const;
 type KernelName = (typeof KERNEL_NAMES)[number];
 const OP = Object.fromEntries(KERNEL_NAMES.map((n, i) => [n, i])) as Record<KernelName, number>;
@@ -131,6 +132,11 @@ export class Kernels {
       p.params, p.grads, p.m, p.v, p.n,
       p.lr, p.beta1, p.beta2, p.eps, p.weightDecay, bc1, bc2, p.gradScale,
     ]);
+  }
+
+  /** out = params − k · (m / bc1) / (√(v / bc2) + eps) (n floats; out may be params) */
+  adamPredict(out: number, params: number, m: number, v: number, n: number, k: number, bc1: number, bc2: number, eps: number): void {
+    this.pool.run(OP.adamPredict, [out, params, m, v, n, k, bc1, bc2, eps]);
   }
 
   /** Sum of squares of n floats, summed in a fixed order (any thread count). */

@@ -577,13 +577,14 @@ class PeerError extends Error {
 }
 
 /**
- * Microbatches a stage keeps in flight: the miner's slots, but at most the
- * stages from here to the end (1F1B: S − stage). More would only add gradient
- * delay, since a stage's backward for a microbatch waits for every later
- * stage; with S − stage in flight the pipeline is already full.
+ * Microbatches a stage keeps in flight: the miner's slots, but at most one
+ * more than the stages from here to the end (1F1B's S − stage, plus one so
+ * that network latency does not stall the pipeline). More would only add
+ * gradient delay, since a stage's backward for a microbatch waits for every
+ * later stage.
  */
 export function inFlightLimit(a: Pick<StageAssignment, 'stage' | 'stageCount'>, slots: number): number {
-  return Math.max(1, Math.min(slots, a.stageCount - a.stage));
+  return Math.max(1, Math.min(slots, a.stageCount - a.stage + 1));
 }
 
 function pickWeighted(peers: Peer[]): Peer {

@@ -22,6 +22,8 @@ export class AdamW {
   readonly v: Tensor;
   /** steps taken */
   step = 0;
+  /** predict()'s output inside the engine's memory (allocated on first use) */
+  private scratch: Tensor | null = null;
 
   constructor(
     private readonly engine: Engine,
@@ -83,17 +85,17 @@ export class AdamW {
       return out;
     }
     const c = this.config;
-    const c1 = 1 - c.beta1 ** t;
-    const c2 = 1 - c.beta2 ** t;
-    const m = this.m.data;
-    const v = this.v.data;
-    const k = steps * c.lr;
-    for (let i = 0; i < w.length; i++) out[i] = w[i] - (k * (m[i] / c1)) / (Math.sqrt(v[i] / c2) + c.eps);
+    const n = this.params.layout.size;
+    this.scratch ??= this.engine.tensor([n]);
+    this.engine.kernels.adamPredict(this.scratch.ptr, this.params.flat.ptr, this.m.ptr, this.v.ptr, n, steps * c.lr, 1 - c.beta1 ** t, 1 - c.beta2 ** t, c.eps);
+    out.set(this.scratch.data);
     return out;
   }
 
   release(): void {
     this.engine.free(this.m);
     this.engine.free(this.v);
+    if (this.scratch) this.engine.free(this.scratch);
+    this.scratch = null;
   }
 }

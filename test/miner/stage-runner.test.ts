@@ -129,11 +129,12 @@ test('a forward behind others in flight runs at the predicted weights, and its b
   runner.dispose();
 });
 
-test('in flight: the miner slots, at most the stages from here to the end (1F1B)', async () => {
+test('in flight: the miner slots, at most one more than the stages from here to the end (1F1B + 1)', async () => {
   const { inFlightLimit } = await import('../../src/miner/miner.ts');
-  assert.equal(inFlightLimit({ stage: 0, stageCount: 2 }, 3), 2);
-  assert.equal(inFlightLimit({ stage: 1, stageCount: 2 }, 3), 1);
-  assert.equal(inFlightLimit({ stage: 0, stageCount: 4 }, 3), 3);
-  assert.equal(inFlightLimit({ stage: 0, stageCount: 1 }, 3), 1);
+  assert.equal(inFlightLimit({ stage: 0, stageCount: 2 }, 3), 3);
+  assert.equal(inFlightLimit({ stage: 0, stageCount: 2 }, 8), 3);
+  assert.equal(inFlightLimit({ stage: 1, stageCount: 2 }, 3), 2);
+  assert.equal(inFlightLimit({ stage: 2, stageCount: 4 }, 8), 3);
+  assert.equal(inFlightLimit({ stage: 0, stageCount: 1 }, 3), 2);
   assert.equal(inFlightLimit({ stage: 0, stageCount: 8 }, 1), 1);
 });
