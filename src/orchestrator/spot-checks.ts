@@ -81,6 +81,9 @@ export const MAX_LOSS_DEVIATION = 1e-5;
  */
 export const ADAM_STEP_BOUND = 7.5;
 
+/** Recomputation stages and merged states kept between checks. */
+const CACHE_ENTRIES = 4;
+
 export interface CheckOutcome {
   passed: boolean;
   cosine: number | null;
@@ -109,8 +112,12 @@ export interface CheckContext {
   upstreamShas: string[] | null;
 }
 
-/** Verifies a decoded bundle against its context; recomputes the forward on `engine`. */
-export function verifyForward(engine: Engine, ctx: CheckContext, b: DecodedCheckBundle): CheckOutcome {
+/**
+ * Verifies a decoded bundle against its context; recomputes the forward on
+ * `engine`, in `scratch` when given (a stage of ctx's range and batch size,
+ * whose weights are overwritten) or in a stage made for the purpose.
+ */
+export function verifyForward(engine: Engine, ctx: CheckContext, b: DecodedCheckBundle, scratch?: GptStage): CheckOutcome {
   const fail = (detail: string, cosine: number | null = null, normRatio: number | null = null): CheckOutcome => ({ passed: false, cosine, normRatio, detail });
   const last = ctx.range.to === ctx.config.layers + 2;
   const first = ctx.range.from === 0;
@@ -136,7 +143,7 @@ export function verifyForward(engine: Engine, ctx: CheckContext, b: DecodedCheck
   }
   const T = ctx.config.contextLength;
   const B = ctx.batchSize;
-  const stage = new GptStage(engine, ctx.config, ctx.range, { batchSize: B, seed: ctx.seed });
+  const stage = scratch ?? new GptStage(engine, ctx.config, ctx.range, { batchSize: B, seed: ctx.seed });
   try {
     stage.params.flat.data.set(b.weights);
     let input: Float32Array | Int32Array;
@@ -162,7 +169,7 @@ export function verifyForward(engine: Engine, ctx: CheckContext, b: DecodedCheck
     }
     return { passed: true, cosine, normRatio, detail: `cosine ${cosine.toFixed(8)}, norm ratio ${normRatio.toFixed(8)}` };
   } finally {
-    stage.release();
+    if (!scratch) stage.release();
   }
 }
 
@@ -186,6 +193,9 @@ export class SpotChecks {
   readonly options: SpotCheckOptions;
   private engine: Promise<Engine> | null = null;
   private readonly corpora = new Map<string, ByteCorpus | null>();
+  /** recomputation stages by model/range/batch, and merged states by run/stage/round: a few of each */
+  private readonly stages = new Map<string, GptStage>();
+  private readonly thetas = new Map<string, Float32Array | null>();
 
   constructor(
     private readonly db: OrchestratorDb,
@@ -257,7 +267,8 @@ export class SpotChecks {
       loss: own?.loss ?? null,
       upstreamShas: upstream.length ? upstream.map((c) => c.output_sha).filter((x): x is string => x !== null) : null,
     };
-    const outcome = verifyForward(await this.engineReady(), ctx, bundle);
+    const engine = await this.engineReady();
+    const outcome = verifyForward(engine, ctx, bundle, this.scratchStage(engine, run, range));
     return { ...outcome, status: this.decide(check, outcome) };
   }
 
@@ -271,8 +282,27 @@ export class SpotChecks {
     return status;
   }
 
+  /** A stage to recompute in, kept for the next checks of the same shape. */
+  private scratchStage(engine: Engine, run: RunRow, range: { from: number; to: number }): GptStage {
+    const key = `${run.model}/${range.from}/${range.to}/${run.batch_size}`;
+    let s = this.stages.get(key);
+    if (!s) {
+      s = new GptStage(engine, gptConfig(run.model), range, { batchSize: run.batch_size, seed: run.seed });
+      remember(this.stages, key, s, (old) => old.release());
+    }
+    return s;
+  }
+
   /** The stage's weights after merge round `round` (the initial weights for round 0); null when not kept. */
   private async thetaStart(run: RunRow, stage: number, round: number, range: { from: number; to: number }): Promise<Float32Array | null> {
+    const key = `${run.id}/${stage}/${round}`;
+    if (this.thetas.has(key)) return this.thetas.get(key)!;
+    const theta = await this.loadThetaStart(run, stage, round, range);
+    if (theta) remember(this.thetas, key, theta);
+    return theta;
+  }
+
+  private async loadThetaStart(run: RunRow, stage: number, round: number, range: { from: number; to: number }): Promise<Float32Array | null> {
     const config = gptConfig(run.model);
     let blob: string | null = null;
     if (round > 0) {
@@ -307,7 +337,20 @@ export class SpotChecks {
   }
 
   async close(): Promise<void> {
+    for (const s of this.stages.values()) s.release();
+    this.stages.clear();
+    this.thetas.clear();
     if (this.engine) await (await this.engine).close();
     this.engine = null;
+  }
+}
+
+/** Keeps at most CACHE_ENTRIES entries in `map`, dropping the oldest. */
+function remember<T>(map: Map<string, T>, key: string, value: T, drop?: (old: T) => void): void {
+  map.set(key, value);
+  while (map.size > CACHE_ENTRIES) {
+    const [oldKey, old] = map.entries().next().value!;
+    map.delete(oldKey);
+    drop?.(old);
   }
 }
