@@ -3,7 +3,8 @@
 // default engine (relaxed SIMD when available, 2 threads), the "orchestrator"
 // the plain-SIMD build on 1 thread, as two different machines would; the
 // activation crosses the wire as fp16 or int8-row. Also what two cheats look
-// like (weights left at the merged state, 1% noise), and the cost of one check.
+// like (weights left at the merged state, 1% noise), and the cost of one check
+// (on CHECK_ROWS sequences, as for a stage before the last, and on the whole batch).
 import { loadCorpus } from '../src/data/corpus.ts';
 import { batchForShard } from '../src/data/batches.ts';
 import { Engine } from '../src/engine/engine.ts';
@@ -14,7 +15,7 @@ import { mulberry32 } from '../src/model/init.ts';
 import { decodeCheckBundle, encodeCheckBundle } from '../src/protocol/check-bundle.ts';
 import type { Codec } from '../src/protocol/codec.ts';
 import { decodeFrame, encodeFrame, readFrameHeader } from '../src/protocol/frame.ts';
-import { compare, verifyForward } from '../src/orchestrator/spot-checks.ts';
+import { CHECK_ROWS, compare, verifyForward } from '../src/orchestrator/spot-checks.ts';
 import { median, type Bench, type BenchResult } from './harness.ts';
 
 const B = 12;
@@ -96,18 +97,27 @@ export const spotCheckBenches: Bench[] = [
       // one whole check on the orchestrator: decode the bundle, bound the weights, recompute, compare
       const frame = encodeFrame(honest, [B * T, C], 'f16');
       const bundle = encodeCheckBundle({ meta: { runId: 'r', microbatch: 1, stage: 0, round: 0, samples: TRAIN_STEPS, shard: 20_000 }, weights: w0, input: null, output: frame });
-      const times: number[] = [];
-      for (let i = 0; i < 7; i++) {
-        const t0 = performance.now();
-        const d = decodeCheckBundle(bundle, { paramCount: w0.length, activationShape: [B * T, C], hasInput: false, hasOutput: true, maxBytes: 1 << 28 });
-        const r = verifyForward(verifier, {
-          config, range: first, batchSize: B, seed: 1, corpus, shard: 20_000, codec: 'f16', lr: 3e-3, thetaStart: theta0, maxSamples: 1000,
-          outputSha: readFrameHeader(frame).header.sha256, inputSha: null, loss: null, upstreamShas: null,
-        }, d);
-        if (!r.passed) throw new Error(`an honest check failed: ${r.detail}`);
-        times.push(performance.now() - t0);
-      }
-      results.push({ bench: 'spot_check.verify_ms', value: Number(median(times).toFixed(1)), unit: 'ms' }, { bench: 'spot_check.bundle_bytes', value: bundle.length, unit: 'bytes' });
+      const timeCheck = (rows: number[] | null): number => {
+        const scratch = new GptStage(verifier, config, first, { batchSize: rows?.length ?? B, seed: 1 });
+        const times: number[] = [];
+        for (let i = 0; i < 7; i++) {
+          const t0 = performance.now();
+          const d = decodeCheckBundle(bundle, { paramCount: w0.length, activationShape: [B * T, C], hasInput: false, hasOutput: true, maxBytes: 1 << 28 });
+          const r = verifyForward(verifier, {
+            config, range: first, batchSize: B, seed: 1, corpus, shard: 20_000, codec: 'f16', lr: 3e-3, thetaStart: theta0, maxSamples: 1000,
+            outputSha: readFrameHeader(frame).header.sha256, inputSha: null, loss: null, upstreamShas: null, rows,
+          }, d, scratch);
+          if (!r.passed) throw new Error(`an honest check failed: ${r.detail}`);
+          times.push(performance.now() - t0);
+        }
+        scratch.release();
+        return Number(median(times).toFixed(1));
+      };
+      results.push(
+        { bench: 'spot_check.verify_ms', value: timeCheck([3, 7].slice(0, CHECK_ROWS)), unit: 'ms' },
+        { bench: 'spot_check.verify_full_batch_ms', value: timeCheck(null), unit: 'ms' },
+        { bench: 'spot_check.bundle_bytes', value: bundle.length, unit: 'bytes' },
+      );
       for (const s of [s0, s1, ref0, ref1, stale]) s.release();
       o0.release();
       o1.release();

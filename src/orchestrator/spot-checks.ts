@@ -83,6 +83,15 @@ export const ADAM_STEP_BOUND = 7.5;
 
 /** Recomputation stages and merged states kept between checks. */
 const CACHE_ENTRIES = 4;
+/** Sequences of a batch a check of a stage before the last recomputes. */
+export const CHECK_ROWS = 2;
+
+/** `k` distinct sequence indices in [0, n), drawn with a CSPRNG, ascending. */
+function sampleRows(n: number, k: number): number[] {
+  const picked = new Set<number>();
+  while (picked.size < k) picked.add(randomInt(n));
+  return [...picked].sort((a, b) => a - b);
+}
 
 export interface CheckOutcome {
   passed: boolean;
@@ -110,6 +119,13 @@ export interface CheckContext {
   loss: number | null;
   /** what the previous stage's miners committed to sending for this microbatch (null: unknown) */
   upstreamShas: string[] | null;
+  /**
+   * The sequences of the batch to recompute (null: all). Rows are
+   * independent until the loss, so a stage before the last is checked on a
+   * few sequences drawn after the bundle arrived; the last stage's loss needs
+   * them all.
+   */
+  rows?: number[] | null;
 }
 
 /**
@@ -142,7 +158,11 @@ export function verifyForward(engine: Engine, ctx: CheckContext, b: DecodedCheck
     if (worst > bound) return fail(`weight ${at} moved ${worst.toExponential(3)} from the merged state; ${b.meta.samples} AdamW steps move it at most ${bound.toExponential(3)}`);
   }
   const T = ctx.config.contextLength;
-  const B = ctx.batchSize;
+  const C = ctx.config.channels;
+  const rows = last || !ctx.rows ? null : ctx.rows;
+  const B = rows ? rows.length : ctx.batchSize;
+  if (rows && rows.some((r) => !(Number.isInteger(r) && r >= 0 && r < ctx.batchSize))) throw new RangeError(`rows ${rows.join(',')} outside the batch of ${ctx.batchSize}`);
+  if (scratch && (scratch.maxBatch < B || scratch.range.from !== ctx.range.from || scratch.range.to !== ctx.range.to)) throw new RangeError('the scratch stage does not fit the check');
   const stage = scratch ?? new GptStage(engine, ctx.config, ctx.range, { batchSize: B, seed: ctx.seed });
   try {
     stage.params.flat.data.set(b.weights);
@@ -150,10 +170,10 @@ export function verifyForward(engine: Engine, ctx: CheckContext, b: DecodedCheck
     let targets: Int32Array | undefined;
     if (first || last) {
       if (!ctx.corpus) return fail('the run data cannot be loaded here');
-      const batch = batchForShard(ctx.corpus.train, ctx.seed, ctx.shard, B, T);
+      const batch = batchForShard(ctx.corpus.train, ctx.seed, ctx.shard, ctx.batchSize, T);
       targets = last ? batch.targets : undefined;
-      input = first ? batch.inputs : b.input!.data;
-    } else input = b.input!.data;
+      input = first ? pickRows(batch.inputs, rows, T) : b.input!.data;
+    } else input = pickRows(b.input!.data, rows, T * C);
     const out = stage.forward(input, B, T, targets);
     if (last) {
       const loss = out as number;
@@ -162,7 +182,7 @@ export function verifyForward(engine: Engine, ctx: CheckContext, b: DecodedCheck
       if (!(dev <= MAX_LOSS_DEVIATION)) return fail(`reported loss ${ctx.loss} vs recomputed ${loss} (relative deviation ${dev.toExponential(2)})`);
       return { passed: true, cosine: null, normRatio: null, detail: `loss deviation ${dev.toExponential(2)}` };
     }
-    const { cosine, normRatio } = compare(out as Float32Array, b.output!.data);
+    const { cosine, normRatio } = compare(out as Float32Array, pickRows(b.output!.data, rows, T * C));
     const t = CHECK_THRESHOLDS[ctx.codec];
     if (!(cosine >= t.minCosine) || !(Math.abs(normRatio - 1) <= t.maxNormDeviation)) {
       return fail(`cosine ${cosine.toFixed(6)} (min ${t.minCosine}), norm ratio ${normRatio.toFixed(6)} (max deviation ${t.maxNormDeviation})`, cosine, normRatio);
@@ -171,6 +191,14 @@ export function verifyForward(engine: Engine, ctx: CheckContext, b: DecodedCheck
   } finally {
     if (!scratch) stage.release();
   }
+}
+
+/** The given sequences (each `width` values) of a batch, or the batch itself. */
+function pickRows<A extends Float32Array | Int32Array>(data: A, rows: number[] | null, width: number): A {
+  if (!rows) return data;
+  const out = new (data.constructor as { new (n: number): A })(rows.length * width);
+  rows.forEach((r, i) => out.set(data.subarray(r * width, (r + 1) * width), i * width));
+  return out;
 }
 
 /** Cosine similarity of `sent` to `recomputed`, and ‖sent‖ / ‖recomputed‖ (float64 sums). */
@@ -267,8 +295,10 @@ export class SpotChecks {
       loss: own?.loss ?? null,
       upstreamShas: upstream.length ? upstream.map((c) => c.output_sha).filter((x): x is string => x !== null) : null,
     };
+    const last = range.to === config.layers + 2;
+    if (!last && run.batch_size > CHECK_ROWS) ctx.rows = sampleRows(run.batch_size, CHECK_ROWS);
     const engine = await this.engineReady();
-    const outcome = verifyForward(engine, ctx, bundle, this.scratchStage(engine, run, range));
+    const outcome = verifyForward(engine, ctx, bundle, this.scratchStage(engine, run, range, ctx.rows?.length ?? run.batch_size));
     return { ...outcome, status: this.decide(check, outcome) };
   }
 
@@ -283,11 +313,11 @@ export class SpotChecks {
   }
 
   /** A stage to recompute in, kept for the next checks of the same shape. */
-  private scratchStage(engine: Engine, run: RunRow, range: { from: number; to: number }): GptStage {
-    const key = `${run.model}/${range.from}/${range.to}/${run.batch_size}`;
+  private scratchStage(engine: Engine, run: RunRow, range: { from: number; to: number }, batchSize: number): GptStage {
+    const key = `${run.model}/${range.from}/${range.to}/${batchSize}`;
     let s = this.stages.get(key);
     if (!s) {
-      s = new GptStage(engine, gptConfig(run.model), range, { batchSize: run.batch_size, seed: run.seed });
+      s = new GptStage(engine, gptConfig(run.model), range, { batchSize, seed: run.seed });
       remember(this.stages, key, s, (old) => old.release());
     }
     return s;

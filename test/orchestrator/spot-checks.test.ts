@@ -151,3 +151,17 @@ test('compare: cosine and norm ratio', () => {
   assert.ok(Math.abs(c.cosine - 1) < 1e-12 && Math.abs(c.normRatio - 2) < 1e-12);
   assert.equal(compare(a, new Float32Array(3)).cosine, 0);
 });
+
+test('a stage before the last is recomputed on a few sequences: honest passes, a corrupted sequence fails when drawn', () => {
+  const h = honestFirst();
+  const bundle = (frame: Uint8Array) => decodeCheckBundle(encodeCheckBundle({ meta: h.meta, weights: h.weights, input: null, output: frame }), expectFirst(h.weights.length));
+  const ok = verifyForward(engine, contextFor(h.frame, h.theta, { rows: [1] }), bundle(h.frame));
+  assert.ok(ok.passed, ok.detail);
+  // sequence 0 made up, sequence 1 honest
+  const bad = h.out.slice();
+  for (let i = 0; i < T * C; i++) bad[i] = 0.5;
+  const badFrame = encodeFrame(bad, [B * T, C], 'f16', {});
+  assert.equal(verifyForward(engine, contextFor(badFrame, h.theta, { rows: [0] }), bundle(badFrame)).passed, false);
+  assert.equal(verifyForward(engine, contextFor(badFrame, h.theta, { rows: [1] }), bundle(badFrame)).passed, true, 'only drawn sequences are compared');
+  assert.throws(() => verifyForward(engine, contextFor(h.frame, h.theta, { rows: [B] }), bundle(h.frame)), RangeError);
+});
