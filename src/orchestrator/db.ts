@@ -228,12 +228,14 @@ CREATE TABLE IF NOT EXISTS forward_commits (
   microbatch INTEGER NOT NULL, stage INTEGER NOT NULL, miner_id TEXT NOT NULL, output_sha TEXT, input_sha TEXT, loss REAL,
   at INTEGER NOT NULL, PRIMARY KEY (microbatch, stage, miner_id)
 );
+CREATE INDEX IF NOT EXISTS forward_commits_by_time ON forward_commits (at);
 CREATE TABLE IF NOT EXISTS spot_checks (
   id INTEGER PRIMARY KEY AUTOINCREMENT, run_id TEXT NOT NULL, microbatch INTEGER NOT NULL, stage INTEGER NOT NULL,
   miner_id TEXT NOT NULL, status TEXT NOT NULL, created_at INTEGER NOT NULL, decided_at INTEGER,
   cosine REAL, norm_ratio REAL, detail TEXT
 );
 CREATE INDEX IF NOT EXISTS spot_checks_by_miner ON spot_checks (miner_id, status);
+CREATE INDEX IF NOT EXISTS spot_checks_by_status ON spot_checks (status, created_at);
 CREATE TABLE IF NOT EXISTS slashes (
   epoch INTEGER NOT NULL, miner TEXT NOT NULL, failed INTEGER NOT NULL, fraction REAL NOT NULL, amount TEXT,
   reason TEXT NOT NULL, status TEXT NOT NULL, tx_hash TEXT, error TEXT,

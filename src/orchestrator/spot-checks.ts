@@ -224,6 +224,7 @@ export class SpotChecks {
   /** recomputation stages by model/range/batch, and merged states by run/stage/round: a few of each */
   private readonly stages = new Map<string, GptStage>();
   private readonly thetas = new Map<string, Float32Array | null>();
+  private expiredAt = -Infinity;
 
   constructor(
     private readonly db: OrchestratorDb,
@@ -248,9 +249,11 @@ export class SpotChecks {
     return true;
   }
 
-  /** Checks nobody answered in time fail; old commitments are let go. */
+  /** Checks nobody answered in time fail; old commitments are let go. At most once a second. */
   expire(): void {
     const now = this.now();
+    if (now - this.expiredAt < 1000) return;
+    this.expiredAt = now;
     for (const c of this.db.checksAskedBefore(now - this.options.timeoutMs)) this.decide(c, { passed: false, cosine: null, normRatio: null, detail: 'not answered in time' });
     this.db.deleteForwardCommitsBefore(now - Math.max(10 * 60_000, 2 * this.options.timeoutMs));
   }
