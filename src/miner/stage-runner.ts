@@ -126,10 +126,16 @@ export class StageRunner {
     const stashed = this.opt.predict((this.stash[slot] ??= new Float32Array(w.length)), delay);
     this.predicted.set(slot, delay);
     const { B, T } = this.dims();
+    return this.withWeights(stashed, () => (this.stage.forward(input, B, T, undefined, slot) as Float32Array).slice());
+  }
+
+  /** Runs `fn` with the stage's weights set to `weights`, then puts the current ones back. */
+  private withWeights<T>(weights: Float32Array, fn: () => T): T {
+    const w = this.stage.params.flat.data;
     this.current.set(w);
-    w.set(stashed);
+    w.set(weights);
     try {
-      return (this.stage.forward(input, B, T, undefined, slot) as Float32Array).slice();
+      return fn();
     } finally {
       w.set(this.current);
     }
@@ -175,23 +181,11 @@ export class StageRunner {
    */
   backward(microbatch: number, dOutput: Float32Array): Float32Array | null {
     const s = this.slotOf.get(microbatch);
-    if (!s) throw new Error(`microbatch ${microbatch} is not held here`);
-    const w = this.stage.params.flat.data;
-    const stashed = this.stash[s.slot];
+    const stashed = s ? this.stash[s.slot] : null;
+    if (!s || !stashed) throw new Error(`microbatch ${microbatch} is not held here`);
     try {
       this.stage.zeroGrad();
-      let d: Float32Array | null;
-      if (stashed) {
-        this.current.set(w);
-        w.set(stashed);
-        try {
-          d = this.stage.backward(dOutput, s.slot);
-        } finally {
-          w.set(this.current);
-        }
-      } else {
-        d = this.stage.backward(dOutput, s.slot);
-      }
+      const d = this.withWeights(stashed, () => this.stage.backward(dOutput, s.slot));
       this.step();
       return d ? d.slice() : null;
     } finally {
