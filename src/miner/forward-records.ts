@@ -22,10 +22,6 @@ export class ForwardRecords {
 
   constructor(readonly maxRecords: number = DEFAULT_MAX_RECORDS) {}
 
-  get size(): number {
-    return this.records.size;
-  }
-
   /** A copy of `weights` in a pooled buffer, for a record about to be made. */
   snapshot(weights: Float32Array): Float32Array {
     let buf = this.pool.pop();
@@ -43,10 +39,6 @@ export class ForwardRecords {
     this.drop(record.meta.microbatch);
     this.records.set(record.meta.microbatch, record);
     while (this.records.size > this.maxRecords) this.drop(this.records.keys().next().value!);
-  }
-
-  has(microbatch: number): boolean {
-    return this.records.has(microbatch);
   }
 
   /** The bundle for a check of `microbatch`, or null when it is not kept; the record is let go. */

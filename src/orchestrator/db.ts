@@ -535,18 +535,8 @@ export class OrchestratorDb {
       .run({ ...fields, id });
   }
 
-  spotChecks(filter: { runId?: string; minerId?: string } = {}): SpotCheckRow[] {
-    const where: string[] = [];
-    const args: string[] = [];
-    if (filter.runId) {
-      where.push('run_id = ?');
-      args.push(filter.runId);
-    }
-    if (filter.minerId) {
-      where.push('miner_id = ?');
-      args.push(filter.minerId);
-    }
-    return this.sql.prepare(`SELECT * FROM spot_checks ${where.length ? `WHERE ${where.join(' AND ')}` : ''} ORDER BY id`).all(...args) as SpotCheckRow[];
+  spotChecks(): SpotCheckRow[] {
+    return this.sql.prepare('SELECT * FROM spot_checks ORDER BY id').all() as SpotCheckRow[];
   }
 
   /** Checks per miner and status, optionally for one run. */
