@@ -12,7 +12,7 @@
 // later put of the same bytes repairs it.
 
 import { createHash, randomBytes } from 'node:crypto';
-import { mkdir, open, readdir, rename, rm, stat, unlink } from 'node:fs/promises';
+import { mkdir, open, readdir, rename, rm, stat, unlink, type FileHandle } from 'node:fs/promises';
 import { join } from 'node:path';
 
 /** Why a blob operation failed. */
@@ -132,15 +132,18 @@ export class FsBlobStore implements BlobStore {
     return id;
   }
 
-  async get(id: string): Promise<Uint8Array> {
-    const path = this.pathOf(id);
-    let fh;
+  /** Opens a blob's file for reading; BlobError 'not_found' when it is absent (the id is checked by pathOf). */
+  private async openBlob(id: string): Promise<FileHandle> {
     try {
-      fh = await open(path, 'r');
+      return await open(this.pathOf(id), 'r');
     } catch (e) {
       if (isMissing(e)) throw new BlobError('not_found', `no blob ${id}`);
       throw e;
     }
+  }
+
+  async get(id: string): Promise<Uint8Array> {
+    const fh = await this.openBlob(id);
     let bytes: Uint8Array;
     try {
       const buf = await fh.readFile();
@@ -157,17 +160,10 @@ export class FsBlobStore implements BlobStore {
   }
 
   async getRange(id: string, start: number, end: number): Promise<Uint8Array> {
-    const path = this.pathOf(id);
     if (!Number.isSafeInteger(start) || !Number.isSafeInteger(end) || start < 0 || end < start) {
       throw new BlobError('bad_range', `range [${start}, ${end}) is not a pair of integers 0 <= start <= end`);
     }
-    let fh;
-    try {
-      fh = await open(path, 'r');
-    } catch (e) {
-      if (isMissing(e)) throw new BlobError('not_found', `no blob ${id}`);
-      throw e;
-    }
+    const fh = await this.openBlob(id);
     try {
       const { size } = await fh.stat();
       if (start > size) throw new BlobError('bad_range', `range starts at ${start}, blob ${id} has ${size} bytes`);
