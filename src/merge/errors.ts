@@ -1,6 +1,7 @@
 // Typed errors of the merge math. Merge inputs come from peers (decoded
 // pseudo-gradient frames, replica lists, weights), so every check names the
 // numbers involved and carries a code a server can map to a 4xx.
+import { NimbleError } from '../protocol/errors.ts';
 
 /** Why a merge computation was refused. */
 export type MergeErrorCode =
@@ -14,18 +15,12 @@ export type MergeErrorCode =
   | 'bad_frame' // a frame that decodes but is not the partition / state expected
   | 'bad_state'; // serialized outer-optimizer state that does not parse
 
-/** A merge computation was refused. */
-export class MergeError extends Error {
+/** A merge computation was refused: 400, since merge inputs come from peers. */
+export class MergeError extends NimbleError {
   override readonly name = 'MergeError';
-  constructor(
-    readonly code: MergeErrorCode,
-    message: string,
-  ) {
-    super(`merge ${code}: ${message}`);
-  }
+  declare readonly code: MergeErrorCode;
 
-  /** HTTP status a server should answer with when the input came from a peer. */
-  get httpStatus(): number {
-    return 400;
+  constructor(code: MergeErrorCode, message: string) {
+    super(code, `merge ${code}: ${message}`, 400);
   }
 }

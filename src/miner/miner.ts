@@ -11,7 +11,7 @@ import Fastify, { type FastifyInstance, type FastifyReply, type FastifyRequest }
 import { Engine } from '../engine/engine.ts';
 import { decodePartitionFrame, decodePartitionFrames } from '../merge/pseudo-gradient.ts';
 import type { Partition } from '../merge/partition.ts';
-import { AuthError, FrameError, protocolHttpStatus } from '../protocol/errors.ts';
+import { AuthError, NimbleError } from '../protocol/errors.ts';
 import { encodeCheckBundle } from '../protocol/check-bundle.ts';
 import { decodeFrame, encodeFrame, readFrameHeader } from '../protocol/frame.ts';
 import {
@@ -19,7 +19,6 @@ import {
   ForwardMeta,
   HeartbeatReply,
   JoinReply,
-  MessageError,
   parse,
   type HeartbeatRequest,
   type MergeTask,
@@ -449,8 +448,7 @@ export class Miner {
     app.setErrorHandler((err: Error & { statusCode?: number }, req: FastifyRequest, reply: FastifyReply) => {
       let status = 500;
       if (err instanceof AuthError) status = 401;
-      else if (err instanceof FrameError) status = protocolHttpStatus(err) ?? 400;
-      else if (err instanceof MessageError) status = 400;
+      else if (err instanceof NimbleError) status = err.status;
       else if (err instanceof PeerError) status = err.status;
       else if (typeof err.statusCode === 'number' && err.statusCode >= 400 && err.statusCode < 500) status = err.statusCode;
       if (status < 500) {

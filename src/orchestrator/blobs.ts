@@ -14,6 +14,7 @@
 import { createHash, randomBytes } from 'node:crypto';
 import { mkdir, open, readdir, rename, rm, stat, unlink, type FileHandle } from 'node:fs/promises';
 import { join } from 'node:path';
+import { NimbleError } from '../protocol/errors.ts';
 
 /** Why a blob operation failed. */
 export type BlobErrorCode =
@@ -23,19 +24,15 @@ export type BlobErrorCode =
   | 'bad_range' // range outside the blob (HTTP 416)
   | 'corrupt'; // stored bytes no longer hash to the id; the blob was quarantined (HTTP 500)
 
-/** A blob operation failed. */
-export class BlobError extends Error {
-  override readonly name = 'BlobError';
-  constructor(
-    readonly code: BlobErrorCode,
-    message: string,
-  ) {
-    super(`blob ${code}: ${message}`);
-  }
+const BLOB_STATUS: Record<BlobErrorCode, number> = { bad_id: 400, bad_prefix: 400, not_found: 404, bad_range: 416, corrupt: 500 };
 
-  /** HTTP status a server should answer with. */
-  get httpStatus(): number {
-    return { bad_id: 400, bad_prefix: 400, not_found: 404, bad_range: 416, corrupt: 500 }[this.code];
+/** A blob operation failed. */
+export class BlobError extends NimbleError {
+  override readonly name = 'BlobError';
+  declare readonly code: BlobErrorCode;
+
+  constructor(code: BlobErrorCode, message: string) {
+    super(code, `blob ${code}: ${message}`, BLOB_STATUS[code]);
   }
 }
 

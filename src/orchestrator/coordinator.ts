@@ -7,8 +7,8 @@ import { randomBytes } from 'node:crypto';
 import { gptConfig } from '../model/config.ts';
 import { partCount } from '../model/gpt.ts';
 import { PlanError, planPlacement, rebalance, type MinerCapacity, type Plan } from '../planner/placement.ts';
+import type { CreateRunRequest } from '../api/schemas.ts';
 import type {
-  CreateRunRequest,
   HeartbeatReply,
   HeartbeatRequest,
   JoinReply,

@@ -2,17 +2,14 @@
 // src/protocol/signing.ts) and every body is validated before use; errors map
 // to clear 4xx answers and are counted against the miner that sent them.
 import Fastify, { type FastifyInstance, type FastifyReply, type FastifyRequest } from 'fastify';
-import { MergeError } from '../merge/errors.ts';
-import { AuthError, FrameError, protocolHttpStatus } from '../protocol/errors.ts';
+import { AuthError, NimbleError } from '../protocol/errors.ts';
+import { CreateRunRequest } from '../api/schemas.ts';
 import {
-  CreateRunRequest,
   HeartbeatRequest,
   JoinRequest,
-  MessageError,
   parseJson,
 } from '../protocol/messages.ts';
 import { RequestVerifier } from '../protocol/signing.ts';
-import { BlobError } from './blobs.ts';
 import type { Coordinator } from './coordinator.ts';
 import type { Epochs } from './epochs.ts';
 import { CoordinatorError } from './errors.ts';
@@ -52,10 +49,8 @@ export function buildApi(coordinator: Coordinator, verifier = new RequestVerifie
   app.setErrorHandler((err: Error & { statusCode?: number }, req: FastifyRequest, reply: FastifyReply) => {
     let status = 500;
     if (err instanceof AuthError) status = err.code === 'overloaded' ? 503 : 401;
-    else if (err instanceof FrameError) status = protocolHttpStatus(err) ?? 400;
-    else if (err instanceof MessageError || err instanceof MergeError) status = 400;
+    else if (err instanceof NimbleError) status = err.status;
     else if (err instanceof CoordinatorError) status = err.status;
-    else if (err instanceof BlobError) status = err.code === 'not_found' ? 404 : 400;
     else if (typeof err.statusCode === 'number' && err.statusCode >= 400 && err.statusCode < 500) status = err.statusCode;
     const refusedJoin = status === 403 && req.url === '/miners/join'; // too little stake: not a fault
     if (status >= 400 && status < 500 && req.minerId && status !== 401 && !refusedJoin) {

@@ -1,5 +1,60 @@
-// Typed errors of the protocol layer and the HTTP status each one maps to, so
-// a server can answer a bad peer with a clear 4xx instead of crashing.
+// The one error contract of the project: every error a server answers with,
+// and every error a command shows a user, is a NimbleError with
+//   code     a stable snake_case word a program can branch on,
+//   message  one line a person can act on,
+//   status   the HTTP status a server answers with.
+// Subclasses add the codes of one concern (tensor frames, signatures, merge
+// math, blobs) but carry them the same way. On the wire an error is
+// `{ "error": message, "code": code }` with `status` as the HTTP status
+// (src/http/server.ts); a client turns such an answer back into a NimbleError
+// (src/http/client.ts), so a caller sees the same error on both sides.
+
+/** Codes any concern may use, and the HTTP status each answers with. */
+export const GENERIC_STATUS = {
+  /** the request or a value in it is malformed or out of range */
+  invalid: 400,
+  /** no valid signature */
+  unauthorized: 401,
+  /** signed, but this party may not do this */
+  forbidden: 403,
+  not_found: 404,
+  /** valid, but not now: the state does not allow it */
+  conflict: 409,
+  too_large: 413,
+  /** stored data failed validation: the server's fault, not the caller's */
+  corrupt: 500,
+  internal: 500,
+  /** busy; retry later */
+  overloaded: 503,
+  /** the other side could not be reached */
+  unreachable: 502,
+} as const;
+
+export type GenericCode = keyof typeof GENERIC_STATUS;
+
+export class NimbleError extends Error {
+  override readonly name: string = 'NimbleError';
+
+  constructor(
+    readonly code: string,
+    message: string,
+    readonly status: number = code in GENERIC_STATUS ? GENERIC_STATUS[code as GenericCode] : 400,
+    options?: ErrorOptions,
+  ) {
+    super(message, options);
+  }
+
+  /** A client error (4xx): the caller can fix it. */
+  get isClientError(): boolean {
+    return this.status >= 400 && this.status < 500;
+  }
+}
+
+/** `err` as a NimbleError: itself, or an internal error wrapping it. */
+export function asNimbleError(err: unknown): NimbleError {
+  if (err instanceof NimbleError) return err;
+  return new NimbleError('internal', err instanceof Error ? err.message : String(err), 500, { cause: err });
+}
 
 /** Why a tensor frame was refused. */
 export type FrameErrorCode =
@@ -17,19 +72,13 @@ export type FrameErrorCode =
   | 'bad_scale' // a negative int8 scale
   | 'checksum'; // payload sha256 differs from the header
 
-/** A tensor frame could not be encoded or was refused on decode. */
-export class FrameError extends Error {
+/** A tensor frame could not be encoded or was refused on decode: 413 for too_large, else 400. */
+export class FrameError extends NimbleError {
   override readonly name = 'FrameError';
-  constructor(
-    readonly code: FrameErrorCode,
-    message: string,
-  ) {
-    super(`frame ${code}: ${message}`);
-  }
+  declare readonly code: FrameErrorCode;
 
-  /** HTTP status a server should answer with: 413 for too_large, else 400. */
-  get httpStatus(): number {
-    return this.code === 'too_large' ? 413 : 400;
+  constructor(code: FrameErrorCode, message: string) {
+    super(code, `frame ${code}: ${message}`, code === 'too_large' ? 413 : 400);
   }
 }
 
@@ -41,24 +90,12 @@ export type AuthErrorCode =
   | 'replayed' // the (address, nonce) pair was already used within the window
   | 'overloaded'; // the nonce cache is full of live nonces; try again later (HTTP 503)
 
-/** A signed request failed verification. */
-export class AuthError extends Error {
+/** A signed request failed verification: 503 for overloaded, else 401. */
+export class AuthError extends NimbleError {
   override readonly name = 'AuthError';
-  constructor(
-    readonly code: AuthErrorCode,
-    message: string,
-  ) {
-    super(`auth ${code}: ${message}`);
-  }
+  declare readonly code: AuthErrorCode;
 
-  /** HTTP status a server should answer with: 503 for overloaded, else 401. */
-  get httpStatus(): number {
-    return this.code === 'overloaded' ? 503 : 401;
+  constructor(code: AuthErrorCode, message: string) {
+    super(code, `auth ${code}: ${message}`, code === 'overloaded' ? 503 : 401);
   }
-}
-
-/** HTTP status for a protocol error, or undefined for any other error (a 500). */
-export function protocolHttpStatus(error: unknown): number | undefined {
-  if (error instanceof FrameError || error instanceof AuthError) return error.httpStatus;
-  return undefined;
 }

@@ -223,7 +223,7 @@ export function readFrameHeader(bytes: Uint8Array, expect: FrameExpect = {}): Pa
 
 /**
  * Decodes and fully validates a frame: limits, header, exact length, sha256,
- * finite values. Throws FrameError; `error.httpStatus` is 413 or 400.
+ * finite values. Throws FrameError; `error.status` is 413 or 400.
  */
 export function decodeFrame(bytes: Uint8Array, expect: FrameExpect = {}): DecodedFrame {
   assertLittleEndianHost();

@@ -2,6 +2,7 @@
 // developers' tools. Both sides validate what they receive with `parse`.
 import { Type, type Static, type TSchema } from '@sinclair/typebox';
 import { TypeCompiler, type TypeCheck } from '@sinclair/typebox/compiler';
+import { NimbleError } from './errors.ts';
 
 const Sha256 = Type.String({ pattern: '^[0-9a-f]{64}$' });
 const Id = Type.String({ minLength: 1, maxLength: 128, pattern: '^[A-Za-z0-9_.:-]+$' });
@@ -11,6 +12,14 @@ const Url = Type.String({ minLength: 8, maxLength: 256, pattern: '^https?://[^\\
 const Count = Type.Integer({ minimum: 0, maximum: 2 ** 31 - 1 });
 const Positive = Type.Integer({ minimum: 1, maximum: 2 ** 31 - 1 });
 const Finite = Type.Number({ minimum: -1e30, maximum: 1e30 });
+
+/** How activations and gradients travel between stages. */
+export const ActivationCodec = Type.Union([Type.Literal('f32'), Type.Literal('f16'), Type.Literal('int8-row')]);
+export type ActivationCodec = Static<typeof ActivationCodec>;
+
+/** How a partition's replicas are merged. */
+export const Aggregator = Type.Union([Type.Literal('mean'), Type.Literal('trimmed-mean'), Type.Literal('median')]);
+export type Aggregator = Static<typeof Aggregator>;
 
 export const Hardware = Type.Object({
   gflops: Type.Number({ exclusiveMinimum: 0, maximum: 1e7 }),
@@ -76,7 +85,7 @@ export const StageAssignment = Type.Object({
   /** merge rounds completed for this stage, and the state after the last */
   round: Count,
   stateBlob: Type.Union([BlobId, Type.Null()]),
-  codec: Type.Union([Type.Literal('f32'), Type.Literal('f16'), Type.Literal('int8-row')]),
+  codec: ActivationCodec,
   lr: Type.Number({ exclusiveMinimum: 0, maximum: 1 }),
 });
 export type StageAssignment = Static<typeof StageAssignment>;
@@ -103,7 +112,7 @@ export const MergeTask = Type.Object({
   apply: Type.Union([Type.Array(Type.Object({ partition: Count, blob: BlobId }), { maxItems: 65536 }), Type.Null()]),
   /** upload the stage state after applying (one replica per stage) */
   saveState: Type.Boolean(),
-  aggregator: Type.Union([Type.Literal('mean'), Type.Literal('trimmed-mean'), Type.Literal('median')]),
+  aggregator: Aggregator,
   outerLr: Type.Number({ exclusiveMinimum: 0, maximum: 10 }),
   outerMomentum: Type.Number({ minimum: 0, maximum: 1 }),
 });
@@ -122,23 +131,6 @@ export const HeartbeatReply = Type.Object({
 });
 export type HeartbeatReply = Static<typeof HeartbeatReply>;
 
-export const CreateRunRequest = Type.Object({
-  model: Type.String({ minLength: 1, maxLength: 64 }),
-  data: Type.String({ minLength: 1, maxLength: 1024 }),
-  steps: Type.Integer({ minimum: 1, maximum: 10_000_000 }),
-  stages: Type.Optional(Type.Integer({ minimum: 1, maximum: 1024 })),
-  batchSize: Type.Optional(Type.Integer({ minimum: 1, maximum: 4096 })),
-  mergeEvery: Type.Optional(Type.Integer({ minimum: 1, maximum: 1_000_000 })),
-  seed: Type.Optional(Type.Integer({ minimum: 0, maximum: 2 ** 31 - 1 })),
-  lr: Type.Optional(Type.Number({ exclusiveMinimum: 0, maximum: 1 })),
-  codec: Type.Optional(Type.Union([Type.Literal('f32'), Type.Literal('f16'), Type.Literal('int8-row')])),
-  aggregator: Type.Optional(Type.Union([Type.Literal('mean'), Type.Literal('trimmed-mean'), Type.Literal('median')])),
-  minMiners: Type.Optional(Type.Integer({ minimum: 1, maximum: 100_000 })),
-  outerLr: Type.Optional(Type.Number({ exclusiveMinimum: 0, maximum: 10 })),
-  outerMomentum: Type.Optional(Type.Number({ minimum: 0, maximum: 0.999 })),
-});
-export type CreateRunRequest = Static<typeof CreateRunRequest>;
-
 /** Metadata of a tensor frame sent between miners. */
 export const ForwardMeta = Type.Object({
   runId: Id,
@@ -155,15 +147,14 @@ export type ForwardMeta = Static<typeof ForwardMeta>;
 export const BackwardMeta = Type.Object({ runId: Id, microbatch: Positive, stage: Count });
 export type BackwardMeta = Static<typeof BackwardMeta>;
 
-/** A message that failed validation: HTTP 400. */
-export class MessageError extends Error {
-  readonly status = 400;
-}
-
 const compiled = new WeakMap<TSchema, TypeCheck<TSchema>>();
 
-/** Validates `value` against `schema` and returns it typed, or throws MessageError naming the first problem. */
-export function parse<T extends TSchema>(schema: T, value: unknown, what = 'message'): Static<T> {
+/**
+ * Validates `value` against `schema` and returns it typed, or throws a
+ * NimbleError naming the first problem: 'invalid' (400) for what a peer sent,
+ * `code` 'corrupt' (500) for what this process stored itself.
+ */
+export function parse<T extends TSchema>(schema: T, value: unknown, what = 'message', code: 'invalid' | 'corrupt' = 'invalid'): Static<T> {
   let check = compiled.get(schema) as TypeCheck<T> | undefined;
   if (!check) {
     check = TypeCompiler.Compile(schema);
@@ -172,16 +163,16 @@ export function parse<T extends TSchema>(schema: T, value: unknown, what = 'mess
   if (check.Check(value)) return value;
   const first = check.Errors(value).First();
   const at = first?.path || '/';
-  throw new MessageError(`invalid ${what}: ${at} ${first?.message ?? 'does not match the schema'}`);
+  throw new NimbleError(code, `invalid ${what}: ${at} ${first?.message ?? 'does not match the schema'}`);
 }
 
 /** Parses JSON bytes then validates them. */
-export function parseJson<T extends TSchema>(schema: T, bytes: Uint8Array | string, what = 'message'): Static<T> {
+export function parseJson<T extends TSchema>(schema: T, bytes: Uint8Array | string, what = 'message', code: 'invalid' | 'corrupt' = 'invalid'): Static<T> {
   let value: unknown;
   try {
     value = JSON.parse(typeof bytes === 'string' ? bytes : new TextDecoder().decode(bytes));
   } catch {
-    throw new MessageError(`invalid ${what}: not JSON`);
+    throw new NimbleError(code, `invalid ${what}: not JSON`);
   }
-  return parse(schema, value, what);
+  return parse(schema, value, what, code);
 }

@@ -140,5 +140,5 @@ test('MergeError: no slices, length mismatch, non-finite values, bad weights, ba
   expectMergeError(() => aggregate([a], { method: 'mode' as never }), 'bad_argument');
   const e = expectMergeError(() => weightedMean([a, b], [1, -2]), 'bad_weights');
   assert.ok(e instanceof MergeError && e.message.startsWith('merge bad_weights: weight 1 is -2'));
-  assert.equal(e.httpStatus, 400);
+  assert.equal(e.status, 400);
 });

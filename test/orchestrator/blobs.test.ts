@@ -48,7 +48,7 @@ test('put/get/has/size: content-addressed, idempotent, laid out as ab/cdef...', 
   assert.equal(await store.has(missing), false);
   assert.equal(await store.size(missing), undefined);
   const e = await rejects(store.get(missing), 'not_found');
-  assert.equal(e.httpStatus, 404);
+  assert.equal(e.status, 404);
 });
 
 test('getRange returns [start, end) clamped to the size, and refuses bad ranges', async (t) => {
@@ -61,7 +61,7 @@ test('getRange returns [start, end) clamped to the size, and refuses bad ranges'
   await rejects(store.getRange(id, 100_001, 100_002), 'bad_range');
   await rejects(store.getRange(id, 5, 4), 'bad_range');
   const e = await rejects(store.getRange(id, -1, 4), 'bad_range');
-  assert.equal(e.httpStatus, 416);
+  assert.equal(e.status, 416);
   await rejects(store.getRange('0'.repeat(64), 0, 1), 'not_found');
 });
 
@@ -89,7 +89,7 @@ test('a corrupt file is detected on get, quarantined, and repaired by the next p
   bad[0] ^= 0xff; // same size, flipped bits
   await writeFile(path, bad);
   const e = await rejects(store.get(id), 'corrupt');
-  assert.equal(e.httpStatus, 500);
+  assert.equal(e.status, 500);
   assert.equal(await store.has(id), false, 'quarantined');
   assert.equal((await readdir(join(store.dir, 'corrupt'))).length, 1);
   await store.put(data);
@@ -101,7 +101,7 @@ test('ids that are not 64 lowercase hex digits are refused (no path traversal)',
   const attempts = ['../../etc/passwd', '..', '', 'A'.repeat(64), 'a'.repeat(63), 'a'.repeat(65), `${'a'.repeat(62)}/.`, `ab/${'c'.repeat(61)}`, 'a'.repeat(64) + '\0'];
   for (const id of attempts) {
     const e = await rejects(store.get(id), 'bad_id');
-    assert.equal(e.httpStatus, 400);
+    assert.equal(e.status, 400);
     await rejects(store.getRange(id, 0, 1), 'bad_id');
     await rejects(store.has(id), 'bad_id');
     await rejects(store.delete(id), 'bad_id');

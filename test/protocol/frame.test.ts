@@ -2,7 +2,7 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { createHash } from 'node:crypto';
 import { decodeFrame, encodeFrame, readFrameHeader, type FrameExpect } from '../../src/protocol/frame.ts';
-import { FrameError, protocolHttpStatus, type FrameErrorCode } from '../../src/protocol/errors.ts';
+import { asNimbleError, FrameError, type FrameErrorCode } from '../../src/protocol/errors.ts';
 import { CODECS } from '../../src/protocol/codec.ts';
 import { ErrorFeedback } from '../../src/protocol/error-feedback.ts';
 
@@ -166,9 +166,9 @@ test('every FrameError code from a crafted bad frame', () => {
 test('FrameError maps to HTTP 413 for too_large and 400 otherwise', () => {
   const good = encodeFrame(sample(4), [4], 'f32');
   const big = expectCode(() => decodeFrame(good, { maxBytes: 10 }), 'too_large');
-  assert.equal(big.httpStatus, 413);
-  assert.equal(protocolHttpStatus(expectCode(() => decodeFrame(good.subarray(0, 20)), 'truncated')), 400);
-  assert.equal(protocolHttpStatus(new Error('x')), undefined);
+  assert.equal(big.status, 413);
+  assert.equal(expectCode(() => decodeFrame(good.subarray(0, 20)), 'truncated').status, 400);
+  assert.equal(asNimbleError(new Error('x')).status, 500);
 });
 
 test('fuzz: random corruptions only ever raise FrameError', () => {

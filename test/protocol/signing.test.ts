@@ -89,7 +89,7 @@ test('stale and future timestamps fail, within the window they pass', async () =
   const h2 = await signer.sign('GET', '/v1/status');
   now += 31_000;
   const e = await rejects(verifier.verify({ method: 'GET', path: '/v1/status', headers: h2 }), 'stale');
-  assert.equal(e.httpStatus, 401);
+  assert.equal(e.status, 401);
   now -= 62_000; // the request now looks 31 s in the future
   await rejects(verifier.verify({ method: 'GET', path: '/v1/status', headers: h2 }), 'stale');
 });
@@ -115,7 +115,7 @@ test('nonce cache is bounded: expires with the window and refuses when full of l
   const signer = new RequestSigner(KEY0, { now: () => now });
   for (let i = 0; i < 3; i++) await verifier.verify({ method: 'GET', path: '/p', headers: await signer.sign('GET', '/p') });
   const e = await rejects(verifier.verify({ method: 'GET', path: '/p', headers: await signer.sign('GET', '/p') }), 'overloaded');
-  assert.equal(e.httpStatus, 503);
+  assert.equal(e.status, 503);
   now += 1001; // the three earlier nonces expire with their window
   await verifier.verify({ method: 'GET', path: '/p', headers: await signer.sign('GET', '/p') });
   assert.equal(verifier.nonceCount, 1);

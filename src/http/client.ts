@@ -1,0 +1,114 @@
+// The client half of the error contract: a request that fails comes back as a
+// NimbleError with the server's code and status (or 'unreachable' when there
+// was no answer), and JSON replies are validated against their schema.
+import type { Static, TSchema } from '@sinclair/typebox';
+import type { Hex } from 'viem';
+import { NimbleError } from '../protocol/errors.ts';
+import { parseJson } from '../protocol/messages.ts';
+import { RequestSigner } from '../protocol/signing.ts';
+
+export type HttpMethod = 'GET' | 'POST' | 'DELETE';
+
+export interface HttpRequest {
+  method: HttpMethod;
+  headers?: Record<string, string>;
+  body?: Uint8Array;
+  timeoutMs?: number;
+}
+
+/** Sends a request; returns the body bytes of a 2xx answer, else throws the answer's error. */
+export async function httpRequest(url: URL, req: HttpRequest): Promise<Uint8Array> {
+  let res: Response;
+  try {
+    res = await fetch(url, { method: req.method, headers: req.headers, body: req.body as BodyInit | undefined, signal: AbortSignal.timeout(req.timeoutMs ?? 30_000) });
+  } catch (err) {
+    throw new NimbleError('unreachable', `cannot reach ${url.origin}: ${(err as Error).message}`, 502, { cause: err });
+  }
+  let bytes: Uint8Array;
+  try {
+    bytes = new Uint8Array(await res.arrayBuffer());
+  } catch (err) {
+    throw new NimbleError('unreachable', `${req.method} ${url.pathname}: the answer was cut off: ${(err as Error).message}`, 502, { cause: err });
+  }
+  if (!res.ok) throw errorOf(res.status, res.statusText, bytes, `${req.method} ${url.pathname}`);
+  return bytes;
+}
+
+/** The NimbleError an error answer carries. */
+function errorOf(status: number, statusText: string, bytes: Uint8Array, what: string): NimbleError {
+  let message = `${status} ${statusText}`;
+  let code = `http_${status}`;
+  try {
+    const body = JSON.parse(new TextDecoder().decode(bytes)) as unknown;
+    if (body && typeof body === 'object') {
+      const b = body as Record<string, unknown>;
+      if (typeof b.error === 'string') message = b.error.slice(0, 1000);
+      if (typeof b.code === 'string' && /^[a-z_]{1,64}$/.test(b.code)) code = b.code;
+    }
+  } catch {
+    // not JSON: keep the status line
+  }
+  return new NimbleError(code, `${what}: ${message}`, status);
+}
+
+const JSON_TYPE = { 'content-type': 'application/json' };
+
+/** A client of one JSON API (unsigned): GET and POST with validated replies. */
+export class JsonClient {
+  readonly baseUrl: URL;
+
+  constructor(
+    baseUrl: string | URL,
+    private readonly timeoutMs = 15_000,
+  ) {
+    try {
+      this.baseUrl = new URL(baseUrl);
+    } catch {
+      throw new NimbleError('invalid', `not a URL: '${String(baseUrl)}'`);
+    }
+  }
+
+  async get<T extends TSchema>(path: string, reply: T, what: string): Promise<Static<T>> {
+    return parseJson(reply, await httpRequest(new URL(path, this.baseUrl), { method: 'GET', timeoutMs: this.timeoutMs }), what);
+  }
+
+  async post<T extends TSchema>(path: string, value: unknown, reply: T, what: string): Promise<Static<T>> {
+    const body = new TextEncoder().encode(JSON.stringify(value));
+    return parseJson(reply, await httpRequest(new URL(path, this.baseUrl), { method: 'POST', headers: JSON_TYPE, body, timeoutMs: this.timeoutMs }), what);
+  }
+
+  async bytes(path: string): Promise<Uint8Array> {
+    return httpRequest(new URL(path, this.baseUrl), { method: 'GET', timeoutMs: this.timeoutMs });
+  }
+}
+
+/** A client that signs every request with one wallet key (miners to the orchestrator and to each other). */
+export class SignedClient {
+  readonly signer: RequestSigner;
+
+  constructor(
+    readonly baseUrl: string,
+    privateKey: Hex,
+    private readonly timeoutMs = 30_000,
+  ) {
+    this.signer = new RequestSigner(privateKey);
+  }
+
+  get address(): `0x${string}` {
+    return this.signer.address;
+  }
+
+  /** Sends a signed request to `url` (absolute, or a path on the base URL); returns the body bytes. */
+  async request(method: HttpMethod, pathOrUrl: string, body?: Uint8Array, contentType = 'application/octet-stream'): Promise<Uint8Array> {
+    const url = new URL(pathOrUrl, this.baseUrl);
+    const headers: Record<string, string> = { ...(await this.signer.sign(method, url.pathname + url.search, body)) };
+    if (body) headers['content-type'] = contentType;
+    return httpRequest(url, { method, headers, body, timeoutMs: this.timeoutMs });
+  }
+
+  /** POSTs JSON and validates the JSON reply. */
+  async postJson<T extends TSchema>(path: string, value: unknown, reply: T, what: string): Promise<Static<T>> {
+    const bytes = await this.request('POST', path, new TextEncoder().encode(JSON.stringify(value)), 'application/json');
+    return parseJson(reply, bytes, what);
+  }
+}

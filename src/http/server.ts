@@ -1,0 +1,114 @@
+// The HTTP plumbing the orchestrator and the miners' peer API share: a fastify
+// instance whose routes declare their contract as TypeBox schemas (params,
+// querystring, body, response), checked with TypeBox's compiled validators
+// (no coercion of bodies), one body parser per kind of body, and the one error
+// handler that turns every error into the error contract of
+// src/protocol/errors.ts: HTTP status, `{ "error": message, "code": code }`.
+import type { IncomingMessage, ServerResponse } from 'node:http';
+import { TypeBoxValidatorCompiler, type TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
+import type { TSchema } from '@sinclair/typebox';
+import { TypeCompiler, type TypeCheck } from '@sinclair/typebox/compiler';
+import Fastify, { type FastifyBaseLogger, type FastifyError, type FastifyInstance, type FastifyRequest, type RawServerDefault } from 'fastify';
+import type { Address } from 'viem';
+import { asNimbleError, NimbleError } from '../protocol/errors.ts';
+
+/** A fastify instance whose route schemas type the handlers. */
+export type HttpServer = FastifyInstance<RawServerDefault, IncomingMessage, ServerResponse, FastifyBaseLogger, TypeBoxTypeProvider>;
+
+declare module 'fastify' {
+  interface FastifyRequest {
+    /** the body as received, for signature checks */
+    rawBody?: Uint8Array;
+    /** the verified signer of a signed request (src/http/signed.ts) */
+    signer?: Address;
+  }
+}
+
+export interface HttpServerOptions {
+  /** largest body a route accepts unless it sets its own `bodyLimit` */
+  bodyLimit: number;
+  /** a request refused with a 4xx, after the answer is chosen (count it against the signer, …) */
+  onRefused?: (req: FastifyRequest, err: NimbleError) => void;
+  /** a request that failed with a 5xx (log it) */
+  onFailure?: (req: FastifyRequest, err: NimbleError) => void;
+  /** a client that sends nothing for this long is cut off (default 60 s) */
+  requestTimeoutMs?: number;
+}
+
+/** The JSON body of every error answer. */
+export interface ErrorBody {
+  error: string;
+  code: string;
+}
+
+/** Media types of the binary routes (tensor frames, check bundles, stage states). */
+export const BINARY = 'application/octet-stream';
+
+export function createHttpServer(options: HttpServerOptions): HttpServer {
+  const app = Fastify({
+    logger: false,
+    bodyLimit: options.bodyLimit,
+    requestTimeout: options.requestTimeoutMs ?? 60_000,
+    connectionTimeout: options.requestTimeoutMs ?? 60_000,
+  }).withTypeProvider<TypeBoxTypeProvider>();
+  app.setValidatorCompiler(TypeBoxValidatorCompiler);
+  app.setSerializerCompiler(({ schema }) => responseSerializer(schema as TSchema));
+  app.removeAllContentTypeParsers();
+  app.addContentTypeParser('application/json', { parseAs: 'buffer' }, (req, body: Buffer, done) => {
+    req.rawBody = body;
+    if (body.length === 0) return done(null, undefined);
+    try {
+      done(null, JSON.parse(body.toString('utf8')));
+    } catch {
+      done(new NimbleError('invalid', 'the body is not JSON'), undefined);
+    }
+  });
+  app.addContentTypeParser('*', { parseAs: 'buffer' }, (req, body: Buffer, done) => {
+    req.rawBody = new Uint8Array(body.buffer, body.byteOffset, body.byteLength);
+    done(null, req.rawBody);
+  });
+  app.setNotFoundHandler((req, reply) => {
+    void reply.status(404).send({ error: `no route ${req.method} ${req.url.split('?')[0]}`, code: 'not_found' } satisfies ErrorBody);
+  });
+  app.setErrorHandler((raw: Error, req, reply) => {
+    const err = toNimbleError(raw);
+    if (err.isClientError) options.onRefused?.(req, err);
+    else options.onFailure?.(req, err);
+    void reply.status(err.status).send({ error: err.status >= 500 ? 'internal error' : err.message, code: err.code } satisfies ErrorBody);
+  });
+  return app;
+}
+
+/** Any error a route can throw, as the error contract. */
+export function toNimbleError(err: Error): NimbleError {
+  if (err instanceof NimbleError) return err;
+  const f = err as FastifyError;
+  if (f.validation) {
+    const first = f.validation[0];
+    const at = first?.instancePath || '/';
+    return new NimbleError('invalid', `invalid ${f.validationContext ?? 'request'}: ${at} ${first?.message ?? 'does not match the schema'}`);
+  }
+  if (f.code === 'FST_ERR_CTP_BODY_TOO_LARGE') return new NimbleError('too_large', 'the body is larger than this route accepts', 413);
+  if (f.code === 'FST_ERR_CTP_INVALID_MEDIA_TYPE') return new NimbleError('unsupported_media_type', err.message, 415);
+  if (typeof f.statusCode === 'number' && f.statusCode >= 400 && f.statusCode < 500) return new NimbleError('invalid', err.message, f.statusCode);
+  return asNimbleError(err);
+}
+
+const checks = new WeakMap<TSchema, TypeCheck<TSchema>>();
+
+/**
+ * Responses are checked against their schema before they leave: a server
+ * never answers outside its contract (a mismatch is a 500, logged).
+ */
+function responseSerializer(schema: TSchema): (data: unknown) => string {
+  let check = checks.get(schema);
+  if (!check) checks.set(schema, (check = TypeCompiler.Compile(schema)));
+  const compiled = check;
+  return (data) => {
+    if (!compiled.Check(data)) {
+      const first = compiled.Errors(data).First();
+      throw new NimbleError('internal', `response does not match its schema: ${first?.path || '/'} ${first?.message ?? ''}`, 500);
+    }
+    return JSON.stringify(data);
+  };
+}
