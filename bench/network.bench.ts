@@ -13,7 +13,7 @@ import { gptConfig } from '../src/model/config.ts';
 import { GptStage, partCount } from '../src/model/gpt.ts';
 import { decodeSafetensors } from '../src/model/safetensors.ts';
 import { startOrchestrator, type RunningOrchestrator } from '../src/orchestrator/server.ts';
-import type { RunView } from '../src/orchestrator/views.ts';
+import type { RunView } from '../src/api/schemas.ts';
 import { heldoutLoss } from '../src/train/local.ts';
 import { gptChild } from './engine.bench.ts';
 import { median, type Bench, type BenchResult } from './harness.ts';

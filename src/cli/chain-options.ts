@@ -1,11 +1,12 @@
 // What the chain commands (wallet, stake) share: --chain-rpc, --wallet.name,
 // opening the chain for one command, unlocking a wallet.
+import { NimbleError } from '../protocol/errors.ts';
 import type { Command } from 'commander';
 import { getAddress, isAddress, type Address } from 'viem';
 import { signerFor, type ChainClient, type SigningClient } from '../chain/client.ts';
 import { withChain } from '../chain/session.ts';
 import { loadWalletFile, unlockWallet, type WalletInfo } from '../chain/wallets.ts';
-import { resolveDataDir, UserError, type CommonOptions } from './common.ts';
+import { resolveDataDir, type CommonOptions } from './common.ts';
 import { readPassword } from './prompt.ts';
 
 export interface ChainCommandOptions extends CommonOptions {
@@ -37,7 +38,7 @@ export function onChain<T>(opts: ChainCommandOptions, fn: (client: ChainClient) 
 export async function unlock(opts: ChainCommandOptions): Promise<{ info: WalletInfo; sign: (client: ChainClient) => SigningClient }> {
   const dataDir = resolveDataDir(opts);
   const name = opts['wallet.name'];
-  if (!name) throw new UserError('--wallet.name is required');
+  if (!name) throw new NimbleError('invalid', '--wallet.name is required');
   loadWalletFile(dataDir, name); // an unknown wallet fails before the password prompt
   const password = await readPassword(`Password for wallet '${name}': `);
   const { info, account } = unlockWallet(dataDir, name, password);
@@ -45,10 +46,10 @@ export async function unlock(opts: ChainCommandOptions): Promise<{ info: WalletI
 }
 
 export function parseAddress(value: string | undefined, flag: string): Address {
-  if (!value) throw new UserError(`${flag} is required (an address like 0x5A0b...)`);
+  if (!value) throw new NimbleError('invalid', `${flag} is required (an address like 0x5A0b...)`);
   if (!isAddress(value, { strict: true })) {
     const hint = isAddress(value, { strict: false }) ? ' (its mixed-case checksum is wrong)' : '';
-    throw new UserError(`${flag} is not a valid address${hint}: '${value}'`);
+    throw new NimbleError('invalid', `${flag} is not a valid address${hint}: '${value}'`);
   }
   return getAddress(value);
 }

@@ -3,14 +3,12 @@
 import { homedir } from 'node:os';
 import { join, resolve } from 'node:path';
 import type { Command } from 'commander';
+import { NimbleError } from '../protocol/errors.ts';
 
 export interface CommonOptions {
   dataDir?: string;
   json?: boolean;
 }
-
-/** A mistake of the user's (bad flag value, unknown wallet ...): printed as one line, exit code 1. */
-export class UserError extends Error {}
 
 /** Adds --data-dir and --json to a command. */
 export function withCommonOptions(cmd: Command): Command {
@@ -32,10 +30,20 @@ export function emit(opts: CommonOptions, value: unknown, human: () => string): 
   else process.stdout.write(human() + '\n');
 }
 
-/** Parses a positive integer flag or throws a UserError naming it. */
+/** Parses a positive integer flag or throws an 'invalid' NimbleError naming it. */
 export function parsePositiveInt(name: string, value: string | undefined, fallback: number): number {
   if (value === undefined) return fallback;
   const n = Number(value);
-  if (!Number.isInteger(n) || n <= 0) throw new UserError(`${name} must be a positive integer, got '${value}'`);
+  if (!Number.isInteger(n) || n <= 0) throw new NimbleError('invalid', `${name} must be a positive integer, got '${value}'`);
   return n;
+}
+
+/** The orchestrator commands talk to unless told: $NIMBLE_ORCHESTRATOR, else the default port on this machine. */
+export const DEFAULT_ORCHESTRATOR = process.env.NIMBLE_ORCHESTRATOR ?? 'http://127.0.0.1:7070';
+
+/** @deprecated until src/chain throws NimbleError itself: a user's mistake. */
+export class UserError extends NimbleError {
+  constructor(message: string) {
+    super('invalid', message);
+  }
 }

@@ -2,7 +2,7 @@
 // nbcli: the command line of Nimble Network. Each command group lives in its
 // own module under src/cli/ and registers itself here.
 import { Command, CommanderError } from 'commander';
-import { UserError } from './common.ts';
+import { NimbleError } from '../protocol/errors.ts';
 import { registerTrain } from './train.ts';
 import { registerWallet } from './wallet.ts';
 import { registerStake } from './stake.ts';
@@ -37,7 +37,7 @@ async function main(argv: string[]): Promise<void> {
     }
     const message = err instanceof Error ? err.message : String(err);
     process.stderr.write(`nbcli: ${message}\n`);
-    if (!(err instanceof UserError) && process.env.NIMBLE_DEBUG) console.error(err);
+    if (!(err instanceof NimbleError && err.isClientError) && process.env.NIMBLE_DEBUG) console.error(err);
     process.exitCode = 1;
   }
 }

@@ -1,9 +1,10 @@
 // nbcli miner start: join a network and train the stage it assigns.
+import { NimbleError } from '../protocol/errors.ts';
 import { join } from 'node:path';
 import type { Command } from 'commander';
 import { Miner } from '../miner/miner.ts';
 import { loadWalletFile, unlockWallet } from '../chain/wallets.ts';
-import { emit, parsePositiveInt, resolveDataDir, UserError, withCommonOptions, type CommonOptions } from './common.ts';
+import { emit, parsePositiveInt, resolveDataDir, withCommonOptions, type CommonOptions } from './common.ts';
 import { waitForSignal } from './orchestrator.ts';
 import { readPassword } from './prompt.ts';
 
@@ -39,12 +40,12 @@ export function registerMiner(program: Command): void {
     try {
       orchestrator = new URL(flags.orchestrator);
     } catch {
-      throw new UserError(`--orchestrator must be a URL, got '${flags.orchestrator}'`);
+      throw new NimbleError('invalid', `--orchestrator must be a URL, got '${flags.orchestrator}'`);
     }
     const throttle = Number(flags.throttle);
-    if (!(throttle > 0 && throttle <= 1)) throw new UserError(`--throttle must be in (0, 1], got '${flags.throttle}'`);
+    if (!(throttle > 0 && throttle <= 1)) throw new NimbleError('invalid', `--throttle must be in (0, 1], got '${flags.throttle}'`);
     const port = Number(flags.port);
-    if (!Number.isInteger(port) || port < 0 || port > 65535) throw new UserError(`--port must be 0-65535, got '${flags.port}'`);
+    if (!Number.isInteger(port) || port < 0 || port > 65535) throw new NimbleError('invalid', `--port must be 0-65535, got '${flags.port}'`);
     const threads = flags.threads === undefined ? undefined : parsePositiveInt('--threads', flags.threads, 1);
     const slots = parsePositiveInt('--slots', flags.slots, 3);
     const dataDir = join(resolveDataDir(flags), 'miner');
@@ -53,7 +54,7 @@ export function registerMiner(program: Command): void {
       else process.stderr.write(`[${flags.name ?? 'miner'}] ${line}\n`);
     };
     const mergeDelayMs = Number(flags.mergeDelayMs);
-    if (!(mergeDelayMs >= 0)) throw new UserError(`--merge-delay-ms must be a non-negative number, got '${flags.mergeDelayMs}'`);
+    if (!(mergeDelayMs >= 0)) throw new NimbleError('invalid', `--merge-delay-ms must be a non-negative number, got '${flags.mergeDelayMs}'`);
     let privateKey: `0x${string}` | undefined;
     const walletName = flags['wallet.name'];
     if (walletName) {

@@ -1,11 +1,12 @@
 // The orchestrator's chain options (orchestrator start, up): which chain, the
 // key that settles epochs, emission, epoch length and minimum stake.
+import { NimbleError } from '../protocol/errors.ts';
 import type { Command } from 'commander';
 import { parseEther } from 'viem';
 import { signerFor } from '../chain/client.ts';
 import { localOperatorAccount, openChain } from '../chain/session.ts';
 import { DEFAULT_EPOCH_ROUNDS, type ChainOptions } from '../orchestrator/epochs.ts';
-import { parsePositiveInt, resolveDataDir, UserError } from './common.ts';
+import { parsePositiveInt, resolveDataDir } from './common.ts';
 import { chainRpcOf, unlock, type ChainCommandOptions } from './chain-options.ts';
 
 export interface OrchestratorChainFlags extends ChainCommandOptions {
@@ -29,7 +30,7 @@ export function withOrchestratorChainOptions(cmd: Command): Command {
 
 function parseNimOrZero(flag: string, value: string | undefined): bigint {
   const v = (value ?? '0').trim();
-  if (!/^\d+(\.\d{1,18})?$/.test(v)) throw new UserError(`${flag} must be a non-negative number of NIM, got '${value}'`);
+  if (!/^\d+(\.\d{1,18})?$/.test(v)) throw new NimbleError('invalid', `${flag} must be a non-negative number of NIM, got '${value}'`);
   return parseEther(v);
 }
 
@@ -42,13 +43,13 @@ export async function orchestratorChain(flags: OrchestratorChainFlags, log: (lin
   let epochMs: number | undefined;
   if (flags.epochMinutes !== undefined) {
     const m = Number(flags.epochMinutes);
-    if (!(m > 0)) throw new UserError(`--epoch-minutes must be a positive number, got '${flags.epochMinutes}'`);
+    if (!(m > 0)) throw new NimbleError('invalid', `--epoch-minutes must be a positive number, got '${flags.epochMinutes}'`);
     epochMs = m * 60_000;
   }
   const rpcUrl = chainRpcOf(flags);
   // the settling key: the local chain's operator, or a wallet on another chain
   const wallet = rpcUrl ? await unlock(flags).catch((err: unknown) => {
-    if (!flags['wallet.name']) throw new UserError('--chain-rpc needs --wallet.name: the wallet holding the orchestrator role');
+    if (!flags['wallet.name']) throw new NimbleError('invalid', '--chain-rpc needs --wallet.name: the wallet holding the orchestrator role');
     throw err;
   }) : null;
   const session = await openChain({ dataDir: resolveDataDir(flags), rpcUrl, persistent: true });

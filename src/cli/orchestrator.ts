@@ -1,9 +1,10 @@
 // nbcli orchestrator start: the coordinator of a network, with its SQLite
 // state and blobs in the data dir.
+import { NimbleError } from '../protocol/errors.ts';
 import { join } from 'node:path';
 import type { Command } from 'commander';
 import { startOrchestrator } from '../orchestrator/server.ts';
-import { emit, parsePositiveInt, resolveDataDir, UserError, withCommonOptions } from './common.ts';
+import { emit, parsePositiveInt, resolveDataDir, withCommonOptions } from './common.ts';
 import { orchestratorChain, withOrchestratorChainOptions, type OrchestratorChainFlags } from './orchestrator-chain.ts';
 
 interface Flags extends OrchestratorChainFlags {
@@ -31,7 +32,7 @@ export function registerOrchestrator(program: Command): void {
       .option('--slash-fraction <share>', 'share of its stake a slashed miner loses', '0.1'),
   )).action(async (flags: Flags) => {
     const port = Number(flags.port);
-    if (!Number.isInteger(port) || port < 0 || port > 65535) throw new UserError(`--port must be 0-65535, got '${flags.port}'`);
+    if (!Number.isInteger(port) || port < 0 || port > 65535) throw new NimbleError('invalid', `--port must be 0-65535, got '${flags.port}'`);
     const dataDir = join(resolveDataDir(flags), 'orchestrator');
     const coordinator = {
       minerTimeoutMs: parsePositiveInt('--miner-timeout-ms', flags.minerTimeoutMs, 4000),
@@ -64,7 +65,7 @@ export function registerOrchestrator(program: Command): void {
 /** A number in [0, 1]. */
 function parseShare(flag: string, value: string): number {
   const n = Number(value);
-  if (value.trim() === '' || !Number.isFinite(n) || n < 0 || n > 1) throw new UserError(`${flag} must be a number from 0 to 1, got '${value}'`);
+  if (value.trim() === '' || !Number.isFinite(n) || n < 0 || n > 1) throw new NimbleError('invalid', `${flag} must be a number from 0 to 1, got '${value}'`);
   return n;
 }
 

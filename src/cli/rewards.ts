@@ -1,17 +1,15 @@
 // nbcli rewards: each epoch's split (miner, score, NIM, transaction), from a
-// running orchestrator (GET /epochs) or from the orchestrator state in the
-// data dir.
-import { existsSync } from 'node:fs';
-import { join } from 'node:path';
+// running orchestrator's API (GET /epochs). What reached the chain is also in
+// `nbcli wallet balance` (rewards per epoch, from the chain's events).
 import type { Command } from 'commander';
-import { OrchestratorDb } from '../orchestrator/db.ts';
-import { epochView, type EpochView } from '../orchestrator/views.ts';
-import { emit, resolveDataDir, UserError, withCommonOptions, type CommonOptions } from './common.ts';
-import { getJson } from './follow.ts';
+import { OrchestratorClient } from '../api/client.ts';
+import type { EpochView } from '../api/schemas.ts';
+import { NimbleError } from '../protocol/errors.ts';
+import { DEFAULT_ORCHESTRATOR, emit, withCommonOptions, type CommonOptions } from './common.ts';
 
 interface Flags extends CommonOptions {
   epoch?: string;
-  orchestrator?: string;
+  orchestrator: string;
 }
 
 export function registerRewards(program: Command): void {
@@ -20,44 +18,18 @@ export function registerRewards(program: Command): void {
       .command('rewards')
       .description("each epoch's reward split: miner, score, NIM paid, settlement transaction")
       .option('--epoch <id>', 'only this epoch')
-      .option('--orchestrator <url>', 'ask this orchestrator (default: read the orchestrator state in the data dir)'),
+      .option('--orchestrator <url>', 'the orchestrator to ask', DEFAULT_ORCHESTRATOR),
   ).action(async (flags: Flags) => {
     let id: number | undefined;
     if (flags.epoch !== undefined) {
       id = Number(flags.epoch);
-      if (!Number.isSafeInteger(id) || id < 1) throw new UserError(`--epoch must be a positive integer, got '${flags.epoch}'`);
+      if (!Number.isSafeInteger(id) || id < 1) throw new NimbleError('invalid', `--epoch must be a positive integer, got '${flags.epoch}'`);
     }
-    const epochs = flags.orchestrator ? await fromOrchestrator(flags.orchestrator, id) : fromDataDir(resolveDataDir(flags), id);
+    const api = new OrchestratorClient(flags.orchestrator);
+    const epochs = id === undefined ? (await api.epochs()).epochs : [await api.epoch(id)];
     const shown = epochs.filter((e) => e.status !== 'open' || e.rewards.length > 0 || id !== undefined);
     emit(flags, id !== undefined ? shown[0] : { epochs: shown }, () => (shown.length === 0 ? 'no epochs closed yet' : shown.map(describeEpoch).join('\n\n')));
   });
-}
-
-async function fromOrchestrator(url: string, id: number | undefined): Promise<EpochView[]> {
-  let base: URL;
-  try {
-    base = new URL(url);
-  } catch {
-    throw new UserError(`--orchestrator must be a URL, got '${url}'`);
-  }
-  const body = await getJson<{ epochs?: EpochView[] } & Partial<EpochView>>(base.href, id === undefined ? '/epochs' : `/epochs/${id}`);
-  return id === undefined ? (body.epochs ?? []) : [body as EpochView];
-}
-
-function fromDataDir(dataDir: string, id: number | undefined): EpochView[] {
-  const file = [join(dataDir, 'orchestrator', 'orchestrator.sqlite'), join(dataDir, 'up', 'orchestrator', 'orchestrator.sqlite')].find((f) => existsSync(f));
-  if (!file) throw new UserError(`no orchestrator state in ${dataDir} (give --orchestrator URL or --data-dir)`);
-  const db = new OrchestratorDb(file);
-  try {
-    if (id !== undefined) {
-      const e = db.epoch(id);
-      if (!e) throw new UserError(`unknown epoch ${id}`);
-      return [epochView(db, e)];
-    }
-    return db.epochs().map((e) => epochView(db, e));
-  } finally {
-    db.close();
-  }
 }
 
 export function describeEpoch(e: EpochView): string {

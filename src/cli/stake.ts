@@ -1,10 +1,11 @@
 // nbcli stake add|remove|withdraw
+import { NimbleError } from '../protocol/errors.ts';
 import type { Command } from 'commander';
 import { formatNim, parseNim } from '../chain/amounts.ts';
 import { nimBalance } from '../chain/token.ts';
 import { addStake, readStake, removeStake, withdrawIfReady } from '../chain/staking.ts';
 import { onChain, unlock, withChainOption, withWalletName, type ChainCommandOptions } from './chain-options.ts';
-import { emit, UserError, withCommonOptions } from './common.ts';
+import { emit, withCommonOptions } from './common.ts';
 
 interface StakeOptions extends ChainCommandOptions {
   amount?: string;
@@ -76,12 +77,12 @@ export function registerStake(program: Command): void {
       const { info, sign } = await unlock(opts);
       const out = await onChain(opts, async (client) => {
         const before = await readStake(client, info.address);
-        if (before.unstaking === 0n) throw new UserError(`nothing is unstaking in ${info.address}`);
+        if (before.unstaking === 0n) throw new NimbleError('invalid', `nothing is unstaking in ${info.address}`);
         const r = await withdrawIfReady(client, sign(client));
         return { ...r, before, free: await nimBalance(client, info.address) };
       });
       if (out.withdrawn === 0n) {
-        throw new UserError(`${formatNim(out.before.unstaking)} NIM is unstaking until ${new Date(out.before.releaseAt * 1000).toISOString()}: not yet`);
+        throw new NimbleError('invalid', `${formatNim(out.before.unstaking)} NIM is unstaking until ${new Date(out.before.releaseAt * 1000).toISOString()}: not yet`);
       }
       emit(opts, { address: info.address, withdrawn: formatNim(out.withdrawn), free: formatNim(out.free), tx: out.tx?.hash ?? null }, () =>
         `withdrew ${formatNim(out.withdrawn)} NIM to ${info.name}: ${formatNim(out.free)} NIM free`,

@@ -1,5 +1,6 @@
 // nbcli train --local: train a model in this process with a progress bar,
 // report the held-out loss, write a checkpoint and print a generated sample.
+import { NimbleError } from '../protocol/errors.ts';
 import { join } from 'node:path';
 import type { Command } from 'commander';
 import { loadCorpus } from '../data/corpus.ts';
@@ -8,10 +9,10 @@ import { saveStage } from '../model/checkpoint.ts';
 import { gptConfig } from '../model/config.ts';
 import { bytesToText, generateBytes } from '../model/generate.ts';
 import { trainLocal } from '../train/local.ts';
-import { emit, parsePositiveInt, resolveDataDir, UserError, withCommonOptions, type CommonOptions } from './common.ts';
-import { describeRun, followRun, postJson } from './follow.ts';
+import { DEFAULT_ORCHESTRATOR, emit, parsePositiveInt, resolveDataDir, withCommonOptions, type CommonOptions } from './common.ts';
+import { describeRun, followRun } from './follow.ts';
 import { ProgressBar } from './progress.ts';
-import type { RunView } from '../orchestrator/views.ts';
+import { OrchestratorClient } from '../api/client.ts';
 
 interface TrainFlags extends CommonOptions {
   local?: boolean;
@@ -37,7 +38,7 @@ export function registerTrain(program: Command): void {
       .command('train')
       .description('train a model on the network (or with --local: in this process, on every core)')
       .option('--local', 'train in this process instead of on the network')
-      .option('--orchestrator <url>', 'the network to train on', 'http://127.0.0.1:7070')
+      .option('--orchestrator <url>', 'the network to train on', DEFAULT_ORCHESTRATOR)
       .option('--stages <n>', 'pipeline stages (default: chosen from the miners available)')
       .option('--merge-every <h>', 'inner steps per replica between merges (network)')
       .option('--follow', 'show the run\'s progress until it ends (network)')
@@ -69,12 +70,13 @@ async function runOnNetwork(flags: TrainFlags): Promise<void> {
     ...(flags.stages ? { stages: parsePositiveInt('--stages', flags.stages, 1) } : {}),
     ...(flags.mergeEvery ? { mergeEvery: parsePositiveInt('--merge-every', flags.mergeEvery, 50) } : {}),
   };
-  const run = await postJson<RunView>(flags.orchestrator, '/runs', request);
+  const api = new OrchestratorClient(flags.orchestrator);
+  const run = await api.createRun(request);
   emit(flags, { event: 'created', id: run.id, status: run.status }, () => run.id);
   if (!flags.follow) return;
-  const done = await followRun(flags.orchestrator, run.id, Boolean(flags.json));
+  const done = await followRun(api, run.id, Boolean(flags.json));
   if (!flags.json) process.stdout.write(`${done.id} ${done.status}: ${describeRun(done)}\n`);
-  if (done.status === 'failed') throw new UserError(`run ${done.id} failed: ${done.message ?? 'unknown error'}`);
+  if (done.status === 'failed') throw new NimbleError('invalid', `run ${done.id} failed: ${done.message ?? 'unknown error'}`);
 }
 
 async function runLocal(flags: TrainFlags): Promise<void> {
@@ -86,12 +88,12 @@ async function runLocal(flags: TrainFlags): Promise<void> {
   const sampleLength = parsePositiveInt('--sample-length', flags.sampleLength, 200);
   const threads = flags.threads === undefined ? undefined : parsePositiveInt('--threads', flags.threads, 1);
   const lr = Number(flags.lr ?? '0.001');
-  if (!(lr > 0 && lr < 1)) throw new UserError(`--lr must be a number in (0, 1), got '${flags.lr}'`);
+  if (!(lr > 0 && lr < 1)) throw new NimbleError('invalid', `--lr must be a number in (0, 1), got '${flags.lr}'`);
   let corpus;
   try {
     corpus = loadCorpus(flags.data);
   } catch (err) {
-    throw new UserError((err as Error).message);
+    throw new NimbleError('invalid', (err as Error).message);
   }
   const engine = await Engine.create({ threads });
   try {

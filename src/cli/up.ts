@@ -1,6 +1,7 @@
 // nbcli up: a whole local network in one command: an orchestrator, N miner
 // child processes of different speeds, a gpt-tiny run on Moby Dick, progress,
 // and at the end the held-out loss and a generated sample.
+import { NimbleError } from '../protocol/errors.ts';
 import { spawn, type ChildProcess } from 'node:child_process';
 import { createWriteStream, mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
@@ -13,7 +14,7 @@ import { bytesToText, generateBytes } from '../model/generate.ts';
 import { GptStage, partCount } from '../model/gpt.ts';
 import { decodeSafetensors } from '../model/safetensors.ts';
 import { startOrchestrator } from '../orchestrator/server.ts';
-import type { RunView } from '../orchestrator/views.ts';
+import { OrchestratorClient } from '../api/client.ts';
 import { heldoutLoss } from '../train/local.ts';
 import { generatePrivateKey } from 'viem/accounts';
 import { formatEther, parseEther } from 'viem';
@@ -22,9 +23,8 @@ import { addStake, readStake } from '../chain/staking.ts';
 import { faucet } from '../chain/token.ts';
 import { loadWalletFile, saveWallet, unlockWallet, walletsDir } from '../chain/wallets.ts';
 import type { ChainOptions } from '../orchestrator/epochs.ts';
-import { epochView } from '../orchestrator/views.ts';
-import { emit, parsePositiveInt, resolveDataDir, UserError, withCommonOptions } from './common.ts';
-import { describeRun, followRun, postJson } from './follow.ts';
+import { emit, parsePositiveInt, resolveDataDir, withCommonOptions } from './common.ts';
+import { describeRun, followRun } from './follow.ts';
 import { waitForSignal } from './orchestrator.ts';
 import { orchestratorChain, withOrchestratorChainOptions, type OrchestratorChainFlags } from './orchestrator-chain.ts';
 import { describeEpoch } from './rewards.ts';
@@ -65,10 +65,10 @@ export function registerUp(program: Command): void {
     const stages = parsePositiveInt('--stages', flags.stages, 2);
     const evalBatches = parsePositiveInt('--eval-batches', flags.evalBatches, 200);
     const config = gptConfig(flags.model);
-    if (stages > minerCount) throw new UserError(`--stages ${stages} needs at least ${stages} miners`);
+    if (stages > minerCount) throw new NimbleError('invalid', `--stages ${stages} needs at least ${stages} miners`);
     const root = join(resolveDataDir(flags), 'up');
     const say = (event: Record<string, unknown>, human: string): void => emit(flags, event, () => human);
-    if (flags.chainRpc || process.env.NIMBLE_CHAIN_RPC) throw new UserError('nbcli up runs on the local chain; use orchestrator start --chain-rpc for another one');
+    if (flags.chainRpc || process.env.NIMBLE_CHAIN_RPC) throw new NimbleError('invalid', 'nbcli up runs on the local chain; use orchestrator start --chain-rpc for another one');
     const dataDir = resolveDataDir(flags);
     const t0 = performance.now();
     const chain = await orchestratorChain({ ...flags, chainRpc: undefined }, (line) => say({ event: 'log', message: line }, line));
@@ -131,7 +131,8 @@ export function registerUp(program: Command): void {
         children.push(child);
         say({ event: 'miner', name, throttle, pid: child.pid }, `started ${name} (throttle ${throttle}, ${threads} thread${threads > 1 ? 's' : ''}, log ${join(root, 'logs', `${name}.log`)})`);
       }
-      const run = await postJson<RunView>(orch.url, '/runs', {
+      const api = new OrchestratorClient(orch.url);
+      const run = await api.createRun({
         model: flags.model,
         data: 'moby-dick',
         steps,
@@ -140,11 +141,9 @@ export function registerUp(program: Command): void {
         ...(flags.mergeEvery ? { mergeEvery: parsePositiveInt('--merge-every', flags.mergeEvery, 50) } : {}),
       });
       say({ event: 'run', id: run.id }, `run ${run.id}: ${flags.model} on moby-dick, ${steps} steps of ${run.batchSize}×${config.contextLength} tokens, ${stages} stages`);
-      const done = await followRun(orch.url, run.id, Boolean(flags.json));
+      const done = await followRun(api, run.id, Boolean(flags.json));
       if (done.status !== 'completed') throw new Error(`run ${done.id} ${done.status}: ${done.message ?? ''}`);
-      const res = await fetch(`${orch.url}/runs/${run.id}/checkpoint`);
-      if (!res.ok) throw new Error(`cannot download the checkpoint: ${res.status}`);
-      const bytes = new Uint8Array(await res.arrayBuffer());
+      const bytes = await api.checkpoint(run.id);
       const ckpt = join(root, `${run.id}.safetensors`);
       writeFileSync(ckpt, bytes);
       const engine = await Engine.create();
@@ -166,7 +165,7 @@ export function registerUp(program: Command): void {
         // the run's last epoch closes when it completes; wait for it to settle
         await orch.epochs.step();
         await orch.epochs.step();
-        const epochs = orch.coordinator.db.epochs().filter((e) => e.status !== 'open').map((e) => epochView(orch.coordinator.db, e));
+        const epochs = (await api.epochs()).epochs.filter((e) => e.status !== 'open');
         const totals = new Map<string, bigint>();
         for (const e of epochs) for (const r of e.rewards) totals.set(r.miner, (totals.get(r.miner) ?? 0n) + BigInt(r.amountWei));
         const named = wallets.map((w) => ({ ...w, earned: formatEther(totals.get(w.address) ?? 0n) }));
@@ -187,7 +186,7 @@ export function registerUp(program: Command): void {
 }
 
 function checkNim(flag: string, value: string): string {
-  if (!/^\d+(\.\d{1,18})?$/.test(value.trim())) throw new UserError(`${flag} must be a non-negative number of NIM, got '${value}'`);
+  if (!/^\d+(\.\d{1,18})?$/.test(value.trim())) throw new NimbleError('invalid', `${flag} must be a non-negative number of NIM, got '${value}'`);
   return value.trim();
 }
 

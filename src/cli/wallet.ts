@@ -1,4 +1,5 @@
 // nbcli wallet create|import|list|balance|transfer|faucet
+import { NimbleError } from '../protocol/errors.ts';
 import type { Command } from 'commander';
 import { formatEther, type Address } from 'viem';
 import { generatePrivateKey } from 'viem/accounts';
@@ -9,7 +10,7 @@ import { readStake } from '../chain/staking.ts';
 import { faucet, nimBalance, transferNim } from '../chain/token.ts';
 import { checkWalletName, listWallets, loadWalletFile, privateKeyFromSecret, saveWallet } from '../chain/wallets.ts';
 import { chainRpcOf, onChain, parseAddress, unlock, withChainOption, withWalletName, type ChainCommandOptions } from './chain-options.ts';
-import { emit, resolveDataDir, UserError, withCommonOptions } from './common.ts';
+import { emit, resolveDataDir, withCommonOptions } from './common.ts';
 import { readPassword, readSecret } from './prompt.ts';
 
 interface WalletOptions extends ChainCommandOptions {
@@ -43,7 +44,7 @@ export function registerWallet(program: Command): void {
       const name = checkWalletName(opts['wallet.name']);
       assertNewWallet(dataDir, name);
       const index = Number(opts.index ?? '0');
-      if (!Number.isInteger(index) || index < 0) throw new UserError(`--index must be a whole number, got '${opts.index}'`);
+      if (!Number.isInteger(index) || index < 0) throw new NimbleError('invalid', `--index must be a whole number, got '${opts.index}'`);
       const key = privateKeyFromSecret(await readSecret('Private key or mnemonic: '), index);
       const password = await readPassword(`Password for the new wallet '${name}': `, { confirm: true });
       const info = saveWallet(dataDir, name, key, password);
@@ -102,7 +103,7 @@ export function registerWallet(program: Command): void {
     .option('--amount <nim>', 'how many NIM', '1000')
     .action(async (opts: WalletOptions) => {
       if (chainRpcOf(opts)) {
-        throw new UserError('the faucet only exists on the local chain nbcli runs itself; it is refused with --chain-rpc');
+        throw new NimbleError('invalid', 'the faucet only exists on the local chain nbcli runs itself; it is refused with --chain-rpc');
       }
       const amount = parseNim(opts.amount);
       const { info } = loadWalletFile(resolveDataDir(opts), checkWalletName(opts['wallet.name']));
@@ -122,7 +123,7 @@ function assertNewWallet(dataDir: string, name: string): void {
   } catch {
     return;
   }
-  throw new UserError(`wallet '${name}' already exists`);
+  throw new NimbleError('invalid', `wallet '${name}' already exists`);
 }
 
 export interface BalanceView {

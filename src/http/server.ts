@@ -11,6 +11,7 @@ import { TypeCompiler, type TypeCheck } from '@sinclair/typebox/compiler';
 import Fastify, { type FastifyBaseLogger, type FastifyError, type FastifyInstance, type FastifyRequest, type RawServerDefault } from 'fastify';
 import type { Address } from 'viem';
 import { asNimbleError, NimbleError } from '../protocol/errors.ts';
+import type { RequestVerifier } from '../protocol/signing.ts';
 
 /** A fastify instance whose route schemas type the handlers. */
 export type HttpServer = FastifyInstance<RawServerDefault, IncomingMessage, ServerResponse, FastifyBaseLogger, TypeBoxTypeProvider>;
@@ -19,10 +20,17 @@ declare module 'fastify' {
   interface FastifyRequest {
     /** the body as received, for signature checks */
     rawBody?: Uint8Array;
-    /** the verified signer of a signed request (src/http/signed.ts) */
+    /** the verified signer of a signed route's request */
     signer?: Address;
   }
+  interface FastifyContextConfig {
+    /** requests must be signed (src/protocol/signing.ts); the handler finds the signer with `signerOf` */
+    signed?: boolean;
+  }
 }
+
+/** The body of a JSON request that did not parse (refused after the signature check). */
+const NOT_JSON = Symbol('not JSON');
 
 export interface HttpServerOptions {
   /** largest body a route accepts unless it sets its own `bodyLimit` */
@@ -33,6 +41,8 @@ export interface HttpServerOptions {
   onFailure?: (req: FastifyRequest, err: NimbleError) => void;
   /** a client that sends nothing for this long is cut off (default 60 s) */
   requestTimeoutMs?: number;
+  /** checks the signature of routes declared with `config: { signed: true }` */
+  verifier?: RequestVerifier;
 }
 
 /** The JSON body of every error answer. */
@@ -55,17 +65,25 @@ export function createHttpServer(options: HttpServerOptions): HttpServer {
   app.setSerializerCompiler(({ schema }) => responseSerializer(schema as TSchema));
   app.removeAllContentTypeParsers();
   app.addContentTypeParser('application/json', { parseAs: 'buffer' }, (req, body: Buffer, done) => {
-    req.rawBody = body;
+    req.rawBody = new Uint8Array(body.buffer, body.byteOffset, body.byteLength);
     if (body.length === 0) return done(null, undefined);
     try {
       done(null, JSON.parse(body.toString('utf8')));
     } catch {
-      done(new NimbleError('invalid', 'the body is not JSON'), undefined);
+      done(null, NOT_JSON);
     }
   });
   app.addContentTypeParser('*', { parseAs: 'buffer' }, (req, body: Buffer, done) => {
     req.rawBody = new Uint8Array(body.buffer, body.byteOffset, body.byteLength);
     done(null, req.rawBody);
+  });
+  // before the body is validated or used: the signature (over the body as received), then whether it parsed
+  app.addHook('preValidation', async (req) => {
+    if (req.routeOptions.config.signed) {
+      if (!options.verifier) throw new NimbleError('internal', `${req.routeOptions.url} is signed but the server has no verifier`);
+      req.signer = await options.verifier.verify({ method: req.method, path: req.url, headers: req.headers, body: req.rawBody ?? new Uint8Array(0) });
+    }
+    if (req.body === NOT_JSON) throw new NimbleError('invalid', 'the body is not JSON');
   });
   app.setNotFoundHandler((req, reply) => {
     void reply.status(404).send({ error: `no route ${req.method} ${req.url.split('?')[0]}`, code: 'not_found' } satisfies ErrorBody);

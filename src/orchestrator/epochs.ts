@@ -24,8 +24,9 @@ import type { ChainClient, SigningClient } from '../chain/client.ts';
 import { normalizeRewards, readEpoch, rewardsDigest, settleEpoch, type Reward } from '../chain/rewards.ts';
 import { ChainTxError } from '../chain/tx.ts';
 import { readStake, slashStake } from '../chain/staking.ts';
-import type { EpochRow, OrchestratorDb, SlashRow } from './db.ts';
-import { CoordinatorError } from './errors.ts';
+import { NimbleError } from '../protocol/errors.ts';
+import type { OrchestratorState } from './state/index.ts';
+import type { EpochRecord, SlashRecord } from './state/ledger.ts';
 import { scoreEpoch, splitEmission, stageSharesOf, type StageShares } from './scoring.ts';
 import { SPOT_CHECK_DEFAULTS, type SpotCheckOptions } from './spot-checks.ts';
 
@@ -74,7 +75,7 @@ export class Epochs {
   private stakesCheckedAt = 0;
 
   constructor(
-    readonly db: OrchestratorDb,
+    readonly state: OrchestratorState,
     readonly chain: ChainOptions,
     private readonly now: () => number = Date.now,
     readonly slashing: Pick<SpotCheckOptions, 'slashAfter' | 'slashFraction'> = SPOT_CHECK_DEFAULTS,
@@ -117,28 +118,28 @@ export class Epochs {
 
   /** Settles every 'settling' epoch, oldest first, then sends pending slashes; errors are recorded and retried later. */
   async reconcile(): Promise<void> {
-    for (const e of this.db.epochs('settling')) {
+    for (const e of this.state.ledger.epochs('settling')) {
       try {
         await this.settle(e);
       } catch (err) {
         const message = (err as Error).message.split('\n')[0];
-        this.db.updateEpoch(e.id, { error: message.slice(0, 500) });
+        this.state.ledger.setEpochError(e.id, message);
         this.log(`epoch ${e.id}: settlement failed, will retry: ${message}`);
       }
     }
-    for (const s of this.db.slashes('pending')) {
+    for (const s of this.state.ledger.slashes({ status: 'pending' })) {
       try {
         await this.slash(s);
       } catch (err) {
         const message = (err as Error).message.split('\n')[0];
-        this.db.updateSlash(s.epoch, s.miner, { error: message.slice(0, 500) });
+        this.state.ledger.setSlashError(s.epoch, s.miner, message);
         this.log(`epoch ${s.epoch}: slashing ${s.miner} failed, will retry: ${message}`);
       }
     }
   }
 
   /** Sends one pending slash exactly once (a Slashed event with its reason means it went through already). */
-  private async slash(s: SlashRow): Promise<void> {
+  private async slash(s: SlashRecord): Promise<void> {
     const { client, signer } = this.chain;
     const account = s.miner as Address;
     const done = await client.public.getLogs({
@@ -150,96 +151,87 @@ export class Epochs {
     });
     const found = done.find((l) => l.args.reason === s.reason);
     if (found) {
-      this.db.updateSlash(s.epoch, s.miner, { status: 'slashed', tx_hash: found.transactionHash, amount: (found.args.amount ?? 0n).toString(), error: null });
+      this.state.ledger.markSlashed(s.epoch, s.miner, found.transactionHash, found.args.amount ?? 0n);
       return;
     }
     let amount = s.amount === null ? null : BigInt(s.amount);
     if (amount === null) {
       const p = await readStake(client, account);
       amount = ((p.staked + p.unstaking) * BigInt(Math.round(s.fraction * 1e6))) / 1_000_000n;
-      this.db.updateSlash(s.epoch, s.miner, { amount: amount.toString() }); // durable before sending
+      this.state.ledger.setSlashAmount(s.epoch, s.miner, amount); // durable before sending
     }
     if (amount === 0n) {
-      this.db.updateSlash(s.epoch, s.miner, { status: 'skipped', error: 'nothing staked to slash' });
+      this.state.ledger.skipSlash(s.epoch, s.miner, 'nothing staked to slash');
       this.log(`epoch ${s.epoch}: ${s.miner} failed ${s.failed} spot checks but has nothing staked`);
       return;
     }
     try {
       const tx = await slashStake(client, signer, account, amount, s.reason);
-      this.db.updateSlash(s.epoch, s.miner, { status: 'slashed', tx_hash: tx.hash, error: null });
+      this.state.ledger.markSlashed(s.epoch, s.miner, tx.hash);
       this.log(`epoch ${s.epoch}: slashed ${formatEther(amount)} NIM of ${s.miner} for ${s.failed} failed spot checks (tx ${tx.hash})`);
     } catch (err) {
       if (!(err instanceof ChainTxError && err.errorName === 'InsufficientStake')) throw err;
       // it withdrew in between: slash what is left at the next pass
-      this.db.updateSlash(s.epoch, s.miner, { amount: null, error: 'stake fell before the slash; recomputing' });
+      this.state.ledger.setSlashAmount(s.epoch, s.miner, null, 'stake fell before the slash; recomputing');
     }
   }
 
   /** Closes the open epoch when a run completed `epochRounds` more merge rounds, ended, or time is up. */
-  closeIfDue(): EpochRow | null {
-    return this.db.tx(() => {
+  closeIfDue(): EpochRecord | null {
+    return this.state.tx(() => {
       const now = this.now();
-      const open = this.db.openEpoch(now);
-      if (this.db.lastWorkId() <= open.from_log) return null;
-      for (const run of this.db.runs()) {
-        const mark = this.db.runMergesMark(run.id);
-        if (run.merges_done - mark >= this.epochRounds) return this.close(run.id, run.merges_done);
-        if ((run.status === 'completed' || run.status === 'failed') && this.db.countWorkAfter(open.from_log, run.id) > 0) return this.close(run.id, run.merges_done);
+      const open = this.state.ledger.openEpoch(now);
+      if (this.state.ledger.lastWorkId() <= open.fromLog) return null;
+      for (const run of this.state.runs.list()) {
+        const mark = this.state.ledger.runMergesMark(run.id);
+        if (run.mergesDone - mark >= this.epochRounds) return this.close(run.id, run.mergesDone);
+        if ((run.status === 'completed' || run.status === 'failed') && this.state.ledger.countWorkAfter(open.fromLog, run.id) > 0) return this.close(run.id, run.mergesDone);
       }
-      if (this.chain.epochMs !== undefined && now - open.opened_at >= this.chain.epochMs) return this.close(null, 0);
+      if (this.chain.epochMs !== undefined && now - open.openedAt >= this.chain.epochMs) return this.close(null, 0);
       return null;
     });
   }
 
   /** Closes the open epoch now: scores its work and writes the split ('settling'). Null when it holds no work. */
-  close(runId: string | null, mergesMark: number): EpochRow | null {
-    return this.db.tx(() => {
+  close(runId: string | null, mergesMark: number): EpochRecord | null {
+    return this.state.tx(() => {
       const now = this.now();
-      const open = this.db.openEpoch(now);
-      const to = this.db.lastWorkId();
-      if (to <= open.from_log) return null;
-      const rows = this.db.workRows(open.from_log, to);
-      const scores = scoreEpoch(rows, this.sharesOf(rows.map((r) => r.run_id)));
+      const open = this.state.ledger.openEpoch(now);
+      const to = this.state.ledger.lastWorkId();
+      if (to <= open.fromLog) return null;
+      const rows = this.state.ledger.workBetween(open.fromLog, to);
+      const scores = scoreEpoch(rows, this.sharesOf(rows.map((r) => r.runId)));
       const split = splitEmission(scores, this.emission);
       split.rewards.forEach((r, i) => {
-        this.db.putEpochReward({ epoch: open.id, miner: r.miner, score: r.score, amount: r.amount.toString(), units: JSON.stringify(scores[i].units) });
+        this.state.ledger.putReward({ epoch: open.id, miner: r.miner, score: r.score, amount: r.amount, units: scores[i].units });
       });
       for (const sc of scores) {
         const failed = sc.units.failed_check;
         if (failed >= this.slashing.slashAfter && this.slashing.slashFraction > 0) {
-          this.db.putSlash({ epoch: open.id, miner: sc.miner, failed, fraction: this.slashing.slashFraction, reason: `nimble epoch ${open.id}: ${failed} failed spot checks` });
+          this.state.ledger.putSlash({ epoch: open.id, miner: sc.miner, failed, fraction: this.slashing.slashFraction, reason: `nimble epoch ${open.id}: ${failed} failed spot checks` });
         }
       }
       const paid = split.rewards.some((r) => r.amount > 0n);
-      this.db.updateEpoch(open.id, {
-        run_id: runId,
-        merges_mark: mergesMark,
-        to_log: to,
-        closed_at: now,
-        status: paid ? 'settling' : 'settled',
-        emission: this.emission.toString(),
-        remainder: split.remainder.toString(),
-        settled_at: paid ? null : now,
-      });
-      this.db.openEpoch(now);
-      return this.db.epoch(open.id)!;
+      this.state.ledger.closeEpoch(open.id, { runId, mergesMark, toLog: to, closedAt: now, emission: this.emission, remainder: split.remainder, settled: !paid });
+      this.state.ledger.openEpoch(now);
+      return this.state.ledger.epoch(open.id)!;
     });
   }
 
   /** The reward list of an epoch, as posted (normalized: zero amounts dropped). */
   rewardList(epochId: number): Reward[] {
-    return normalizeRewards(this.db.epochRewards(epochId).map((r) => ({ address: r.miner as Address, amount: BigInt(r.amount) })));
+    return normalizeRewards(this.state.ledger.rewards(epochId).map((r) => ({ address: r.miner as Address, amount: BigInt(r.amount) })));
   }
 
-  private async settle(e: EpochRow): Promise<void> {
+  private async settle(e: EpochRecord): Promise<void> {
     const { client, signer } = this.chain;
     const list = this.rewardList(e.id);
     if (list.length === 0) {
-      this.db.updateEpoch(e.id, { status: 'settled', settled_at: this.now(), error: null });
+      this.state.ledger.markSettled(e.id, null, this.now());
       return;
     }
     const digest = rewardsDigest(list);
-    let chainEpoch = e.chain_epoch === null || e.chain_id !== client.chainId ? null : BigInt(e.chain_epoch);
+    let chainEpoch = e.chainEpoch === null || e.chainId !== client.chainId ? null : BigInt(e.chainEpoch);
     if (chainEpoch !== null) {
       // an id someone else used (another orchestrator on the same chain) is given up for a fresh one
       const status = await readEpoch(client, chainEpoch);
@@ -250,7 +242,7 @@ export class Epochs {
     }
     if (chainEpoch === null) {
       chainEpoch = await this.freeChainEpoch();
-      this.db.updateEpoch(e.id, { chain_epoch: chainEpoch.toString(), chain_id: client.chainId }); // durable before sending
+      this.state.ledger.setChainEpoch(e.id, chainEpoch, client.chainId); // durable before sending
     }
     const result = await settleEpoch(client, signer, chainEpoch, list, { asStake: this.chain.asStake ?? true });
     if (this.chain.pauseAfterSettleMs) {
@@ -262,14 +254,14 @@ export class Epochs {
       if (result.digest !== digest) throw new Error(`on-chain epoch ${chainEpoch} was settled with another list`);
       txHash = await this.settlementTx(chainEpoch);
     }
-    this.db.updateEpoch(e.id, { status: 'settled', tx_hash: txHash, settled_at: this.now(), error: null });
+    this.state.ledger.markSettled(e.id, txHash, this.now());
     const total = list.reduce((a, r) => a + r.amount, 0n);
     this.log(`epoch ${e.id}: ${result.alreadySettled ? 'found settled' : 'settled'} on chain as epoch ${chainEpoch}: ${formatEther(total)} NIM to ${list.length} miner(s)${txHash ? ` (tx ${txHash})` : ''}`);
   }
 
   /** The next on-chain epoch id after those this database used that nothing was posted to. */
   private async freeChainEpoch(): Promise<bigint> {
-    let id = this.db.maxChainEpoch() + 1n;
+    let id = this.state.ledger.maxChainEpoch() + 1n;
     for (;;) {
       const s = await readEpoch(this.chain.client, id);
       if (s.batchesPosted === 0 && !s.settled) return id;
@@ -295,11 +287,11 @@ export class Epochs {
     const shares: StageShares = {};
     for (const id of new Set(runIds)) {
       if (id === null) continue;
-      const run = this.db.run(id);
+      const run = this.state.runs.get(id);
       if (!run) continue;
-      const stages = this.db.stages(id);
+      const stages = this.state.runs.stages(id);
       try {
-        shares[id] = stageSharesOf(run.model, stages.map((s) => ({ from: s.from_part, to: s.to_part })));
+        shares[id] = stageSharesOf(run.model, stages.map((s) => ({ from: s.fromPart, to: s.toPart })));
       } catch {
         shares[id] = stages.map(() => 1 / Math.max(1, stages.length));
       }
@@ -314,7 +306,7 @@ export class Epochs {
     const now = this.now();
     if (now - this.stakesCheckedAt < (this.chain.stakeCheckMs ?? 10_000)) return;
     this.stakesCheckedAt = now;
-    for (const m of this.db.miners(true)) {
+    for (const m of this.state.miners.list(true)) {
       const { staked } = await readStake(this.chain.client, m.id as Address);
       if (staked < min) {
         const reason = `stake too low: ${m.id} has ${formatEther(staked)} NIM staked, this orchestrator requires ${formatEther(min)} NIM (nbcli stake add, then restart the miner)`;
@@ -330,7 +322,7 @@ export class Epochs {
     if (min <= 0n) return;
     const { staked } = await readStake(this.chain.client, minerId as Address);
     if (staked < min) {
-      throw new CoordinatorError(403, `stake too low: ${minerId} has ${formatEther(staked)} NIM staked, this orchestrator requires ${formatEther(min)} NIM (nbcli stake add)`);
+      throw new NimbleError('stake_too_low', `stake too low: ${minerId} has ${formatEther(staked)} NIM staked, this orchestrator requires ${formatEther(min)} NIM (nbcli stake add)`, 403);
     }
   }
 }

@@ -17,7 +17,8 @@
 // unanswered) costs 10: it is evidence of wrong work passed on to others.
 import { gptConfig } from '../model/config.ts';
 import { rangeParamCount } from '../model/gpt.ts';
-import type { WorkKind } from './db.ts';
+import type { WorkKind } from '../api/schemas.ts';
+import type { WorkRecord } from './state/ledger.ts';
 
 export const DROPPED_PENALTY = 3;
 export const INVALID_PENALTY = 5;
@@ -25,13 +26,8 @@ export const FAILED_CHECK_PENALTY = 10;
 /** Scores are quantized to 1e-9 of a unit before the integer split. */
 const SCORE_SCALE = 1e9;
 
-export interface WorkRow {
-  miner_id: string;
-  run_id: string | null;
-  kind: WorkKind;
-  units: number;
-  stage: number | null;
-}
+/** The fields of a work log entry that scoring reads. */
+export type WorkRow = Pick<WorkRecord, 'minerId' | 'runId' | 'kind' | 'units' | 'stage'>;
 
 /** Per run: each stage's share of the model's parameters (sums to 1). */
 export type StageShares = Record<string, number[]>;
@@ -75,13 +71,13 @@ export interface MinerScore {
 export function scoreEpoch(rows: readonly WorkRow[], shares: StageShares): MinerScore[] {
   const byMiner = new Map<string, MinerScore>();
   for (const r of rows) {
-    let m = byMiner.get(r.miner_id);
+    let m = byMiner.get(r.minerId);
     if (!m) {
-      m = { miner: r.miner_id, work: 0, penalty: 0, score: 0, units: { forward: 0, backward: 0, merge: 0, dropped: 0, invalid: 0, failed_check: 0 } };
-      byMiner.set(r.miner_id, m);
+      m = { miner: r.minerId, work: 0, penalty: 0, score: 0, units: { forward: 0, backward: 0, merge: 0, dropped: 0, invalid: 0, failed_check: 0 } };
+      byMiner.set(r.minerId, m);
     }
     if (!(r.units > 0) || !Number.isFinite(r.units)) continue;
-    const w = unitWeight(shares, r.run_id, r.stage);
+    const w = unitWeight(shares, r.runId, r.stage);
     m.units[r.kind] += r.units;
     if (r.kind === 'forward' || r.kind === 'backward' || r.kind === 'merge') m.work += r.units * w;
     else if (r.kind === 'dropped') m.penalty += DROPPED_PENALTY * r.units * w;

@@ -4,9 +4,9 @@ import { mkdirSync } from 'node:fs';
 import { join } from 'node:path';
 import { FsBlobStore } from './blobs.ts';
 import { Coordinator, type CoordinatorOptions } from './coordinator.ts';
-import { OrchestratorDb } from './db.ts';
 import { Epochs, type ChainOptions } from './epochs.ts';
 import { buildApi } from './http.ts';
+import { OrchestratorState } from './state/index.ts';
 
 export interface OrchestratorOptions {
   dataDir: string;
@@ -28,17 +28,17 @@ export interface RunningOrchestrator {
 
 export async function startOrchestrator(options: OrchestratorOptions): Promise<RunningOrchestrator> {
   mkdirSync(options.dataDir, { recursive: true });
-  const db = new OrchestratorDb(join(options.dataDir, 'orchestrator.sqlite'));
+  const state = OrchestratorState.open(join(options.dataDir, 'orchestrator.sqlite'));
   const blobs = await FsBlobStore.open(join(options.dataDir, 'blobs'));
-  const coordinator = new Coordinator(db, blobs, options.coordinator);
+  const coordinator = new Coordinator(state, blobs, options.coordinator);
   const epochs = options.chain
-    ? new Epochs(db, { evict: (id, reason) => coordinator.evict(id, reason), ...options.chain }, Date.now, coordinator.checks.options)
+    ? new Epochs(state, { evict: (id, reason) => coordinator.evict(id, reason), ...options.chain }, Date.now, coordinator.checks.options)
     : null;
   if (epochs) {
     try {
       await epochs.start(); // finishes epochs a crash left 'settling' before anything else
     } catch (err) {
-      db.close();
+      state.close();
       throw err;
     }
   }
@@ -68,7 +68,7 @@ export async function startOrchestrator(options: OrchestratorOptions): Promise<R
         epochs.close(null, 0);
         await epochs.reconcile();
       }
-      db.close();
+      state.close();
       await options.chain?.close?.();
     },
   };

@@ -1,69 +1,46 @@
-// What GET /runs/:id shows, and the whole-model checkpoint assembled from the
-// stages' latest merged states (bytes rearranged, no kernels run).
-import { CHECKPOINT_FORMAT, checkpointInfo } from '../model/checkpoint.ts';
-import { gptConfig } from '../model/config.ts';
-import { partCount } from '../model/gpt.ts';
-import { decodeSafetensors, encodeSafetensors, type NamedTensor } from '../model/safetensors.ts';
-import type { Plan } from '../planner/placement.ts';
-import type { Coordinator } from './coordinator.ts';
+// The public API's views (src/api/schemas.ts) built from the orchestrator's
+// state: what GET /miners, /runs, /work and /epochs answer.
 import { formatEther } from 'viem';
-import type { EpochRow, OrchestratorDb, RunRow } from './db.ts';
-import { CoordinatorError } from './errors.ts';
+import type { EpochView, MinerView, RunView, StageView, WorkTotal } from '../api/schemas.ts';
+import type { MicrobatchFlow } from './microbatches.ts';
+import type { OrchestratorState } from './state/index.ts';
+import type { EpochRecord } from './state/ledger.ts';
+import type { MinerRecord } from './state/miners.ts';
+import type { RunRecord } from './state/runs.ts';
 
-export interface StageView {
-  stage: number;
-  parts: [number, number];
-  mode: 'training' | 'merging';
-  mergePhase: string | null;
-  replicas: { id: string; name: string; alive: boolean; gflops: number }[];
-  round: number;
-  innerSteps: number;
-  loss: number | null;
+export function minerView(m: MinerRecord): MinerView {
+  return {
+    id: m.id,
+    name: m.name,
+    url: m.url,
+    gflops: m.gflops,
+    threads: m.threads,
+    memoryBytes: m.memoryBytes,
+    bandwidthMbps: m.bandwidthMbps,
+    joinedAt: m.joinedAt,
+    lastSeen: m.lastSeen,
+    alive: m.alive,
+  };
 }
 
-export interface RunView {
-  id: string;
-  model: string;
-  data: string;
-  status: string;
-  steps: number;
-  microbatchesDone: number;
-  tokensDone: number;
-  tokensPerSecond: number;
-  mergesDone: number;
-  bytesSent: number;
-  loss: number | null;
-  batchSize: number;
-  mergeEvery: number;
-  stages: StageView[];
-  /** spot checks of this run's forwards, per miner */
-  checks: { miner: string; name: string | null; passed: number; failed: number; open: number }[];
-  bottleneckTokensPerS: number | null;
-  message: string | null;
-  createdAt: number;
-  startedAt: number | null;
-  finishedAt: number | null;
-}
-
-export function runView(c: Coordinator, run: RunRow): RunView {
-  const plan = JSON.parse(run.plan) as Plan | null;
-  const assignments = c.db.assignments(run.id);
-  const stages: StageView[] = c.db.stages(run.id).map((s) => {
-    const round = c.db.mergeRound(run.id, s.stage, s.round + 1);
+export function runView(state: OrchestratorState, flow: MicrobatchFlow, run: RunRecord): RunView {
+  const assignments = state.runs.assignments(run.id);
+  const stages: StageView[] = state.runs.stages(run.id).map((s) => {
+    const round = state.mergeRounds.get({ runId: run.id, stage: s.stage, round: s.round + 1 });
     return {
       stage: s.stage,
-      parts: [s.from_part, s.to_part],
+      parts: [s.fromPart, s.toPart],
       mode: s.mode,
       mergePhase: round && round.status !== 'done' ? round.status : null,
       replicas: assignments
         .filter((a) => a.stage === s.stage)
         .map((a) => {
-          const m = c.db.miner(a.miner_id);
-          return { id: a.miner_id, name: m?.name ?? '?', alive: Boolean(m?.alive), gflops: m?.gflops ?? 0 };
+          const m = state.miners.get(a.minerId);
+          return { id: a.minerId, name: m?.name ?? '?', alive: m?.alive ?? false, gflops: m?.gflops ?? 0 };
         }),
       round: s.round,
-      innerSteps: s.inner_steps,
-      loss: s.last_loss,
+      innerSteps: s.innerSteps,
+      loss: s.lastLoss,
     };
   });
   return {
@@ -72,113 +49,71 @@ export function runView(c: Coordinator, run: RunRow): RunView {
     data: run.data,
     status: run.status,
     steps: run.steps,
-    microbatchesDone: run.microbatches_done,
-    tokensDone: run.tokens_done,
-    tokensPerSecond: c.tokensPerSecond(run.id),
-    mergesDone: run.merges_done,
-    bytesSent: run.bytes_sent,
-    loss: run.last_loss,
-    batchSize: run.batch_size,
-    mergeEvery: run.merge_every,
+    microbatchesDone: run.microbatchesDone,
+    tokensDone: run.tokensDone,
+    tokensPerSecond: flow.tokensPerSecond(run.id),
+    mergesDone: run.mergesDone,
+    bytesSent: run.bytesSent,
+    loss: run.lastLoss,
+    batchSize: run.batchSize,
+    mergeEvery: run.mergeEvery,
     stages,
-    checks: checksView(c.db, run.id),
-    bottleneckTokensPerS: plan?.bottleneckTokensPerS ?? null,
-    message: run.error,
-    createdAt: run.created_at,
-    startedAt: run.started_at,
-    finishedAt: run.finished_at,
+    checks: checksView(state, run.id),
+    bottleneckTokensPerS: run.plan?.bottleneckTokensPerS ?? null,
+    message: run.message,
+    createdAt: run.createdAt,
+    startedAt: run.startedAt,
+    finishedAt: run.finishedAt,
   };
 }
 
-function checksView(db: OrchestratorDb, runId: string): RunView['checks'] {
+function checksView(state: OrchestratorState, runId: string): RunView['checks'] {
   const byMiner = new Map<string, RunView['checks'][number]>();
-  for (const r of db.checkSummary(runId)) {
-    let v = byMiner.get(r.miner_id);
-    if (!v) byMiner.set(r.miner_id, (v = { miner: r.miner_id, name: db.miner(r.miner_id)?.name ?? null, passed: 0, failed: 0, open: 0 }));
-    if (r.status === 'passed') v.passed += r.n;
-    else if (r.status === 'failed') v.failed += r.n;
-    else if (r.status === 'asked') v.open += r.n;
+  for (const t of state.spotChecks.totals(runId)) {
+    let v = byMiner.get(t.minerId);
+    if (!v) byMiner.set(t.minerId, (v = { miner: t.minerId, name: state.miners.get(t.minerId)?.name ?? null, passed: 0, failed: 0, open: 0 }));
+    if (t.status === 'passed') v.passed += t.n;
+    else if (t.status === 'failed') v.failed += t.n;
+    else if (t.status === 'asked') v.open += t.n;
   }
   return [...byMiner.values()];
 }
 
-/** The whole model from the stages' latest states, as one safetensors checkpoint. */
-export async function assembleCheckpoint(c: Coordinator, runId: string): Promise<Uint8Array> {
-  const run = c.db.run(runId);
-  if (!run) throw new CoordinatorError(404, `unknown run ${runId}`);
-  const stages = c.db.stages(runId);
-  if (stages.length === 0 || stages.some((s) => !s.state_blob)) throw new CoordinatorError(409, `run ${runId} has no merged state for every stage yet`);
-  const config = gptConfig(run.model);
-  const tensors: NamedTensor[] = [];
-  let round = Infinity;
-  for (const s of stages) {
-    const file = decodeSafetensors(await c.blobs.get(s.state_blob!));
-    const info = checkpointInfo(file);
-    round = Math.min(round, info.step);
-    for (const t of file.tensors.values()) if (!t.name.startsWith('outer.')) tensors.push(t);
-  }
-  return encodeSafetensors(tensors, {
-    format: CHECKPOINT_FORMAT,
-    config: JSON.stringify(config),
-    from: '0',
-    to: String(partCount(config)),
-    step: String(run.microbatches_done),
-    run: run.id,
-    rounds: String(round),
-  });
+export function workView(state: OrchestratorState): WorkTotal[] {
+  return state.ledger.workTotals().map((t) => ({ miner: t.minerId, kind: t.kind, units: t.units }));
 }
 
-export interface EpochView {
-  id: number;
-  status: EpochRow['status'];
-  runId: string | null;
-  /** work_log ids (from, to] */
-  workLog: [number, number | null];
-  openedAt: number;
-  closedAt: number | null;
-  /** NIM, decimal strings */
-  emission: string | null;
-  remainder: string | null;
-  chainId: number | null;
-  chainEpoch: string | null;
-  txHash: string | null;
-  settledAt: number | null;
-  error: string | null;
-  rewards: { miner: string; name: string | null; score: number; amount: string; amountWei: string; units: Record<string, number> }[];
-  /** stakes slashed for failed spot checks in this epoch */
-  slashes: { miner: string; failed: number; amount: string | null; amountWei: string | null; status: string; txHash: string | null; reason: string; error: string | null }[];
-}
-
-export function epochView(db: OrchestratorDb, e: EpochRow): EpochView {
+export function epochView(state: OrchestratorState, e: EpochRecord): EpochView {
+  const nim = (wei: string | null): string | null => (wei === null ? null : formatEther(BigInt(wei)));
   return {
     id: e.id,
     status: e.status,
-    runId: e.run_id,
-    workLog: [e.from_log, e.to_log],
-    openedAt: e.opened_at,
-    closedAt: e.closed_at,
-    emission: e.emission === null ? null : formatEther(BigInt(e.emission)),
-    remainder: e.remainder === null ? null : formatEther(BigInt(e.remainder)),
-    chainId: e.chain_id,
-    chainEpoch: e.chain_epoch,
-    txHash: e.tx_hash,
-    settledAt: e.settled_at,
+    runId: e.runId,
+    workLog: [e.fromLog, e.toLog],
+    openedAt: e.openedAt,
+    closedAt: e.closedAt,
+    emission: nim(e.emission),
+    remainder: nim(e.remainder),
+    chainId: e.chainId,
+    chainEpoch: e.chainEpoch,
+    txHash: e.txHash,
+    settledAt: e.settledAt,
     error: e.error,
-    rewards: db.epochRewards(e.id).map((r) => ({
+    rewards: state.ledger.rewards(e.id).map((r) => ({
       miner: r.miner,
-      name: db.miner(r.miner)?.name ?? null,
+      name: state.miners.get(r.miner)?.name ?? null,
       score: r.score,
       amount: formatEther(BigInt(r.amount)),
       amountWei: r.amount,
-      units: JSON.parse(r.units) as Record<string, number>,
+      units: r.units,
     })),
-    slashes: db.slashes().filter((x) => x.epoch === e.id).map((x) => ({
+    slashes: state.ledger.slashes({ epoch: e.id }).map((x) => ({
       miner: x.miner,
       failed: x.failed,
-      amount: x.amount === null ? null : formatEther(BigInt(x.amount)),
+      amount: nim(x.amount),
       amountWei: x.amount,
       status: x.status,
-      txHash: x.tx_hash,
+      txHash: x.txHash,
       reason: x.reason,
       error: x.error,
     })),

@@ -10,7 +10,7 @@ import { after, before, test } from 'node:test';
 import { generatePrivateKey } from 'viem/accounts';
 import { Miner } from '../../src/miner/miner.ts';
 import { startOrchestrator, type RunningOrchestrator } from '../../src/orchestrator/server.ts';
-import type { RunView } from '../../src/orchestrator/views.ts';
+import type { RunView } from '../../src/api/schemas.ts';
 import { encodeFrame } from '../../src/protocol/frame.ts';
 import { RequestSigner } from '../../src/protocol/signing.ts';
 

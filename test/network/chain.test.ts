@@ -10,7 +10,7 @@ import { generatePrivateKey } from 'viem/accounts';
 import { openChain } from '../../src/chain/session.ts';
 import { readStake } from '../../src/chain/staking.ts';
 import { saveWallet } from '../../src/chain/wallets.ts';
-import type { EpochView } from '../../src/orchestrator/views.ts';
+import type { EpochView } from '../../src/api/schemas.ts';
 import { Cluster } from './helpers.ts';
 
 const cluster = new Cluster();

@@ -7,7 +7,7 @@ import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { createInterface } from 'node:readline';
-import type { EpochView, RunView } from '../../src/orchestrator/views.ts';
+import type { EpochView, RunView } from '../../src/api/schemas.ts';
 
 const root = new URL('../..', import.meta.url).pathname;
 const MAIN = join(root, 'src/cli/main.ts');

@@ -14,7 +14,7 @@ import { openChain } from '../../src/chain/session.ts';
 import { addStake, readStake } from '../../src/chain/staking.ts';
 import { ensureGas, faucet } from '../../src/chain/token.ts';
 import { Miner } from '../../src/miner/miner.ts';
-import type { EpochView } from '../../src/orchestrator/views.ts';
+import type { EpochView } from '../../src/api/schemas.ts';
 import { Cluster } from './helpers.ts';
 
 const cluster = new Cluster();

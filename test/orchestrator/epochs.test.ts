@@ -13,11 +13,12 @@ import { rewardHistory, settleEpoch } from '../../src/chain/rewards.ts';
 import { addStake, readStake, removeStake } from '../../src/chain/staking.ts';
 import { faucet } from '../../src/chain/token.ts';
 import { signerFor } from '../../src/chain/client.ts';
-import { HttpError, SignedClient } from '../../src/miner/client.ts';
-import { OrchestratorDb } from '../../src/orchestrator/db.ts';
+import type { EpochView } from '../../src/api/schemas.ts';
+import { SignedClient } from '../../src/http/client.ts';
+import { NimbleError } from '../../src/protocol/errors.ts';
 import { Epochs, type ChainOptions } from '../../src/orchestrator/epochs.ts';
 import { startOrchestrator } from '../../src/orchestrator/server.ts';
-import type { EpochView } from '../../src/orchestrator/views.ts';
+import { OrchestratorState } from '../../src/orchestrator/state/index.ts';
 import { startTestChain, tempDir, type TestChain } from '../chain/helpers.ts';
 
 const root = fileURLToPath(new URL('../..', import.meta.url));
@@ -35,22 +36,23 @@ after(async () => {
 const miners = [1, 2, 3].map(() => privateKeyToAccount(generatePrivateKey()).address);
 const chainOpts = (extra: Partial<ChainOptions> = {}): ChainOptions => ({ client: chain.client, signer: chain.operator, emission: parseEther('100'), log: () => {}, ...extra });
 
-/** A fresh orchestrator database with one 2-stage gpt-micro run and some work. */
-function seed(path: string): OrchestratorDb {
-  const db = new OrchestratorDb(path);
-  db.insertRun({ id: 'r1', model: 'gpt-micro', data: 'moby-dick', steps: 10, batch_size: 4, merge_every: 5, seed: 1, stage_count: 2, plan: '{}', options: '{}' }, 1);
-  db.insertStage({ run_id: 'r1', stage: 0, from_part: 0, to_part: 2 });
-  db.insertStage({ run_id: 'r1', stage: 1, from_part: 2, to_part: 4 });
+/** A fresh orchestrator state with one 2-stage gpt-micro run and some work. */
+function seed(path: string): OrchestratorState {
+  const state = OrchestratorState.open(path);
+  const options = { lr: 1e-3, codec: 'f16', aggregator: 'mean', minMiners: 2, outerLr: 0.7, outerMomentum: 0.9, requestedStages: 2 } as const;
+  state.runs.insert({ id: 'r1', model: 'gpt-micro', data: 'moby-dick', steps: 10, batchSize: 4, mergeEvery: 5, seed: 1, options }, 1);
+  state.runs.insertStages('r1', [{ from: 0, to: 2 }, { from: 2, to: 4 }]);
+  const work = (minerId: string, kind: 'forward' | 'backward' | 'merge' | 'dropped', stage: number, units = 1): void => state.ledger.logWork({ minerId, runId: 'r1', kind, units, stage }, 2);
   for (let i = 0; i < 6; i++) {
-    db.logWork(miners[0], 'r1', 'forward', 1, 2, 0);
-    db.logWork(miners[0], 'r1', 'backward', 1, 2, 0);
-    db.logWork(miners[1], 'r1', 'forward', 1, 2, 1);
-    db.logWork(miners[1], 'r1', 'backward', 1, 2, 1);
+    work(miners[0], 'forward', 0);
+    work(miners[0], 'backward', 0);
+    work(miners[1], 'forward', 1);
+    work(miners[1], 'backward', 1);
   }
-  db.logWork(miners[1], 'r1', 'merge', 2, 2, 1);
-  db.logWork(miners[2], 'r1', 'forward', 1, 2, 1);
-  db.logWork(miners[2], 'r1', 'dropped', 1, 2, 1); // 1 − 3 < 0: gets nothing
-  return db;
+  work(miners[1], 'merge', 1, 2);
+  work(miners[2], 'forward', 1);
+  work(miners[2], 'dropped', 1); // 1 − 3 < 0: gets nothing
+  return state;
 }
 
 const staked = async (a: Address): Promise<bigint> => (await readStake(chain.client, a)).staked;
@@ -59,24 +61,24 @@ test('an epoch closes after a merge round and is paid as stake, in proportion to
   const db = seed(join(dir, 'a.sqlite'));
   const epochs = new Epochs(db, chainOpts());
   assert.equal(epochs.closeIfDue(), null, 'no merge round yet');
-  db.addRunCounters('r1', { merges: 1 });
+  db.runs.addCounters('r1', { merges: 1 });
   const before = await Promise.all(miners.map(staked));
   const closed = epochs.closeIfDue();
   assert.ok(closed);
   assert.equal(closed.status, 'settling');
-  const rewards = db.epochRewards(closed.id);
+  const rewards = db.ledger.rewards(closed.id);
   assert.equal(rewards.length, 3);
   const total = rewards.reduce((a, r) => a + BigInt(r.amount), 0n);
   assert.equal(total + BigInt(closed.remainder!), parseEther('100'));
   assert.equal(rewards.find((r) => r.miner === miners[2])!.amount, '0');
   await epochs.reconcile();
-  const e = db.epoch(closed.id)!;
+  const e = db.ledger.epoch(closed.id)!;
   assert.equal(e.status, 'settled');
-  assert.match(e.tx_hash!, /^0x[0-9a-f]{64}$/);
+  assert.match(e.txHash!, /^0x[0-9a-f]{64}$/);
   for (const [i, m] of miners.entries()) assert.equal((await staked(m)) - before[i], BigInt(rewards.find((r) => r.miner === m)!.amount));
   // the next epoch starts after it; nothing new, nothing due
   assert.equal(epochs.closeIfDue(), null);
-  assert.equal(db.openEpoch(3).from_log, e.to_log);
+  assert.equal(db.ledger.openEpoch(3).fromLog, e.toLog);
   db.close();
 });
 
@@ -91,33 +93,33 @@ test('kill -9 while settling: the epoch is completed exactly once after restart'
   const e2 = first.close('r1', 1)!;
   // what settle() does before sending: choose and record the on-chain id
   const chainEpoch = (await chain.client.public.getBlockNumber()) + 1000n;
-  dbB.updateEpoch(e2.id, { chain_epoch: chainEpoch.toString(), chain_id: chain.client.chainId });
+  dbB.ledger.setChainEpoch(e2.id, chainEpoch, chain.client.chainId);
   const sent = await settleEpoch(chain.client, chain.operator, chainEpoch, first.rewardList(e2.id));
   dbB.close();
 
   const before = await Promise.all(miners.map(staked));
-  const reA = new OrchestratorDb(join(dir, 'b.sqlite'));
-  const reB = new OrchestratorDb(join(dir, 'c.sqlite'));
-  assert.equal(reA.epoch(e1.id)!.status, 'settling');
+  const reA = OrchestratorState.open(join(dir, 'b.sqlite'));
+  const reB = OrchestratorState.open(join(dir, 'c.sqlite'));
+  assert.equal(reA.ledger.epoch(e1.id)!.status, 'settling');
   await new Epochs(reA, chainOpts()).reconcile();
   await new Epochs(reB, chainOpts()).reconcile();
-  const a = reA.epoch(e1.id)!;
-  const b = reB.epoch(e2.id)!;
+  const a = reA.ledger.epoch(e1.id)!;
+  const b = reB.ledger.epoch(e2.id)!;
   assert.equal(a.status, 'settled');
   assert.equal(b.status, 'settled');
-  assert.equal(b.tx_hash, sent.txHashes.at(-1), 'the hash of the earlier transaction is found on chain');
+  assert.equal(b.txHash, sent.txHashes.at(-1), 'the hash of the earlier transaction is found on chain');
   // (b) paid nothing more; (a) paid its split once
   const after = await Promise.all(miners.map(staked));
   for (const [i, m] of miners.entries()) {
-    const owed = BigInt(reA.epochRewards(e1.id).find((r) => r.miner === m)!.amount);
+    const owed = BigInt(reA.ledger.rewards(e1.id).find((r) => r.miner === m)!.amount);
     assert.equal(after[i] - before[i], owed, `miner ${i}`);
   }
   // reconciling again (another restart) sends nothing
   await new Epochs(reA, chainOpts()).reconcile();
   assert.deepEqual(await Promise.all(miners.map(staked)), after);
   const history = await rewardHistory(chain.client, miners[0]);
-  assert.equal(history.filter((h) => h.epochId === BigInt(a.chain_epoch!)).length, 1);
-  assert.notEqual(a.chain_epoch, b.chain_epoch);
+  assert.equal(history.filter((h) => h.epochId === BigInt(a.chainEpoch!)).length, 1);
+  assert.notEqual(a.chainEpoch, b.chainEpoch);
   reA.close();
   reB.close();
 });
@@ -131,7 +133,7 @@ test('GET /epochs, nbcli rewards, a join below the minimum stake gets 403, a min
   copyFileSync(join(dir, 'seed.sqlite'), join(orchDir, 'orchestrator.sqlite'));
   const orch = await startOrchestrator({ dataDir: orchDir, chain: chainOpts({ minStake: parseEther('10'), epochRounds: 1, intervalMs: 100, stakeCheckMs: 0 }) });
   try {
-    orch.coordinator.db.addRunCounters('r1', { merges: 1 });
+    orch.coordinator.state.runs.addCounters('r1', { merges: 1 });
     await orch.epochs!.step();
     const list = (await (await fetch(`${orch.url}/epochs`)).json()) as { paid: boolean; epochs: EpochView[] };
     assert.equal(list.paid, true);
@@ -142,10 +144,10 @@ test('GET /epochs, nbcli rewards, a join below the minimum stake gets 403, a min
     assert.deepEqual(one, e);
     assert.equal((await fetch(`${orch.url}/epochs/999`)).status, 404);
 
-    // nbcli rewards, from the orchestrator and from the data dir
+    // nbcli rewards, as JSON and for people
     const viaUrl = await nbcli(['rewards', '--orchestrator', orch.url, '--json']);
     assert.deepEqual((JSON.parse(viaUrl) as { epochs: EpochView[] }).epochs[0], e);
-    const human = await nbcli(['rewards', '--epoch', String(e.id), '--data-dir', dir]);
+    const human = await nbcli(['rewards', '--epoch', String(e.id), '--orchestrator', orch.url]);
     assert.match(human, new RegExp(`epoch ${e.id}  settled`));
     for (const r of e.rewards) assert.ok(human.includes(r.miner) && human.includes(r.amount), human);
     assert.ok(human.includes(e.txHash!));
@@ -157,13 +159,13 @@ test('GET /epochs, nbcli rewards, a join below the minimum stake gets 403, a min
     const join = { name: 'poor', url: 'http://127.0.0.1:9', hardware: { gflops: 1, threads: 1, memoryBytes: 1 << 30 }, bandwidthMbps: 100 };
     await assert.rejects(
       () => client.request('POST', '/miners/join', new TextEncoder().encode(JSON.stringify(join)), 'application/json'),
-      (err: unknown) => err instanceof HttpError && err.status === 403 && /stake too low: .* 0 NIM staked, .* requires 10 NIM/.test(err.message),
+      (err: unknown) => err instanceof NimbleError && err.status === 403 && /stake too low: .* 0 NIM staked, .* requires 10 NIM/.test(err.message),
     );
-    assert.equal(orch.coordinator.db.miner(account.address), undefined);
+    assert.equal(orch.coordinator.state.miners.get(account.address), undefined);
     await faucet(chain.client, account.address, parseEther('10'));
     await addStake(chain.client, signerFor(chain.client, account), parseEther('10'));
     await client.request('POST', '/miners/join', new TextEncoder().encode(JSON.stringify(join)), 'application/json');
-    assert.ok(orch.coordinator.db.miner(account.address));
+    assert.ok(orch.coordinator.state.miners.get(account.address));
     const beat = (): Promise<Uint8Array> =>
       client.request('POST', '/miners/heartbeat', new TextEncoder().encode(JSON.stringify({ freeSlots: 0, queue: 0, reports: [] })), 'application/json');
     await beat();
@@ -172,8 +174,8 @@ test('GET /epochs, nbcli rewards, a join below the minimum stake gets 403, a min
     await removeStake(chain.client, signerFor(chain.client, account));
     await orch.epochs!.step(); // (a pass already under way may have read the stake before)
     await orch.epochs!.step();
-    assert.equal(orch.coordinator.db.miner(account.address)!.alive, 0);
-    await assert.rejects(beat, (err: unknown) => err instanceof HttpError && err.status === 403 && /stake too low/.test(err.message));
+    assert.equal(orch.coordinator.state.miners.get(account.address)!.alive, false);
+    await assert.rejects(beat, (err: unknown) => err instanceof NimbleError && err.status === 403 && /stake too low/.test(err.message));
   } finally {
     await orch.close();
   }

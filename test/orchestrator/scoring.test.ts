@@ -10,7 +10,7 @@ import { prng } from '../chain/helpers.ts';
 const A = '0x00000000000000000000000000000000000000aA';
 const B = '0x00000000000000000000000000000000000000bB';
 const C = '0x00000000000000000000000000000000000000cC';
-const row = (miner_id: string, kind: WorkRow['kind'], stage: number | null, units = 1, run_id: string | null = 'r'): WorkRow => ({ miner_id, kind, stage, units, run_id });
+const row = (minerId: string, kind: WorkRow['kind'], stage: number | null, units = 1, runId: string | null = 'r'): WorkRow => ({ minerId, kind, stage, units, runId });
 
 test('stage shares are the stages’ shares of the model’s parameters', () => {
   const config = gptConfig('gpt-tiny');

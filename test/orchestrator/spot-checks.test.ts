@@ -13,8 +13,9 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { FsBlobStore } from '../../src/orchestrator/blobs.ts';
-import { OrchestratorDb } from '../../src/orchestrator/db.ts';
-import { ADAM_STEP_BOUND, compare, SpotChecks, verifyForward, type CheckContext } from '../../src/orchestrator/spot-checks.ts';
+import { OrchestratorState } from '../../src/orchestrator/state/index.ts';
+import { ADAM_STEP_BOUND, compare, verifyForward, type CheckContext } from '../../src/orchestrator/spot-check-verify.ts';
+import { SpotChecks } from '../../src/orchestrator/spot-checks.ts';
 
 let engine: Engine;
 before(async () => {
@@ -173,10 +174,11 @@ test('a stage before the last is recomputed on a few sequences: honest passes, a
 
 test('selection follows the rate; a check left unanswered fails and costs the miner a failed_check unit', async () => {
   const dir = mkdtempSync(join(tmpdir(), 'nimble-checks-'));
-  const db = new OrchestratorDb(join(dir, 'o.sqlite'));
+  const db = OrchestratorState.open(join(dir, 'o.sqlite'));
   try {
-    db.insertRun({ id: 'r1', model: 'gpt-micro', data: 'moby-dick', steps: 10, batch_size: 2, merge_every: 5, seed: 1, stage_count: 2, plan: '{}', options: '{"codec":"f16","lr":0.001}' }, 1);
-    const run = db.run('r1')!;
+    const options = { lr: 1e-3, codec: 'f16', aggregator: 'mean', minMiners: 2, outerLr: 0.7, outerMomentum: 0.9, requestedStages: 2 } as const;
+    db.runs.insert({ id: 'r1', model: 'gpt-micro', data: 'moby-dick', steps: 10, batchSize: 2, mergeEvery: 5, seed: 1, options }, 1);
+    const run = db.runs.get('r1')!;
     let now = 1_000_000;
     const blobs = await FsBlobStore.open(join(dir, 'blobs'));
     const never = new SpotChecks(db, blobs, { rate: 0 }, () => now);
@@ -184,15 +186,15 @@ test('selection follows the rate; a check left unanswered fails and costs the mi
     const report = { runId: 'r1', microbatch: 3, stage: 0, phase: 'forward' as const, bytesSent: 0, outputSha: 'a'.repeat(64) };
     assert.equal(never.onForward(run, '0xminer', report), false);
     assert.equal(always.onForward(run, '0xminer', report), true);
-    assert.equal(db.forwardCommits(3, 0)[0].output_sha, 'a'.repeat(64), 'the commitment is kept');
+    assert.equal(db.spotChecks.commits(3, 0)[0].outputSha, 'a'.repeat(64), 'the commitment is kept');
     always.expire();
-    assert.equal(db.spotChecks()[0].status, 'asked');
+    assert.equal(db.spotChecks.list()[0].status, 'asked');
     now += 6000;
     always.expire();
-    const [c] = db.spotChecks();
+    const [c] = db.spotChecks.list();
     assert.equal(c.status, 'failed');
     assert.match(c.detail!, /not answered/);
-    assert.deepEqual(db.workSummary('r1'), [{ miner_id: '0xminer', kind: 'failed_check', units: 1 }]);
+    assert.deepEqual(db.ledger.workTotals('r1'), [{ minerId: '0xminer', kind: 'failed_check', units: 1 }]);
     await assert.rejects(() => always.submit('0xminer', 'r1', 3, new Uint8Array(10)), /no open spot check/);
     assert.throws(() => new SpotChecks(db, blobs, { rate: 2 }), RangeError);
     await always.close();

@@ -1,0 +1,34 @@
+// A run's whole model as one safetensors checkpoint, assembled from the
+// stages' latest merged states (bytes rearranged, no kernels run; the outer
+// optimizer's tensors are left out).
+import { CHECKPOINT_FORMAT, checkpointInfo } from '../model/checkpoint.ts';
+import { gptConfig } from '../model/config.ts';
+import { partCount } from '../model/gpt.ts';
+import { decodeSafetensors, encodeSafetensors, type NamedTensor } from '../model/safetensors.ts';
+import { NimbleError } from '../protocol/errors.ts';
+import type { BlobStore } from './blobs.ts';
+import type { OrchestratorState } from './state/index.ts';
+
+export async function assembleCheckpoint(state: OrchestratorState, blobs: BlobStore, runId: string): Promise<Uint8Array> {
+  const run = state.runs.get(runId);
+  if (!run) throw new NimbleError('not_found', `unknown run ${runId}`);
+  const stages = state.runs.stages(runId);
+  if (stages.length === 0 || stages.some((s) => !s.stateBlob)) throw new NimbleError('conflict', `run ${runId} has no merged state for every stage yet`);
+  const config = gptConfig(run.model);
+  const tensors: NamedTensor[] = [];
+  let round = Infinity;
+  for (const s of stages) {
+    const file = decodeSafetensors(await blobs.get(s.stateBlob!));
+    round = Math.min(round, checkpointInfo(file).step);
+    for (const t of file.tensors.values()) if (!t.name.startsWith('outer.')) tensors.push(t);
+  }
+  return encodeSafetensors(tensors, {
+    format: CHECKPOINT_FORMAT,
+    config: JSON.stringify(config),
+    from: '0',
+    to: String(partCount(config)),
+    step: String(run.microbatchesDone),
+    run: run.id,
+    rounds: String(round),
+  });
+}

@@ -1,0 +1,76 @@
+// The miners' routes (signed): joining, heartbeats, the bandwidth probe,
+// blob downloads, merge-round uploads and spot-check answers. Message
+// contracts in src/protocol/messages.ts; binary bodies (tensor frames, stage
+// states, check bundles) are validated by their decoders.
+import { Type } from '@sinclair/typebox';
+import { BINARY, type HttpServer } from '../../http/server.ts';
+import { signerOf } from '../../http/signed.ts';
+import { HeartbeatReply, HeartbeatRequest, JoinReply, JoinRequest } from '../../protocol/messages.ts';
+import type { Coordinator } from '../coordinator.ts';
+import type { Epochs } from '../epochs.ts';
+
+/** Largest body of a binary upload (a frame, a stage state, a check bundle). */
+export const MAX_UPLOAD_BYTES = 256 << 20;
+/** Largest body of the bandwidth probe (1 MiB is sent). */
+const MAX_PROBE_BYTES = 2 << 20;
+
+const Count = Type.Integer({ minimum: 0, maximum: 2 ** 31 - 1 });
+const RunId = Type.String({ minLength: 1, maxLength: 128, pattern: '^[A-Za-z0-9_.:-]+$' });
+const BlobId = Type.String({ pattern: '^[0-9a-f]{64}$' });
+const RoundParams = Type.Object({ runId: RunId, stage: Count, round: Count });
+const PartitionParams = Type.Object({ runId: RunId, stage: Count, round: Count, partition: Count });
+const Stored = Type.Object({ blob: BlobId });
+const signed = { signed: true };
+
+export function minerRoutes(app: HttpServer, c: Coordinator, epochs: Epochs | null): void {
+  app.post('/miners/join', { config: signed, schema: { body: JoinRequest, response: { 200: JoinReply } } }, async (req) => {
+    await epochs?.checkStake(signerOf(req));
+    return c.join(signerOf(req), req.body);
+  });
+  app.post('/miners/heartbeat', { config: signed, schema: { body: HeartbeatRequest, response: { 200: HeartbeatReply } } }, async (req) => c.heartbeat(signerOf(req), req.body));
+  app.post('/bandwidth', { config: signed, bodyLimit: MAX_PROBE_BYTES, schema: { response: { 200: Type.Object({ bytes: Count }) } } }, async (req) => ({
+    bytes: req.rawBody?.length ?? 0,
+  }));
+  app.get('/blobs/:id', { config: signed, schema: { params: Type.Object({ id: BlobId }) } }, async (req, reply) => {
+    const bytes = await c.blobs.get(req.params.id);
+    const a = c.state.runs.assignmentOf(signerOf(req));
+    if (a) c.state.runs.addCounters(a.runId, { bytes: bytes.length }); // downloads are traffic too
+    void reply.header('content-type', BINARY);
+    return Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength);
+  });
+
+  const upload = { config: signed, bodyLimit: MAX_UPLOAD_BYTES };
+  app.post(
+    '/runs/:runId/stages/:stage/rounds/:round/pseudo-gradients/:partition',
+    { ...upload, schema: { params: PartitionParams, querystring: Type.Object({ samples: Count }), response: { 200: Stored } } },
+    async (req) => {
+      const { partition, ...key } = req.params;
+      return { blob: await c.merges.putPseudoGradient(signerOf(req), key, partition, req.query.samples, binaryBody(req.rawBody)) };
+    },
+  );
+  app.post('/runs/:runId/stages/:stage/rounds/:round/merged/:partition', { ...upload, schema: { params: PartitionParams, response: { 200: Stored } } }, async (req) => {
+    const { partition, ...key } = req.params;
+    return { blob: await c.merges.putMerged(signerOf(req), key, partition, binaryBody(req.rawBody)) };
+  });
+  app.post('/runs/:runId/stages/:stage/rounds/:round/state', { ...upload, schema: { params: RoundParams, response: { 200: Stored } } }, async (req) => ({
+    blob: await c.merges.putState(signerOf(req), req.params, binaryBody(req.rawBody)),
+  }));
+  app.post(
+    '/runs/:runId/checks/:microbatch',
+    {
+      ...upload,
+      schema: {
+        params: Type.Object({ runId: RunId, microbatch: Type.Integer({ minimum: 1, maximum: 2 ** 31 - 1 }) }),
+        response: { 200: Type.Object({ status: Type.String(), detail: Type.String() }) },
+      },
+    },
+    async (req) => {
+      const r = await c.checks.submit(signerOf(req), req.params.runId, req.params.microbatch, binaryBody(req.rawBody));
+      return { status: r.status, detail: r.detail };
+    },
+  );
+}
+
+function binaryBody(raw: Uint8Array | undefined): Uint8Array {
+  return raw ?? new Uint8Array(0);
+}

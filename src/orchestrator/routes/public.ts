@@ -1,0 +1,43 @@
+// The public routes: what developers, the CLI and dashboards read, and
+// creating runs. Contracts in src/api/schemas.ts.
+import { Type } from '@sinclair/typebox';
+import { CreateRunRequest, EpochList, EpochView, Health, MinerView, RunView, WorkTotal } from '../../api/schemas.ts';
+import type { HttpServer } from '../../http/server.ts';
+import { NimbleError } from '../../protocol/errors.ts';
+import { assembleCheckpoint } from '../checkpoint.ts';
+import type { Coordinator } from '../coordinator.ts';
+import { epochView, minerView, runView, workView } from '../views.ts';
+
+const RunParams = Type.Object({ id: Type.String({ minLength: 1, maxLength: 128 }) });
+const EpochParams = Type.Object({ id: Type.Integer({ minimum: 1, maximum: Number.MAX_SAFE_INTEGER }) });
+
+export function publicRoutes(app: HttpServer, c: Coordinator, paid: boolean): void {
+  const { state } = c;
+  const view = (id: string): RunView => {
+    const run = state.runs.get(id);
+    if (!run) throw new NimbleError('not_found', `unknown run ${id}`);
+    return runView(state, c.microbatches, run);
+  };
+
+  app.get('/health', { schema: { response: { 200: Health } } }, async () => ({ ok: true as const }));
+  app.get('/miners', { schema: { response: { 200: Type.Array(MinerView) } } }, async () => state.miners.list().map(minerView));
+  app.get('/runs', { schema: { response: { 200: Type.Array(RunView) } } }, async () => state.runs.list().map((r) => runView(state, c.microbatches, r)));
+  app.get('/runs/:id', { schema: { params: RunParams, response: { 200: RunView } } }, async (req) => view(req.params.id));
+  app.post('/runs', { schema: { body: CreateRunRequest, response: { 201: RunView } } }, async (req, reply) => {
+    const run = c.createRun(req.body);
+    void reply.status(201);
+    return view(run.id);
+  });
+  app.get('/runs/:id/checkpoint', { schema: { params: RunParams } }, async (req, reply) => {
+    const bytes = await assembleCheckpoint(state, c.blobs, req.params.id);
+    void reply.header('content-type', 'application/octet-stream');
+    return Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength);
+  });
+  app.get('/work', { schema: { response: { 200: Type.Array(WorkTotal) } } }, async () => workView(state));
+  app.get('/epochs', { schema: { response: { 200: EpochList } } }, async () => ({ paid, epochs: state.ledger.epochs().map((e) => epochView(state, e)) }));
+  app.get('/epochs/:id', { schema: { params: EpochParams, response: { 200: EpochView } } }, async (req) => {
+    const e = state.ledger.epoch(req.params.id);
+    if (!e) throw new NimbleError('not_found', `unknown epoch ${req.params.id}`);
+    return epochView(state, e);
+  });
+}

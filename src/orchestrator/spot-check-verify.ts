@@ -1,0 +1,174 @@
+// Verifying a spot check: does a miner's bundle (the weights a forward used,
+// the input it received and the output it sent) reproduce what it committed
+// to? Hashes against the commitments, weights against what AdamW can move
+// since the last merge, then the forward recomputed in fp32 and compared
+// (cosine and norm ratio of the activation, or the loss of the last stage),
+// against thresholds measured on honest miners. Pure: no state, no I/O.
+import { batchForShard } from '../data/batches.ts';
+import type { ByteCorpus } from '../data/corpus.ts';
+import type { Engine } from '../engine/engine.ts';
+import { ADAMW_DEFAULTS } from '../model/adamw.ts';
+import type { GptConfig } from '../model/config.ts';
+import { GptStage, partCount } from '../model/gpt.ts';
+import type { DecodedCheckBundle } from '../protocol/check-bundle.ts';
+import type { Codec } from '../protocol/codec.ts';
+
+export interface Thresholds {
+  /** the recomputed and the sent activation must have at least this cosine similarity */
+  minCosine: number;
+  /** |‖sent‖ / ‖recomputed‖ − 1| at most this */
+  maxNormDeviation: number;
+}
+
+/**
+ * Per codec of the activation frame, from honest miners measured with
+ * `npm run bench -- --only spot-check` (miner: relaxed SIMD, 2 threads;
+ * orchestrator: plain SIMD, 1 thread; gpt-tiny half after 60 steps):
+ *   f16       1 − cosine ≤ 2.2e-8, |norm ratio − 1| ≤ 4.1e-6
+ *   int8-row  1 − cosine ≤ 1.4e-5, |norm ratio − 1| ≤ 5.9e-5
+ * Each threshold is 70–500 times what honest miners reach, so rounding on
+ * other CPUs does not fail them, while 1% noise (1 − cosine 5e-5) fails at
+ * fp16 and weights left at the merged state (1 − cosine 0.66) fail anywhere.
+ */
+export const CHECK_THRESHOLDS: Record<Codec, Thresholds> = {
+  f32: { minCosine: 0.99999, maxNormDeviation: 1e-3 },
+  f16: { minCosine: 0.99999, maxNormDeviation: 1e-3 },
+  'int8-row': { minCosine: 0.999, maxNormDeviation: 1e-2 },
+  'int8-block': { minCosine: 0.999, maxNormDeviation: 1e-2 },
+};
+/** The last stage's recomputed loss must be within this relative deviation of the reported one (honest: ≤ 1.6e-8). */
+export const MAX_LOSS_DEVIATION = 1e-5;
+
+/**
+ * Most an AdamW step can move one weight, in units of lr: |m̂/√v̂| ≤
+ * (1−β1)/√(1−β2) · (1 − β1²/β2)^(−1/2) ≈ 7.27 for β = (0.9, 0.999) by
+ * Cauchy–Schwarz over the moment sums; 7.5 leaves room for the decay term.
+ */
+export const ADAM_STEP_BOUND = 7.5;
+
+/** Sequences of a batch a check of a stage before the last recomputes. */
+export const CHECK_ROWS = 2;
+
+export interface CheckOutcome {
+  passed: boolean;
+  cosine: number | null;
+  normRatio: number | null;
+  detail: string;
+}
+
+/** What the orchestrator knows of one checked forward. */
+export interface CheckContext {
+  config: GptConfig;
+  range: { from: number; to: number };
+  batchSize: number;
+  seed: number;
+  corpus: ByteCorpus | null;
+  shard: number;
+  codec: Codec;
+  lr: number;
+  /** the stage's merged weights at the start of the miner's round (null: unknown, not bound) */
+  thetaStart: Float32Array | null;
+  maxSamples: number;
+  /** committed by the checked miner */
+  outputSha: string | null;
+  inputSha: string | null;
+  loss: number | null;
+  /** what the previous stage's miners committed to sending for this microbatch (null: unknown) */
+  upstreamShas: string[] | null;
+  /**
+   * The sequences of the batch to recompute (null: all). Rows are
+   * independent until the loss, so a stage before the last is checked on a
+   * few sequences drawn after the bundle arrived; the last stage's loss needs
+   * them all.
+   */
+  rows?: number[] | null;
+}
+
+/**
+ * Verifies a decoded bundle against its context; recomputes the forward on
+ * `engine`, in `scratch` when given (a stage of ctx's range and batch size,
+ * whose weights are overwritten) or in a stage made for the purpose.
+ */
+export function verifyForward(engine: Engine, ctx: CheckContext, b: DecodedCheckBundle, scratch?: GptStage): CheckOutcome {
+  const fail = (detail: string, cosine: number | null = null, normRatio: number | null = null): CheckOutcome => ({ passed: false, cosine, normRatio, detail });
+  const last = ctx.range.to === partCount(ctx.config);
+  const first = ctx.range.from === 0;
+  if (b.meta.shard !== ctx.shard) return fail(`the bundle is for shard ${b.meta.shard}, the microbatch is shard ${ctx.shard}`);
+  if (!first) {
+    if (b.inputSha !== ctx.inputSha) return fail('the input frame is not the one the miner reported receiving');
+    if (ctx.upstreamShas !== null && !ctx.upstreamShas.includes(b.inputSha ?? '')) return fail('the input frame is not the one the previous stage sent');
+  }
+  if (!last && b.outputSha !== ctx.outputSha) return fail('the output frame is not the one the miner reported sending');
+  if (b.meta.samples > ctx.maxSamples) return fail(`claims ${b.meta.samples} inner steps since the merge; at most ${ctx.maxSamples} are possible`);
+  if (ctx.thetaStart) {
+    const bound = (b.meta.samples * ctx.lr * ADAM_STEP_BOUND) * (1 + ADAMW_DEFAULTS.weightDecay) + 1e-6;
+    let worst = 0;
+    let at = -1;
+    for (let i = 0; i < b.weights.length; i++) {
+      const d = Math.abs(b.weights[i] - ctx.thetaStart[i]);
+      if (d > worst) {
+        worst = d;
+        at = i;
+      }
+    }
+    if (worst > bound) return fail(`weight ${at} moved ${worst.toExponential(3)} from the merged state; ${b.meta.samples} AdamW steps move it at most ${bound.toExponential(3)}`);
+  }
+  const T = ctx.config.contextLength;
+  const C = ctx.config.channels;
+  const rows = last || !ctx.rows ? null : ctx.rows;
+  const B = rows ? rows.length : ctx.batchSize;
+  if (rows && rows.some((r) => !(Number.isInteger(r) && r >= 0 && r < ctx.batchSize))) throw new RangeError(`rows ${rows.join(',')} outside the batch of ${ctx.batchSize}`);
+  if (scratch && (scratch.maxBatch < B || scratch.range.from !== ctx.range.from || scratch.range.to !== ctx.range.to)) throw new RangeError('the scratch stage does not fit the check');
+  const stage = scratch ?? new GptStage(engine, ctx.config, ctx.range, { batchSize: B, seed: ctx.seed });
+  try {
+    stage.params.flat.data.set(b.weights);
+    let input: Float32Array | Int32Array;
+    let targets: Int32Array | undefined;
+    if (first || last) {
+      if (!ctx.corpus) return fail('the run data cannot be loaded here');
+      const batch = batchForShard(ctx.corpus.train, ctx.seed, ctx.shard, ctx.batchSize, T);
+      targets = last ? batch.targets : undefined;
+      input = first ? pickRows(batch.inputs, rows, T) : b.input!.data;
+    } else input = pickRows(b.input!.data, rows, T * C);
+    const out = stage.forward(input, B, T, targets);
+    if (last) {
+      const loss = out as number;
+      if (ctx.loss === null) return fail('no loss was reported for this forward');
+      const dev = Math.abs(loss - ctx.loss) / Math.max(Math.abs(loss), 1e-12);
+      if (!(dev <= MAX_LOSS_DEVIATION)) return fail(`reported loss ${ctx.loss} vs recomputed ${loss} (relative deviation ${dev.toExponential(2)})`);
+      return { passed: true, cosine: null, normRatio: null, detail: `loss deviation ${dev.toExponential(2)}` };
+    }
+    const { cosine, normRatio } = compare(out as Float32Array, pickRows(b.output!.data, rows, T * C));
+    const t = CHECK_THRESHOLDS[ctx.codec];
+    if (!(cosine >= t.minCosine) || !(Math.abs(normRatio - 1) <= t.maxNormDeviation)) {
+      return fail(`cosine ${cosine.toFixed(6)} (min ${t.minCosine}), norm ratio ${normRatio.toFixed(6)} (max deviation ${t.maxNormDeviation})`, cosine, normRatio);
+    }
+    return { passed: true, cosine, normRatio, detail: `cosine ${cosine.toFixed(8)}, norm ratio ${normRatio.toFixed(8)}` };
+  } finally {
+    if (!scratch) stage.release();
+  }
+}
+
+/** The given sequences (each `width` values) of a batch, or the batch itself. */
+function pickRows<A extends Float32Array | Int32Array>(data: A, rows: number[] | null, width: number): A {
+  if (!rows) return data;
+  const out = new (data.constructor as { new (n: number): A })(rows.length * width);
+  rows.forEach((r, i) => out.set(data.subarray(r * width, (r + 1) * width), i * width));
+  return out;
+}
+
+/** Cosine similarity of `sent` to `recomputed`, and ‖sent‖ / ‖recomputed‖ (float64 sums). */
+export function compare(recomputed: Float32Array, sent: Float32Array): { cosine: number; normRatio: number } {
+  let dot = 0;
+  let a2 = 0;
+  let b2 = 0;
+  for (let i = 0; i < recomputed.length; i++) {
+    dot += recomputed[i] * sent[i];
+    a2 += recomputed[i] * recomputed[i];
+    b2 += sent[i] * sent[i];
+  }
+  if (a2 === 0 && b2 === 0) return { cosine: 1, normRatio: 1 };
+  if (a2 === 0 || b2 === 0) return { cosine: 0, normRatio: a2 === 0 ? Infinity : 0 };
+  return { cosine: dot / Math.sqrt(a2 * b2), normRatio: Math.sqrt(b2 / a2) };
+}
+

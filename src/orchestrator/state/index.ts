@@ -1,0 +1,43 @@
+// The orchestrator's durable state: one SQLite file and a store per domain.
+// Everything the orchestrator remembers across a restart goes through here.
+import { StateDb } from './db.ts';
+import { Ledger, LEDGER_MIGRATIONS } from './ledger.ts';
+import { MergeRoundStore, MERGE_ROUND_MIGRATIONS } from './merge-rounds.ts';
+import { MicrobatchStore, MICROBATCH_MIGRATIONS } from './microbatches.ts';
+import { MinerStore, MINER_MIGRATIONS } from './miners.ts';
+import { RunStore, RUN_MIGRATIONS } from './runs.ts';
+import { SpotCheckStore, SPOT_CHECK_MIGRATIONS } from './spot-checks.ts';
+
+export const MIGRATIONS = [MINER_MIGRATIONS, RUN_MIGRATIONS, MICROBATCH_MIGRATIONS, MERGE_ROUND_MIGRATIONS, LEDGER_MIGRATIONS, SPOT_CHECK_MIGRATIONS];
+
+export class OrchestratorState {
+  readonly miners: MinerStore;
+  readonly runs: RunStore;
+  readonly microbatches: MicrobatchStore;
+  readonly mergeRounds: MergeRoundStore;
+  readonly ledger: Ledger;
+  readonly spotChecks: SpotCheckStore;
+
+  private constructor(readonly db: StateDb) {
+    this.miners = new MinerStore(db);
+    this.runs = new RunStore(db);
+    this.microbatches = new MicrobatchStore(db);
+    this.mergeRounds = new MergeRoundStore(db);
+    this.ledger = new Ledger(db);
+    this.spotChecks = new SpotCheckStore(db);
+  }
+
+  /** Opens (creating or migrating) the state file; ':memory:' for a throwaway one. */
+  static open(path: string): OrchestratorState {
+    return new OrchestratorState(new StateDb(path, MIGRATIONS));
+  }
+
+  /** Runs fn in one transaction. */
+  tx<T>(fn: () => T): T {
+    return this.db.tx(fn);
+  }
+
+  close(): void {
+    this.db.close();
+  }
+}

@@ -1,0 +1,308 @@
+// What miners are paid from: the work log (units of work done and penalties),
+// epochs (a range of the work log scored and settled together), each epoch's
+// reward split, and the slashes decided when an epoch closed.
+//
+// Epoch: open → settling (closed: scored, split written) → settled (on chain,
+// or nothing to pay). Slash: pending (amount fixed before the first send) →
+// slashed | skipped (nothing staked).
+import { Type, type Static } from '@sinclair/typebox';
+import { EpochStatus, WorkKind } from '../../api/schemas.ts';
+import { all, jsonColumn, one, rowReader, scalar, type Migrations, type StateDb } from './db.ts';
+
+export const LEDGER_MIGRATIONS: Migrations = {
+  store: 'ledger',
+  steps: [
+    `CREATE TABLE IF NOT EXISTS work_log (
+      id INTEGER PRIMARY KEY AUTOINCREMENT, miner_id TEXT NOT NULL, run_id TEXT, kind TEXT NOT NULL,
+      units REAL NOT NULL, stage INTEGER, at INTEGER NOT NULL, detail TEXT
+    );
+    CREATE INDEX IF NOT EXISTS work_by_miner ON work_log (miner_id, kind);
+    CREATE TABLE IF NOT EXISTS epochs (
+      id INTEGER PRIMARY KEY AUTOINCREMENT, run_id TEXT, from_log INTEGER NOT NULL, to_log INTEGER,
+      opened_at INTEGER NOT NULL, closed_at INTEGER, merges_mark INTEGER NOT NULL DEFAULT 0, status TEXT NOT NULL,
+      emission TEXT, remainder TEXT, chain_id INTEGER, chain_epoch TEXT, tx_hash TEXT, settled_at INTEGER, error TEXT
+    );
+    CREATE TABLE IF NOT EXISTS slashes (
+      epoch INTEGER NOT NULL, miner TEXT NOT NULL, failed INTEGER NOT NULL, fraction REAL NOT NULL, amount TEXT,
+      reason TEXT NOT NULL, status TEXT NOT NULL, tx_hash TEXT, error TEXT,
+      PRIMARY KEY (epoch, miner)
+    );
+    CREATE TABLE IF NOT EXISTS epoch_rewards (
+      epoch INTEGER NOT NULL, miner TEXT NOT NULL, score REAL NOT NULL, amount TEXT NOT NULL, units TEXT NOT NULL,
+      PRIMARY KEY (epoch, miner)
+    )`,
+  ],
+};
+
+const Int = Type.Integer({ minimum: 0 });
+const NullableInt = Type.Union([Int, Type.Null()]);
+const NullableText = Type.Union([Type.String(), Type.Null()]);
+const Wei = Type.String({ pattern: '^[0-9]{1,78}$' });
+
+// ---- the work log ------------------------------------------------------------------
+
+/** One entry of the work log. */
+export interface WorkEntry {
+  minerId: string;
+  runId: string | null;
+  kind: WorkKind;
+  /** default 1 */
+  units?: number;
+  stage?: number | null;
+  detail?: string | null;
+}
+
+const WorkRow = Type.Object({ id: Int, minerId: Type.String(), runId: NullableText, kind: WorkKind, units: Type.Number(), stage: NullableInt });
+export type WorkRecord = Static<typeof WorkRow>;
+const decodeWork = rowReader(WorkRow, 'work log entry');
+
+const TotalRow = Type.Object({ minerId: Type.String(), kind: WorkKind, units: Type.Number() });
+export type WorkTotalRecord = Static<typeof TotalRow>;
+const decodeTotal = rowReader(TotalRow, 'work total');
+
+// ---- epochs -------------------------------------------------------------------------
+
+const EpochRow = Type.Object({
+  id: Int,
+  /** the run whose merge rounds (or end) closed the epoch */
+  runId: NullableText,
+  /** work_log ids in (fromLog, toLog] */
+  fromLog: Int,
+  toLog: NullableInt,
+  openedAt: Int,
+  closedAt: NullableInt,
+  /** merge rounds of runId done when it closed */
+  mergesMark: Int,
+  status: EpochStatus,
+  /** wei */
+  emission: Type.Union([Wei, Type.Null()]),
+  remainder: Type.Union([Wei, Type.Null()]),
+  chainId: NullableInt,
+  /** the epoch id used on chain */
+  chainEpoch: Type.Union([Wei, Type.Null()]),
+  txHash: NullableText,
+  settledAt: NullableInt,
+  error: NullableText,
+});
+export type EpochRecord = Static<typeof EpochRow>;
+const EPOCH_COLUMNS = `id, run_id AS runId, from_log AS fromLog, to_log AS toLog, opened_at AS openedAt, closed_at AS closedAt,
+  merges_mark AS mergesMark, status, emission, remainder, chain_id AS chainId, chain_epoch AS chainEpoch, tx_hash AS txHash,
+  settled_at AS settledAt, error`;
+const decodeEpoch = rowReader(EpochRow, 'epoch');
+
+/** What closing an epoch records. */
+export interface EpochClose {
+  runId: string | null;
+  mergesMark: number;
+  toLog: number;
+  closedAt: number;
+  emission: bigint;
+  remainder: bigint;
+  /** nothing to pay: settled at once */
+  settled: boolean;
+}
+
+const Units = Type.Record(Type.String(), Type.Number());
+const RewardRow = Type.Object({ epoch: Int, miner: Type.String(), score: Type.Number(), amount: Wei, units: Type.String() });
+export interface EpochRewardRecord extends Omit<Static<typeof RewardRow>, 'units'> {
+  /** units of work per kind */
+  units: Record<string, number>;
+}
+const readReward = rowReader(RewardRow, 'epoch reward');
+const decodeReward = (row: unknown): EpochRewardRecord => {
+  const r = readReward(row);
+  return { ...r, units: jsonColumn(Units, r.units, `units of ${r.miner} in epoch ${r.epoch}`) };
+};
+
+// ---- slashes ------------------------------------------------------------------------
+
+export const SlashStatus = Type.Union([Type.Literal('pending'), Type.Literal('slashed'), Type.Literal('skipped')]);
+export type SlashStatus = Static<typeof SlashStatus>;
+const SlashRow = Type.Object({
+  epoch: Int,
+  miner: Type.String(),
+  /** failed checks in the epoch */
+  failed: Int,
+  /** share of the stake to slash */
+  fraction: Type.Number({ minimum: 0, maximum: 1 }),
+  /** wei, fixed before the first send */
+  amount: Type.Union([Wei, Type.Null()]),
+  /** the on-chain reason, unique per (epoch, miner): how a resend finds an earlier slash */
+  reason: Type.String(),
+  status: SlashStatus,
+  txHash: NullableText,
+  error: NullableText,
+});
+export type SlashRecord = Static<typeof SlashRow>;
+const SLASH_COLUMNS = 'epoch, miner, failed, fraction, amount, reason, status, tx_hash AS txHash, error';
+const decodeSlash = rowReader(SlashRow, 'slash');
+
+export class Ledger {
+  constructor(private readonly db: StateDb) {}
+
+  // ---- the work log ----------------------------------------------------------------
+
+  logWork(w: WorkEntry, now: number): void {
+    this.db.run(
+      'INSERT INTO work_log (miner_id, run_id, kind, units, stage, at, detail) VALUES (?, ?, ?, ?, ?, ?, ?)',
+      w.minerId,
+      w.runId,
+      w.kind,
+      w.units ?? 1,
+      w.stage ?? null,
+      now,
+      w.detail?.slice(0, 500) ?? null,
+    );
+  }
+
+  /** Units per miner and kind (of one run, or of all). */
+  workTotals(runId?: string): WorkTotalRecord[] {
+    return all(
+      this.db,
+      decodeTotal,
+      `SELECT miner_id AS minerId, kind, SUM(units) AS units FROM work_log ${runId ? 'WHERE run_id = ?' : ''} GROUP BY miner_id, kind ORDER BY miner_id, kind`,
+      ...(runId ? [runId] : []),
+    );
+  }
+
+  lastWorkId(): number {
+    return scalar(this.db, 'SELECT COALESCE(MAX(id), 0) AS n FROM work_log');
+  }
+
+  /** Entries with ids in (fromExclusive, toInclusive]. */
+  workBetween(fromExclusive: number, toInclusive: number): WorkRecord[] {
+    return all(
+      this.db,
+      decodeWork,
+      'SELECT id, miner_id AS minerId, run_id AS runId, kind, units, stage FROM work_log WHERE id > ? AND id <= ? ORDER BY id',
+      fromExclusive,
+      toInclusive,
+    );
+  }
+
+  /** Entries of `runId` logged after id `after`. */
+  countWorkAfter(after: number, runId: string): number {
+    return scalar(this.db, 'SELECT COUNT(*) AS n FROM work_log WHERE id > ? AND run_id = ?', after, runId);
+  }
+
+  // ---- epochs -------------------------------------------------------------------
+
+  epoch(id: number): EpochRecord | undefined {
+    return one(this.db, decodeEpoch, `SELECT ${EPOCH_COLUMNS} FROM epochs WHERE id = ?`, id);
+  }
+
+  epochs(status?: EpochStatus): EpochRecord[] {
+    return all(this.db, decodeEpoch, `SELECT ${EPOCH_COLUMNS} FROM epochs ${status ? 'WHERE status = ?' : ''} ORDER BY id`, ...(status ? [status] : []));
+  }
+
+  /** The open epoch (created on first use, starting after the last closed one). */
+  openEpoch(now: number): EpochRecord {
+    const open = one(this.db, decodeEpoch, `SELECT ${EPOCH_COLUMNS} FROM epochs WHERE status = 'open' ORDER BY id DESC LIMIT 1`);
+    if (open) return open;
+    const from = scalar(this.db, 'SELECT COALESCE(MAX(to_log), 0) AS n FROM epochs');
+    const id = Number(this.db.run("INSERT INTO epochs (from_log, opened_at, status) VALUES (?, ?, 'open')", from, now).lastInsertRowid);
+    return this.epoch(id)!;
+  }
+
+  /** The last merges mark recorded for a run (0 when no epoch was closed by it). */
+  runMergesMark(runId: string): number {
+    return scalar(this.db, 'SELECT COALESCE(MAX(merges_mark), 0) AS n FROM epochs WHERE run_id = ?', runId);
+  }
+
+  /** open → settling (or settled when there is nothing to pay). */
+  closeEpoch(id: number, c: EpochClose): void {
+    this.db.run(
+      'UPDATE epochs SET run_id = ?, merges_mark = ?, to_log = ?, closed_at = ?, status = ?, emission = ?, remainder = ?, settled_at = ? WHERE id = ?',
+      c.runId,
+      c.mergesMark,
+      c.toLog,
+      c.closedAt,
+      c.settled ? 'settled' : 'settling',
+      c.emission.toString(),
+      c.remainder.toString(),
+      c.settled ? c.closedAt : null,
+      id,
+    );
+  }
+
+  /** The on-chain epoch id chosen for a settling epoch (written before anything is sent). */
+  setChainEpoch(id: number, chainEpoch: bigint, chainId: number): void {
+    this.db.run('UPDATE epochs SET chain_epoch = ?, chain_id = ? WHERE id = ?', chainEpoch.toString(), chainId, id);
+  }
+
+  /** settling → settled. */
+  markSettled(id: number, txHash: string | null, now: number): void {
+    this.db.run("UPDATE epochs SET status = 'settled', tx_hash = COALESCE(?, tx_hash), settled_at = ?, error = NULL WHERE id = ?", txHash, now, id);
+  }
+
+  setEpochError(id: number, error: string): void {
+    this.db.run('UPDATE epochs SET error = ? WHERE id = ?', error.slice(0, 500), id);
+  }
+
+  /** The highest on-chain epoch id used so far (0n when none). */
+  maxChainEpoch(): bigint {
+    return this.epochs().reduce((m, e) => (e.chainEpoch !== null && BigInt(e.chainEpoch) > m ? BigInt(e.chainEpoch) : m), 0n);
+  }
+
+  putReward(r: { epoch: number; miner: string; score: number; amount: bigint; units: Record<string, number> }): void {
+    this.db.run(
+      'INSERT OR REPLACE INTO epoch_rewards (epoch, miner, score, amount, units) VALUES (?, ?, ?, ?, ?)',
+      r.epoch,
+      r.miner,
+      r.score,
+      r.amount.toString(),
+      JSON.stringify(r.units),
+    );
+  }
+
+  rewards(epoch: number): EpochRewardRecord[] {
+    return all(this.db, decodeReward, 'SELECT epoch, miner, score, amount, units FROM epoch_rewards WHERE epoch = ? ORDER BY miner', epoch);
+  }
+
+  // ---- slashes ----------------------------------------------------------------
+
+  /** A pending slash (once per epoch and miner). */
+  putSlash(s: { epoch: number; miner: string; failed: number; fraction: number; reason: string }): void {
+    this.db.run(
+      "INSERT OR IGNORE INTO slashes (epoch, miner, failed, fraction, reason, status) VALUES (?, ?, ?, ?, ?, 'pending')",
+      s.epoch,
+      s.miner,
+      s.failed,
+      s.fraction,
+      s.reason,
+    );
+  }
+
+  slashes(filter: { status?: SlashStatus; epoch?: number } = {}): SlashRecord[] {
+    const where: string[] = [];
+    const params: (string | number)[] = [];
+    if (filter.status) where.push('status = ?'), params.push(filter.status);
+    if (filter.epoch !== undefined) where.push('epoch = ?'), params.push(filter.epoch);
+    return all(this.db, decodeSlash, `SELECT ${SLASH_COLUMNS} FROM slashes ${where.length ? `WHERE ${where.join(' AND ')}` : ''} ORDER BY epoch, miner`, ...params);
+  }
+
+  /** Fixes (or, with null, un-fixes) the amount of a pending slash. */
+  setSlashAmount(epoch: number, miner: string, amount: bigint | null, error: string | null = null): void {
+    this.db.run('UPDATE slashes SET amount = ?, error = COALESCE(?, error) WHERE epoch = ? AND miner = ?', amount === null ? null : amount.toString(), error, epoch, miner);
+  }
+
+  /** pending → slashed. */
+  markSlashed(epoch: number, miner: string, txHash: string, amount?: bigint): void {
+    this.db.run(
+      "UPDATE slashes SET status = 'slashed', tx_hash = ?, amount = COALESCE(?, amount), error = NULL WHERE epoch = ? AND miner = ?",
+      txHash,
+      amount === undefined ? null : amount.toString(),
+      epoch,
+      miner,
+    );
+  }
+
+  /** pending → skipped. */
+  skipSlash(epoch: number, miner: string, why: string): void {
+    this.db.run("UPDATE slashes SET status = 'skipped', error = ? WHERE epoch = ? AND miner = ?", why, epoch, miner);
+  }
+
+  setSlashError(epoch: number, miner: string, error: string): void {
+    this.db.run('UPDATE slashes SET error = ? WHERE epoch = ? AND miner = ?', error.slice(0, 500), epoch, miner);
+  }
+}

@@ -1,0 +1,181 @@
+// Merge rounds of a stage's replicas, the pseudo-gradient partitions they
+// upload and the merged partitions their mergers upload.
+//
+// A round is uploading → merging → applying → done (or straight to applying
+// when the stage has one replica). `replicas` are the miners taking part (a
+// replica that vanishes is dropped); `plan` holds the mergers of each
+// partition, the merged blob every replica applies once chosen, and when the
+// current phase began.
+import { Type, type Static } from '@sinclair/typebox';
+import { MergePhase } from '../../api/schemas.ts';
+import { all, jsonColumn, one, rowReader, type Migrations, type StateDb } from './db.ts';
+
+export const MERGE_ROUND_MIGRATIONS: Migrations = {
+  store: 'merge_rounds',
+  steps: [
+    `CREATE TABLE IF NOT EXISTS merge_rounds (
+      run_id TEXT NOT NULL, stage INTEGER NOT NULL, round INTEGER NOT NULL, status TEXT NOT NULL,
+      partitions INTEGER NOT NULL, replicas TEXT NOT NULL, assignment TEXT NOT NULL, started_at INTEGER NOT NULL,
+      state_blob TEXT,
+      PRIMARY KEY (run_id, stage, round)
+    );
+    CREATE TABLE IF NOT EXISTS merge_uploads (
+      run_id TEXT NOT NULL, stage INTEGER NOT NULL, round INTEGER NOT NULL, miner_id TEXT NOT NULL,
+      partition INTEGER NOT NULL, blob TEXT NOT NULL, samples INTEGER NOT NULL,
+      PRIMARY KEY (run_id, stage, round, miner_id, partition)
+    );
+    CREATE TABLE IF NOT EXISTS merge_results (
+      run_id TEXT NOT NULL, stage INTEGER NOT NULL, round INTEGER NOT NULL, partition INTEGER NOT NULL,
+      miner_id TEXT NOT NULL, blob TEXT NOT NULL,
+      PRIMARY KEY (run_id, stage, round, partition, miner_id)
+    )`,
+  ],
+};
+
+const BlobId = Type.String({ pattern: '^[0-9a-f]{64}$' });
+const Int = Type.Integer({ minimum: 0 });
+
+/** The round's assignments: who merges what, what everyone applies. */
+export const RoundPlan = Type.Object({
+  /** for each partition, the replicas that merge it */
+  mergers: Type.Array(Type.Array(Type.String())),
+  /** for each partition, the merged blob every replica applies (fixed when applying starts) */
+  chosen: Type.Union([Type.Array(BlobId), Type.Null()]),
+  /** when the current phase began (ms) */
+  phaseAt: Int,
+});
+export type RoundPlan = Static<typeof RoundPlan>;
+
+const Replicas = Type.Array(Type.String());
+
+const RoundRow = Type.Object({
+  runId: Type.String(),
+  stage: Int,
+  round: Int,
+  status: MergePhase,
+  partitions: Int,
+  replicas: Type.String(),
+  plan: Type.String(),
+  startedAt: Int,
+  stateBlob: Type.Union([BlobId, Type.Null()]),
+});
+
+export interface MergeRoundRecord extends Omit<Static<typeof RoundRow>, 'replicas' | 'plan'> {
+  replicas: string[];
+  plan: RoundPlan;
+}
+
+const ROUND_COLUMNS = 'run_id AS runId, stage, round, status, partitions, replicas, assignment AS plan, started_at AS startedAt, state_blob AS stateBlob';
+const readRound = rowReader(RoundRow, 'merge round');
+function decodeRound(row: unknown): MergeRoundRecord {
+  const r = readRound(row);
+  const what = `merge round ${r.runId}/${r.stage}/${r.round}`;
+  return { ...r, replicas: jsonColumn(Replicas, r.replicas, `replicas of ${what}`), plan: jsonColumn(RoundPlan, r.plan, `plan of ${what}`) };
+}
+
+const UploadRow = Type.Object({ minerId: Type.String(), partition: Int, blob: BlobId, samples: Int });
+export type MergeUpload = Static<typeof UploadRow>;
+const decodeUpload = rowReader(UploadRow, 'merge upload');
+
+const ResultRow = Type.Object({ partition: Int, minerId: Type.String(), blob: BlobId });
+export type MergeResult = Static<typeof ResultRow>;
+const decodeResult = rowReader(ResultRow, 'merge result');
+
+/** Which round: a run's stage and round number. */
+export interface RoundKey {
+  runId: string;
+  stage: number;
+  round: number;
+}
+
+/** What may change in a round as it advances. */
+export interface RoundChange {
+  status?: MergePhase;
+  replicas?: readonly string[];
+  plan?: RoundPlan;
+  stateBlob?: string;
+}
+
+export class MergeRoundStore {
+  constructor(private readonly db: StateDb) {}
+
+  /** Opens a round (replacing a stale row of the same number). */
+  open(k: RoundKey, r: { status: MergePhase; partitions: number; replicas: readonly string[]; plan: RoundPlan; startedAt: number }): void {
+    this.db.run(
+      `INSERT OR REPLACE INTO merge_rounds (run_id, stage, round, status, partitions, replicas, assignment, started_at)
+       VALUES (?, ?, ?, ?, ?, ?, ?, ?)`,
+      k.runId,
+      k.stage,
+      k.round,
+      r.status,
+      r.partitions,
+      JSON.stringify(r.replicas),
+      JSON.stringify(r.plan),
+      r.startedAt,
+    );
+  }
+
+  get(k: RoundKey): MergeRoundRecord | undefined {
+    return one(this.db, decodeRound, `SELECT ${ROUND_COLUMNS} FROM merge_rounds WHERE run_id = ? AND stage = ? AND round = ?`, k.runId, k.stage, k.round);
+  }
+
+  update(k: RoundKey, c: RoundChange): void {
+    const sets: string[] = [];
+    const values: (string | number)[] = [];
+    if (c.status !== undefined) sets.push('status = ?'), values.push(c.status);
+    if (c.replicas !== undefined) sets.push('replicas = ?'), values.push(JSON.stringify(c.replicas));
+    if (c.plan !== undefined) sets.push('assignment = ?'), values.push(JSON.stringify(c.plan));
+    if (c.stateBlob !== undefined) sets.push('state_blob = ?'), values.push(c.stateBlob);
+    if (sets.length === 0) return;
+    this.db.run(`UPDATE merge_rounds SET ${sets.join(', ')} WHERE run_id = ? AND stage = ? AND round = ?`, ...values, k.runId, k.stage, k.round);
+  }
+
+  /** A replica's pseudo-gradient slice of one partition (a re-upload replaces it). */
+  putUpload(k: RoundKey, u: MergeUpload): void {
+    this.db.run(
+      'INSERT OR REPLACE INTO merge_uploads (run_id, stage, round, miner_id, partition, blob, samples) VALUES (?, ?, ?, ?, ?, ?, ?)',
+      k.runId,
+      k.stage,
+      k.round,
+      u.minerId,
+      u.partition,
+      u.blob,
+      u.samples,
+    );
+  }
+
+  uploads(k: RoundKey): MergeUpload[] {
+    return all(
+      this.db,
+      decodeUpload,
+      'SELECT miner_id AS minerId, partition, blob, samples FROM merge_uploads WHERE run_id = ? AND stage = ? AND round = ? ORDER BY partition, miner_id',
+      k.runId,
+      k.stage,
+      k.round,
+    );
+  }
+
+  /** A merger's result for one partition (a re-upload replaces it). */
+  putResult(k: RoundKey, r: MergeResult): void {
+    this.db.run(
+      'INSERT OR REPLACE INTO merge_results (run_id, stage, round, partition, miner_id, blob) VALUES (?, ?, ?, ?, ?, ?)',
+      k.runId,
+      k.stage,
+      k.round,
+      r.partition,
+      r.minerId,
+      r.blob,
+    );
+  }
+
+  results(k: RoundKey): MergeResult[] {
+    return all(
+      this.db,
+      decodeResult,
+      'SELECT partition, miner_id AS minerId, blob FROM merge_results WHERE run_id = ? AND stage = ? AND round = ? ORDER BY partition, miner_id',
+      k.runId,
+      k.stage,
+      k.round,
+    );
+  }
+}

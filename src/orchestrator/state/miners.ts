@@ -1,0 +1,83 @@
+// Miners that joined: their measured hardware and liveness.
+import { Type, type Static } from '@sinclair/typebox';
+import { all, one, rowReader, type Migrations, type StateDb } from './db.ts';
+
+export const MINER_MIGRATIONS: Migrations = {
+  store: 'miners',
+  steps: [
+    `CREATE TABLE IF NOT EXISTS miners (
+      id TEXT PRIMARY KEY, name TEXT NOT NULL, url TEXT NOT NULL,
+      gflops REAL NOT NULL, threads INTEGER NOT NULL, memory_bytes INTEGER NOT NULL, bandwidth_mbps REAL NOT NULL,
+      joined_at INTEGER NOT NULL, last_seen INTEGER NOT NULL, alive INTEGER NOT NULL DEFAULT 1
+    )`,
+  ],
+};
+
+/** What a miner says of itself when it joins (its id is the address that signed). */
+export interface MinerProfile {
+  id: string;
+  name: string;
+  url: string;
+  gflops: number;
+  threads: number;
+  memoryBytes: number;
+  bandwidthMbps: number;
+}
+
+const MinerRow = Type.Object({
+  id: Type.String(),
+  name: Type.String(),
+  url: Type.String(),
+  gflops: Type.Number(),
+  threads: Type.Integer(),
+  memoryBytes: Type.Integer(),
+  bandwidthMbps: Type.Number(),
+  joinedAt: Type.Integer(),
+  lastSeen: Type.Integer(),
+  alive: Type.Union([Type.Literal(0), Type.Literal(1)]),
+});
+
+export interface MinerRecord extends MinerProfile {
+  joinedAt: number;
+  lastSeen: number;
+  alive: boolean;
+}
+
+const COLUMNS = 'id, name, url, gflops, threads, memory_bytes AS memoryBytes, bandwidth_mbps AS bandwidthMbps, joined_at AS joinedAt, last_seen AS lastSeen, alive';
+const readRow = rowReader(MinerRow, 'miner');
+const decode = (row: unknown): MinerRecord => {
+  const r: Static<typeof MinerRow> = readRow(row);
+  return { ...r, alive: r.alive === 1 };
+};
+
+export class MinerStore {
+  constructor(private readonly db: StateDb) {}
+
+  /** Records a join: a new miner, or new hardware figures and URL for a known one (alive again). */
+  upsert(m: MinerProfile, now: number): void {
+    this.db.run(
+      `INSERT INTO miners (id, name, url, gflops, threads, memory_bytes, bandwidth_mbps, joined_at, last_seen, alive)
+       VALUES (@id, @name, @url, @gflops, @threads, @memoryBytes, @bandwidthMbps, @now, @now, 1)
+       ON CONFLICT(id) DO UPDATE SET name = @name, url = @url, gflops = @gflops, threads = @threads,
+         memory_bytes = @memoryBytes, bandwidth_mbps = @bandwidthMbps, last_seen = @now, alive = 1`,
+      { ...m, now },
+    );
+  }
+
+  get(id: string): MinerRecord | undefined {
+    return one(this.db, decode, `SELECT ${COLUMNS} FROM miners WHERE id = ?`, id);
+  }
+
+  list(aliveOnly = false): MinerRecord[] {
+    return all(this.db, decode, `SELECT ${COLUMNS} FROM miners ${aliveOnly ? 'WHERE alive = 1' : ''} ORDER BY joined_at, id`);
+  }
+
+  /** A heartbeat: seen now, alive. */
+  touch(id: string, now: number): void {
+    this.db.run('UPDATE miners SET last_seen = ?, alive = 1 WHERE id = ?', now, id);
+  }
+
+  markGone(id: string): void {
+    this.db.run('UPDATE miners SET alive = 0 WHERE id = ?', id);
+  }
+}
