@@ -7,7 +7,7 @@ import { DEFAULT_MERGE_EVERY } from '../src/orchestrator/coordinator.ts';
 import { median as medianOf, type Bench, type BenchOptions, type BenchResult } from './harness.ts';
 import { ErrorFeedback } from '../src/protocol/error-feedback.ts';
 import { AGGREGATORS, aggregate } from '../src/merge/aggregate.ts';
-import { mergeCompression } from '../src/merge/compression.ts';
+import { mergeTrafficRatio } from '../src/merge/traffic.ts';
 import { createOuterState, outerStep } from '../src/merge/outer.ts';
 import { partitionVector } from '../src/merge/partition.ts';
 import { decodePartitionFrames, encodeMergedPartition, encodePseudoGradientPartitions, framesByteLength } from '../src/merge/pseudo-gradient.ts';
@@ -90,12 +90,12 @@ export function gptTinyRoundBytes(R: number): { pseudoGradientBytes: number; mer
   return { pseudoGradientBytes, mergedBytes };
 }
 
-async function compression(options: BenchOptions): Promise<BenchResult[]> {
+async function trafficRatios(options: BenchOptions): Promise<BenchResult[]> {
   const out: BenchResult[] = [];
   for (const R of [2, 4, 8]) {
     const bytes = gptTinyRoundBytes(R);
     for (const H of [50, 100]) {
-      const c = mergeCompression({ params: GPT_TINY_PARAMS, innerSteps: H, replicas: R, redundancy: 2, ...bytes });
+      const c = mergeTrafficRatio({ params: GPT_TINY_PARAMS, innerSteps: H, replicas: R, redundancy: 2, ...bytes });
       // the network's default: 2 replicas per stage (nbcli up), H = DEFAULT_MERGE_EVERY
       const name = R === 2 && H === DEFAULT_MERGE_EVERY ? 'network.merge_compression' : `network.merge_compression_r${R}_h${H}`;
       out.push({ bench: name, value: Number(c.ratio.toFixed(1)), unit: 'x' });
@@ -110,7 +110,7 @@ export const mergeBenches: Bench[] = [
   {
     group: 'merge',
     async run(options: BenchOptions): Promise<BenchResult[]> {
-      return [...(await compression(options)), ...(await framesAndOuter(options)), ...(await aggregators(options))];
+      return [...(await trafficRatios(options)), ...(await framesAndOuter(options)), ...(await aggregators(options))];
     },
   },
 ];
