@@ -5,6 +5,7 @@
 // or an activation, and backward from the loss (last stage) or an upstream
 // activation gradient. The head is untied from the token embedding, so the
 // first and last stage share no weights and can live on different machines.
+import { Type, type Static } from '@sinclair/typebox';
 import type { Engine } from '../engine/engine.ts';
 import { numel, type Tensor } from '../engine/tensor.ts';
 import { type GptConfig, validateGptConfig } from './config.ts';
@@ -12,12 +13,14 @@ import { initParams } from './init.ts';
 import * as L from './layers.ts';
 import { FlatTensors, ParamLayout, type InitKind, type ParamSpec } from './params.ts';
 
-export interface StageRange {
+/** The parts [from, to) a stage holds; a schema too, for plans and assignments read back from storage or peers. */
+export const StageRange = Type.Object({
   /** first part, inclusive */
-  from: number;
+  from: Type.Integer({ minimum: 0 }),
   /** last part, exclusive */
-  to: number;
-}
+  to: Type.Integer({ minimum: 1 }),
+});
+export type StageRange = Static<typeof StageRange>;
 
 /** Number of parts: embedding, the blocks, the head. */
 export function partCount(config: GptConfig): number {

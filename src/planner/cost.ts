@@ -28,6 +28,7 @@
 import type { GptConfig } from '../model/config.ts';
 import { validateGptConfig } from '../model/config.ts';
 import { headPart, partCount, partParamCount, type StageRange } from '../model/gpt.ts';
+import type { FlopsPerToken } from './types.ts';
 
 /** Bytes of one float32 (weights, gradients, optimizer state and activations are all float32). */
 export const BYTES_PER_FLOAT = 4;
@@ -54,12 +55,6 @@ export const ELEMENTWISE_FLOPS = {
   residual: { forward: 1, backward: 1 },
   bias: { forward: 1, backward: 1 },
 } as const;
-
-/** FLOPs to process one token, forward and backward. */
-export interface FlopsPerToken {
-  forward: number;
-  backward: number;
-}
 
 /** Bytes a stage needs on the miner that holds it. */
 export interface MemoryBytes {

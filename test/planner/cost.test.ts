@@ -13,8 +13,8 @@ import {
   stageCost,
   stageCostTable,
   totalFlops,
-  type FlopsPerToken,
 } from '../../src/planner/cost.ts';
+import type { FlopsPerToken } from '../../src/planner/types.ts';
 
 const tiny = gptConfig('gpt-tiny');
 
