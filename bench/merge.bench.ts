@@ -11,9 +11,12 @@ import { mergeTrafficRatio } from '../src/merge/traffic.ts';
 import { createOuterState, outerStep } from '../src/merge/outer.ts';
 import { partitionVector } from '../src/merge/partition.ts';
 import { decodePartitionFrames, encodeMergedPartition, encodePseudoGradientPartitions, framesByteLength } from '../src/merge/pseudo-gradient.ts';
+import { gptConfig } from '../src/model/config.ts';
+import { partCount, rangeParamCount } from '../src/model/gpt.ts';
 
-/** gpt-tiny: vocab 256, context 64, width 128, 4 layers. */
-export const GPT_TINY_PARAMS = 867_072;
+const GPT_TINY = gptConfig('gpt-tiny');
+/** Parameters of gpt-tiny (vocab 256, context 64, width 128, 4 layers): 867,072. */
+export const GPT_TINY_PARAMS = rangeParamCount(GPT_TINY, { from: 0, to: partCount(GPT_TINY) });
 const N = 1 << 20;
 const REPS = 7;
 const BLOCK = 256;
