@@ -2,8 +2,13 @@
 // middle stage's forward + backward time, and (with --convergence) the
 // held-out loss of the reference recipe.
 import { spawnSync } from 'node:child_process';
+import { Type, type Static } from '@sinclair/typebox';
 import { Engine } from '../src/engine/engine.ts';
+import { parseJson } from '../src/protocol/messages.ts';
 import { median, type Bench, type BenchResult } from './harness.ts';
+
+/** The last line a bench child (gpt-child.ts) prints: its figures by name. */
+const ChildResult = Type.Record(Type.String(), Type.Union([Type.Number(), Type.String(), Type.Boolean()]));
 
 async function sgemmGflops(threads: number, n: number, repeats: number): Promise<number> {
   const engine = await Engine.create({ threads });
@@ -27,13 +32,13 @@ async function sgemmGflops(threads: number, n: number, repeats: number): Promise
   }
 }
 
-export function gptChild(mode: string, steps: number): Record<string, number | string | boolean> {
+export function gptChild(mode: string, steps: number): Static<typeof ChildResult> {
   const r = spawnSync(process.execPath, ['--import', 'tsx', new URL('./gpt-child.ts', import.meta.url).pathname, mode, String(steps)], {
     encoding: 'utf8',
     stdio: ['ignore', 'pipe', 'inherit'],
   });
   if (r.status !== 0) throw new Error(`bench child ${mode} failed (exit ${r.status})`);
-  return JSON.parse(r.stdout.trim().split('\n').pop()!);
+  return parseJson(ChildResult, r.stdout.trim().split('\n').pop()!, `bench child ${mode} output`);
 }
 
 export const engineBenches: Bench[] = [

@@ -7,13 +7,16 @@ import { DEFAULT_MERGE_EVERY } from '../src/orchestrator/run-planner.ts';
 import { median as medianOf, type Bench, type BenchOptions, type BenchResult } from './harness.ts';
 import { ErrorFeedback } from '../src/protocol/error-feedback.ts';
 import { AGGREGATORS, aggregate } from '../src/merge/aggregate.ts';
-import { mergeCompression } from '../src/merge/compression.ts';
+import { mergeTrafficRatio } from '../src/merge/traffic.ts';
 import { createOuterState, outerStep } from '../src/merge/outer.ts';
 import { partitionVector } from '../src/merge/partition.ts';
 import { decodePartitionFrames, encodeMergedPartition, encodePseudoGradientPartitions, framesByteLength } from '../src/merge/pseudo-gradient.ts';
+import { gptConfig } from '../src/model/config.ts';
+import { partCount, rangeParamCount } from '../src/model/gpt.ts';
 
-/** gpt-tiny: vocab 256, context 64, width 128, 4 layers. */
-export const GPT_TINY_PARAMS = 867_072;
+const GPT_TINY = gptConfig('gpt-tiny');
+/** Parameters of gpt-tiny (vocab 256, context 64, width 128, 4 layers): 867,072. */
+export const GPT_TINY_PARAMS = rangeParamCount(GPT_TINY, { from: 0, to: partCount(GPT_TINY) });
 const N = 1 << 20;
 const REPS = 7;
 const BLOCK = 256;
@@ -90,12 +93,12 @@ export function gptTinyRoundBytes(R: number): { pseudoGradientBytes: number; mer
   return { pseudoGradientBytes, mergedBytes };
 }
 
-async function compression(options: BenchOptions): Promise<BenchResult[]> {
+async function trafficRatios(options: BenchOptions): Promise<BenchResult[]> {
   const out: BenchResult[] = [];
   for (const R of [2, 4, 8]) {
     const bytes = gptTinyRoundBytes(R);
     for (const H of [50, 100]) {
-      const c = mergeCompression({ params: GPT_TINY_PARAMS, innerSteps: H, replicas: R, redundancy: 2, ...bytes });
+      const c = mergeTrafficRatio({ params: GPT_TINY_PARAMS, innerSteps: H, replicas: R, redundancy: 2, ...bytes });
       // the network's default: 2 replicas per stage (nbcli up), H = DEFAULT_MERGE_EVERY
       const name = R === 2 && H === DEFAULT_MERGE_EVERY ? 'network.merge_compression' : `network.merge_compression_r${R}_h${H}`;
       out.push({ bench: name, value: Number(c.ratio.toFixed(1)), unit: 'x' });
@@ -110,7 +113,7 @@ export const mergeBenches: Bench[] = [
   {
     group: 'merge',
     async run(options: BenchOptions): Promise<BenchResult[]> {
-      return [...(await compression(options)), ...(await framesAndOuter(options)), ...(await aggregators(options))];
+      return [...(await trafficRatios(options)), ...(await framesAndOuter(options)), ...(await aggregators(options))];
     },
   },
 ];

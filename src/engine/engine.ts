@@ -5,7 +5,7 @@ import { readFileSync } from 'node:fs';
 import { availableParallelism } from 'node:os';
 import { setFlagsFromString } from 'node:v8';
 import { Heap } from './heap.ts';
-import { Kernels, KERNEL_NAMES } from './kernels.ts';
+import { Kernels, KERNEL_NAMES, type KernelSizes } from './kernels.ts';
 import { ThreadPool, type KernelFn } from './pool.ts';
 import { Tensor, numel } from './tensor.ts';
 
@@ -34,15 +34,11 @@ export class Engine {
     const { module, relaxed, flags } = await compileKernels(options.simd ?? 'auto');
     const memory = new WebAssembly.Memory({ initial: 256, maximum: MAX_PAGES, shared: true });
     const instance = await WebAssembly.instantiate(module, { env: { memory, abort: kernelAbort } });
-    const fns = KERNEL_NAMES.map((name) => {
-      const fn = instance.exports[name];
-      if (typeof fn !== 'function') throw new Error(`engine: kernel module lacks ${name}`);
-      return fn as KernelFn;
-    });
-    const heapBase = (instance.exports.heapBase as () => number)();
-    const heap = new Heap(memory, heapBase);
+    const fns = KERNEL_NAMES.map((name): KernelFn => exportedFunction(instance.exports, name));
+    const heap = new Heap(memory, exportedFunction(instance.exports, 'heapBase')());
+    const sizes = kernelSizes(instance.exports);
     const pool = await ThreadPool.start({ threads, module, memory, names: KERNEL_NAMES, fns, flags });
-    const kernels = new Kernels(pool, heap, threads);
+    const kernels = new Kernels(pool, heap, threads, sizes);
     return new Engine(threads, relaxed, memory, heap, kernels, pool);
   }
 
@@ -73,6 +69,30 @@ export class Engine {
   async close(): Promise<void> {
     await this.pool.close();
   }
+}
+
+/**
+ * The scratch sizes the kernel module exports (assembly/index.ts): the
+ * exported `const` SGEMM_WORK_BYTES (a WebAssembly.Global) and the function
+ * attentionScratchFloats. The one place that reads them.
+ */
+export function kernelSizes(exports: WebAssembly.Exports): KernelSizes {
+  return {
+    sgemmWorkBytes: exportedI32(exports, 'SGEMM_WORK_BYTES'),
+    attentionScratchFloats: exportedFunction(exports, 'attentionScratchFloats'),
+  };
+}
+
+function exportedFunction(exports: WebAssembly.Exports, name: string): (...args: number[]) => number {
+  const fn = exports[name];
+  if (typeof fn !== 'function') throw new Error(`engine: kernel module lacks the function ${name}`);
+  return fn as (...args: number[]) => number;
+}
+
+function exportedI32(exports: WebAssembly.Exports, name: string): number {
+  const g = exports[name];
+  if (!(g instanceof WebAssembly.Global) || !Number.isInteger(g.value)) throw new Error(`engine: kernel module lacks the i32 global ${name}`);
+  return g.value as number;
 }
 
 function kernelAbort(): never {

@@ -30,9 +30,19 @@ export const KERNEL_NAMES = [
 type KernelName = (typeof KERNEL_NAMES)[number];
 const OP = Object.fromEntries(KERNEL_NAMES.map((n, i) => [n, i])) as Record<KernelName, number>;
 
-/** Must match SGEMM_WORK_BYTES in assembly/gemm.ts. */
-export const SGEMM_WORK_BYTES = (256 * 512 + 64 * 256 + 4 * 8) * 4 + 64;
-/** Floats of sumSquares chunk: fixes the summation order of norms. */
+/**
+ * Scratch sizes the kernel module itself exports (assembly/index.ts), read
+ * from the compiled module by the engine (src/engine/engine.ts) so that they
+ * are never copied here.
+ */
+export interface KernelSizes {
+  /** Bytes of sgemm scratch one thread needs (SGEMM_WORK_BYTES in assembly/gemm.ts). */
+  sgemmWorkBytes: number;
+  /** Floats of attention scratch one thread needs for T tokens of head size hs (attentionScratchFloats in assembly/attention.ts). */
+  attentionScratchFloats(T: number, hs: number): number;
+}
+
+/** Floats of sumSquares chunk: fixes the summation order of norms. The kernel takes it as an argument. */
 export const NORM_CHUNK = 16384;
 
 export interface SgemmArgs {
@@ -77,8 +87,9 @@ export class Kernels {
     private readonly pool: ThreadPool,
     private readonly heap: Heap,
     readonly threads: number,
+    readonly sizes: KernelSizes,
   ) {
-    this.sgemmWork = heap.alloc(SGEMM_WORK_BYTES * threads);
+    this.sgemmWork = heap.alloc(sizes.sgemmWorkBytes * threads);
   }
 
   /**
@@ -188,14 +199,19 @@ export class Kernels {
   }
 
   attentionForward(out: number, att: number, qkv: number, B: number, T: number, C: number, NH: number): void {
-    const scratch = this.ensureScratch(attentionScratchBytes(T, C / NH) * this.threads);
+    const scratch = this.ensureScratch(this.attentionScratchBytes(T, C / NH));
     this.pool.run(OP.attentionForward, [out, att, qkv, B, T, C, NH, scratch]);
   }
 
   /** dqkv = gradient of attention (written, not accumulated) */
   attentionBackward(dqkv: number, dout: number, qkv: number, att: number, B: number, T: number, C: number, NH: number): void {
-    const scratch = this.ensureScratch(attentionScratchBytes(T, C / NH) * this.threads);
+    const scratch = this.ensureScratch(this.attentionScratchBytes(T, C / NH));
     this.pool.run(OP.attentionBackward, [dqkv, dout, qkv, att, B, T, C, NH, scratch]);
+  }
+
+  /** Bytes of attention scratch for every thread. */
+  private attentionScratchBytes(T: number, hs: number): number {
+    return this.sizes.attentionScratchFloats(T, hs) * 4 * this.threads;
   }
 
   private heapBuffer(): ArrayBufferLike {
@@ -211,10 +227,4 @@ export class Kernels {
     }
     return this.scratch;
   }
-}
-
-/** Must match attentionScratchFloats in assembly/attention.ts. */
-function attentionScratchBytes(T: number, hs: number): number {
-  const tp = (T + 3) & ~3;
-  return (hs * tp + 2 * tp + 16) * 4;
 }

@@ -10,13 +10,13 @@ export class Tensor {
     readonly shape: readonly number[],
     buffer: ArrayBufferLike,
   ) {
-    this.size = shape.reduce((a, b) => a * b, 1);
+    this.size = numel(shape);
     this.data = new Float32Array(buffer, ptr, this.size);
   }
 
   /** A view of `size` floats starting `offset` floats into this tensor. */
   view(offset: number, shape: readonly number[]): Tensor {
-    const size = shape.reduce((a, b) => a * b, 1);
+    const size = numel(shape);
     if (offset < 0 || offset + size > this.size) {
       throw new RangeError(`tensor view [${offset}, ${offset + size}) outside ${this.size} floats`);
     }

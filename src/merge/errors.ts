@@ -12,8 +12,7 @@ export type MergeErrorCode =
   | 'non_finite' // NaN or +-Infinity in an input
   | 'bad_weights' // a negative or non-finite weight, or weights that sum to zero
   | 'misaligned' // a partition boundary that is not on an int8 block boundary
-  | 'bad_frame' // a frame that decodes but is not the partition / state expected
-  | 'bad_state'; // serialized outer-optimizer state that does not parse
+  | 'bad_frame'; // a frame that decodes but is not the partition expected
 
 /** A merge computation was refused: 400, since merge inputs come from peers. */
 export class MergeError extends NimbleError {

@@ -9,12 +9,7 @@
 // and rounded to float32 once, in a fixed order with no fused operations, so
 // two replicas that apply the same Δ to the same θ_start with the same state
 // get bitwise identical weights and momentum on any IEEE-754 machine.
-//
-// The state (hyperparameters, step, momentum buffer) serializes to an 'f32'
-// tensor frame (sha256-checked) so a replica that joins late downloads it and
-// continues in lockstep.
 
-import { decodeFrame, encodeFrame, type FrameMeta } from '../protocol/frame.ts';
 import { findNonFinite } from '../protocol/codec.ts';
 import { MergeError } from './errors.ts';
 
@@ -40,8 +35,6 @@ export interface OuterState {
 
 export const DEFAULT_OUTER_LR = 0.7;
 export const DEFAULT_OUTER_MOMENTUM = 0.9;
-/** `kind` in the meta of a serialized state frame. */
-export const OUTER_STATE_KIND = 'outer-state';
 
 /** Fresh state (zero momentum, step 0) for `size` parameters. */
 export function createOuterState(size: number, options: OuterOptions = {}): OuterState {
@@ -87,42 +80,6 @@ export function outerStep(state: OuterState, thetaStart: Float32Array, delta: Fl
   }
   state.step++;
   return o;
-}
-
-/** Serializes `state` to an 'f32' frame: shape [n], meta {kind, step, lr, momentum, ...meta}. */
-export function serializeOuterState(state: OuterState, meta: FrameMeta = {}): Uint8Array {
-  return encodeFrame(state.momentumBuffer, [state.momentumBuffer.length], 'f32', {
-    ...meta,
-    kind: OUTER_STATE_KIND,
-    step: state.step,
-    lr: state.lr,
-    momentum: state.momentum,
-  });
-}
-
-/**
- * Reads a state written by serializeOuterState (checksum, shape, finite
- * values checked by the frame decoder). `expectSize` checks the parameter
- * count. Throws FrameError for a malformed frame, MergeError 'bad_state' for
- * a frame that is not an outer state.
- */
-export function deserializeOuterState(bytes: Uint8Array, expectSize?: number): OuterState {
-  const frame = decodeFrame(bytes, { codecs: ['f32'], shape: [expectSize ?? -1] });
-  const { kind, step, lr, momentum } = frame.meta;
-  if (kind !== OUTER_STATE_KIND) throw new MergeError('bad_state', `frame kind ${JSON.stringify(kind)}, expected ${JSON.stringify(OUTER_STATE_KIND)}`);
-  if (typeof step !== 'number' || !Number.isSafeInteger(step) || step < 0) throw new MergeError('bad_state', `step ${JSON.stringify(step)} is not a non-negative integer`);
-  if (typeof lr !== 'number' || typeof momentum !== 'number') throw new MergeError('bad_state', 'lr and momentum must be numbers');
-  try {
-    checkHyper(lr, momentum);
-  } catch (e) {
-    throw new MergeError('bad_state', (e as Error).message);
-  }
-  return { lr, momentum, step, momentumBuffer: frame.data };
-}
-
-/** A deep copy of `state`. */
-export function cloneOuterState(state: OuterState): OuterState {
-  return { lr: state.lr, momentum: state.momentum, step: state.step, momentumBuffer: state.momentumBuffer.slice() };
 }
 
 function checkHyper(lr: number, momentum: number): void {

@@ -1,16 +1,22 @@
-// Model configurations are plain objects: a new size is one line.
+// Model configurations are plain objects: a new size is one line. The shape is
+// a TypeBox schema too, for configs read back from checkpoints or peers
+// (`parse(GptConfig, value)` from src/protocol/messages.ts, then
+// validateGptConfig for the constraints between fields).
+import { Type, type Static } from '@sinclair/typebox';
 
-export interface GptConfig {
+const Size = Type.Integer({ minimum: 1 });
+
+export const GptConfig = Type.Object({
   /** tokens (bytes: 256) */
-  vocabSize: number;
+  vocabSize: Size,
   /** longest sequence */
-  contextLength: number;
+  contextLength: Size,
   /** width of the residual stream */
-  channels: number;
-  layers: number;
-  heads: number;
+  channels: Size,
+  layers: Size,
+  heads: Size,
   /** hidden width of the MLP, as a multiple of channels */
-  mlpRatio: number;
+  mlpRatio: Size,
   /**
    * Initialisation: 'torch' (the default: PyTorch's layer defaults, linear
    * weights and biases uniform in ±1/sqrt(fan_in), embeddings normal 1) or
@@ -18,8 +24,9 @@ export interface GptConfig {
    * reference recipe 'torch' reaches a held-out loss of 1.713 after 2,000
    * steps, 'gpt2' 1.767-1.777 (README).
    */
-  init?: 'gpt2' | 'torch';
-}
+  init: Type.Optional(Type.Union([Type.Literal('gpt2'), Type.Literal('torch')])),
+});
+export type GptConfig = Static<typeof GptConfig>;
 
 export const GPT_CONFIGS: Record<string, GptConfig> = {
   'gpt-tiny': { vocabSize: 256, contextLength: 64, channels: 128, layers: 4, heads: 4, mlpRatio: 4 },

@@ -5,28 +5,36 @@
 // or an activation, and backward from the loss (last stage) or an upstream
 // activation gradient. The head is untied from the token embedding, so the
 // first and last stage share no weights and can live on different machines.
+import { Type, type Static } from '@sinclair/typebox';
 import type { Engine } from '../engine/engine.ts';
-import type { Tensor } from '../engine/tensor.ts';
+import { numel, type Tensor } from '../engine/tensor.ts';
 import { type GptConfig, validateGptConfig } from './config.ts';
 import { initParams } from './init.ts';
 import * as L from './layers.ts';
 import { FlatTensors, ParamLayout, type InitKind, type ParamSpec } from './params.ts';
 
-export interface StageRange {
+/** The parts [from, to) a stage holds; a schema too, for plans and assignments read back from storage or peers. */
+export const StageRange = Type.Object({
   /** first part, inclusive */
-  from: number;
+  from: Type.Integer({ minimum: 0 }),
   /** last part, exclusive */
-  to: number;
-}
+  to: Type.Integer({ minimum: 1 }),
+});
+export type StageRange = Static<typeof StageRange>;
 
 /** Number of parts: embedding, the blocks, the head. */
 export function partCount(config: GptConfig): number {
   return config.layers + 2;
 }
 
+/** The last part (final norm + head). Part 0 is the embedding; the blocks are parts 1 … headPart − 1. */
+export function headPart(config: GptConfig): number {
+  return partCount(config) - 1;
+}
+
 export function partName(config: GptConfig, part: number): string {
   if (part === 0) return 'embedding';
-  if (part === config.layers + 1) return 'head';
+  if (part === headPart(config)) return 'head';
   return `block ${part - 1}`;
 }
 
@@ -54,14 +62,14 @@ export function partParams(config: GptConfig, part: number): ParamSpec[] {
       { name: 'wpe', shape: [T, C], decay: true, init: embedding },
     ];
   }
-  if (part === layers + 1) {
+  if (part === headPart(config)) {
     return [
       { name: 'lnf.w', shape: [C], decay: false, init: ones },
       { name: 'lnf.b', shape: [C], decay: false, init: zeros },
       { name: 'lm_head.w', shape: [C, V], decay: true, init: linear(C)[0] },
     ];
   }
-  if (part < 0 || part > layers + 1) throw new RangeError(`no part ${part}`);
+  if (part < 0 || part >= partCount(config)) throw new RangeError(`no part ${part}`);
   const p = `h.${part - 1}.`;
   const [qkvW, qkvB] = linear(C);
   const [projW, projB] = linear(C, true);
@@ -83,10 +91,17 @@ export function partParams(config: GptConfig, part: number): ParamSpec[] {
   ];
 }
 
+/** Parameter count of one part. */
+export function partParamCount(config: GptConfig, part: number): number {
+  let n = 0;
+  for (const s of partParams(config, part)) n += numel(s.shape);
+  return n;
+}
+
 /** Parameter count of a range of parts. */
 export function rangeParamCount(config: GptConfig, range: StageRange): number {
   let n = 0;
-  for (let p = range.from; p < range.to; p++) for (const s of partParams(config, p)) n += s.shape.reduce((a, b) => a * b, 1);
+  for (let p = range.from; p < range.to; p++) n += partParamCount(config, p);
   return n;
 }
 
@@ -96,7 +111,7 @@ export function splitEvenly(config: GptConfig, stages: number): StageRange[] {
   if (!Number.isInteger(stages) || stages < 1 || stages > parts) {
     throw new RangeError(`cannot cut ${parts} parts into ${stages} stages`);
   }
-  const sizes = Array.from({ length: parts }, (_, p) => rangeParamCount(config, { from: p, to: p + 1 }));
+  const sizes = Array.from({ length: parts }, (_, p) => partParamCount(config, p));
   const total = sizes.reduce((a, b) => a + b, 0);
   const ranges: StageRange[] = [];
   let from = 0;
@@ -205,7 +220,7 @@ export class GptStage {
       this.tensors.push(x);
       return x;
     };
-    for (let p = Math.max(1, range.from); p < Math.min(range.to, config.layers + 1); p++) this.blockIds.push(p - 1);
+    for (let p = Math.max(1, range.from); p < Math.min(range.to, headPart(config)); p++) this.blockIds.push(p - 1);
     const slotCount = options.slots ?? 1;
     if (!Number.isInteger(slotCount) || slotCount < 1) throw new RangeError(`slots must be a positive integer, got ${slotCount}`);
     for (let i = 0; i < slotCount; i++) {

@@ -27,7 +27,8 @@
 //   scratch are the floats per token of activationFloatsPerToken.
 import type { GptConfig } from '../model/config.ts';
 import { validateGptConfig } from '../model/config.ts';
-import { partCount, partParams, type StageRange } from '../model/gpt.ts';
+import { headPart, partCount, partParamCount, type StageRange } from '../model/gpt.ts';
+import type { FlopsPerToken } from './types.ts';
 
 /** Bytes of one float32 (weights, gradients, optimizer state and activations are all float32). */
 export const BYTES_PER_FLOAT = 4;
@@ -54,12 +55,6 @@ export const ELEMENTWISE_FLOPS = {
   residual: { forward: 1, backward: 1 },
   bias: { forward: 1, backward: 1 },
 } as const;
-
-/** FLOPs to process one token, forward and backward. */
-export interface FlopsPerToken {
-  forward: number;
-  backward: number;
-}
 
 /** Bytes a stage needs on the miner that holds it. */
 export interface MemoryBytes {
@@ -99,21 +94,14 @@ export function causalKeysPerQuery(config: GptConfig): number {
   return (config.contextLength + 1) / 2;
 }
 
-/** Parameters of one part. */
-export function partParamCount(config: GptConfig, part: number): number {
-  let n = 0;
-  for (const spec of partParams(config, part)) n += spec.shape.reduce((a, b) => a * b, 1);
-  return n;
-}
-
-/** FLOPs per token of one part (0 = embedding, 1..L = blocks, L+1 = head); see the file header for the formulas. */
+/** FLOPs per token of one part (0 = embedding, then the blocks, headPart = head); see the file header for the formulas. */
 export function partFlopsPerToken(config: GptConfig, part: number): FlopsPerToken {
   checkPart(config, part);
-  const { vocabSize: V, channels: C, heads: NH, layers } = config;
+  const { vocabSize: V, channels: C, heads: NH } = config;
   const H = C * config.mlpRatio;
   const E = ELEMENTWISE_FLOPS;
   if (part === 0) return { forward: C, backward: 2 * C };
-  if (part === layers + 1) {
+  if (part === headPart(config)) {
     return {
       forward: E.layernorm.forward * C + 2 * C * V + E.crossEntropy.forward * V + 1,
       backward: E.crossEntropy.backward * V + 4 * C * V + E.layernorm.backward * C,
@@ -150,11 +138,11 @@ export function partFlopsPerToken(config: GptConfig, part: number): FlopsPerToke
  */
 export function activationFloatsPerToken(config: GptConfig, range: StageRange): ActivationFloats {
   checkRange(config, range);
-  const { vocabSize: V, contextLength: T, channels: C, heads: NH, layers } = config;
+  const { vocabSize: V, contextLength: T, channels: C, heads: NH } = config;
   const H = C * config.mlpRatio;
   const first = range.from === 0;
   const last = range.to === partCount(config);
-  const blocks = Math.min(range.to, layers + 1) - Math.max(range.from, 1);
+  const blocks = Math.min(range.to, headPart(config)) - Math.max(range.from, 1);
   let perSlot = C + (first ? 1 : 0) + (last ? 1 : 0);
   perSlot += Math.max(0, blocks) * (8 * C + 2 * H + 4 + NH * T);
   if (last) perSlot += C + 2 + 2 * V + 1;

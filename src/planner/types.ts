@@ -1,6 +1,10 @@
-// Shapes shared by the planner's modules: what a miner offers and what a plan says.
-import type { StageRange } from '../model/gpt.ts';
-import type { FlopsPerToken } from './cost.ts';
+// Shapes shared by the planner's modules: what a miner offers and what a plan
+// says. A plan is plain data that the orchestrator stores as JSON, so its
+// shape is a TypeBox schema (validate a stored plan with
+// `parse(Plan, value)` from src/protocol/messages.ts) and its type is derived
+// from the schema.
+import { Type, type Static } from '@sinclair/typebox';
+import { StageRange } from '../model/gpt.ts';
 
 /** What a miner offers, as measured when it registered. */
 export interface MinerCapacity {
@@ -11,27 +15,36 @@ export interface MinerCapacity {
   memoryBytes: number;
 }
 
+/** FLOPs to process one token, forward and backward. */
+export const FlopsPerToken = Type.Object({
+  forward: Type.Number({ minimum: 0 }),
+  backward: Type.Number({ minimum: 0 }),
+});
+export type FlopsPerToken = Static<typeof FlopsPerToken>;
+
 /** One stage of a plan: the parts it holds, what it costs, and who holds it. */
-export interface PlannedStage {
-  range: StageRange;
-  params: number;
-  flopsPerToken: FlopsPerToken;
+export const PlannedStage = Type.Object({
+  range: StageRange,
+  params: Type.Integer({ minimum: 0 }),
+  flopsPerToken: FlopsPerToken,
   /** total bytes a replica needs (weights, gradients, optimizer state, activations) */
-  memoryBytes: number;
+  memoryBytes: Type.Integer({ minimum: 0 }),
   /** replicas, by miner id */
-  miners: string[];
+  miners: Type.Array(Type.String()),
   /** sum of the replicas' GFLOP/s · 1e9 / (forward + backward FLOPs per token) */
-  throughputTokensPerS: number;
-}
+  throughputTokensPerS: Type.Number({ minimum: 0 }),
+});
+export type PlannedStage = Static<typeof PlannedStage>;
 
 /** Who holds which stage. Plain data: it serializes as JSON. */
-export interface Plan {
-  stages: PlannedStage[];
+export const Plan = Type.Object({
+  stages: Type.Array(PlannedStage, { minItems: 1 }),
   /** throughput of the slowest stage: the pipeline's training tokens per second */
-  bottleneckTokensPerS: number;
+  bottleneckTokensPerS: Type.Number({ minimum: 0 }),
   /** miners present but given no stage (no stage fits their memory) */
-  unassigned: string[];
-}
+  unassigned: Type.Array(Type.String()),
+});
+export type Plan = Static<typeof Plan>;
 
 /** A miner changing stage: from null = joins, to null = leaves its stage. */
 export interface Move {

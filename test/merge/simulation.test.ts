@@ -6,7 +6,7 @@ import assert from 'node:assert/strict';
 import { ErrorFeedback } from '../../src/protocol/error-feedback.ts';
 import { decodeFrame, encodeFrame } from '../../src/protocol/frame.ts';
 import { aggregate, type AggregatorName } from '../../src/merge/aggregate.ts';
-import { createOuterState, deserializeOuterState, outerStep, serializeOuterState, type OuterState } from '../../src/merge/outer.ts';
+import { createOuterState, outerStep, type OuterState } from '../../src/merge/outer.ts';
 import { assignMergers, partitionVector, reassign, type Partition } from '../../src/merge/partition.ts';
 import {
   decodePartitionFrame,
@@ -107,9 +107,11 @@ function simulate(method: AggregatorName): { losses: number[] } {
       assert.equal(r.state.step, round);
     }
     if (round === 8) {
-      // a late joiner downloads the weights and the outer state, then trains in lockstep
+      // a late joiner downloads the weights and the outer momentum and step (a miner
+      // gets them in the stage's saved state), then trains in lockstep
       const weights = decodeFrame(encodeFrame(thetaStart, [N], 'f32')).data;
-      const state = deserializeOuterState(serializeOuterState(replicas[0].state), N);
+      const { lr, momentum, step, momentumBuffer } = replicas[0].state;
+      const state: OuterState = { lr, momentum, step, momentumBuffer: decodeFrame(encodeFrame(momentumBuffer, [N], 'f32')).data };
       replicas.push(newReplica('0xe5', 99, weights, state));
     }
     losses.push(loss(thetaStart));

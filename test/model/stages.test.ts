@@ -5,7 +5,7 @@ import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
 import { Engine } from '../../src/engine/engine.ts';
 import type { GptConfig } from '../../src/model/config.ts';
-import { GptStage, partCount, splitEvenly, type StageRange } from '../../src/model/gpt.ts';
+import { GptStage, headPart, partCount, partName, partParamCount, rangeParamCount, splitEvenly, type StageRange } from '../../src/model/gpt.ts';
 import { batchForShard } from '../../src/data/batches.ts';
 
 const config: GptConfig = { vocabSize: 256, contextLength: 16, channels: 32, layers: 3, heads: 4, mlpRatio: 4 };
@@ -79,6 +79,23 @@ test('splitEvenly covers every part once and balances parameters', () => {
   }
   assert.throws(() => splitEvenly(tiny, 0), RangeError);
   assert.throws(() => splitEvenly(tiny, partCount(tiny) + 1), RangeError);
+});
+
+test('part counts: L + 2 parts, the head last, and parameter counts equal what a stage allocates', () => {
+  assert.equal(partCount(config), config.layers + 2);
+  assert.equal(headPart(config), config.layers + 1);
+  assert.deepEqual(Array.from({ length: partCount(config) }, (_, p) => partName(config, p)), ['embedding', 'block 0', 'block 1', 'block 2', 'head']);
+  let total = 0;
+  for (let p = 0; p < partCount(config); p++) {
+    const stage = new GptStage(engine, config, { from: p, to: p + 1 }, { batchSize: 1 });
+    assert.equal(partParamCount(config, p), stage.paramCount, `part ${p}`);
+    assert.equal(rangeParamCount(config, { from: p, to: p + 1 }), stage.paramCount);
+    total += stage.paramCount;
+    stage.release();
+  }
+  assert.equal(rangeParamCount(config, { from: 0, to: partCount(config) }), total);
+  assert.throws(() => partParamCount(config, partCount(config)), RangeError);
+  assert.throws(() => partParamCount(config, -1), RangeError);
 });
 
 test('bad stage inputs are refused with clear errors', () => {

@@ -4,18 +4,17 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { gptConfig, type GptConfig } from '../../src/model/config.ts';
-import { partCount, rangeParamCount } from '../../src/model/gpt.ts';
+import { headPart, partCount, partParamCount, rangeParamCount } from '../../src/model/gpt.ts';
 import {
   ELEMENTWISE_FLOPS as E,
   activationFloatsPerToken,
   causalKeysPerQuery,
   partFlopsPerToken,
-  partParamCount,
   stageCost,
   stageCostTable,
   totalFlops,
-  type FlopsPerToken,
 } from '../../src/planner/cost.ts';
+import type { FlopsPerToken } from '../../src/planner/types.ts';
 
 const tiny = gptConfig('gpt-tiny');
 
@@ -77,7 +76,7 @@ function directCount(c: GptConfig, part: number): FlopsPerToken {
     b += E.layernorm.backward * C;
   };
   if (part === 0) return { forward: C, backward: 2 * C };
-  if (part === c.layers + 1) {
+  if (part === headPart(c)) {
     ln();
     linear(C, V, false);
     f += E.crossEntropy.forward * V + 1;

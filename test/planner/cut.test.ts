@@ -5,7 +5,8 @@ import { test } from 'node:test';
 import { gptConfig, type GptConfig } from '../../src/model/config.ts';
 import { partCount, splitEvenly, type StageRange } from '../../src/model/gpt.ts';
 import { stageCost } from '../../src/planner/cost.ts';
-import { PlanError, cutStages } from '../../src/planner/placement.ts';
+import { PlanError } from '../../src/planner/errors.ts';
+import { cutStages } from '../../src/planner/placement.ts';
 import { bruteForceMaxFlops, rangeFlops } from './helpers.ts';
 
 const configs: Record<string, GptConfig> = {

@@ -6,7 +6,11 @@ import { test } from 'node:test';
 import { gptConfig } from '../../src/model/config.ts';
 import { assignMiners } from '../../src/planner/assign.ts';
 import { stageCost, totalFlops } from '../../src/planner/cost.ts';
-import { PlanError, chooseStageCount, cutStages, planPlacement, type MinerCapacity, type Plan } from '../../src/planner/placement.ts';
+import { PlanError } from '../../src/planner/errors.ts';
+import { chooseStageCount, cutStages, planPlacement } from '../../src/planner/placement.ts';
+import { Plan, type MinerCapacity } from '../../src/planner/types.ts';
+import { NimbleError } from '../../src/protocol/errors.ts';
+import { parse } from '../../src/protocol/messages.ts';
 import { bruteForceBottleneck, lcg, minersOf } from './helpers.ts';
 
 const tiny = gptConfig('gpt-tiny');
@@ -210,10 +214,28 @@ test('chooseStageCount: more stages when they let many more miners work', () => 
   assert.equal(chooseStageCount(tiny, miners, { ...opts, stageGain: 10 }), 1);
 });
 
-test('the plan is plain JSON', () => {
+test('the plan is plain JSON that its schema accepts back, and the schema refuses damaged plans', () => {
   const miners = minersOf([40, 20, 10, 10, 5], GB);
   const plan = planPlacement({ config: tiny, miners, stages: 2, batchSize: B, slots: SLOTS });
-  assert.deepEqual(JSON.parse(JSON.stringify(plan)), plan);
+  const stored: unknown = JSON.parse(JSON.stringify(plan));
+  assert.deepEqual(stored, plan);
+  assert.deepEqual(parse(Plan, stored, 'plan', 'corrupt'), plan);
+  const damaged = (change: (p: Plan) => void): unknown => {
+    const copy = structuredClone(plan);
+    change(copy);
+    return JSON.parse(JSON.stringify(copy));
+  };
+  const refused = (value: unknown, where: RegExp): void => {
+    assert.throws(() => parse(Plan, value, 'plan', 'corrupt'), (e: unknown) => e instanceof NimbleError && e.code === 'corrupt' && where.test(e.message));
+  };
+  refused(damaged((p) => (p.stages = [])), /\/stages/);
+  refused(damaged((p) => (p.stages[0].range.from = -1)), /\/stages\/0\/range\/from/);
+  refused(damaged((p) => (p.stages[1].params = 1.5)), /\/stages\/1\/params/);
+  refused(damaged((p) => (p.stages[0].flopsPerToken.backward = NaN)), /\/stages\/0\/flopsPerToken\/backward/); // NaN is stored as null
+  refused(damaged((p) => (p.stages[0].miners = [1 as unknown as string])), /\/stages\/0\/miners\/0/);
+  refused(damaged((p) => delete (p as Partial<Plan>).unassigned), /\/unassigned/);
+  refused(damaged((p) => (p.bottleneckTokensPerS = -1)), /\/bottleneckTokensPerS/);
+  refused(null, /\//);
 });
 
 test('malformed miners are refused', () => {

@@ -4,7 +4,11 @@ import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { gptConfig } from '../../src/model/config.ts';
 import { totalFlops } from '../../src/planner/cost.ts';
-import { PlanError, planPlacement, rebalance, type MinerCapacity, type Plan } from '../../src/planner/placement.ts';
+import { PlanError } from '../../src/planner/errors.ts';
+import { planPlacement } from '../../src/planner/placement.ts';
+import { rebalance } from '../../src/planner/rebalance.ts';
+import { Plan, type MinerCapacity } from '../../src/planner/types.ts';
+import { parse } from '../../src/protocol/messages.ts';
 import { minersOf } from './helpers.ts';
 
 const tiny = gptConfig('gpt-tiny');
@@ -21,6 +25,8 @@ function assertSound(plan: Plan, present: MinerCapacity[]): void {
     for (const id of s.miners) assert.ok(byId.get(id)!.memoryBytes >= s.memoryBytes);
   }
   assert.equal(plan.bottleneckTokensPerS, Math.min(...plan.stages.map((s) => s.throughputTokensPerS)));
+  // the orchestrator stores the plan as JSON and validates it when it reads it back
+  assert.deepEqual(parse(Plan, JSON.parse(JSON.stringify(plan)), 'plan', 'corrupt'), plan);
 }
 
 const existingMoves = (moves: { from: number | null }[]): number => moves.filter((m) => m.from !== null).length;

@@ -1,7 +1,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { ErrorFeedback } from '../../src/protocol/error-feedback.ts';
-import { fp32GradientBytesPerStep, mergeCompression, mergeTrafficPerReplica } from '../../src/merge/compression.ts';
+import { fp32GradientBytesPerStep, mergeTrafficPerReplica, mergeTrafficRatio } from '../../src/merge/traffic.ts';
 import { partitionVector } from '../../src/merge/partition.ts';
 import { encodeMergedPartition, encodePseudoGradientPartitions, framesByteLength } from '../../src/merge/pseudo-gradient.ts';
 import { expectMergeError, randomVector } from './helpers.ts';
@@ -35,7 +35,7 @@ test('traffic per replica per round: the butterfly formula', () => {
   assert.equal(fp32GradientBytesPerStep(GPT_TINY_PARAMS), 4 * GPT_TINY_PARAMS);
   expectMergeError(() => mergeTrafficPerReplica({ replicas: 0, pseudoGradientBytes: 1, mergedBytes: 1 }), 'bad_argument');
   expectMergeError(() => mergeTrafficPerReplica({ replicas: 2, pseudoGradientBytes: -1, mergedBytes: 1 }), 'bad_argument');
-  expectMergeError(() => mergeCompression({ params: 10, innerSteps: 0, replicas: 2, pseudoGradientBytes: 1, mergedBytes: 1 }), 'bad_argument');
+  expectMergeError(() => mergeTrafficRatio({ params: 10, innerSteps: 0, replicas: 2, pseudoGradientBytes: 1, mergedBytes: 1 }), 'bad_argument');
 });
 
 test('network.merge_compression for gpt-tiny (867,072 params): >= 100 at H = 100, ~56 at H = 50 with R = 4', () => {
@@ -43,7 +43,7 @@ test('network.merge_compression for gpt-tiny (867,072 params): >= 100 at H = 100
     const { F, G } = gptTinyFrameBytes(R);
     // int8-block 256: 1 + 4/256 bytes per parameter plus a few hundred header bytes per frame
     assert.ok(F / GPT_TINY_PARAMS > 1.0156 && F / GPT_TINY_PARAMS < 1.03, `F = ${F / GPT_TINY_PARAMS} bytes/param`);
-    const at = (H: number): number => mergeCompression({ params: GPT_TINY_PARAMS, innerSteps: H, replicas: R, pseudoGradientBytes: F, mergedBytes: G }).ratio;
+    const at = (H: number): number => mergeTrafficRatio({ params: GPT_TINY_PARAMS, innerSteps: H, replicas: R, pseudoGradientBytes: F, mergedBytes: G }).ratio;
     assert.ok(at(100) >= 100, `R=${R} H=100: ${at(100)}`);
     assert.ok(Math.abs(at(100) - 2 * at(50)) < 1e-9 * at(100), 'the ratio is linear in H');
     // the ceiling: even a replica that only uploaded its int8 pseudo-gradient and downloaded the
@@ -52,7 +52,7 @@ test('network.merge_compression for gpt-tiny (867,072 params): >= 100 at H = 100
     assert.ok(at(50) < ceiling && ceiling < 100, `R=${R} H=50: ${at(50)}, ceiling ${ceiling}`);
   }
   const { F, G } = gptTinyFrameBytes(4);
-  const c = mergeCompression({ params: GPT_TINY_PARAMS, innerSteps: 50, replicas: 4, pseudoGradientBytes: F, mergedBytes: G });
+  const c = mergeTrafficRatio({ params: GPT_TINY_PARAMS, innerSteps: 50, replicas: 4, pseudoGradientBytes: F, mergedBytes: G });
   assert.ok(c.ratio > 55 && c.ratio < 57, `R=4 H=50: ${c.ratio}`);
   assert.equal(c.fp32BytesPerStep, 4 * GPT_TINY_PARAMS);
   assert.equal(c.mergeBytesPerStep, c.traffic.total / 50);

@@ -1,4 +1,5 @@
-// Communication of a merge round, and the `network.merge_compression` figure.
+// Traffic of a merge round: the bytes each replica moves, and their ratio to
+// an fp32 gradient all-reduce (published as `network.merge_compression`).
 //
 // Baseline: data-parallel training that all-reduces fp32 gradients every
 // inner step moves 4 bytes × params per replica per step.
@@ -17,7 +18,7 @@
 //
 // With R = 1 nothing is exchanged. Per inner step this is divided by H, and
 //
-//   merge_compression = (4 · params) / (bytes per replica per round / H).
+//   ratio = (4 · params) / (bytes per replica per round / H).
 
 import { MergeError } from './errors.ts';
 
@@ -49,16 +50,16 @@ export interface MergeTraffic {
   total: number;
 }
 
-/** Inputs of mergeCompression. */
-export interface MergeCompressionInput extends MergeTrafficInput {
+/** Inputs of mergeTrafficRatio. */
+export interface MergeTrafficRatioInput extends MergeTrafficInput {
   /** Parameters of the stage (the length of the flat vector). */
   params: number;
   /** Inner steps between merges, H. */
   innerSteps: number;
 }
 
-/** The compression figure and what it is made of. */
-export interface MergeCompression {
+/** Merge traffic per inner step against an fp32 gradient all-reduce, and what it is made of. */
+export interface MergeTrafficRatio {
   /** 4 · params: fp32 gradient all-reduce bytes per replica per inner step. */
   fp32BytesPerStep: number;
   /** traffic.total / H. */
@@ -97,11 +98,11 @@ export function mergeTrafficPerReplica(input: MergeTrafficInput): MergeTraffic {
 }
 
 /**
- * `network.merge_compression`: fp32 data-parallel gradient bytes per inner
- * step divided by our merge bytes per inner step (per replica per round / H).
- * Infinity with one replica (no traffic).
+ * fp32 data-parallel gradient bytes per inner step divided by our merge bytes
+ * per inner step (per replica per round / H): the `network.merge_compression`
+ * figure. Infinity with one replica (no traffic).
  */
-export function mergeCompression(input: MergeCompressionInput): MergeCompression {
+export function mergeTrafficRatio(input: MergeTrafficRatioInput): MergeTrafficRatio {
   checkPositiveInteger('innerSteps', input.innerSteps);
   const fp32BytesPerStep = fp32GradientBytesPerStep(input.params);
   const traffic = mergeTrafficPerReplica(input);
