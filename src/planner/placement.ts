@@ -16,12 +16,6 @@ import { partFlopsPerToken, stageCostTable, totalFlops, type StageCost } from '.
 import { PlanError, formatBytes } from './errors.ts';
 import type { MinerCapacity, Plan } from './types.ts';
 
-// Still imported from here by src/orchestrator/coordinator.ts and views.ts; their
-// homes are errors.ts, rebalance.ts and types.ts (which also has the Plan schema).
-export { PlanError } from './errors.ts';
-export { rebalance } from './rebalance.ts';
-export type { MinerCapacity, Plan } from './types.ts';
-
 /** Default node budget of the exact assignment search (a few ms). */
 export const DEFAULT_EXACT_SEARCH_LIMIT = 100_000;
 /** Default: a plan with more stages must beat the best plan with fewer by this fraction. */

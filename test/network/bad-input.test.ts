@@ -10,6 +10,7 @@ import { after, before, test } from 'node:test';
 import { generatePrivateKey } from 'viem/accounts';
 import { Miner } from '../../src/miner/miner.ts';
 import { startOrchestrator, type RunningOrchestrator } from '../../src/orchestrator/server.ts';
+import { OrchestratorClient } from '../../src/api/client.ts';
 import type { RunView } from '../../src/api/schemas.ts';
 import { encodeFrame } from '../../src/protocol/frame.ts';
 import { RequestSigner } from '../../src/protocol/signing.ts';
@@ -51,9 +52,9 @@ after(async () => {
   rmSync(dir, { recursive: true, force: true });
 });
 
-async function signedPost(signer: RequestSigner, url: string, body: Uint8Array, tweak?: (h: Record<string, string>) => void): Promise<{ status: number; error: string }> {
+async function signedPost(signer: RequestSigner, url: string, body: Uint8Array, tweak?: (h: Record<string, string>) => void, contentType = 'application/octet-stream'): Promise<{ status: number; error: string }> {
   const u = new URL(url);
-  const headers: Record<string, string> = { ...(await signer.sign('POST', u.pathname + u.search, body)), 'content-type': 'application/octet-stream' };
+  const headers: Record<string, string> = { ...(await signer.sign('POST', u.pathname + u.search, body)), 'content-type': contentType };
   tweak?.(headers);
   const res = await fetch(u, { method: 'POST', headers, body: body as BodyInit });
   const json = (await res.json().catch(() => ({}))) as { error?: string };
@@ -61,10 +62,11 @@ async function signedPost(signer: RequestSigner, url: string, body: Uint8Array, 
 }
 
 const json = (v: unknown): Uint8Array => new TextEncoder().encode(JSON.stringify(v));
+const JSON_TYPE = 'application/json';
 
 async function invalidCount(address: string): Promise<number> {
-  const work = (await (await fetch(`${orch.url}/work`)).json()) as { miner_id: string; kind: string; units: number }[];
-  return work.filter((w) => w.miner_id === address && w.kind === 'invalid').reduce((a, w) => a + w.units, 0);
+  const work = await new OrchestratorClient(orch.url).work();
+  return work.filter((w) => w.miner === address && w.kind === 'invalid').reduce((a, w) => a + w.units, 0);
 }
 
 test('the orchestrator refuses unsigned, forged, stale and replayed requests with 401', async () => {
@@ -90,13 +92,13 @@ test('the orchestrator refuses unsigned, forged, stale and replayed requests wit
 
 test('the orchestrator answers malformed and unknown requests with 4xx and counts them against the miner', async () => {
   const before = await invalidCount(addressA);
-  const notJson = await signedPost(signerA, `${orch.url}/miners/heartbeat`, new TextEncoder().encode('{nope'));
+  const notJson = await signedPost(signerA, `${orch.url}/miners/heartbeat`, new TextEncoder().encode('{nope'), undefined, JSON_TYPE);
   assert.equal(notJson.status, 400);
   assert.match(notJson.error, /not JSON/);
-  const badSchema = await signedPost(signerA, `${orch.url}/miners/heartbeat`, json({ freeSlots: -1, queue: 0, reports: [] }));
+  const badSchema = await signedPost(signerA, `${orch.url}/miners/heartbeat`, json({ freeSlots: -1, queue: 0, reports: [] }), undefined, JSON_TYPE);
   assert.equal(badSchema.status, 400);
   assert.match(badSchema.error, /freeSlots/);
-  const badJoin = await signedPost(signerA, `${orch.url}/miners/join`, json({ name: 'x', url: 'not a url', hardware: { gflops: 1, threads: 1, memoryBytes: 1 }, bandwidthMbps: 1 }));
+  const badJoin = await signedPost(signerA, `${orch.url}/miners/join`, json({ name: 'x', url: 'not a url', hardware: { gflops: 1, threads: 1, memoryBytes: 1 }, bandwidthMbps: 1 }), undefined, JSON_TYPE);
   assert.equal(badJoin.status, 400);
   const unknownRun = await signedPost(signerA, `${orch.url}/runs/run-nope/stages/0/rounds/1/pseudo-gradients/0?samples=1`, encodeFrame(new Float32Array(4), [4], 'int8-block'));
   assert.equal(unknownRun.status, 404);

@@ -274,11 +274,9 @@ export class Ledger {
   }
 
   slashes(filter: { status?: SlashStatus; epoch?: number } = {}): SlashRecord[] {
-    const where: string[] = [];
-    const params: (string | number)[] = [];
-    if (filter.status) where.push('status = ?'), params.push(filter.status);
-    if (filter.epoch !== undefined) where.push('epoch = ?'), params.push(filter.epoch);
-    return all(this.db, decodeSlash, `SELECT ${SLASH_COLUMNS} FROM slashes ${where.length ? `WHERE ${where.join(' AND ')}` : ''} ORDER BY epoch, miner`, ...params);
+    const where = ([['status', filter.status], ['epoch', filter.epoch]] as const).filter((w) => w[1] !== undefined);
+    const clause = where.length ? `WHERE ${where.map(([col]) => `${col} = ?`).join(' AND ')}` : '';
+    return all(this.db, decodeSlash, `SELECT ${SLASH_COLUMNS} FROM slashes ${clause} ORDER BY epoch, miner`, ...where.map(([, v]) => v!));
   }
 
   /** Fixes (or, with null, un-fixes) the amount of a pending slash. */

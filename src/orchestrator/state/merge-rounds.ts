@@ -120,14 +120,21 @@ export class MergeRoundStore {
   }
 
   update(k: RoundKey, c: RoundChange): void {
-    const sets: string[] = [];
-    const values: (string | number)[] = [];
-    if (c.status !== undefined) sets.push('status = ?'), values.push(c.status);
-    if (c.replicas !== undefined) sets.push('replicas = ?'), values.push(JSON.stringify(c.replicas));
-    if (c.plan !== undefined) sets.push('assignment = ?'), values.push(JSON.stringify(c.plan));
-    if (c.stateBlob !== undefined) sets.push('state_blob = ?'), values.push(c.stateBlob);
-    if (sets.length === 0) return;
-    this.db.run(`UPDATE merge_rounds SET ${sets.join(', ')} WHERE run_id = ? AND stage = ? AND round = ?`, ...values, k.runId, k.stage, k.round);
+    const sets: [string, string | undefined][] = [
+      ['status', c.status],
+      ['replicas', c.replicas && JSON.stringify(c.replicas)],
+      ['assignment', c.plan && JSON.stringify(c.plan)],
+      ['state_blob', c.stateBlob],
+    ];
+    const given = sets.filter((x): x is [string, string] => x[1] !== undefined);
+    if (given.length === 0) return;
+    this.db.run(
+      `UPDATE merge_rounds SET ${given.map(([col]) => `${col} = ?`).join(', ')} WHERE run_id = ? AND stage = ? AND round = ?`,
+      ...given.map(([, v]) => v),
+      k.runId,
+      k.stage,
+      k.round,
+    );
   }
 
   /** A replica's pseudo-gradient slice of one partition (a re-upload replaces it). */
