@@ -13,7 +13,8 @@ import { rewardHistory, settleEpoch } from '../../src/chain/rewards.ts';
 import { addStake, readStake, removeStake } from '../../src/chain/staking.ts';
 import { faucet } from '../../src/chain/token.ts';
 import { signerFor } from '../../src/chain/client.ts';
-import { HttpError, SignedClient } from '../../src/miner/client.ts';
+import { SignedClient } from '../../src/http/client.ts';
+import { NimbleError } from '../../src/protocol/errors.ts';
 import { OrchestratorDb } from '../../src/orchestrator/db.ts';
 import { Epochs, type ChainOptions } from '../../src/orchestrator/epochs.ts';
 import { startOrchestrator } from '../../src/orchestrator/server.ts';
@@ -157,7 +158,7 @@ test('GET /epochs, nbcli rewards, a join below the minimum stake gets 403, a min
     const join = { name: 'poor', url: 'http://127.0.0.1:9', hardware: { gflops: 1, threads: 1, memoryBytes: 1 << 30 }, bandwidthMbps: 100 };
     await assert.rejects(
       () => client.request('POST', '/miners/join', new TextEncoder().encode(JSON.stringify(join)), 'application/json'),
-      (err: unknown) => err instanceof HttpError && err.status === 403 && /stake too low: .* 0 NIM staked, .* requires 10 NIM/.test(err.message),
+      (err: unknown) => err instanceof NimbleError && err.status === 403 && /stake too low: .* 0 NIM staked, .* requires 10 NIM/.test(err.message),
     );
     assert.equal(orch.coordinator.db.miner(account.address), undefined);
     await faucet(chain.client, account.address, parseEther('10'));
@@ -173,7 +174,7 @@ test('GET /epochs, nbcli rewards, a join below the minimum stake gets 403, a min
     await orch.epochs!.step(); // (a pass already under way may have read the stake before)
     await orch.epochs!.step();
     assert.equal(orch.coordinator.db.miner(account.address)!.alive, 0);
-    await assert.rejects(beat, (err: unknown) => err instanceof HttpError && err.status === 403 && /stake too low/.test(err.message));
+    await assert.rejects(beat, (err: unknown) => err instanceof NimbleError && err.status === 403 && /stake too low/.test(err.message));
   } finally {
     await orch.close();
   }
