@@ -22,10 +22,15 @@ export class ForwardRecords {
 
   constructor(readonly maxRecords: number = DEFAULT_MAX_RECORDS) {}
 
+  /** A pooled buffer of `length` values (contents unspecified), for a record about to be made. */
+  buffer(length: number): Float32Array {
+    const buf = this.pool.pop();
+    return buf && buf.length === length ? buf : new Float32Array(length);
+  }
+
   /** A copy of `weights` in a pooled buffer, for a record about to be made. */
   snapshot(weights: Float32Array): Float32Array {
-    let buf = this.pool.pop();
-    if (!buf || buf.length !== weights.length) buf = new Float32Array(weights.length);
+    const buf = this.buffer(weights.length);
     buf.set(weights);
     return buf;
   }

@@ -1,6 +1,8 @@
 // The stage a miner holds: the GPT stage with its activation slots, the inner
 // AdamW, the corpus (a first or last stage loads batches itself), and the
 // DiLoCo state (weights at the last merge, outer momentum, error feedback).
+// It computes; the miner moves bytes: the merge round's frames are encoded and
+// decoded in merge-round.ts, from `pseudoGradient()` and into `applyOuterStep()`.
 //
 // Delayed backwards: a stage that is not last runs a microbatch's backward
 // after the backwards (and inner steps) of the microbatches already in flight
@@ -17,18 +19,27 @@
 import { loadCorpus, type ByteCorpus } from '../data/corpus.ts';
 import { batchForShard } from '../data/batches.ts';
 import type { Engine } from '../engine/engine.ts';
-import { aggregate } from '../merge/aggregate.ts';
 import { createOuterState, outerStep, type OuterState } from '../merge/outer.ts';
-import { encodeMergedPartition, encodePseudoGradientPartitions, pseudoGradient } from '../merge/pseudo-gradient.ts';
-import type { Partition } from '../merge/partition.ts';
+import { pseudoGradient } from '../merge/pseudo-gradient.ts';
 import { AdamW, ADAMW_DEFAULTS } from '../model/adamw.ts';
-import { CHECKPOINT_FORMAT, loadStageFrom, stageTensors } from '../model/checkpoint.ts';
+import { checkpointInfo, encodeCheckpoint, loadStageFrom, stageTensors } from '../model/checkpoint.ts';
 import { gptConfig } from '../model/config.ts';
-import { GptStage } from '../model/gpt.ts';
-import { decodeSafetensors, encodeSafetensors, SafetensorsError } from '../model/safetensors.ts';
+import { GptStage, partCount } from '../model/gpt.ts';
+import { decodeSafetensors, SafetensorsError } from '../model/safetensors.ts';
 import { DEFAULT_BLOCK_SIZE } from '../protocol/codec.ts';
 import { ErrorFeedback } from '../protocol/error-feedback.ts';
 import type { StageAssignment } from '../protocol/messages.ts';
+
+/**
+ * Microbatches a stage keeps in flight: the miner's slots, but at most one
+ * more than the stages from here to the end (1F1B's S − stage, plus one so
+ * that network latency does not stall the pipeline). More would only add
+ * gradient delay, since a stage's backward for a microbatch waits for every
+ * later stage.
+ */
+export function inFlightLimit(a: Pick<StageAssignment, 'stage' | 'stageCount'>, slots: number): number {
+  return Math.max(1, Math.min(slots, a.stageCount - a.stage + 1));
+}
 
 export class StageRunner {
   readonly stage: GptStage;
@@ -45,7 +56,11 @@ export class StageRunner {
   /** weights at the start of the current merge interval */
   private thetaStart: Float32Array;
   private outer: OuterState;
-  private readonly feedback: ErrorFeedback;
+  /**
+   * Error feedback of this replica's int8 pseudo-gradient uploads (what
+   * rounding dropped, added back next round); reset when a state is loaded.
+   */
+  readonly feedback: ErrorFeedback;
   /** merge rounds applied */
   round: number;
   /** inner steps since the last merge */
@@ -57,7 +72,7 @@ export class StageRunner {
     slots: number,
   ) {
     const config = gptConfig(assignment.model);
-    const isEdge = assignment.from === 0 || assignment.to === config.layers + 2;
+    const isEdge = assignment.from === 0 || assignment.to === partCount(config);
     this.stage = new GptStage(engine, config, { from: assignment.from, to: assignment.to }, {
       batchSize: assignment.batchSize,
       seed: assignment.seed,
@@ -84,6 +99,27 @@ export class StageRunner {
 
   get freeSlotCount(): number {
     return this.freeSlots.length;
+  }
+
+  /** Activation slots: microbatches this stage can hold in flight. */
+  get slotCount(): number {
+    return this.stage.slotCount;
+  }
+
+  /** Parameters of the stage. */
+  get paramCount(): number {
+    return this.stage.paramCount;
+  }
+
+  /** Shape of an activation (or its gradient) at this stage's input and output: [batch · context, channels]. */
+  get activationShape(): [number, number] {
+    return [this.assignment.batchSize * this.stage.config.contextLength, this.stage.config.channels];
+  }
+
+  /** Copies the current weights (what a forward with nothing in flight uses) into `out`. */
+  copyWeights(out: Float32Array): Float32Array {
+    out.set(this.stage.params.flat.data);
+    return out;
   }
 
   holds(microbatch: number): boolean {
@@ -205,20 +241,18 @@ export class StageRunner {
 
   // ---- merging -------------------------------------------------------------
 
-  /** Pseudo-gradient frames, one per partition, with error feedback. */
-  pseudoGradientFrames(partitions: readonly Partition[], round: number): Uint8Array[] {
-    const pg = pseudoGradient(this.thetaStart, this.stage.params.flat.data);
-    return encodePseudoGradientPartitions(pg, partitions, this.feedback, { runId: this.runId, stage: this.assignment.stage, round });
+  /** The pseudo-gradient of this merge interval: weights at its start minus the current ones. */
+  pseudoGradient(): Float32Array {
+    return pseudoGradient(this.thetaStart, this.stage.params.flat.data);
   }
 
-  /** Merges one partition from the replicas' decoded slices. */
-  mergePartition(slices: Float32Array[], weights: number[], partition: Partition, method: 'mean' | 'trimmed-mean' | 'median', round: number): Uint8Array {
-    const merged = aggregate(slices, { method, weights });
-    return encodeMergedPartition(merged, partition, { runId: this.runId, stage: this.assignment.stage, round });
-  }
-
-  /** Outer step from the merged pseudo-gradient; every replica ends with the same weights. */
-  applyMerged(delta: Float32Array | null, round: number, lr: number, momentum: number): void {
+  /**
+   * Ends merge round `round`: the outer step from the merged pseudo-gradient
+   * `delta` (every replica applies the same one and ends with the same
+   * weights), or, with no delta, keeps the current weights. Either way the
+   * next merge interval starts here.
+   */
+  applyOuterStep(delta: Float32Array | null, round: number, lr: number, momentum: number): void {
     if (delta) {
       if (this.outer.lr !== lr || this.outer.momentum !== momentum) {
         this.outer = { ...createOuterState(this.stage.paramCount, { lr, momentum }), step: this.outer.step, momentumBuffer: this.outer.momentumBuffer };
@@ -231,30 +265,28 @@ export class StageRunner {
     this.samples = 0;
   }
 
-  /** The stage state after a merge: weights and outer momentum, as safetensors. */
+  /** The stage state after merge round `round`: weights and outer momentum, as a checkpoint. */
   encodeState(round: number): Uint8Array {
-    return encodeSafetensors(
-      [...stageTensors(this.stage), { name: 'outer.momentum', shape: [this.stage.paramCount], data: this.outer.momentumBuffer }],
-      {
-        format: CHECKPOINT_FORMAT,
-        config: JSON.stringify(this.stage.config),
-        from: String(this.assignment.from),
-        to: String(this.assignment.to),
-        step: String(round),
-        outerStep: String(this.outer.step),
-      },
-    );
+    return encodeCheckpoint([...stageTensors(this.stage), { name: 'outer.momentum', shape: [this.stage.paramCount], data: this.outer.momentumBuffer }], {
+      config: this.stage.config,
+      range: { from: this.assignment.from, to: this.assignment.to },
+      step: round,
+      extra: { outerStep: String(this.outer.step) },
+    });
   }
 
   /** Loads a stage state saved by a replica (a new or stale replica catching up). */
   loadState(bytes: Uint8Array, round: number): void {
     const file = decodeSafetensors(bytes);
-    const info = loadStageFrom(this.stage, file);
+    const info = checkpointInfo(file);
     if (info.from !== this.assignment.from || info.to !== this.assignment.to) throw new SafetensorsError('state is for another stage');
     const m = file.tensors.get('outer.momentum');
     if (!m || m.data.length !== this.stage.paramCount) throw new SafetensorsError('state lacks the outer momentum');
+    const outerSteps = Number(file.metadata.outerStep ?? 0);
+    if (!Number.isSafeInteger(outerSteps) || outerSteps < 0) throw new SafetensorsError(`state has a bad outerStep '${file.metadata.outerStep}'`);
+    loadStageFrom(this.stage, file);
     this.outer.momentumBuffer.set(m.data);
-    this.outer.step = Number(file.metadata.outerStep ?? 0);
+    this.outer.step = outerSteps;
     this.thetaStart = this.stage.params.flat.data.slice();
     this.feedback.reset();
     this.round = round;

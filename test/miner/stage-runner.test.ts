@@ -130,11 +130,24 @@ test('a forward behind others in flight runs at the predicted weights, and its b
 });
 
 test('in flight: the miner slots, at most one more than the stages from here to the end (1F1B + 1)', async () => {
-  const { inFlightLimit } = await import('../../src/miner/miner.ts');
+  const { inFlightLimit } = await import('../../src/miner/stage-runner.ts');
   assert.equal(inFlightLimit({ stage: 0, stageCount: 2 }, 3), 3);
   assert.equal(inFlightLimit({ stage: 0, stageCount: 2 }, 8), 3);
   assert.equal(inFlightLimit({ stage: 1, stageCount: 2 }, 3), 2);
   assert.equal(inFlightLimit({ stage: 2, stageCount: 4 }, 8), 3);
   assert.equal(inFlightLimit({ stage: 0, stageCount: 1 }, 3), 2);
   assert.equal(inFlightLimit({ stage: 0, stageCount: 8 }, 1), 1);
+});
+
+test('the stage state is a checkpoint with the outer momentum, byte for byte as before', async () => {
+  const { CHECKPOINT_FORMAT, stageTensors } = await import('../../src/model/checkpoint.ts');
+  const { encodeSafetensors } = await import('../../src/model/safetensors.ts');
+  const a = assignment(1, 3);
+  const runner = new StageRunner(engine, a, 1);
+  const old = encodeSafetensors(
+    [...stageTensors(runner.stage), { name: 'outer.momentum', shape: [runner.paramCount], data: new Float32Array(runner.paramCount) }],
+    { format: CHECKPOINT_FORMAT, config: JSON.stringify(runner.stage.config), from: String(a.from), to: String(a.to), step: '3', outerStep: '0' },
+  );
+  assert.deepEqual(runner.encodeState(3), old);
+  runner.dispose();
 });

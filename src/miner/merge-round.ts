@@ -1,0 +1,173 @@
+// The miner's half of a merge round, in one place. A round of a stage runs in
+// up to four steps, each announced by the merge task of a heartbeat reply:
+//   1. upload: this replica's pseudo-gradient, one int8 frame per partition
+//      (with error feedback), and the inner steps it took (its weight);
+//   2. merge: for each partition assigned to it, download every replica's
+//      frame of it, aggregate them and upload the merged partition;
+//   3. apply: download every merged partition and take the outer step, so
+//      that every replica of the stage ends with the same weights;
+//   4. save: one replica uploads the stage state (weights and outer momentum).
+// Training pauses while a round this replica has not applied is open. The
+// frames go through a `MergeTransport`: the orchestrator's routes over HTTP in
+// a miner, memory in tests.
+import type { SignedClient } from '../http/client.ts';
+import { aggregate } from '../merge/aggregate.ts';
+import type { Partition } from '../merge/partition.ts';
+import { decodePartitionFrame, decodePartitionFrames, encodeMergedPartition, encodePseudoGradientPartitions } from '../merge/pseudo-gradient.ts';
+import type { Aggregator, MergeTask } from '../protocol/messages.ts';
+import type { StageRunner } from './stage-runner.ts';
+
+/** One merge round of one stage of a run. */
+export interface RoundRef {
+  runId: string;
+  stage: number;
+  round: number;
+}
+
+/** Where a merge round's frames go and come from. */
+export interface MergeTransport {
+  /** uploads this replica's pseudo-gradient frame of one partition, with the inner steps it took */
+  putPseudoGradient(at: RoundRef, partition: number, samples: number, frame: Uint8Array): Promise<void>;
+  /** uploads a partition this replica merged */
+  putMerged(at: RoundRef, partition: number, frame: Uint8Array): Promise<void>;
+  /** uploads the stage state after the round is applied */
+  putState(at: RoundRef, state: Uint8Array): Promise<void>;
+  /** downloads a blob: a replica's pseudo-gradient frame or a merged partition */
+  getBlob(id: string): Promise<Uint8Array>;
+}
+
+/** The orchestrator's merge routes (docs/network.md), signed by the miner. */
+export function httpMergeTransport(client: Pick<SignedClient, 'request'>): MergeTransport {
+  const base = (at: RoundRef): string => `/runs/${at.runId}/stages/${at.stage}/rounds/${at.round}`;
+  return {
+    putPseudoGradient: async (at, partition, samples, frame) => void (await client.request('POST', `${base(at)}/pseudo-gradients/${partition}?samples=${samples}`, frame)),
+    putMerged: async (at, partition, frame) => void (await client.request('POST', `${base(at)}/merged/${partition}`, frame)),
+    putState: async (at, state) => void (await client.request('POST', `${base(at)}/state`, state)),
+    getBlob: (id) => client.request('GET', `/blobs/${id}`),
+  };
+}
+
+export interface MergeRoundOptions {
+  transport: MergeTransport;
+  /** counters: bytes uploaded, partitions merged */
+  stats: { bytesSent: number; merges: number };
+  log(line: string): void;
+  /** resolves once no microbatch work runs (the pseudo-gradient is taken after it) */
+  idle(): Promise<void>;
+  /** true once the miner is stopping */
+  stopped(): boolean;
+  /** wait this long before merging partitions: lets failure tests kill a merger mid-round */
+  mergeDelayMs?: number;
+}
+
+/** A replica's merge rounds: what it has uploaded, merged and saved, and the round under way. */
+export class MergeRounds {
+  /** the last round whose pseudo-gradient this replica uploaded in full */
+  uploadedRound = 0;
+  private savedRound = 0;
+  /** partitions merged, by run/round/partition, so a repeated task does not merge them again */
+  private readonly merged = new Set<string>();
+  private running: Promise<void> | null = null;
+
+  constructor(private readonly options: MergeRoundOptions) {}
+
+  /** The stage was taken on, or its state loaded, at `round`: nothing of it is left to upload or save. */
+  reset(round: number): void {
+    this.uploadedRound = round;
+    this.savedRound = round;
+  }
+
+  /** Runs `task` in the background unless a round's work is under way already. */
+  start(runner: StageRunner, task: MergeTask): void {
+    if (this.running) return;
+    this.running = this.run(runner, task)
+      .catch((err) => this.options.log(`merge round ${task.round} failed: ${(err as Error).message}`))
+      .finally(() => (this.running = null));
+  }
+
+  /** Resolves when the round's work under way (if any) has ended. */
+  async settled(): Promise<void> {
+    await this.running;
+  }
+
+  /** Does this replica's part of the task: upload, merge, apply and save as it asks, each once. */
+  async run(runner: StageRunner, task: MergeTask): Promise<void> {
+    const { transport, stats } = this.options;
+    const partitions: Partition[] = task.partitions.map((p) => ({ index: p.index, start: p.start, end: p.end }));
+    const at: RoundRef = { runId: runner.runId, stage: runner.assignment.stage, round: task.round };
+    if (task.round <= runner.round) {
+      // applied already; maybe still asked to save the state
+      if (task.saveState && this.savedRound < task.round && runner.round === task.round) await this.saveState(runner, at);
+      return;
+    }
+    // wait for in-flight work to finish before taking the pseudo-gradient
+    await this.options.idle();
+    if (task.upload && this.uploadedRound < task.round) {
+      const frames = pseudoGradientFrames(runner, partitions, at);
+      for (let p = 0; p < frames.length; p++) {
+        await transport.putPseudoGradient(at, p, runner.samples, frames[p]);
+        stats.bytesSent += frames[p].length;
+      }
+      this.uploadedRound = task.round;
+    }
+    if (task.merge.length && this.options.mergeDelayMs) await sleep(this.options.mergeDelayMs);
+    for (const m of task.merge) {
+      if (this.options.stopped()) return;
+      const key = `${at.runId}/${at.round}/${m.partition}`;
+      if (this.merged.has(key)) continue;
+      const part = partitions[m.partition];
+      const inputs = [...m.inputs].sort((x, y) => (x.minerId < y.minerId ? -1 : 1));
+      const slices: Float32Array[] = [];
+      for (const input of inputs) slices.push(decodePartitionFrame(await transport.getBlob(input.blob), part));
+      const weights = inputs.map((i) => i.samples);
+      const frame = mergePartition(slices, weights.some((w) => w > 0) ? weights : weights.map(() => 1), part, task.aggregator, at);
+      await transport.putMerged(at, m.partition, frame);
+      stats.bytesSent += frame.length;
+      stats.merges++;
+      this.merged.add(key);
+    }
+    if (task.apply) {
+      let delta: Float32Array | null = null;
+      if (partitions.length) {
+        const frames: Uint8Array[] = [];
+        for (const a of [...task.apply].sort((x, y) => x.partition - y.partition)) frames.push(await transport.getBlob(a.blob));
+        delta = decodeMergedDelta(frames, partitions);
+      }
+      runner.applyOuterStep(delta, task.round, task.outerLr, task.outerMomentum);
+      this.options.log(`applied merge round ${task.round}`);
+      if (task.saveState) await this.saveState(runner, at);
+    }
+  }
+
+  private async saveState(runner: StageRunner, at: RoundRef): Promise<void> {
+    const bytes = runner.encodeState(at.round);
+    await this.options.transport.putState(at, bytes);
+    this.options.stats.bytesSent += bytes.length;
+    this.savedRound = at.round;
+  }
+}
+
+// ---- the round's frames --------------------------------------------------------
+
+/** The replica's pseudo-gradient as one int8 frame per partition, with its error feedback. */
+export function pseudoGradientFrames(runner: StageRunner, partitions: readonly Partition[], at: RoundRef): Uint8Array[] {
+  return encodePseudoGradientPartitions(runner.pseudoGradient(), partitions, runner.feedback, frameMeta(at));
+}
+
+/** Merges one partition from the replicas' decoded slices (in a canonical order), as a frame. */
+export function mergePartition(slices: Float32Array[], weights: number[], partition: Partition, method: Aggregator, at: RoundRef): Uint8Array {
+  return encodeMergedPartition(aggregate(slices, { method, weights }), partition, frameMeta(at));
+}
+
+/** The merged pseudo-gradient of the whole stage from its merged partitions' frames (in partition order). */
+export function decodeMergedDelta(frames: readonly Uint8Array[], partitions: readonly Partition[]): Float32Array {
+  return decodePartitionFrames(frames, partitions, undefined, { codecs: ['int8-block', 'f16', 'f32'] });
+}
+
+function frameMeta(at: RoundRef): { runId: string; stage: number; round: number } {
+  return { runId: at.runId, stage: at.stage, round: at.round };
+}
+
+function sleep(ms: number): Promise<void> {
+  return new Promise((r) => setTimeout(r, ms));
+}
