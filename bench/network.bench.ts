@@ -13,7 +13,10 @@ import { gptConfig } from '../src/model/config.ts';
 import { GptStage, partCount } from '../src/model/gpt.ts';
 import { decodeSafetensors } from '../src/model/safetensors.ts';
 import { startOrchestrator, type RunningOrchestrator } from '../src/orchestrator/server.ts';
-import type { RunView } from '../src/api/schemas.ts';
+import { Type } from '@sinclair/typebox';
+import { OrchestratorClient } from '../src/api/client.ts';
+import type { CreateRunRequest, RunView } from '../src/api/schemas.ts';
+import { parseJson } from '../src/protocol/messages.ts';
 import { heldoutLoss } from '../src/train/local.ts';
 import { gptChild } from './engine.bench.ts';
 import { median, type Bench, type BenchResult } from './harness.ts';
@@ -59,14 +62,12 @@ async function stopNet(net: Net): Promise<void> {
   rmSync(net.dir, { recursive: true, force: true });
 }
 
-async function createRun(net: Net, body: Record<string, unknown>): Promise<string> {
-  const res = await fetch(`${net.orch.url}/runs`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) });
-  if (res.status !== 201) throw new Error(`create run: ${await res.text()}`);
-  return ((await res.json()) as RunView).id;
+async function createRun(net: Net, body: CreateRunRequest): Promise<string> {
+  return (await new OrchestratorClient(net.orch.url).createRun(body)).id;
 }
 
-async function view(net: Net, id: string): Promise<RunView> {
-  return (await (await fetch(`${net.orch.url}/runs/${id}`)).json()) as RunView;
+function view(net: Net, id: string): Promise<RunView> {
+  return new OrchestratorClient(net.orch.url).run(id);
 }
 
 async function waitFor(net: Net, id: string, pred: (v: RunView) => boolean, log?: (v: RunView) => void): Promise<RunView> {
@@ -142,14 +143,14 @@ export const networkBenches: Bench[] = [
     group: 'network-convergence',
     convergence: true,
     async run(o): Promise<BenchResult[]> {
-      const recipe = { ...CONVERGENCE_RUN, ...(JSON.parse(process.env.NIMBLE_BENCH_RUN ?? '{}') as Record<string, number>) };
+      const recipe = { ...CONVERGENCE_RUN, ...parseJson(Type.Record(Type.String(), Type.Number()), process.env.NIMBLE_BENCH_RUN ?? '{}', 'NIMBLE_BENCH_RUN') };
       o.log(`gpt-tiny, 4 miners as 2 stages x 2 replicas, ${recipe.steps} microbatches of ${recipe.batchSize} x 64 = ${((recipe.steps * recipe.batchSize * 64) / 1e6).toFixed(3)} M tokens; run options ${JSON.stringify(recipe)}`);
       const net = await startNet([{ threads: 1 }, { threads: 1 }, { threads: 1 }, { threads: 1 }]);
       let bytes: Uint8Array;
       try {
         const id = await createRun(net, { model: 'gpt-tiny', data: 'moby-dick', stages: 2, minMiners: 4, ...recipe });
         await waitFor(net, id, (v) => v.status === 'completed', (v) => o.log(`${v.microbatchesDone}/${recipe.steps} loss ${v.loss?.toFixed(4)} ${Math.round(v.tokensPerSecond)} tok/s merges ${v.mergesDone}`));
-        bytes = new Uint8Array(await (await fetch(`${net.orch.url}/runs/${id}/checkpoint`)).arrayBuffer());
+        bytes = await new OrchestratorClient(net.orch.url).checkpoint(id);
       } finally {
         await stopNet(net);
       }

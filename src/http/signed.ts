@@ -8,10 +8,3 @@ export function signerOf(req: FastifyRequest): `0x${string}` {
   if (!req.signer) throw new Error(`${req.method} ${req.url} is not a signed route`);
   return req.signer;
 }
-
-/** A `preValidation` hook that verifies a request's signature and sets `req.signer` (for servers built without a verifier). */
-export function verifySignature(verifier: import('../protocol/signing.ts').RequestVerifier): (req: FastifyRequest) => Promise<void> {
-  return async (req) => {
-    req.signer = await verifier.verify({ method: req.method, path: req.url, headers: req.headers, body: req.rawBody ?? new Uint8Array(0) });
-  };
-}

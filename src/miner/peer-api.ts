@@ -9,7 +9,6 @@
 // reported in the next heartbeat (the orchestrator counts it against them).
 import { Type, type Static } from '@sinclair/typebox';
 import { createHttpServer, type HttpServer } from '../http/server.ts';
-import { verifySignature } from '../http/signed.ts';
 import { NimbleError } from '../protocol/errors.ts';
 import { decodeFrame, readFrameHeader } from '../protocol/frame.ts';
 import { BackwardMeta, ForwardMeta, parse } from '../protocol/messages.ts';
@@ -104,16 +103,16 @@ export function buildPeerApi(options: PeerApiOptions): HttpServer {
   const maxBytes = options.maxFrameBytes ?? MAX_PEER_FRAME_BYTES;
   const app = createHttpServer({
     bodyLimit: 1 << 16,
+    verifier: options.verifier,
     onRefused: (req, err) => {
       options.stats.rejected++;
       if (req.signer) options.refusals.add(req.signer, err.message);
     },
     onFailure: (_req, err) => options.log(`peer request failed: ${err.message}`),
   });
-  const signed = verifySignature(options.verifier);
   const frameRoute = {
     bodyLimit: maxBytes,
-    preValidation: signed,
+    config: { signed: true },
     schema: { body: FrameBody, response: { 202: Queued, '4xx': ErrorAnswer, '5xx': ErrorAnswer } },
   };
 

@@ -1,10 +1,10 @@
 // A run's whole model as one safetensors checkpoint, assembled from the
 // stages' latest merged states (bytes rearranged, no kernels run; the outer
 // optimizer's tensors are left out).
-import { CHECKPOINT_FORMAT, checkpointInfo } from '../model/checkpoint.ts';
+import { checkpointInfo, encodeCheckpoint } from '../model/checkpoint.ts';
 import { gptConfig } from '../model/config.ts';
 import { partCount } from '../model/gpt.ts';
-import { decodeSafetensors, encodeSafetensors, type NamedTensor } from '../model/safetensors.ts';
+import { decodeSafetensors, type NamedTensor } from '../model/safetensors.ts';
 import { NimbleError } from '../protocol/errors.ts';
 import type { BlobStore } from './blobs.ts';
 import type { OrchestratorState } from './state/index.ts';
@@ -22,13 +22,5 @@ export async function assembleCheckpoint(state: OrchestratorState, blobs: BlobSt
     round = Math.min(round, checkpointInfo(file).step);
     for (const t of file.tensors.values()) if (!t.name.startsWith('outer.')) tensors.push(t);
   }
-  return encodeSafetensors(tensors, {
-    format: CHECKPOINT_FORMAT,
-    config: JSON.stringify(config),
-    from: '0',
-    to: String(partCount(config)),
-    step: String(run.microbatchesDone),
-    run: run.id,
-    rounds: String(round),
-  });
+  return encodeCheckpoint(tensors, { config, range: { from: 0, to: partCount(config) }, step: run.microbatchesDone, extra: { run: run.id, rounds: String(round) } });
 }

@@ -7,7 +7,8 @@ import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { createInterface } from 'node:readline';
-import type { EpochView, RunView } from '../../src/api/schemas.ts';
+import { OrchestratorClient } from '../../src/api/client.ts';
+import type { CreateRunRequest, EpochView, RunView } from '../../src/api/schemas.ts';
 
 const root = new URL('../..', import.meta.url).pathname;
 const MAIN = join(root, 'src/cli/main.ts');
@@ -84,15 +85,17 @@ export class Cluster {
     return p;
   }
 
-  async createRun(body: Record<string, unknown>): Promise<RunView> {
-    const res = await fetch(`${this.url}/runs`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) });
-    if (res.status !== 201) throw new Error(`create run: ${res.status} ${await res.text()}`);
-    return (await res.json()) as RunView;
+  /** The orchestrator's public API. */
+  get api(): OrchestratorClient {
+    return new OrchestratorClient(this.url);
   }
 
-  async run(id: string): Promise<RunView> {
-    const res = await fetch(`${this.url}/runs/${id}`);
-    return (await res.json()) as RunView;
+  createRun(body: CreateRunRequest): Promise<RunView> {
+    return this.api.createRun(body);
+  }
+
+  run(id: string): Promise<RunView> {
+    return this.api.run(id);
   }
 
   /** Polls until pred(view) holds. */
@@ -113,7 +116,7 @@ export class Cluster {
 
   /** GET /epochs of the orchestrator. */
   async epochs(): Promise<EpochView[]> {
-    return ((await (await fetch(`${this.url}/epochs`)).json()) as { epochs: EpochView[] }).epochs;
+    return (await this.api.epochs()).epochs;
   }
 
   /** Stops the orchestrator with SIGTERM (it saves and stops the anvil node it runs), then everything else. */

@@ -33,12 +33,12 @@ test('2 stages x 2 replicas train gpt-micro: the loss falls and replicas merge',
   assert.ok(early > 4.5 && late < early - 1, `loss ${early.toFixed(3)} -> ${late.toFixed(3)}`);
   assert.ok(done.bytesSent > 0);
   // every miner did forward and backward work; merges were logged
-  const work = (await (await fetch(`${cluster.url}/work`)).json()) as { miner_id: string; kind: string; units: number }[];
-  const miners = new Set(work.filter((w) => w.kind === 'forward' && w.units > 0).map((w) => w.miner_id));
+  const work = await cluster.api.work();
+  const miners = new Set(work.filter((w) => w.kind === 'forward' && w.units > 0).map((w) => w.miner));
   assert.equal(miners.size, 4);
   assert.ok(work.some((w) => w.kind === 'merge' && w.units > 0));
   // the merged model is one whole checkpoint
-  const ckpt = new Uint8Array(await (await fetch(`${cluster.url}/runs/${run.id}/checkpoint`)).arrayBuffer());
+  const ckpt = await cluster.api.checkpoint(run.id);
   const info = checkpointInfo(decodeSafetensors(ckpt));
   assert.equal(info.from, 0);
   assert.equal(info.to, 4);

@@ -13,6 +13,7 @@ import { rewardHistory, settleEpoch } from '../../src/chain/rewards.ts';
 import { addStake, readStake, removeStake } from '../../src/chain/staking.ts';
 import { faucet } from '../../src/chain/token.ts';
 import { signerFor } from '../../src/chain/client.ts';
+import { OrchestratorClient } from '../../src/api/client.ts';
 import type { EpochView } from '../../src/api/schemas.ts';
 import { SignedClient } from '../../src/http/client.ts';
 import { NimbleError } from '../../src/protocol/errors.ts';
@@ -135,14 +136,15 @@ test('GET /epochs, nbcli rewards, a join below the minimum stake gets 403, a min
   try {
     orch.coordinator.state.runs.addCounters('r1', { merges: 1 });
     await orch.epochs!.step();
-    const list = (await (await fetch(`${orch.url}/epochs`)).json()) as { paid: boolean; epochs: EpochView[] };
+    const api = new OrchestratorClient(orch.url);
+    const list = await api.epochs();
     assert.equal(list.paid, true);
     const e = list.epochs[0];
     assert.equal(e.status, 'settled');
     assert.equal(e.rewards.length, 3);
-    const one = (await (await fetch(`${orch.url}/epochs/${e.id}`)).json()) as EpochView;
+    const one = await api.epoch(e.id);
     assert.deepEqual(one, e);
-    assert.equal((await fetch(`${orch.url}/epochs/999`)).status, 404);
+    await assert.rejects(() => api.epoch(999), (err: unknown) => err instanceof NimbleError && err.status === 404 && err.code === 'not_found');
 
     // nbcli rewards, as JSON and for people
     const viaUrl = await nbcli(['rewards', '--orchestrator', orch.url, '--json']);
