@@ -1,5 +1,5 @@
 // NIM amounts: decimal strings typed by users <-> 18-decimal bigints on chain.
-import { UserError } from '../cli/common.ts';
+import { NimbleError } from '../protocol/errors.ts';
 
 export const NIM_DECIMALS = 18;
 const UNIT = 10n ** BigInt(NIM_DECIMALS);
@@ -10,18 +10,18 @@ const UNIT = 10n ** BigInt(NIM_DECIMALS);
  * fraction digits, with an error that names the flag.
  */
 export function parseNim(value: string | undefined, flag = '--amount'): bigint {
-  if (value === undefined || value.trim() === '') throw new UserError(`${flag} is required (an amount of NIM, e.g. 1.5)`);
+  if (value === undefined || value.trim() === '') throw new NimbleError('invalid', `${flag} is required (an amount of NIM, e.g. 1.5)`);
   const s = value.trim().replace(/_/g, '');
   const m = /^(\d*)(?:\.(\d*))?$/.exec(s);
   if (!m || (m[1] === '' && (m[2] ?? '') === '')) {
-    throw new UserError(`${flag} must be a number of NIM like 10 or 0.25, got '${value}'`);
+    throw new NimbleError('invalid', `${flag} must be a number of NIM like 10 or 0.25, got '${value}'`);
   }
   const fraction = m[2] ?? '';
   if (fraction.length > NIM_DECIMALS) {
-    throw new UserError(`${flag} has more than ${NIM_DECIMALS} decimal places: '${value}'`);
+    throw new NimbleError('invalid', `${flag} has more than ${NIM_DECIMALS} decimal places: '${value}'`);
   }
   const units = BigInt(m[1] || '0') * UNIT + BigInt((fraction + '0'.repeat(NIM_DECIMALS)).slice(0, NIM_DECIMALS) || '0');
-  if (units === 0n) throw new UserError(`${flag} must be more than 0, got '${value}'`);
+  if (units === 0n) throw new NimbleError('invalid', `${flag} must be more than 0, got '${value}'`);
   return units;
 }
 

@@ -6,6 +6,10 @@ import { closeSync, existsSync, openSync, readFileSync, renameSync, writeFileSyn
 import { createRequire } from 'node:module';
 import { dirname, join } from 'node:path';
 import { gunzipSync } from 'node:zlib';
+import { Type, type Static, type TSchema } from '@sinclair/typebox';
+import { NimbleError } from '../protocol/errors.ts';
+import { parse } from '../protocol/messages.ts';
+import { HexString } from './schemas.ts';
 
 export interface AnvilOptions {
   /** Where anvil's stdout/stderr go (truncated at start); the listening port is read from it. */
@@ -112,17 +116,53 @@ export function isAlive(pid: number): boolean {
   }
 }
 
-/** One JSON-RPC call over HTTP. */
-export async function rpc<T>(rpcUrl: string, method: string, params: unknown[] = [], timeoutMs = 10_000): Promise<T> {
+/** A JSON-RPC answer: a result or an error. */
+const RpcAnswer = Type.Object({
+  result: Type.Optional(Type.Unknown()),
+  error: Type.Optional(Type.Object({ message: Type.String() })),
+});
+
+/** The result schema of a call whose answer is not used. */
+export const RPC_ANY = Type.Unknown();
+
+/**
+ * One JSON-RPC call over HTTP; its result validated against `result`. An
+ * answer that is not JSON-RPC, or whose result does not match, is a NimbleError
+ * 'unreachable' naming the method and the node.
+ */
+export async function rpc<T extends TSchema>(
+  rpcUrl: string,
+  method: string,
+  params: readonly unknown[],
+  result: T,
+  timeoutMs = 10_000,
+): Promise<Static<T>> {
   const res = await fetch(rpcUrl, {
     method: 'POST',
     headers: { 'content-type': 'application/json' },
     body: JSON.stringify({ jsonrpc: '2.0', id: 1, method, params }),
     signal: AbortSignal.timeout(timeoutMs),
   });
-  const body = (await res.json()) as { result?: T; error?: { message: string } };
+  const what = `answer to ${method} from ${rpcUrl}`;
+  const text = await res.text();
+  let json: unknown;
+  try {
+    json = JSON.parse(text);
+  } catch {
+    throw new NimbleError('unreachable', `invalid ${what}: not JSON (HTTP ${res.status})`);
+  }
+  const body = fromNode(RpcAnswer, json, what);
   if (body.error) throw new Error(`${method}: ${body.error.message}`);
-  return body.result as T;
+  return fromNode(result, body.result, what);
+}
+
+/** `value` checked against `schema`; a mismatch is the node's fault (502), not the caller's. */
+function fromNode<T extends TSchema>(schema: T, value: unknown, what: string): Static<T> {
+  try {
+    return parse(schema, value, what);
+  } catch (err) {
+    throw new NimbleError('unreachable', err instanceof Error ? err.message : String(err), undefined, { cause: err });
+  }
 }
 
 /**
@@ -130,7 +170,7 @@ export async function rpc<T>(rpcUrl: string, method: string, params: unknown[] =
  * atomically (temporary file + rename), in the format --load-state reads.
  */
 export async function dumpAnvilState(rpcUrl: string, file: string): Promise<void> {
-  const hex = await rpc<string>(rpcUrl, 'anvil_dumpState', [], 60_000);
+  const hex = await rpc(rpcUrl, 'anvil_dumpState', [], HexString, 60_000);
   let bytes: Buffer = Buffer.from(hex.replace(/^0x/, ''), 'hex');
   if (bytes[0] === 0x1f && bytes[1] === 0x8b) bytes = gunzipSync(bytes);
   const tmp = `${file}.${process.pid}.tmp`;

@@ -2,13 +2,16 @@
 // <data-dir>/chain/deployment.json = { "local": Deployment, "<chainId>": Deployment, ... }
 // "local" is the node nbcli runs itself; any other chain is found by its chain
 // id (so a remote anvil with the same chain id 31337 does not clash).
-import { existsSync, mkdirSync, readFileSync } from 'node:fs';
+import { existsSync, mkdirSync } from 'node:fs';
 import { join } from 'node:path';
-import { getAddress, keccak256, toHex, type Abi, type Address, type Hex, type PublicClient, type Transport, type Chain } from 'viem';
+import { Type } from '@sinclair/typebox';
+import { getAddress, keccak256, toHex, type Address, type Chain, type Hash, type Hex, type PublicClient, type Transport } from 'viem';
+import { modelRegistryAbi, nimAbi, rewardDistributorAbi, stakingAbi } from './abis.ts';
 import type { ChainClient, Deployment, SigningClient } from './client.ts';
-import { artifact, type ContractName } from './contracts.ts';
+import { bytecodeOf, type ContractName } from './contracts.ts';
 import { chainDir, writeJsonAtomic } from './node.ts';
-import { sendContractTx } from './tx.ts';
+import { AddressString, readJsonFile } from './schemas.ts';
+import { sendContractTx, type SentTx } from './tx.ts';
 
 export const MINTER_ROLE: Hex = keccak256(toHex('MINTER_ROLE'));
 export const ORCHESTRATOR_ROLE: Hex = keccak256(toHex('ORCHESTRATOR_ROLE'));
@@ -28,23 +31,34 @@ type DeployTarget = Pick<ChainClient, 'chainId' | 'chain' | 'local'> & { public:
 export async function deployContracts(target: DeployTarget, deployer: SigningClient, opts: DeployOptions): Promise<Deployment> {
   const admin = deployer.account.address;
   const startBlock = await target.public.getBlockNumber();
-  const deploy = async (name: ContractName, args: readonly unknown[]): Promise<Address> => {
-    const a = artifact(name);
-    const hash = await deployer.deployContract({ abi: a.abi, bytecode: a.bytecode, args });
+  const deployed = async (name: ContractName, hash: Hash): Promise<Address> => {
     const receipt = await target.public.waitForTransactionReceipt({ hash });
     if (receipt.status !== 'success' || !receipt.contractAddress) throw new Error(`deploying ${name} failed (${hash})`);
     return getAddress(receipt.contractAddress);
   };
-  const nim = await deploy('NIM', [admin]);
-  const staking = await deploy('Staking', [nim, admin, opts.orchestrator, BigInt(opts.unstakeCooldownSeconds)]);
-  const rewardDistributor = await deploy('RewardDistributor', [nim, staking, admin, opts.orchestrator]);
-  const modelRegistry = await deploy('ModelRegistry', [admin, opts.orchestrator]);
+  const nim = await deployed('NIM', await deployer.deployContract({ abi: nimAbi, bytecode: bytecodeOf('NIM'), args: [admin] }));
+  const staking = await deployed(
+    'Staking',
+    await deployer.deployContract({
+      abi: stakingAbi,
+      bytecode: bytecodeOf('Staking'),
+      args: [nim, admin, opts.orchestrator, BigInt(opts.unstakeCooldownSeconds)],
+    }),
+  );
+  const rewardDistributor = await deployed(
+    'RewardDistributor',
+    await deployer.deployContract({ abi: rewardDistributorAbi, bytecode: bytecodeOf('RewardDistributor'), args: [nim, staking, admin, opts.orchestrator] }),
+  );
+  const modelRegistry = await deployed(
+    'ModelRegistry',
+    await deployer.deployContract({ abi: modelRegistryAbi, bytecode: bytecodeOf('ModelRegistry'), args: [admin, opts.orchestrator] }),
+  );
 
-  const grant = (address: Address, abi: Abi, role: Hex, account: Address) =>
-    sendContractTx(target, deployer, { address, abi, functionName: 'grantRole', args: [role, account] });
-  await grant(nim, artifact('NIM').abi, MINTER_ROLE, rewardDistributor);
-  if (opts.faucet) await grant(nim, artifact('NIM').abi, MINTER_ROLE, opts.faucet);
-  await grant(staking, artifact('Staking').abi, DISTRIBUTOR_ROLE, rewardDistributor);
+  const grantMinter = (account: Address): Promise<SentTx> =>
+    sendContractTx(target, deployer, { address: nim, abi: nimAbi, functionName: 'grantRole', args: [MINTER_ROLE, account] });
+  await grantMinter(rewardDistributor);
+  if (opts.faucet) await grantMinter(opts.faucet);
+  await sendContractTx(target, deployer, { address: staking, abi: stakingAbi, functionName: 'grantRole', args: [DISTRIBUTOR_ROLE, rewardDistributor] });
 
   return {
     chainId: target.chainId,
@@ -65,14 +79,28 @@ export function deploymentFile(dataDir: string): string {
   return join(chainDir(dataDir), 'deployment.json');
 }
 
+/** One entry of deployment.json (see Deployment in client.ts). */
+const DeploymentEntry = Type.Object({
+  chainId: Type.Integer({ minimum: 1 }),
+  nim: AddressString,
+  staking: AddressString,
+  rewardDistributor: AddressString,
+  modelRegistry: AddressString,
+  deployer: AddressString,
+  orchestrator: AddressString,
+  faucet: Type.Optional(AddressString),
+  deployBlock: Type.String({ pattern: '^[0-9]+$' }),
+  unstakeCooldownSeconds: Type.Integer({ minimum: 0 }),
+  deployedAt: Type.String(),
+});
+
+/** deployment.json: `{ "local": Deployment, "<chainId>": Deployment, ... }`. */
+const DeploymentsFile = Type.Record(Type.String(), DeploymentEntry);
+
 export function readDeployments(dataDir: string): Record<string, Deployment> {
   const file = deploymentFile(dataDir);
   if (!existsSync(file)) return {};
-  try {
-    return JSON.parse(readFileSync(file, 'utf8')) as Record<string, Deployment>;
-  } catch (err) {
-    throw new Error(`${file} is not valid JSON: ${(err as Error).message}`, { cause: err });
-  }
+  return readJsonFile(DeploymentsFile, file, 'deployment file');
 }
 
 export const LOCAL_DEPLOYMENT_KEY = 'local';

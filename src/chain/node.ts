@@ -10,7 +10,9 @@
 // next command, which dumps its state and stops it.
 import { closeSync, existsSync, mkdirSync, openSync, readFileSync, renameSync, rmSync, statSync, writeSync } from 'node:fs';
 import { join } from 'node:path';
+import { Type } from '@sinclair/typebox';
 import { LOCAL_CHAIN_ID, dumpAnvilState, isAlive, rpc, startAnvil, stopPid } from './anvil.ts';
+import { HexQuantity, readJsonFile } from './schemas.ts';
 
 export interface LocalNodeFile {
   pid: number;
@@ -22,6 +24,17 @@ export interface LocalNodeFile {
   persistent: boolean;
   startedAt: string;
 }
+
+/** node.json as read back (written from a LocalNodeFile). */
+const LocalNodeFileSchema = Type.Object({
+  pid: Type.Integer({ minimum: 1 }),
+  port: Type.Integer({ minimum: 1, maximum: 65535 }),
+  rpcUrl: Type.String({ pattern: '^http://127\\.0\\.0\\.1:[0-9]+$' }),
+  chainId: Type.Integer({ minimum: 1 }),
+  ownerPid: Type.Integer({ minimum: 1 }),
+  persistent: Type.Boolean(),
+  startedAt: Type.String(),
+});
 
 export interface LocalNode {
   rpcUrl: string;
@@ -147,14 +160,15 @@ async function readRunningNode(file: string): Promise<LocalNodeFile | undefined>
   if (!existsSync(file)) return undefined;
   let info: LocalNodeFile;
   try {
-    info = JSON.parse(readFileSync(file, 'utf8')) as LocalNodeFile;
+    info = readJsonFile(LocalNodeFileSchema, file, 'local node file');
   } catch {
+    // unreadable or not what this code writes: treated as no node
     rmSync(file, { force: true });
     return undefined;
   }
   if (isAlive(info.pid)) {
     try {
-      const id = await rpc<string>(info.rpcUrl, 'eth_chainId', [], 3_000);
+      const id = await rpc(info.rpcUrl, 'eth_chainId', [], HexQuantity, 3_000);
       if (Number(id) === info.chainId) return info;
     } catch {
       // not answering: stop it below

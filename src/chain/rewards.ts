@@ -1,8 +1,9 @@
 // Epoch rewards on chain: the orchestrator's settleEpoch (batched, resumable,
-// idempotent), whether an epoch is settled, and a miner's reward history.
-import { encodeAbiParameters, getAddress, isAddress, keccak256, parseAbiItem, type Address, type Hash, type Hex } from 'viem';
+// idempotent), whether an epoch is settled and by which transaction, and a
+// miner's reward history.
+import { encodeAbiParameters, getAddress, isAddress, keccak256, type Address, type Hash, type Hex } from 'viem';
+import { rewardDistributorAbi } from './abis.ts';
 import type { ChainClient, SigningClient } from './client.ts';
-import { abiOf } from './contracts.ts';
 import { sendContractTx } from './tx.ts';
 
 export interface Reward {
@@ -48,17 +49,17 @@ export interface SettleResult {
 export const DEFAULT_MAX_BATCH = 250;
 
 export async function readEpoch(client: ChainClient, epochId: bigint): Promise<EpochStatus> {
-  const e = (await client.public.readContract({
+  const e = await client.public.readContract({
     address: client.deployment.rewardDistributor,
-    abi: abiOf('RewardDistributor'),
+    abi: rewardDistributorAbi,
     functionName: 'epoch',
     args: [epochId],
-  })) as { batchCount: number; batchesPosted: number; settledAt: bigint; total: bigint; digest: Hex };
+  });
   return {
     epochId,
     settled: e.settledAt !== 0n,
-    batchCount: Number(e.batchCount),
-    batchesPosted: Number(e.batchesPosted),
+    batchCount: e.batchCount,
+    batchesPosted: e.batchesPosted,
     total: e.total,
     digest: e.digest,
     settledAt: Number(e.settledAt),
@@ -146,7 +147,7 @@ export async function settleEpoch(
     const batch = list.slice(ranges[i][0], ranges[i][1]);
     const tx = await sendContractTx(client, signer, {
       address: client.deployment.rewardDistributor,
-      abi: abiOf('RewardDistributor'),
+      abi: rewardDistributorAbi,
       functionName: 'postRewards',
       args: [epochId, i, batchCount, digest, batch.map((r) => r.address), batch.map((r) => r.amount), opts.asStake ?? true],
     });
@@ -163,23 +164,36 @@ export interface EpochReward {
   blockNumber: bigint;
 }
 
-const REWARDED = parseAbiItem('event Rewarded(uint256 indexed epochId, address indexed miner, uint256 amount)');
-
 /** Every reward `miner` was paid, per epoch (from the Rewarded events since deployment). */
 export async function rewardHistory(client: ChainClient, miner: Address): Promise<EpochReward[]> {
-  const logs = await client.public.getLogs({
+  const logs = await client.public.getContractEvents({
     address: client.deployment.rewardDistributor,
-    event: REWARDED,
+    abi: rewardDistributorAbi,
+    eventName: 'Rewarded',
     args: { miner },
     fromBlock: BigInt(client.deployment.deployBlock),
     toBlock: 'latest',
+    strict: true,
   });
   const byEpoch = new Map<bigint, EpochReward>();
   for (const log of logs) {
-    const epochId = log.args.epochId as bigint;
+    const { epochId, amount } = log.args;
     const hit = byEpoch.get(epochId);
-    if (hit) hit.amount += log.args.amount as bigint;
-    else byEpoch.set(epochId, { epochId, amount: log.args.amount as bigint, blockNumber: log.blockNumber });
+    if (hit) hit.amount += amount;
+    else byEpoch.set(epochId, { epochId, amount, blockNumber: log.blockNumber });
   }
   return [...byEpoch.values()].sort((a, b) => (a.epochId < b.epochId ? -1 : 1));
+}
+
+/** The transaction that settled on-chain epoch `epochId` (from its EpochSettled event); null when it is not settled. */
+export async function settlementTxOf(client: ChainClient, epochId: bigint): Promise<Hash | null> {
+  const logs = await client.public.getContractEvents({
+    address: client.deployment.rewardDistributor,
+    abi: rewardDistributorAbi,
+    eventName: 'EpochSettled',
+    args: { epochId },
+    fromBlock: BigInt(client.deployment.deployBlock),
+    toBlock: 'latest',
+  });
+  return logs.at(-1)?.transactionHash ?? null;
 }

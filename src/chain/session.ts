@@ -3,7 +3,7 @@
 // --chain-rpc, whose contract addresses must be in deployment.json.
 import type { Account, Address } from 'viem';
 import { privateKeyToAccount } from 'viem/accounts';
-import { UserError } from '../cli/common.ts';
+import { NimbleError } from '../protocol/errors.ts';
 import { LOCAL_CHAIN_ID } from './anvil.ts';
 import { createChainPublicClient, chainDefinition, makeChainClient, signerFor, type ChainClient } from './client.ts';
 import { deployContracts, deploymentFile, LOCAL_DEPLOYMENT_KEY, readDeployments, saveDeployment } from './deploy.ts';
@@ -58,7 +58,7 @@ async function ensureLocalDeployment(opts: OpenChainOptions, node: LocalNode): P
   if (known && (await hasCode(pub, known.nim))) return makeChainClient(node.rpcUrl, LOCAL_CHAIN_ID, true, known);
   const operator = localOperatorAccount();
   const cooldown = opts.unstakeCooldownSeconds ?? Number(process.env.NIMBLE_UNSTAKE_COOLDOWN ?? 0);
-  if (!Number.isInteger(cooldown) || cooldown < 0) throw new UserError(`unstake cooldown must be a whole number of seconds, got ${cooldown}`);
+  if (!Number.isInteger(cooldown) || cooldown < 0) throw new NimbleError('invalid', `unstake cooldown must be a whole number of seconds, got ${cooldown}`);
   const deployment = await deployContracts({ chainId: LOCAL_CHAIN_ID, chain, local: true, public: pub }, signerFor({ chain, local: true }, operator), {
     orchestrator: operator.address,
     faucet: operator.address,
@@ -74,23 +74,23 @@ async function connectRemote(dataDir: string, rpcUrl: string): Promise<ChainClie
   try {
     url = new URL(rpcUrl);
   } catch {
-    throw new UserError(`--chain-rpc must be an http(s) URL, got '${rpcUrl}'`);
+    throw new NimbleError('invalid', `--chain-rpc must be an http(s) URL, got '${rpcUrl}'`);
   }
-  if (url.protocol !== 'http:' && url.protocol !== 'https:') throw new UserError(`--chain-rpc must be an http(s) URL, got '${rpcUrl}'`);
+  if (url.protocol !== 'http:' && url.protocol !== 'https:') throw new NimbleError('invalid', `--chain-rpc must be an http(s) URL, got '${rpcUrl}'`);
   const probe = createChainPublicClient(chainDefinition(1, rpcUrl, false), false);
   let chainId: number;
   try {
     chainId = await probe.getChainId();
   } catch (err) {
-    throw new UserError(`cannot reach the chain at ${rpcUrl}: ${(err as Error).message.split('\n')[0]}`);
+    throw new NimbleError('unreachable', `cannot reach the chain at ${rpcUrl}: ${(err as Error).message.split('\n')[0]}`);
   }
   const deployment = readDeployments(dataDir)[String(chainId)];
   if (!deployment) {
-    throw new UserError(`no Nimble contract addresses for chain id ${chainId} in ${deploymentFile(dataDir)} (see docs/chain.md)`);
+    throw new NimbleError('not_found', `no Nimble contract addresses for chain id ${chainId} in ${deploymentFile(dataDir)} (see docs/chain.md)`);
   }
   const client = makeChainClient(rpcUrl, chainId, false, deployment);
   if (!(await hasCode(client.public, deployment.nim))) {
-    throw new UserError(`no NIM contract at ${deployment.nim} on chain ${chainId} (${rpcUrl}); check ${deploymentFile(dataDir)}`);
+    throw new NimbleError('not_found', `no NIM contract at ${deployment.nim} on chain ${chainId} (${rpcUrl}); check ${deploymentFile(dataDir)}`);
   }
   return client;
 }

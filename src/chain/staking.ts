@@ -1,10 +1,10 @@
 // A miner's stake: read it, add to it, take it out (unstake, then withdraw
-// after the cooldown), and the orchestrator's slash.
-import type { Address } from 'viem';
-import { UserError } from '../cli/common.ts';
+// after the cooldown), the orchestrator's slash, and finding an earlier slash.
+import type { Address, Hash } from 'viem';
+import { NimbleError } from '../protocol/errors.ts';
+import { nimAbi, stakingAbi } from './abis.ts';
 import { formatNim } from './amounts.ts';
 import type { ChainClient, SigningClient } from './client.ts';
-import { abiOf } from './contracts.ts';
 import { ensureGas, nimBalance } from './token.ts';
 import { ChainTxError, sendContractTx, type SentTx } from './tx.ts';
 
@@ -16,21 +16,21 @@ export interface StakePosition {
 }
 
 export async function readStake(client: ChainClient, address: Address): Promise<StakePosition> {
-  const abi = abiOf('Staking');
-  const [staked, unstakingOf] = await Promise.all([
-    client.public.readContract({ address: client.deployment.staking, abi, functionName: 'stakeOf', args: [address] }) as Promise<bigint>,
-    client.public.readContract({ address: client.deployment.staking, abi, functionName: 'unstakingOf', args: [address] }) as Promise<
-      readonly [bigint, bigint]
-    >,
+  const staking = { address: client.deployment.staking, abi: stakingAbi } as const;
+  const [staked, [unstaking, releaseAt]] = await Promise.all([
+    client.public.readContract({ ...staking, functionName: 'stakeOf', args: [address] }),
+    client.public.readContract({ ...staking, functionName: 'unstakingOf', args: [address] }),
   ]);
-  return { staked, unstaking: unstakingOf[0], releaseAt: Number(unstakingOf[1]) };
+  return { staked, unstaking, releaseAt: Number(releaseAt) };
 }
 
 export async function stakingTotals(client: ChainClient): Promise<{ totalStaked: bigint; totalUnstaking: bigint; cooldown: number }> {
-  const abi = abiOf('Staking');
-  const read = (functionName: string) =>
-    client.public.readContract({ address: client.deployment.staking, abi, functionName }) as Promise<bigint>;
-  const [totalStaked, totalUnstaking, cooldown] = await Promise.all([read('totalStaked'), read('totalUnstaking'), read('cooldown')]);
+  const staking = { address: client.deployment.staking, abi: stakingAbi } as const;
+  const [totalStaked, totalUnstaking, cooldown] = await Promise.all([
+    client.public.readContract({ ...staking, functionName: 'totalStaked' }),
+    client.public.readContract({ ...staking, functionName: 'totalUnstaking' }),
+    client.public.readContract({ ...staking, functionName: 'cooldown' }),
+  ]);
   return { totalStaked, totalUnstaking, cooldown: Number(cooldown) };
 }
 
@@ -38,26 +38,26 @@ export async function stakingTotals(client: ChainClient): Promise<{ totalStaked:
 export async function addStake(client: ChainClient, signer: SigningClient, amount: bigint): Promise<SentTx[]> {
   const me = signer.account.address;
   const free = await nimBalance(client, me);
-  if (amount > free) throw new UserError(`amount too large: ${formatNim(amount)} NIM asked, ${formatNim(free)} NIM free in ${me}`);
+  if (amount > free) throw new NimbleError('invalid', `amount too large: ${formatNim(amount)} NIM asked, ${formatNim(free)} NIM free in ${me}`);
   await ensureGas(client, me);
   const txs: SentTx[] = [];
-  const allowance = (await client.public.readContract({
+  const allowance = await client.public.readContract({
     address: client.deployment.nim,
-    abi: abiOf('NIM'),
+    abi: nimAbi,
     functionName: 'allowance',
     args: [me, client.deployment.staking],
-  })) as bigint;
+  });
   if (allowance < amount) {
     txs.push(
       await sendContractTx(client, signer, {
         address: client.deployment.nim,
-        abi: abiOf('NIM'),
+        abi: nimAbi,
         functionName: 'approve',
         args: [client.deployment.staking, amount],
       }),
     );
   }
-  txs.push(await sendContractTx(client, signer, { address: client.deployment.staking, abi: abiOf('Staking'), functionName: 'stake', args: [amount] }));
+  txs.push(await sendContractTx(client, signer, { address: client.deployment.staking, abi: stakingAbi, functionName: 'stake', args: [amount] }));
   return txs;
 }
 
@@ -79,14 +79,14 @@ export async function removeStake(client: ChainClient, signer: SigningClient, am
   const me = signer.account.address;
   const before = await readStake(client, me);
   const unstaked = amount ?? before.staked;
-  if (unstaked === 0n && before.unstaking === 0n) throw new UserError(`nothing staked in ${me}`);
+  if (unstaked === 0n && before.unstaking === 0n) throw new NimbleError('conflict', `nothing staked in ${me}`);
   if (unstaked > before.staked) {
-    throw new UserError(`amount too large: ${formatNim(unstaked)} NIM asked, ${formatNim(before.staked)} NIM staked in ${me}`);
+    throw new NimbleError('invalid', `amount too large: ${formatNim(unstaked)} NIM asked, ${formatNim(before.staked)} NIM staked in ${me}`);
   }
   await ensureGas(client, me);
   const txs: SentTx[] = [];
   if (unstaked > 0n) {
-    txs.push(await sendContractTx(client, signer, { address: client.deployment.staking, abi: abiOf('Staking'), functionName: 'unstake', args: [unstaked] }));
+    txs.push(await sendContractTx(client, signer, { address: client.deployment.staking, abi: stakingAbi, functionName: 'unstake', args: [unstaked] }));
   }
   const { withdrawn, tx } = await withdrawIfReady(client, signer);
   if (tx) txs.push(tx);
@@ -101,7 +101,7 @@ export async function withdrawIfReady(client: ChainClient, signer: SigningClient
   if (BigInt(position.releaseAt) > now) return { withdrawn: 0n };
   await ensureGas(client, signer.account.address);
   try {
-    const tx = await sendContractTx(client, signer, { address: client.deployment.staking, abi: abiOf('Staking'), functionName: 'withdraw' });
+    const tx = await sendContractTx(client, signer, { address: client.deployment.staking, abi: stakingAbi, functionName: 'withdraw' });
     return { withdrawn: position.unstaking, tx };
   } catch (err) {
     if (err instanceof ChainTxError && err.errorName === 'CooldownNotOver') return { withdrawn: 0n };
@@ -113,8 +113,27 @@ export async function withdrawIfReady(client: ChainClient, signer: SigningClient
 export async function slashStake(client: ChainClient, orchestrator: SigningClient, account: Address, amount: bigint, reason: string): Promise<SentTx> {
   return sendContractTx(client, orchestrator, {
     address: client.deployment.staking,
-    abi: abiOf('Staking'),
+    abi: stakingAbi,
     functionName: 'slash',
     args: [account, amount, reason],
   });
+}
+
+/**
+ * The earlier slash of `account` with exactly this `reason` (the first one
+ * when there are several), from the Slashed events since deployment; null when
+ * there is none. A reason unique to what it punishes lets a caller send a slash once.
+ */
+export async function findSlash(client: ChainClient, account: Address, reason: string): Promise<{ txHash: Hash; amount: bigint } | null> {
+  const logs = await client.public.getContractEvents({
+    address: client.deployment.staking,
+    abi: stakingAbi,
+    eventName: 'Slashed',
+    args: { account },
+    fromBlock: BigInt(client.deployment.deployBlock),
+    toBlock: 'latest',
+    strict: true,
+  });
+  const found = logs.find((l) => l.args.reason === reason);
+  return found ? { txHash: found.transactionHash, amount: found.args.amount } : null;
 }

@@ -1,11 +1,16 @@
 // Sending one contract call: simulate first (so a revert is reported with its
-// reason and nothing is sent), then send and wait for the receipt.
+// reason and nothing is sent), then send and wait for the receipt. Calls are
+// typed by the contract's ABI (src/chain/abis.ts): function names and
+// arguments are checked by the compiler.
 import {
   BaseError,
   ContractFunctionRevertedError,
   type Abi,
   type Address,
   type Chain,
+  type ContractFunctionArgs,
+  type ContractFunctionName,
+  type ContractFunctionParameters,
   type Hash,
   type PublicClient,
   type TransactionReceipt,
@@ -13,7 +18,16 @@ import {
 } from 'viem';
 import type { SigningClient } from './client.ts';
 
-export interface ContractCall {
+type Writable = 'nonpayable' | 'payable';
+
+/** One state-changing call: address, ABI, function name and arguments (typed by the ABI). */
+export type ContractCall<
+  abi extends Abi,
+  functionName extends ContractFunctionName<abi, Writable>,
+  args extends ContractFunctionArgs<abi, Writable, functionName>,
+> = ContractFunctionParameters<abi, Writable, functionName, args>;
+
+interface AnyCall {
   address: Address;
   abi: Abi;
   functionName: string;
@@ -36,10 +50,17 @@ export class ChainTxError extends Error {
   }
 }
 
-export async function sendContractTx(
-  client: { public: PublicClient<Transport, Chain> },
-  signer: SigningClient, call: ContractCall,
-): Promise<SentTx> {
+/**
+ * Simulates, sends and waits for one call; a ChainTxError naming the contract
+ * error when it would revert (nothing is sent then) or did revert.
+ */
+export async function sendContractTx<
+  const abi extends Abi,
+  functionName extends ContractFunctionName<abi, Writable>,
+  const args extends ContractFunctionArgs<abi, Writable, functionName>,
+>(client: { public: PublicClient<Transport, Chain> }, signer: SigningClient, call: ContractCall<abi, functionName, args>): Promise<SentTx>;
+// The implementation sees any ABI: the signature above is what callers are checked against.
+export async function sendContractTx(client: { public: PublicClient<Transport, Chain> }, signer: SigningClient, call: AnyCall): Promise<SentTx> {
   let request;
   try {
     ({ request } = await client.public.simulateContract({

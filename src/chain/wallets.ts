@@ -3,10 +3,10 @@
 import { createHash } from 'node:crypto';
 import { existsSync, mkdirSync, readFileSync, readdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { getAddress, isHex, type Address, type Hex } from 'viem';
+import { getAddress, type Address, type Hex } from 'viem';
 import { english, mnemonicToAccount, privateKeyToAccount, type PrivateKeyAccount } from 'viem/accounts';
-import { UserError } from '../cli/common.ts';
-import { decryptKeystore, encryptKeystore, WrongPasswordError, type KeystoreV3 } from './keystore.ts';
+import { NimbleError } from '../protocol/errors.ts';
+import { decryptKeystore, encryptKeystore, parseKeystore, WrongPasswordError, type KeystoreV3 } from './keystore.ts';
 
 export interface WalletInfo {
   name: string;
@@ -21,9 +21,9 @@ export function walletsDir(dataDir: string): string {
 }
 
 export function checkWalletName(name: string | undefined): string {
-  if (!name) throw new UserError('--wallet.name is required');
+  if (!name) throw new NimbleError('invalid', '--wallet.name is required');
   if (!NAME.test(name)) {
-    throw new UserError(`invalid wallet name '${name}': use letters, digits, '.', '_' or '-' (at most 64, not starting with a symbol)`);
+    throw new NimbleError('invalid', `invalid wallet name '${name}': use letters, digits, '.', '_' or '-' (at most 64, not starting with a symbol)`);
   }
   return name;
 }
@@ -35,8 +35,8 @@ function walletFile(dataDir: string, name: string): string {
 /** Encrypts `privateKey` under `password` and stores it as NAME; refuses to overwrite. */
 export function saveWallet(dataDir: string, name: string, privateKey: Hex, password: string): WalletInfo {
   const file = walletFile(dataDir, name);
-  if (existsSync(file)) throw new UserError(`wallet '${name}' already exists (${file})`);
-  if (password.length === 0) throw new UserError('the password must not be empty');
+  if (existsSync(file)) throw new NimbleError('conflict', `wallet '${name}' already exists (${file})`);
+  if (password.length === 0) throw new NimbleError('invalid', 'the password must not be empty');
   const keystore = encryptKeystore(privateKey, password);
   mkdirSync(walletsDir(dataDir), { recursive: true, mode: 0o700 });
   writeFileSync(file, JSON.stringify(keystore, null, 2) + '\n', { mode: 0o600, flag: 'wx' });
@@ -46,30 +46,38 @@ export function saveWallet(dataDir: string, name: string, privateKey: Hex, passw
 export function loadWalletFile(dataDir: string, name: string): { info: WalletInfo; keystore: KeystoreV3 } {
   const file = walletFile(dataDir, name);
   if (!existsSync(file)) {
-    throw new UserError(`unknown wallet '${name}': no ${file} (see \`nbcli wallet list\`)`);
+    throw new NimbleError('not_found', `unknown wallet '${name}': no ${file} (see \`nbcli wallet list\`)`);
   }
-  let keystore: KeystoreV3;
+  let value: unknown;
   try {
-    keystore = JSON.parse(readFileSync(file, 'utf8')) as KeystoreV3;
+    value = JSON.parse(readFileSync(file, 'utf8'));
   } catch {
-    throw new UserError(`wallet file ${file} is not valid JSON`);
+    throw new NimbleError('corrupt', `wallet file ${file} is not valid JSON`);
   }
-  if (typeof keystore.address !== 'string' || !isHex(`0x${keystore.address}`)) throw new UserError(`wallet file ${file} has no address`);
+  if (!hasAddress(value)) throw new NimbleError('corrupt', `wallet file ${file} has no address`);
+  const keystore = parseKeystore(value, `wallet file ${file}`);
   return { info: { name, address: getAddress(`0x${keystore.address.replace(/^0x/, '')}`), file }, keystore };
 }
 
-/** The wallet's signing account; a UserError for a wrong password. */
+function hasAddress(value: unknown): boolean {
+  return (
+    typeof value === 'object' && value !== null && 'address' in value && typeof value.address === 'string' && /^(0x)?[0-9a-fA-F]{40}$/.test(value.address)
+  );
+}
+
+/** The wallet's signing account; a NimbleError 'forbidden' for a wrong password. */
 export function unlockWallet(dataDir: string, name: string, password: string): { info: WalletInfo; account: PrivateKeyAccount; privateKey: Hex } {
   const { info, keystore } = loadWalletFile(dataDir, name);
   let key: Hex;
   try {
     key = decryptKeystore(keystore, password);
   } catch (err) {
-    if (err instanceof WrongPasswordError) throw new UserError(`wrong password for wallet '${name}'`);
-    throw new UserError(`cannot open wallet '${name}': ${(err as Error).message}`);
+    if (err instanceof WrongPasswordError) throw new NimbleError('forbidden', `wrong password for wallet '${name}'`);
+    const message = err instanceof Error ? err.message : String(err);
+    throw new NimbleError(err instanceof NimbleError ? err.code : 'invalid', `cannot open wallet '${name}': ${message}`);
   }
   const account = privateKeyToAccount(key);
-  if (account.address !== info.address) throw new UserError(`wallet file ${info.file} is corrupt: its key does not match its address`);
+  if (account.address !== info.address) throw new NimbleError('corrupt', `wallet file ${info.file} is corrupt: its key does not match its address`);
   return { info, account, privateKey: key };
 }
 
@@ -100,20 +108,20 @@ export function privateKeyFromSecret(secret: string, index = 0): Hex {
     try {
       privateKeyToAccount(key);
     } catch {
-      throw new UserError('that private key is out of range');
+      throw new NimbleError('invalid', 'that private key is out of range');
     }
     return key;
   }
   const words = s.split(/\s+/);
   if (words.length >= 12 && words.length <= 24 && words.length % 3 === 0) {
     const phrase = words.join(' ').toLowerCase();
-    if (!isValidMnemonic(phrase)) throw new UserError('that is not a valid BIP-39 mnemonic (check the words and their order)');
+    if (!isValidMnemonic(phrase)) throw new NimbleError('invalid', 'that is not a valid BIP-39 mnemonic (check the words and their order)');
     const account = mnemonicToAccount(phrase, { addressIndex: index });
     const key = account.getHdKey().privateKey;
-    if (!key) throw new UserError('could not derive a key from that mnemonic');
+    if (!key) throw new NimbleError('invalid', 'could not derive a key from that mnemonic');
     return `0x${Buffer.from(key).toString('hex')}` as Hex;
   }
-  throw new UserError('expected a private key (64 hex digits) or a 12 to 24 word mnemonic');
+  throw new NimbleError('invalid', 'expected a private key (64 hex digits) or a 12 to 24 word mnemonic');
 }
 
 /** BIP-39 check of an English mnemonic: every word in the list, checksum bits right. */

@@ -40,10 +40,3 @@ export function parsePositiveInt(name: string, value: string | undefined, fallba
 
 /** The orchestrator commands talk to unless told: $NIMBLE_ORCHESTRATOR, else the default port on this machine. */
 export const DEFAULT_ORCHESTRATOR = process.env.NIMBLE_ORCHESTRATOR ?? 'http://127.0.0.1:7070';
-
-/** @deprecated until src/chain throws NimbleError itself: a user's mistake. */
-export class UserError extends NimbleError {
-  constructor(message: string) {
-    super('invalid', message);
-  }
-}

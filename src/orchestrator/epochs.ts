@@ -19,11 +19,11 @@
 // Its amount (a share of the stake and unstaking tokens) is fixed and written
 // before the first send; its reason names the epoch and is unique, so after a
 // crash the Slashed events show whether it already went through.
-import { formatEther, parseAbiItem, type Address, type Hash } from 'viem';
+import { formatEther, type Address, type Hash } from 'viem';
 import type { ChainClient, SigningClient } from '../chain/client.ts';
-import { normalizeRewards, readEpoch, rewardsDigest, settleEpoch, type Reward } from '../chain/rewards.ts';
+import { normalizeRewards, readEpoch, rewardsDigest, settleEpoch, settlementTxOf, type Reward } from '../chain/rewards.ts';
 import { ChainTxError } from '../chain/tx.ts';
-import { readStake, slashStake } from '../chain/staking.ts';
+import { findSlash, readStake, slashStake } from '../chain/staking.ts';
 import { NimbleError } from '../protocol/errors.ts';
 import type { OrchestratorState } from './state/index.ts';
 import type { EpochRecord, SlashRecord } from './state/ledger.ts';
@@ -62,9 +62,6 @@ export interface ChainOptions {
   close?: () => Promise<void>;
   log?: (line: string) => void;
 }
-
-const EPOCH_SETTLED = parseAbiItem('event EpochSettled(uint256 indexed epochId, uint32 batchCount, uint256 total, bytes32 digest)');
-const SLASHED = parseAbiItem('event Slashed(address indexed account, uint256 amount, string reason)');
 
 export class Epochs {
   readonly emission: bigint;
@@ -142,16 +139,9 @@ export class Epochs {
   private async slash(s: SlashRecord): Promise<void> {
     const { client, signer } = this.chain;
     const account = s.miner as Address;
-    const done = await client.public.getLogs({
-      address: client.deployment.staking,
-      event: SLASHED,
-      args: { account },
-      fromBlock: BigInt(client.deployment.deployBlock),
-      toBlock: 'latest',
-    });
-    const found = done.find((l) => l.args.reason === s.reason);
+    const found = await findSlash(client, account, s.reason);
     if (found) {
-      this.state.ledger.markSlashed(s.epoch, s.miner, found.transactionHash, found.args.amount ?? 0n);
+      this.state.ledger.markSlashed(s.epoch, s.miner, found.txHash, found.amount);
       return;
     }
     let amount = s.amount === null ? null : BigInt(s.amount);
@@ -252,7 +242,7 @@ export class Epochs {
     let txHash: Hash | null = result.txHashes.at(-1) ?? null;
     if (result.alreadySettled) {
       if (result.digest !== digest) throw new Error(`on-chain epoch ${chainEpoch} was settled with another list`);
-      txHash = await this.settlementTx(chainEpoch);
+      txHash = await settlementTxOf(client, chainEpoch);
     }
     this.state.ledger.markSettled(e.id, txHash, this.now());
     const total = list.reduce((a, r) => a + r.amount, 0n);
@@ -267,19 +257,6 @@ export class Epochs {
       if (s.batchesPosted === 0 && !s.settled) return id;
       id++;
     }
-  }
-
-  /** The transaction that settled an on-chain epoch (from its EpochSettled event). */
-  private async settlementTx(chainEpoch: bigint): Promise<Hash | null> {
-    const { client } = this.chain;
-    const logs = await client.public.getLogs({
-      address: client.deployment.rewardDistributor,
-      event: EPOCH_SETTLED,
-      args: { epochId: chainEpoch },
-      fromBlock: BigInt(client.deployment.deployBlock),
-      toBlock: 'latest',
-    });
-    return logs.at(-1)?.transactionHash ?? null;
   }
 
   /** Each run's stage shares of the model's parameters. */

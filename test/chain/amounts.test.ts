@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { formatNim, parseNim } from '../../src/chain/amounts.ts';
-import { UserError } from '../../src/cli/common.ts';
+import { NimbleError } from '../../src/protocol/errors.ts';
 
 test('parseNim reads decimal NIM into 18-decimal units', () => {
   assert.equal(parseNim('1'), 10n ** 18n);
@@ -14,7 +14,7 @@ test('parseNim reads decimal NIM into 18-decimal units', () => {
 
 test('parseNim rejects what is not a positive amount, naming the flag', () => {
   for (const bad of ['', 'abc', '-1', '1e3', '0', '0.0', '1.2.3', '0x10', 'NaN', 'Infinity', '.', '0.0000000000000000001']) {
-    assert.throws(() => parseNim(bad), (err: unknown) => err instanceof UserError && err.message.includes('--amount'), bad);
+    assert.throws(() => parseNim(bad), (err: unknown) => err instanceof NimbleError && err.code === 'invalid' && err.status === 400 && err.message.includes('--amount'), bad);
   }
   assert.throws(() => parseNim(undefined, '--stake'), /--stake is required/);
 });

@@ -8,7 +8,7 @@ import { after, before, test } from 'node:test';
 import { fileURLToPath } from 'node:url';
 import { parseUnits, type Address } from 'viem';
 import { signerFor } from '../../src/chain/client.ts';
-import { abiOf } from '../../src/chain/contracts.ts';
+import { nimAbi } from '../../src/chain/abis.ts';
 import { saveDeployment } from '../../src/chain/deploy.ts';
 import { settleEpoch } from '../../src/chain/rewards.ts';
 import { localOperatorAccount, withChain } from '../../src/chain/session.ts';
@@ -155,7 +155,7 @@ test('--chain-rpc: the same commands against another node, addresses from deploy
     const dev1 = '0x70997970C51812dc3A010C7d01b50e0d17dc79C8';
     await sendContractTx(remote.client, remote.operator, {
       address: remote.client.deployment.nim,
-      abi: abiOf('NIM'),
+      abi: nimAbi,
       functionName: 'mint',
       args: [dev1, parseUnits('40', 18)],
     });

@@ -5,9 +5,9 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { Address } from 'viem';
 import { mnemonicToAccount } from 'viem/accounts';
-import { LOCAL_CHAIN_ID, rpc, startAnvil, type AnvilProcess } from '../../src/chain/anvil.ts';
+import { LOCAL_CHAIN_ID, rpc, RPC_ANY, startAnvil, type AnvilProcess } from '../../src/chain/anvil.ts';
 import { chainDefinition, createChainPublicClient, makeChainClient, signerFor, type ChainClient, type SigningClient } from '../../src/chain/client.ts';
-import { abiOf } from '../../src/chain/contracts.ts';
+import { nimAbi, stakingAbi } from '../../src/chain/abis.ts';
 import { deployContracts } from '../../src/chain/deploy.ts';
 import { mulberry32 } from '../../src/model/init.ts';
 
@@ -63,8 +63,8 @@ export async function startTestChain(opts: { cooldownSeconds?: number } = {}): P
 
 /** Moves the node's clock forward and mines a block. */
 export async function advanceTime(client: ChainClient, seconds: number): Promise<void> {
-  await rpc(client.rpcUrl, 'evm_increaseTime', [seconds]);
-  await rpc(client.rpcUrl, 'evm_mine', []);
+  await rpc(client.rpcUrl, 'evm_increaseTime', [seconds], RPC_ANY);
+  await rpc(client.rpcUrl, 'evm_mine', [], RPC_ANY);
 }
 
 export interface SupplyReport {
@@ -82,25 +82,26 @@ export interface SupplyReport {
  */
 export async function supplyReport(client: ChainClient, holders: readonly Address[]): Promise<SupplyReport & { stakingBalance: bigint; totalStaked: bigint; totalUnstaking: bigint }> {
   const d = client.deployment;
-  const read = <T>(address: Address, name: 'NIM' | 'Staking', functionName: string, args: unknown[] = []): Promise<T> =>
-    client.public.readContract({ address, abi: abiOf(name), functionName, args }) as Promise<T>;
+  const nim = { address: d.nim, abi: nimAbi } as const;
+  const staking = { address: d.staking, abi: stakingAbi } as const;
+  const balanceOf = (address: Address): Promise<bigint> => client.public.readContract({ ...nim, functionName: 'balanceOf', args: [address] });
   let free = 0n;
   let staked = 0n;
   let unstaking = 0n;
   for (const h of holders) {
-    free += await read<bigint>(d.nim, 'NIM', 'balanceOf', [h]);
-    staked += await read<bigint>(d.staking, 'Staking', 'stakeOf', [h]);
-    unstaking += (await read<readonly [bigint, bigint]>(d.staking, 'Staking', 'unstakingOf', [h]))[0];
+    free += await balanceOf(h);
+    staked += await client.public.readContract({ ...staking, functionName: 'stakeOf', args: [h] });
+    unstaking += (await client.public.readContract({ ...staking, functionName: 'unstakingOf', args: [h] }))[0];
   }
   return {
-    totalSupply: await read<bigint>(d.nim, 'NIM', 'totalSupply'),
+    totalSupply: await client.public.readContract({ ...nim, functionName: 'totalSupply' }),
     free,
     staked,
     unstaking,
-    undistributed: await read<bigint>(d.nim, 'NIM', 'balanceOf', [d.rewardDistributor]),
-    stakingBalance: await read<bigint>(d.nim, 'NIM', 'balanceOf', [d.staking]),
-    totalStaked: await read<bigint>(d.staking, 'Staking', 'totalStaked'),
-    totalUnstaking: await read<bigint>(d.staking, 'Staking', 'totalUnstaking'),
+    undistributed: await balanceOf(d.rewardDistributor),
+    stakingBalance: await balanceOf(d.staking),
+    totalStaked: await client.public.readContract({ ...staking, functionName: 'totalStaked' }),
+    totalUnstaking: await client.public.readContract({ ...staking, functionName: 'totalUnstaking' }),
   };
 }
 

@@ -1,13 +1,24 @@
 import assert from 'node:assert/strict';
-import { mkdtempSync, readFileSync, rmSync, statSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { test } from 'node:test';
 import { scrypt as nobleScrypt } from '@noble/hashes/scrypt';
 import { createDecipheriv } from 'node:crypto';
 import { concatBytes, hexToBytes, keccak256 } from 'viem';
-import { decryptKeystore, encryptKeystore, WrongPasswordError, type KeystoreV3, type ScryptParams } from '../../src/chain/keystore.ts';
-import { isValidMnemonic, listWallets, privateKeyFromSecret, saveWallet, unlockWallet } from '../../src/chain/wallets.ts';
+import {
+  checkPbkdf2Params,
+  checkScryptParams,
+  decryptKeystore,
+  DEFAULT_SCRYPT_N,
+  encryptKeystore,
+  KDF_BOUNDS,
+  WrongPasswordError,
+  type KeystoreV3,
+  type ScryptParams,
+} from '../../src/chain/keystore.ts';
+import { isValidMnemonic, listWallets, loadWalletFile, privateKeyFromSecret, saveWallet, unlockWallet } from '../../src/chain/wallets.ts';
+import { NimbleError } from '../../src/protocol/errors.ts';
 
 // Test vectors of the Web3 Secret Storage Definition (ethereum.org / geth).
 const VECTOR_KEY = '0x7a28b5ba57c53603b0b07b56bba752f7784bf506fa95edc395f5cf6c7514fe9d';
@@ -91,4 +102,96 @@ test('imports private keys and BIP-39 mnemonics, rejects anything else', () => {
   assert.throws(() => privateKeyFromSecret('test test test test test test test test test test test test'), /not a valid BIP-39/);
   assert.throws(() => privateKeyFromSecret('0x1234'), /expected a private key/);
   assert.throws(() => privateKeyFromSecret('0'.repeat(64)), /out of range/);
+});
+
+/** `ks` with its KDF parameters (or whole crypto section) changed as a hostile file could. */
+function tampered(ks: KeystoreV3, kdfparams: Record<string, unknown>, crypto: Record<string, unknown> = {}): KeystoreV3 {
+  return { ...ks, crypto: { ...ks.crypto, ...crypto, kdfparams: { ...ks.crypto.kdfparams, ...kdfparams } } } as KeystoreV3;
+}
+
+const refused = (pattern: RegExp) => (err: unknown): boolean =>
+  err instanceof NimbleError && err.code === 'invalid' && pattern.test(err.message) && /refusing keystore KDF parameters/.test(err.message);
+
+test('KDF parameters too weak or absurd are refused before deriving (each case is fast, or would be refused by nothing)', () => {
+  const ks = encryptKeystore(VECTOR_KEY, 'pw', { n: 1 << 12 }); // r = 8, p = 1
+  assert.equal(decryptKeystore(ks, 'pw'), VECTOR_KEY, 'the lowest accepted cost opens');
+  const cases: [Record<string, unknown>, RegExp][] = [
+    [{ n: 1 << 10 }, /scrypt n=1024 is too weak/],
+    [{ n: 2 }, /scrypt n=2 is too weak/],
+    [{ n: 5000 }, /scrypt n=5000 is not a power of two/],
+    [{ n: 2 ** 24, r: 1 }, /scrypt n=16777216 is too costly/],
+    [{ r: 17 }, /scrypt r=17 is out of range/],
+    [{ r: 0 }, /scrypt r=0 is out of range/],
+    [{ p: 17 }, /scrypt p=17 is out of range/],
+    [{ dklen: 16 }, /scrypt dklen=16/],
+    [{ dklen: 64 }, /scrypt dklen=64/],
+    [{ salt: '00'.repeat(8) }, /a salt of 8 bytes/],
+    [{ salt: 'zz'.repeat(32) }, /the salt is not hex/],
+    [{ salt: '0'.repeat(63) }, /the salt is not hex/],
+  ];
+  for (const [params, pattern] of cases) {
+    assert.throws(() => decryptKeystore(tampered(ks, params), 'pw'), refused(pattern), JSON.stringify(params));
+  }
+  // a file whose parameters are not numbers at all
+  assert.throws(() => decryptKeystore(tampered(ks, { n: '4096' }), 'pw'), /invalid keystore scrypt parameters: \/n/);
+});
+
+test('pbkdf2: too few or too many iterations, another prf or dklen are refused', () => {
+  const cases: [Record<string, unknown>, RegExp][] = [
+    [{ c: 9_999 }, /pbkdf2 c=9999 is too weak/],
+    [{ c: 1 }, /pbkdf2 c=1 is too weak/],
+    [{ dklen: 16 }, /pbkdf2 dklen=16/],
+    [{ salt: 'ab' }, /a salt of 1 bytes/],
+  ];
+  for (const [params, pattern] of cases) {
+    assert.throws(() => decryptKeystore(tampered(PBKDF2_VECTOR, params), 'testpassword'), refused(pattern), JSON.stringify(params));
+  }
+  assert.throws(() => decryptKeystore(tampered(PBKDF2_VECTOR, { prf: 'hmac-sha512' }), 'testpassword'), /unsupported pbkdf2 prf hmac-sha512/);
+  assert.throws(() => decryptKeystore(tampered(PBKDF2_VECTOR, {}, { kdf: 'argon2id' }), 'testpassword'), /unsupported keystore kdf argon2id/);
+});
+
+test('the bounds themselves: costly settings are refused without running them, the usual ones pass', () => {
+  const salt = '00'.repeat(32);
+  const scrypt = (n: number, r: number, p: number): ScryptParams => ({ dklen: 32, salt, n, r, p });
+  // each of these would take seconds to minutes, or gigabytes, if it ran
+  assert.throws(() => checkScryptParams(scrypt(2 ** 21, 8, 1)), refused(/n=2097152 is too costly/));
+  assert.throws(() => checkScryptParams(scrypt(2 ** 20, 8, 1)), refused(/needs 1024 MiB \(at most 256\)/));
+  assert.throws(() => checkScryptParams(scrypt(2 ** 18, 16, 1)), refused(/needs 512 MiB/));
+  assert.throws(() => checkScryptParams(scrypt(2 ** 16, 8, 16)), refused(/n=65536, r=8, p=16 is too costly/));
+  assert.throws(() => checkPbkdf2Params({ dklen: 32, salt, c: 10_000_001, prf: 'hmac-sha256' }), refused(/c=10000001 is too costly/));
+  assert.throws(() => checkPbkdf2Params({ dklen: 32, salt, c: 1e12, prf: 'hmac-sha256' }), refused(/too costly/));
+  // what this project (saveWallet: DEFAULT_SCRYPT_N, r 8, p 1), geth (standard and light), foundry write
+  for (const ok of [scrypt(DEFAULT_SCRYPT_N, 8, 1), scrypt(2 ** 18, 8, 1), scrypt(2 ** 12, 8, 6), scrypt(2 ** 13, 8, 1), scrypt(2 ** 20, 2, 1)]) {
+    assert.deepEqual(checkScryptParams(ok), ok);
+  }
+  assert.equal(checkPbkdf2Params({ dklen: 32, salt, c: 262_144, prf: 'hmac-sha256' }).c, 262_144);
+  assert.equal(KDF_BOUNDS.scryptMinN, 4096);
+  assert.throws(() => encryptKeystore(VECTOR_KEY, 'pw', { n: 1 << 10 }), refused(/too weak/), 'nor are weak files written');
+});
+
+test('wallet files: typed errors, hostile or broken files refused naming the wallet or the file', () => {
+  const dir = mkdtempSync(join(tmpdir(), 'nimble-wallets-'));
+  const code = (c: string, pattern: RegExp) => (err: unknown): boolean => err instanceof NimbleError && err.code === c && pattern.test(err.message);
+  try {
+    const write = (name: string, value: unknown): void => writeFileSync(join(dir, 'wallets', `${name}.json`), JSON.stringify(value));
+    mkdirSync(join(dir, 'wallets'));
+    const ks = encryptKeystore(VECTOR_KEY, 'pw', { n: 1 << 12 });
+    write('weak', tampered(ks, { n: 1 << 8 }));
+    assert.throws(() => unlockWallet(dir, 'weak', 'pw'), code('invalid', /^cannot open wallet 'weak': refusing keystore KDF parameters: scrypt n=256 is too weak/));
+    write('upper', { ...ks, crypto: undefined, Crypto: ks.crypto }); // as some tools write it
+    assert.equal(unlockWallet(dir, 'upper', 'pw').privateKey, VECTOR_KEY);
+    assert.throws(() => unlockWallet(dir, 'upper', 'nope'), code('forbidden', /^wrong password for wallet 'upper'$/));
+    write('broken', { ...ks, crypto: { ...ks.crypto, mac: 'xyz' } });
+    assert.throws(() => loadWalletFile(dir, 'broken'), code('corrupt', /^invalid wallet file .*broken\.json: \/crypto\/mac /));
+    write('noaddr', { ...ks, address: 'nope' });
+    assert.throws(() => loadWalletFile(dir, 'noaddr'), code('corrupt', /wallet file .*noaddr\.json has no address/));
+    writeFileSync(join(dir, 'wallets', 'garbage.json'), '{');
+    assert.throws(() => loadWalletFile(dir, 'garbage'), code('corrupt', /wallet file .*garbage\.json is not valid JSON/));
+    assert.throws(() => unlockWallet(dir, 'ghost', 'pw'), code('not_found', /unknown wallet 'ghost'/));
+    assert.throws(() => saveWallet(dir, 'weak', VECTOR_KEY, 'pw'), code('conflict', /wallet 'weak' already exists/));
+    assert.throws(() => saveWallet(dir, 'other', VECTOR_KEY, ''), code('invalid', /the password must not be empty/));
+    assert.deepEqual(listWallets(dir).map((w) => w.name), ['upper', 'weak']);
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
 });

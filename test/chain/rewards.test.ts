@@ -2,8 +2,18 @@
 import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
 import { getAddress, keccak256, parseUnits, toHex, type Address } from 'viem';
-import { abiOf } from '../../src/chain/contracts.ts';
-import { batchRanges, isEpochSettled, normalizeRewards, readEpoch, rewardHistory, rewardsDigest, settleEpoch, type Reward } from '../../src/chain/rewards.ts';
+import { rewardDistributorAbi } from '../../src/chain/abis.ts';
+import {
+  batchRanges,
+  isEpochSettled,
+  normalizeRewards,
+  readEpoch,
+  rewardHistory,
+  rewardsDigest,
+  settleEpoch,
+  settlementTxOf,
+  type Reward,
+} from '../../src/chain/rewards.ts';
 import { readStake } from '../../src/chain/staking.ts';
 import { nimBalance } from '../../src/chain/token.ts';
 import { ChainTxError, sendContractTx } from '../../src/chain/tx.ts';
@@ -55,6 +65,8 @@ test('settleEpoch pays in batches as stake, once; a second call does nothing and
   assert.deepEqual(seen, [8, 8, 7]);
   assert.equal(r.total, total);
   assert.equal(await isEpochSettled(t.client, 1n), true);
+  assert.equal(await settlementTxOf(t.client, 1n), r.txHashes.at(-1), 'the last batch settled it');
+  assert.equal(await settlementTxOf(t.client, 99n), null);
   for (const [i, m] of list.entries()) {
     assert.equal((await readStake(t.client, m.address)).staked, NIM(i + 1));
     assert.equal(await nimBalance(t.client, m.address), 0n);
@@ -74,7 +86,7 @@ test('settleEpoch resumes a half-posted epoch with the same list and refuses a d
   // an orchestrator that crashed after the first of three batches
   await sendContractTx(t.client, t.operator, {
     address: t.client.deployment.rewardDistributor,
-    abi: abiOf('RewardDistributor'),
+    abi: rewardDistributorAbi,
     functionName: 'postRewards',
     args: [2n, 0, 3, digest, list.slice(0, 3).map((r) => r.address), list.slice(0, 3).map((r) => r.amount), true],
   });
