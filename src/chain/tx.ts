@@ -2,6 +2,7 @@
 // reason and nothing is sent), then send and wait for the receipt. Calls are
 // typed by the contract's ABI (src/chain/abis.ts): function names and
 // arguments are checked by the compiler.
+import { NimbleError } from '../protocol/errors.ts';
 import {
   BaseError,
   ContractFunctionRevertedError,
@@ -40,13 +41,16 @@ export interface SentTx {
   receipt: TransactionReceipt;
 }
 
-export class ChainTxError extends Error {
+/** A transaction the chain refused (simulation or receipt reverted): 409, the chain's state does not allow it. */
+export class ChainTxError extends NimbleError {
+  override readonly name = 'ChainTxError';
+
   constructor(
     message: string,
     /** the custom error's name when the contract reverted with one */
     readonly errorName?: string,
   ) {
-    super(message);
+    super('chain_refused', message, 409);
   }
 }
 

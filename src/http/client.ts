@@ -39,7 +39,7 @@ function errorOf(status: number, statusText: string, bytes: Uint8Array, what: st
   let message = `${status} ${statusText}`;
   let code = `http_${status}`;
   try {
-    const body = JSON.parse(new TextDecoder().decode(bytes)) as unknown;
+    const body: unknown = JSON.parse(new TextDecoder().decode(bytes));
     if (body && typeof body === 'object') {
       const b = body as Record<string, unknown>;
       if (typeof b.error === 'string') message = b.error.slice(0, 1000);

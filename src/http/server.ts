@@ -6,7 +6,7 @@
 // src/protocol/errors.ts: HTTP status, `{ "error": message, "code": code }`.
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { TypeBoxValidatorCompiler, type TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
-import type { TSchema } from '@sinclair/typebox';
+import { Type, type Static, type TSchema } from '@sinclair/typebox';
 import { TypeCompiler, type TypeCheck } from '@sinclair/typebox/compiler';
 import Fastify, { type FastifyBaseLogger, type FastifyError, type FastifyInstance, type FastifyRequest, type RawServerDefault } from 'fastify';
 import type { Address } from 'viem';
@@ -45,11 +45,9 @@ export interface HttpServerOptions {
   verifier?: RequestVerifier;
 }
 
-/** The JSON body of every error answer. */
-export interface ErrorBody {
-  error: string;
-  code: string;
-}
+/** The JSON body of every error answer (part of every route's response schema). */
+export const ErrorBody = Type.Object({ error: Type.String(), code: Type.String({ pattern: '^[a-z_0-9]{1,64}$' }) });
+export type ErrorBody = Static<typeof ErrorBody>;
 
 /** Media types of the binary routes (tensor frames, check bundles, stage states). */
 export const BINARY = 'application/octet-stream';
@@ -62,6 +60,10 @@ export function createHttpServer(options: HttpServerOptions): HttpServer {
     connectionTimeout: options.requestTimeoutMs ?? 60_000,
   }).withTypeProvider<TypeBoxTypeProvider>();
   app.setValidatorCompiler(TypeBoxValidatorCompiler);
+  // every route's contract includes its error answers
+  app.addHook('onRoute', (route) => {
+    route.schema = { ...route.schema, response: { '4xx': ErrorBody, '5xx': ErrorBody, ...(route.schema?.response as Record<string, TSchema> | undefined) } };
+  });
   app.setSerializerCompiler(({ schema }) => responseSerializer(schema as TSchema));
   app.removeAllContentTypeParsers();
   app.addContentTypeParser('application/json', { parseAs: 'buffer' }, (req, body: Buffer, done) => {

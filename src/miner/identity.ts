@@ -2,27 +2,29 @@
 // dir, created on first start.
 import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
+import { Type } from '@sinclair/typebox';
 import { generatePrivateKey, privateKeyToAccount } from 'viem/accounts';
 import type { Hex } from 'viem';
+import { NimbleError } from '../protocol/errors.ts';
+import { parseJson } from '../protocol/messages.ts';
 
 export interface Identity {
   privateKey: Hex;
   address: string;
 }
 
-const KEY_RE = /^0x[0-9a-fA-F]{64}$/;
+const KeyFile = Type.Object({ privateKey: Type.String({ pattern: '^0x[0-9a-fA-F]{64}$' }) });
 
 export function loadOrCreateIdentity(dataDir: string): Identity {
   const path = join(dataDir, 'miner-key.json');
   if (existsSync(path)) {
-    let key: unknown;
+    let privateKey: Hex;
     try {
-      key = (JSON.parse(readFileSync(path, 'utf8')) as { privateKey?: unknown }).privateKey;
-    } catch {
-      throw new Error(`${path} is not valid JSON; move it away to create a new identity`);
+      privateKey = parseJson(KeyFile, readFileSync(path, 'utf8'), `key file ${path}`, 'corrupt').privateKey as Hex;
+    } catch (err) {
+      throw new NimbleError('corrupt', `${(err as Error).message}; move it away to create a new identity`);
     }
-    if (typeof key !== 'string' || !KEY_RE.test(key)) throw new Error(`${path} holds no valid private key`);
-    return { privateKey: key as Hex, address: privateKeyToAccount(key as Hex).address };
+    return { privateKey, address: privateKeyToAccount(privateKey).address };
   }
   const privateKey = generatePrivateKey();
   mkdirSync(dirname(path), { recursive: true });

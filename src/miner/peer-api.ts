@@ -46,7 +46,6 @@ export const PeerHealth = Type.Object({
 export type PeerHealth = Static<typeof PeerHealth>;
 
 const Queued = Type.Object({ queued: Count });
-const ErrorAnswer = Type.Object({ error: Type.String(), code: Type.String() });
 /** A tensor frame, as received (checked by `decodeFrame`, not by a schema). */
 const FrameBody = Type.Uint8Array();
 
@@ -113,7 +112,7 @@ export function buildPeerApi(options: PeerApiOptions): HttpServer {
   const frameRoute = {
     bodyLimit: maxBytes,
     config: { signed: true },
-    schema: { body: FrameBody, response: { 202: Queued, '4xx': ErrorAnswer, '5xx': ErrorAnswer } },
+    schema: { body: FrameBody, response: { 202: Queued } },
   };
 
   /** The frame's values and meta, if it fits the stage held and the queue has room. */

@@ -1,6 +1,7 @@
 // The safetensors format: 8-byte little-endian header length, a JSON header
 // naming each tensor's dtype, shape and [start, end) byte range, then the
 // little-endian data. We write and read F32 tensors and a string metadata map.
+import { NimbleError } from '../protocol/errors.ts';
 
 export interface NamedTensor {
   name: string;
@@ -13,7 +14,14 @@ export interface SafetensorsFile {
   metadata: Record<string, string>;
 }
 
-export class SafetensorsError extends Error {}
+/** A checkpoint file that cannot be read or does not fit: 400 when it came from a peer. */
+export class SafetensorsError extends NimbleError {
+  override readonly name = 'SafetensorsError';
+
+  constructor(message: string) {
+    super('bad_checkpoint', message, 400);
+  }
+}
 
 const MAX_HEADER = 100 * 1024 * 1024;
 

@@ -1,8 +1,13 @@
 // The planner's refusal: a job that cannot be placed, with the numbers that show why.
+import { NimbleError } from '../protocol/errors.ts';
 
-/** Thrown when no valid plan exists; the message names the numbers (stage, bytes, miners). */
-export class PlanError extends Error {
+/** Thrown when no valid plan exists; the message names the numbers (stage, bytes, miners). HTTP 422. */
+export class PlanError extends NimbleError {
   override readonly name = 'PlanError';
+
+  constructor(message: string) {
+    super('cannot_plan', message, 422);
+  }
 }
 
 /** Bytes in decimal units with three significant digits, e.g. "412 MB", "3.47 GB", "980 B". */
