@@ -1,0 +1,141 @@
+// The orchestrator's HTTP contract, in-process (fastify inject, no sockets,
+// no child processes): each route's params, body and answers against the
+// schemas in src/api/schemas.ts and src/protocol/messages.ts, the error
+// answers, body limits, signatures, and refusals counted against the signer.
+import assert from 'node:assert/strict';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { after, before, test } from 'node:test';
+import { Type, type TSchema } from '@sinclair/typebox';
+import { generatePrivateKey } from 'viem/accounts';
+import { EpochList, MinerView, RunView, WorkTotal } from '../../src/api/schemas.ts';
+import type { HttpServer } from '../../src/http/server.ts';
+import { FsBlobStore } from '../../src/orchestrator/blobs.ts';
+import { Coordinator } from '../../src/orchestrator/coordinator.ts';
+import { buildApi } from '../../src/orchestrator/http.ts';
+import { MAX_UPLOAD_BYTES } from '../../src/orchestrator/routes/miners.ts';
+import { OrchestratorState } from '../../src/orchestrator/state/index.ts';
+import { HeartbeatReply, JoinReply, parse } from '../../src/protocol/messages.ts';
+import { RequestSigner } from '../../src/protocol/signing.ts';
+
+let dir: string;
+let state: OrchestratorState;
+let app: HttpServer;
+const miner = new RequestSigner(generatePrivateKey());
+
+before(async () => {
+  dir = mkdtempSync(join(tmpdir(), 'nimble-http-'));
+  state = OrchestratorState.open(join(dir, 'o.sqlite'));
+  const coordinator = new Coordinator(state, await FsBlobStore.open(join(dir, 'blobs')), { spotChecks: { rate: 0 } });
+  app = buildApi(coordinator);
+});
+after(async () => {
+  await app.close();
+  state.close();
+  rmSync(dir, { recursive: true, force: true });
+});
+
+interface Answer {
+  status: number;
+  body: Record<string, unknown> & unknown[];
+}
+
+async function request(method: 'GET' | 'POST', url: string, opts: { json?: unknown; raw?: Uint8Array | string; contentType?: string; signer?: RequestSigner } = {}): Promise<Answer> {
+  const payload = opts.json !== undefined ? JSON.stringify(opts.json) : opts.raw;
+  const bytes = typeof payload === 'string' ? new TextEncoder().encode(payload) : payload;
+  const headers: Record<string, string> = {};
+  if (bytes !== undefined) headers['content-type'] = opts.contentType ?? (opts.json !== undefined ? 'application/json' : 'application/octet-stream');
+  if (opts.signer) Object.assign(headers, await opts.signer.sign(method, url, bytes));
+  const res = await app.inject({ method, url, headers, payload: bytes === undefined ? undefined : Buffer.from(bytes) });
+  return { status: res.statusCode, body: res.body ? (JSON.parse(res.body) as Answer['body']) : ({} as Answer['body']) };
+}
+
+/** The answer, checked against the schema its route declares. */
+function valid<T extends TSchema>(schema: T, a: Answer, status = 200): unknown {
+  assert.equal(a.status, status, JSON.stringify(a.body));
+  return parse(schema, a.body, 'answer');
+}
+
+const isError = (a: Answer, status: number, code: string, message?: RegExp): void => {
+  assert.equal(a.status, status, JSON.stringify(a.body));
+  assert.deepEqual(Object.keys(a.body).sort(), ['code', 'error']);
+  assert.equal(a.body.code, code);
+  if (message) assert.match(String(a.body.error), message);
+};
+
+const joinBody = { name: 'm1', url: 'http://127.0.0.1:9999', hardware: { gflops: 10, threads: 2, memoryBytes: 1 << 30 }, bandwidthMbps: 100 };
+
+test('public reads answer their declared views', async () => {
+  valid(Type.Object({ ok: Type.Literal(true) }), await request('GET', '/health'));
+  valid(Type.Array(RunView), await request('GET', '/runs'));
+  valid(Type.Array(MinerView), await request('GET', '/miners'));
+  valid(Type.Array(WorkTotal), await request('GET', '/work'));
+  const epochs = valid(EpochList, await request('GET', '/epochs')) as { paid: boolean };
+  assert.equal(epochs.paid, false);
+  isError(await request('GET', '/runs/run-nope'), 404, 'not_found', /unknown run run-nope/);
+  isError(await request('GET', '/runs/run-nope/checkpoint'), 404, 'not_found');
+  isError(await request('GET', '/epochs/abc'), 400, 'invalid', /params/);
+  isError(await request('GET', '/epochs/999'), 404, 'not_found');
+  isError(await request('GET', '/nowhere'), 404, 'not_found');
+});
+
+test('POST /runs: validated against CreateRunRequest, 201 with the run view', async () => {
+  const run = valid(RunView, await request('POST', '/runs', { json: { model: 'gpt-micro', data: 'moby-dick', steps: 10, stages: 2, minMiners: 2 } }), 201) as RunView;
+  assert.equal(run.status, 'waiting');
+  assert.match(run.message ?? '', /waiting for miners: 0 of 2/);
+  assert.deepEqual((valid(RunView, await request('GET', `/runs/${run.id}`)) as RunView).id, run.id);
+  isError(await request('POST', '/runs', { json: { model: 'gpt-micro', data: 'moby-dick' } }), 400, 'invalid', /steps/);
+  isError(await request('POST', '/runs', { json: { model: 'gpt-micro', data: 'moby-dick', steps: 1, batch_size: 4 } }), 400, 'invalid', /batch_size/);
+  isError(await request('POST', '/runs', { json: { model: 'gpt-micro', data: 'moby-dick', steps: 1e300 } }), 400, 'invalid', /steps/);
+  isError(await request('POST', '/runs', { json: { model: 'gpt-huge', data: 'moby-dick', steps: 1 } }), 400, 'invalid', /gpt-huge/);
+  isError(await request('POST', '/runs', { json: { model: 'gpt-micro', data: '/etc/passwd', steps: 1 } }), 400, 'invalid', /not available to miners/);
+  isError(await request('POST', '/runs', { json: { model: 'gpt-micro', data: 'moby-dick', steps: 1, stages: 99 } }), 400, 'invalid', /cannot be cut into 99/);
+  isError(await request('POST', '/runs', { raw: '{nope', contentType: 'application/json' }), 400, 'invalid', /not JSON/);
+  isError(await request('POST', '/runs', { raw: 'x'.repeat((1 << 20) + 10), contentType: 'application/json' }), 413, 'too_large');
+});
+
+test('miner routes are signed: unsigned or forged requests get 401 and count for nobody', async () => {
+  isError(await request('POST', '/miners/join', { json: joinBody }), 401, 'missing');
+  const other = new RequestSigner(generatePrivateKey());
+  const headers = await other.sign('POST', '/miners/join', new TextEncoder().encode('{}'));
+  const forged = await app.inject({ method: 'POST', url: '/miners/join', headers: { ...headers, 'content-type': 'application/json' }, payload: JSON.stringify(joinBody) });
+  assert.equal(forged.statusCode, 401);
+  isError(await request('GET', `/blobs/${'a'.repeat(64)}`), 401, 'missing');
+  assert.equal(state.ledger.workTotals().length, 0);
+});
+
+test('join and heartbeat answer their protocol messages', async () => {
+  const joined = valid(JoinReply, await request('POST', '/miners/join', { json: joinBody, signer: miner })) as { minerId: string };
+  assert.equal(joined.minerId, miner.address);
+  const reply = valid(HeartbeatReply, await request('POST', '/miners/heartbeat', { json: { freeSlots: 0, queue: 0, reports: [] }, signer: miner })) as HeartbeatReply;
+  assert.equal(reply.assignment, null);
+  assert.deepEqual((valid(Type.Array(MinerView), await request('GET', '/miners')) as MinerView[]).map((m) => [m.id, m.name, m.alive]), [[miner.address, 'm1', true]]);
+  const probe = await request('POST', '/bandwidth', { raw: new Uint8Array(1 << 20), signer: miner });
+  assert.deepEqual(probe.body, { bytes: 1 << 20 });
+});
+
+test('a signed request that breaks a contract is refused with 4xx and counted as invalid work of its signer', async () => {
+  const invalid = (): number => state.ledger.workTotals().filter((w) => w.minerId === miner.address && w.kind === 'invalid').reduce((a, w) => a + w.units, 0);
+  const before = invalid();
+  isError(await request('POST', '/miners/heartbeat', { raw: '{nope', contentType: 'application/json', signer: miner }), 400, 'invalid', /not JSON/);
+  isError(await request('POST', '/miners/heartbeat', { json: { freeSlots: -1, queue: 0, reports: [] }, signer: miner }), 400, 'invalid', /freeSlots/);
+  isError(await request('POST', '/miners/heartbeat', { json: { freeSlots: 2 ** 40, queue: 0, reports: [] }, signer: miner }), 400, 'invalid', /freeSlots/);
+  isError(await request('POST', '/runs/run-x/stages/zero/rounds/1/merged/0', { raw: new Uint8Array(8), signer: miner }), 400, 'invalid', /params/);
+  isError(await request('POST', '/runs/run-x/stages/0/rounds/1/pseudo-gradients/0?samples=-3', { raw: new Uint8Array(8), signer: miner }), 400, 'invalid', /querystring/);
+  isError(await request('POST', '/runs/run-x/stages/0/rounds/1/pseudo-gradients/0?samples=1', { raw: new Uint8Array(8), signer: miner }), 404, 'not_found', /unknown run run-x/);
+  isError(await request('GET', `/blobs/${'a'.repeat(64)}`, { signer: miner }), 404, 'not_found');
+  isError(await request('GET', '/blobs/../../etc/passwd', { signer: miner }), 404, 'not_found');
+  assert.equal(invalid(), before + 7, 'each refusal costs its signer one invalid unit (the path outside every route has no signer)');
+});
+
+test('uploads are limited per route before they are buffered', async () => {
+  const huge = await app.inject({
+    method: 'POST',
+    url: '/runs/run-x/stages/0/rounds/1/state',
+    headers: { 'content-type': 'application/octet-stream', 'content-length': String(MAX_UPLOAD_BYTES + 1) },
+    payload: Buffer.alloc(16),
+  });
+  assert.equal(huge.statusCode, 413);
+  isError(await request('POST', '/miners/heartbeat', { raw: 'x'.repeat((1 << 20) + 1), contentType: 'application/json', signer: miner }), 413, 'too_large');
+});

@@ -1,0 +1,235 @@
+// The orchestrator's state layer without a server: migrations (including a
+// file written by the single-schema layout of earlier versions), every
+// store's transitions, and stored rows that no longer decode refused as
+// corrupt state rather than cast.
+import assert from 'node:assert/strict';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { after, test } from 'node:test';
+import Database from 'better-sqlite3';
+import { NimbleError } from '../../src/protocol/errors.ts';
+import { MIGRATIONS, OrchestratorState } from '../../src/orchestrator/state/index.ts';
+import type { RunOptions } from '../../src/orchestrator/state/runs.ts';
+import type { Plan } from '../../src/planner/types.ts';
+
+const dir = mkdtempSync(join(tmpdir(), 'nimble-state-'));
+after(() => rmSync(dir, { recursive: true, force: true }));
+let n = 0;
+const fresh = (): { state: OrchestratorState; path: string } => {
+  const path = join(dir, `s${n++}.sqlite`);
+  return { state: OrchestratorState.open(path), path };
+};
+
+const OPTIONS: RunOptions = { lr: 1e-3, codec: 'f16', aggregator: 'mean', minMiners: 2, outerLr: 0.7, outerMomentum: 0.9, requestedStages: 2 };
+const PLAN: Plan = {
+  stages: [
+    { range: { from: 0, to: 2 }, params: 10, flopsPerToken: { forward: 1, backward: 2 }, memoryBytes: 100, miners: ['0xa'], throughputTokensPerS: 5 },
+    { range: { from: 2, to: 4 }, params: 12, flopsPerToken: { forward: 1, backward: 2 }, memoryBytes: 120, miners: ['0xb'], throughputTokensPerS: 4 },
+  ],
+  bottleneckTokensPerS: 4,
+  unassigned: [],
+};
+const isCorrupt = (err: unknown): boolean => err instanceof NimbleError && err.code === 'corrupt' && err.status === 500;
+
+test('a new file gets every store at its latest version; reopening runs nothing again', () => {
+  const { state, path } = fresh();
+  const expected = Object.fromEntries(MIGRATIONS.map((m) => [m.store, m.steps.length]));
+  assert.deepEqual(state.db.versions(), expected);
+  state.runs.insert({ id: 'r1', model: 'gpt-micro', data: 'moby-dick', steps: 5, batchSize: 2, mergeEvery: 3, seed: 1, options: OPTIONS }, 10);
+  state.close();
+  const again = OrchestratorState.open(path);
+  assert.deepEqual(again.db.versions(), expected);
+  assert.equal(again.runs.get('r1')!.steps, 5);
+  again.close();
+});
+
+test('a file from the single-schema layout migrates: the created count moves out of the options JSON', () => {
+  const path = join(dir, 'old.sqlite');
+  const old = new Database(path);
+  old.exec(`CREATE TABLE runs (
+    id TEXT PRIMARY KEY, model TEXT NOT NULL, data TEXT NOT NULL, status TEXT NOT NULL,
+    steps INTEGER NOT NULL, batch_size INTEGER NOT NULL, merge_every INTEGER NOT NULL, seed INTEGER NOT NULL,
+    stage_count INTEGER NOT NULL, plan TEXT NOT NULL, options TEXT NOT NULL,
+    microbatches_done INTEGER NOT NULL DEFAULT 0, merges_done INTEGER NOT NULL DEFAULT 0,
+    tokens_done INTEGER NOT NULL DEFAULT 0, bytes_sent INTEGER NOT NULL DEFAULT 0, last_loss REAL,
+    created_at INTEGER NOT NULL, started_at INTEGER, finished_at INTEGER, error TEXT)`);
+  old.prepare(`INSERT INTO runs (id, model, data, status, steps, batch_size, merge_every, seed, stage_count, plan, options, created_at)
+    VALUES ('r-old', 'gpt-micro', 'moby-dick', 'executing', 50, 4, 10, 1, 2, ?, ?, 1)`).run(JSON.stringify(PLAN), JSON.stringify({ ...OPTIONS, created: 7 }));
+  old.close();
+  const state = OrchestratorState.open(path);
+  const run = state.runs.get('r-old')!;
+  assert.equal(run.microbatchesCreated, 7);
+  assert.deepEqual(run.options, OPTIONS, 'no created count left in the options');
+  assert.deepEqual(run.plan, PLAN);
+  state.close();
+});
+
+test('a file written by a newer build is refused, not misread', () => {
+  const { state, path } = fresh();
+  state.db.sql.prepare("UPDATE schema_versions SET version = 99 WHERE store = 'runs'").run();
+  state.close();
+  assert.throws(() => OrchestratorState.open(path), (err: unknown) => isCorrupt(err) && /newer than this build/.test((err as Error).message));
+});
+
+test('runs: waiting → started → executing ⇄ merging → completed, with counters', () => {
+  const { state } = fresh();
+  state.runs.insert({ id: 'r1', model: 'gpt-micro', data: 'moby-dick', steps: 5, batchSize: 2, mergeEvery: 3, seed: 1, options: OPTIONS }, 10);
+  let run = state.runs.get('r1')!;
+  assert.equal(run.status, 'waiting');
+  assert.equal(run.plan, null);
+  assert.equal(run.stageCount, 0);
+  state.runs.setMessage('r1', 'waiting for miners: 1 of 2 available');
+  assert.equal(state.runs.get('r1')!.message, 'waiting for miners: 1 of 2 available');
+  state.runs.start('r1', PLAN, 20);
+  run = state.runs.get('r1')!;
+  assert.equal(run.status, 'started');
+  assert.equal(run.stageCount, 2);
+  assert.deepEqual(run.plan, PLAN);
+  assert.equal(run.startedAt, 20);
+  assert.equal(run.message, null);
+  state.runs.start('r1', PLAN, 30);
+  assert.equal(state.runs.get('r1')!.startedAt, 20, 'a re-plan keeps the first start');
+  state.runs.setStatus('r1', 'executing');
+  state.runs.addCounters('r1', { microbatches: 2, tokens: 64, bytes: 1000 });
+  state.runs.addCounters('r1', { bytes: 24, merges: 1 });
+  state.runs.setCreated('r1', 3);
+  state.runs.recordLoss('r1', 2.5);
+  state.runs.complete('r1', 40);
+  run = state.runs.get('r1')!;
+  assert.deepEqual(
+    [run.status, run.microbatchesDone, run.tokensDone, run.bytesSent, run.mergesDone, run.microbatchesCreated, run.lastLoss, run.finishedAt],
+    ['completed', 2, 64, 1024, 1, 3, 2.5, 40],
+  );
+  assert.deepEqual(state.runs.active(), []);
+});
+
+test('stages and assignments: merging → training after a round; a miner holds one stage of an active run', () => {
+  const { state } = fresh();
+  state.runs.insert({ id: 'r1', model: 'gpt-micro', data: 'moby-dick', steps: 5, batchSize: 2, mergeEvery: 3, seed: 1, options: OPTIONS }, 10);
+  state.runs.insertStages('r1', [{ from: 0, to: 2 }, { from: 2, to: 4 }]);
+  state.runs.addInnerStep('r1');
+  state.runs.addInnerStep('r1');
+  state.runs.startMerging('r1', 1);
+  assert.deepEqual(state.runs.stages('r1').map((s) => [s.mode, s.innerSteps]), [['training', 2], ['merging', 2]]);
+  const blob = 'ab'.repeat(32);
+  state.runs.finishRound('r1', 1, 1, blob);
+  assert.deepEqual(state.runs.stage('r1', 1), { runId: 'r1', stage: 1, fromPart: 2, toPart: 4, mode: 'training', round: 1, stateBlob: blob, innerSteps: 0, lastLoss: null });
+  state.runs.assign('r1', 0, '0xa', 1);
+  state.runs.assign('r1', 1, '0xa', 2); // moves
+  assert.deepEqual(state.runs.assignments('r1'), [{ runId: 'r1', stage: 1, minerId: '0xa', assignedAt: 2 }]);
+  assert.equal(state.runs.assignmentOf('0xa')!.stage, 1);
+  state.runs.complete('r1', 3);
+  assert.equal(state.runs.assignmentOf('0xa'), undefined, 'a completed run holds nobody');
+});
+
+test('microbatches: pending → issued → (pending again) → done, with the path and progress', () => {
+  const { state } = fresh();
+  const id = state.microbatches.insert('r1', 4, 4);
+  state.microbatches.issue(id, '0xa', 100, 200);
+  let mb = state.microbatches.get(id)!;
+  assert.deepEqual([mb.status, mb.minerId, mb.path, mb.attempts, mb.deadline], ['issued', '0xa', ['0xa'], 1, 200]);
+  assert.deepEqual(state.microbatches.issuedTo('0xa').map((m) => m.id), [id]);
+  state.microbatches.recordHop(id, 0b01, ['0xa', '0xb'], null);
+  state.microbatches.recordHop(id, 0b11, ['0xa', '0xb'], 3.25);
+  state.microbatches.requeue(id);
+  mb = state.microbatches.get(id)!;
+  assert.deepEqual([mb.status, mb.minerId, mb.deadline, mb.loss], ['pending', null, null, 3.25]);
+  assert.equal(state.microbatches.count('r1', 'pending'), 1);
+  state.microbatches.issue(id, '0xc', 300, 400);
+  state.microbatches.complete(id, 0b1111);
+  mb = state.microbatches.get(id)!;
+  assert.deepEqual([mb.status, mb.progress, mb.attempts, mb.path], ['done', 0b1111, 2, ['0xc']]);
+});
+
+test('merge rounds: open, advance, uploads and results replace earlier ones from the same miner', () => {
+  const { state } = fresh();
+  const k = { runId: 'r1', stage: 0, round: 1 };
+  const blob = (c: string): string => c.repeat(64);
+  state.mergeRounds.open(k, { status: 'uploading', partitions: 2, replicas: ['0xa', '0xb'], plan: { mergers: [['0xa', '0xb'], ['0xb', '0xa']], chosen: null, phaseAt: 5 }, startedAt: 5 });
+  state.mergeRounds.putUpload(k, { minerId: '0xa', partition: 0, blob: blob('1'), samples: 10 });
+  state.mergeRounds.putUpload(k, { minerId: '0xa', partition: 0, blob: blob('2'), samples: 11 });
+  assert.deepEqual(state.mergeRounds.uploads(k), [{ minerId: '0xa', partition: 0, blob: blob('2'), samples: 11 }]);
+  state.mergeRounds.update(k, { status: 'merging', replicas: ['0xa'] });
+  state.mergeRounds.putResult(k, { partition: 1, minerId: '0xa', blob: blob('3') });
+  state.mergeRounds.update(k, { status: 'applying', plan: { mergers: [['0xa'], ['0xa']], chosen: [blob('3'), blob('3')], phaseAt: 9 }, stateBlob: blob('4') });
+  const r = state.mergeRounds.get(k)!;
+  assert.deepEqual([r.status, r.replicas, r.plan.chosen, r.plan.phaseAt, r.stateBlob], ['applying', ['0xa'], [blob('3'), blob('3')], 9, blob('4')]);
+  assert.deepEqual(state.mergeRounds.results(k), [{ partition: 1, minerId: '0xa', blob: blob('3') }]);
+  assert.equal(state.mergeRounds.get({ ...k, round: 2 }), undefined);
+});
+
+test('the ledger: work totals, epochs open → settling → settled, rewards and slashes', () => {
+  const { state } = fresh();
+  state.ledger.logWork({ minerId: '0xa', runId: 'r1', kind: 'forward', stage: 0 }, 1);
+  state.ledger.logWork({ minerId: '0xa', runId: 'r1', kind: 'forward', units: 2, stage: 0 }, 1);
+  state.ledger.logWork({ minerId: '0xb', runId: null, kind: 'invalid', detail: 'x'.repeat(2000) }, 1);
+  assert.deepEqual(state.ledger.workTotals(), [
+    { minerId: '0xa', kind: 'forward', units: 3 },
+    { minerId: '0xb', kind: 'invalid', units: 1 },
+  ]);
+  assert.deepEqual(state.ledger.workTotals('r1'), [{ minerId: '0xa', kind: 'forward', units: 3 }]);
+  const open = state.ledger.openEpoch(5);
+  assert.equal(state.ledger.openEpoch(6).id, open.id, 'one open epoch at a time');
+  assert.equal(state.ledger.lastWorkId(), 3);
+  assert.deepEqual(state.ledger.workBetween(1, 3).map((w) => w.units), [2, 1]);
+  state.ledger.putReward({ epoch: open.id, miner: '0xa', score: 3, amount: 10n ** 20n, units: { forward: 3 } });
+  state.ledger.closeEpoch(open.id, { runId: 'r1', mergesMark: 1, toLog: 3, closedAt: 7, emission: 10n ** 20n, remainder: 0n, settled: false });
+  assert.equal(state.ledger.epoch(open.id)!.status, 'settling');
+  assert.equal(state.ledger.openEpoch(8).fromLog, 3, 'the next epoch starts after the closed one');
+  assert.equal(state.ledger.runMergesMark('r1'), 1);
+  state.ledger.setChainEpoch(open.id, 12n, 31337);
+  state.ledger.setEpochError(open.id, 'rpc down');
+  assert.equal(state.ledger.maxChainEpoch(), 12n);
+  state.ledger.markSettled(open.id, '0xdead', 9);
+  const e = state.ledger.epoch(open.id)!;
+  assert.deepEqual([e.status, e.txHash, e.settledAt, e.error, e.chainEpoch, e.emission], ['settled', '0xdead', 9, null, '12', '100000000000000000000']);
+  assert.deepEqual(state.ledger.rewards(open.id), [{ epoch: open.id, miner: '0xa', score: 3, amount: '100000000000000000000', units: { forward: 3 } }]);
+
+  state.ledger.putSlash({ epoch: open.id, miner: '0xa', failed: 3, fraction: 0.1, reason: 'r' });
+  state.ledger.putSlash({ epoch: open.id, miner: '0xa', failed: 9, fraction: 0.5, reason: 'again' });
+  assert.equal(state.ledger.slashes({ status: 'pending' }).length, 1, 'once per epoch and miner');
+  state.ledger.setSlashAmount(open.id, '0xa', 5n);
+  state.ledger.setSlashAmount(open.id, '0xa', null, 'stake fell');
+  assert.deepEqual([state.ledger.slashes()[0].amount, state.ledger.slashes()[0].error], [null, 'stake fell']);
+  state.ledger.markSlashed(open.id, '0xa', '0xbeef', 4n);
+  const s = state.ledger.slashes({ epoch: open.id })[0];
+  assert.deepEqual([s.status, s.txHash, s.amount, s.error, s.failed], ['slashed', '0xbeef', '4', null, 3]);
+  assert.deepEqual(state.ledger.slashes({ status: 'pending' }), []);
+});
+
+test('spot checks: commitments, asked → passed | failed, and figures that are not finite stored as null', () => {
+  const { state } = fresh();
+  const sha = 'c'.repeat(64);
+  state.spotChecks.putCommit({ microbatch: 3, stage: 1, minerId: '0xa', outputSha: sha, inputSha: null, loss: null, at: 5 });
+  state.spotChecks.putCommit({ microbatch: 3, stage: 1, minerId: '0xb', outputSha: null, inputSha: sha, loss: 2, at: 6 });
+  assert.deepEqual(state.spotChecks.commits(3, 1).map((c) => c.minerId), ['0xb', '0xa'], 'newest first');
+  const id = state.spotChecks.ask({ runId: 'r1', microbatch: 3, stage: 1, minerId: '0xa', createdAt: 10 });
+  assert.equal(state.spotChecks.asked('0xa', 'r1', 3)!.id, id);
+  assert.deepEqual(state.spotChecks.askedBefore(11).map((c) => c.id), [id]);
+  state.spotChecks.decide(id, { status: 'failed', cosine: 0, normRatio: Infinity, detail: 'all zeros' }, 12);
+  const c = state.spotChecks.list()[0];
+  assert.deepEqual([c.status, c.cosine, c.normRatio, c.decidedAt], ['failed', 0, null, 12]);
+  assert.equal(state.spotChecks.asked('0xa', 'r1', 3), undefined);
+  assert.deepEqual(state.spotChecks.totals('r1'), [{ minerId: '0xa', status: 'failed', n: 1 }]);
+  state.spotChecks.deleteCommitsBefore(6);
+  assert.deepEqual(state.spotChecks.commits(3, 1).map((x) => x.minerId), ['0xb']);
+});
+
+test('rows that no longer decode are corrupt state (500), never cast', () => {
+  const { state } = fresh();
+  state.runs.insert({ id: 'r1', model: 'gpt-micro', data: 'moby-dick', steps: 5, batchSize: 2, mergeEvery: 3, seed: 1, options: OPTIONS }, 10);
+  const sql = state.db.sql;
+  sql.prepare("UPDATE runs SET plan = '{\"stages\": 3}' WHERE id = 'r1'").run();
+  assert.throws(() => state.runs.get('r1'), (err: unknown) => isCorrupt(err) && /plan of r1/.test((err as Error).message));
+  sql.prepare("UPDATE runs SET plan = 'null', options = 'not json' WHERE id = 'r1'").run();
+  assert.throws(() => state.runs.get('r1'), (err: unknown) => isCorrupt(err) && /options of r1: not JSON/.test((err as Error).message));
+  sql.prepare("UPDATE runs SET options = ?, status = 'exploded' WHERE id = 'r1'").run(JSON.stringify(OPTIONS));
+  assert.throws(() => state.runs.get('r1'), (err: unknown) => isCorrupt(err) && /stored run is invalid: \/status/.test((err as Error).message));
+  const id = state.microbatches.insert('r1', 0, 0);
+  sql.prepare("UPDATE microbatches SET path = '[1, 2]' WHERE id = ?").run(id);
+  assert.throws(() => state.microbatches.get(id), isCorrupt);
+  state.ledger.logWork({ minerId: '0xa', runId: 'r1', kind: 'forward' }, 1);
+  sql.prepare("UPDATE work_log SET kind = 'bribe'").run();
+  assert.throws(() => state.ledger.workTotals(), isCorrupt);
+});
