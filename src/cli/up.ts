@@ -163,8 +163,7 @@ export function registerUp(program: Command): void {
       }
       if (orch.epochs) {
         // the run's last epoch closes when it completes; wait for it to settle
-        await orch.epochs.step();
-        await orch.epochs.step();
+        await orch.settleNow();
         const epochs = (await api.epochs()).epochs.filter((e) => e.status !== 'open');
         const totals = new Map<string, bigint>();
         for (const e of epochs) for (const r of e.rewards) totals.set(r.miner, (totals.get(r.miner) ?? 0n) + BigInt(r.amountWei));

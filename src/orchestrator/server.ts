@@ -23,6 +23,8 @@ export interface RunningOrchestrator {
   url: string;
   coordinator: Coordinator;
   epochs: Epochs | null;
+  /** Closes the epoch if due and settles what is settling, now (a no-op when unpaid). */
+  settleNow(): Promise<void>;
   close(): Promise<void>;
 }
 
@@ -58,6 +60,11 @@ export async function startOrchestrator(options: OrchestratorOptions): Promise<R
     url: `http://${host.includes(':') ? `[${host}]` : host}:${port}`,
     coordinator,
     epochs,
+    async settleNow() {
+      // a pass already under way may have started before the last work arrived
+      await epochs?.step();
+      await epochs?.step();
+    },
     async close() {
       clearInterval(timer);
       await app.close();
