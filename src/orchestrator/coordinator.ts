@@ -28,6 +28,8 @@ export interface CoordinatorOptions {
   /** spot checks of forwards (rate, timeout, slashing threshold) */
   spotChecks?: Partial<SpotCheckOptions>;
   now?: () => number;
+  /** where the clock reports what went wrong (default: stderr) */
+  log?: (line: string) => void;
 }
 
 export const COORDINATOR_DEFAULTS: CoordinatorOptions = {
@@ -44,10 +46,9 @@ export class Coordinator {
   readonly planner: RunPlanner;
   private readonly options: CoordinatorOptions;
   private readonly now: () => number;
+  private readonly log: (line: string) => void;
   /** live queue lengths, from heartbeats (the router weighs replicas with them) */
   private readonly queues = new Map<string, number>();
-  /** miners refused until they join again (too little stake), with the reason */
-  private readonly evicted = new Map<string, string>();
 
   constructor(
     readonly state: OrchestratorState,
@@ -56,6 +57,7 @@ export class Coordinator {
   ) {
     this.options = { ...COORDINATOR_DEFAULTS, ...options };
     this.now = this.options.now ?? Date.now;
+    this.log = this.options.log ?? ((line) => console.error(`orchestrator: ${line}`));
     this.merges = new MergeRounds(state, blobs, this.now);
     this.checks = new SpotChecks(state, blobs, this.options.spotChecks, this.now);
     this.microbatches = new MicrobatchFlow(state, this.checks, { deadlineMs: this.options.microbatchDeadlineMs, slots: this.options.slots }, this.now);
@@ -68,7 +70,6 @@ export class Coordinator {
   // ---- miners ----------------------------------------------------------------
 
   join(minerId: string, req: JoinRequest): JoinReply {
-    this.evicted.delete(minerId);
     const known = this.state.miners.get(minerId);
     this.state.miners.upsert(
       { id: minerId, name: req.name, url: req.url, gflops: req.hardware.gflops, threads: req.hardware.threads, memoryBytes: req.hardware.memoryBytes, bandwidthMbps: req.bandwidthMbps },
@@ -81,8 +82,7 @@ export class Coordinator {
   heartbeat(minerId: string, req: HeartbeatRequest): HeartbeatReply {
     const miner = this.state.miners.get(minerId);
     if (!miner) throw new NimbleError('not_found', `miner ${minerId} has not joined; call /miners/join first`);
-    const evicted = this.evicted.get(minerId);
-    if (evicted) throw new NimbleError('forbidden', evicted);
+    if (miner.evicted !== null) throw new NimbleError('forbidden', miner.evicted);
     const now = this.now();
     this.state.miners.touch(minerId, now);
     this.queues.set(minerId, req.queue);
@@ -119,7 +119,7 @@ export class Coordinator {
       codec: run.options.codec,
       lr: run.options.lr,
     } satisfies StageAssignment;
-    if (req.uploadedRound !== undefined || req.round !== undefined) this.merges.noteApplied(run, assignment.stage, minerId, req.round ?? 0);
+    if (req.runId === run.id && req.stage === assignment.stage && req.round !== undefined) this.merges.noteApplied(run, assignment.stage, minerId, req.round);
     reply.merge = this.merges.taskFor(run, assignment.stage, minerId);
     if (assignment.stage + 1 < run.stageCount) reply.nextStage = this.peersOf(run.id, assignment.stage + 1);
     const current = assignment.stage === 0 && reply.merge === null && req.runId === run.id && req.stage === 0 && (req.round ?? 0) === stage.round;
@@ -155,8 +155,10 @@ export class Coordinator {
    */
   evict(minerId: string, reason: string): void {
     if (!this.state.miners.get(minerId)?.alive) return;
-    this.evicted.set(minerId, reason);
-    this.markGone(minerId, 'miner evicted');
+    this.state.tx(() => {
+      this.markGone(minerId, 'miner evicted');
+      this.state.miners.evict(minerId, reason);
+    });
     this.planner.replanAll();
   }
 
@@ -181,14 +183,23 @@ export class Coordinator {
     }
     if (changed) this.planner.replanAll();
     for (const run of this.state.runs.active()) {
-      if (run.status === 'waiting') {
-        this.planner.tryStart(run);
-        continue;
+      try {
+        this.tickRun(run, now);
+      } catch (err) {
+        // one run's failure does not stop the others' clocks
+        this.log(`run ${run.id}: tick failed: ${(err as Error).message}`);
       }
-      this.microbatches.expireDeadlines(run);
-      this.merges.tick(this.state.runs.get(run.id)!, this.state.microbatches.count(run.id, 'issued'));
-      const fresh = this.state.runs.get(run.id)!;
-      if (fresh.microbatchesDone >= fresh.steps && !this.merges.active(fresh) && this.merges.finalMergeDone(fresh)) this.state.runs.complete(run.id, now);
     }
+  }
+
+  private tickRun(run: RunRecord, now: number): void {
+    if (run.status === 'waiting') {
+      this.planner.tryStart(run);
+      return;
+    }
+    this.microbatches.expireDeadlines(run);
+    this.merges.tick(this.state.runs.get(run.id)!, this.state.microbatches.count(run.id, 'issued'));
+    const fresh = this.state.runs.get(run.id)!;
+    if (fresh.microbatchesDone >= fresh.steps && !this.merges.active(fresh) && this.merges.finalMergeDone(fresh)) this.state.runs.complete(run.id, now);
   }
 }

@@ -22,9 +22,11 @@ import type { MergeRoundRecord, RoundKey, RoundPlan } from './state/merge-rounds
 import type { RunRecord, StageRecord } from './state/runs.ts';
 
 /** Replicas that have not uploaded by then are left out of the round. */
-const UPLOAD_TIMEOUT_MS = 60_000;
+export const UPLOAD_TIMEOUT_MS = 60_000;
 /** Mergers that have not uploaded a partition by then are replaced. */
-const MERGE_TIMEOUT_MS = 30_000;
+export const MERGE_TIMEOUT_MS = 30_000;
+/** Replicas that have not applied the round (or saved the state they were asked to) by then are left out of it. */
+export const APPLY_TIMEOUT_MS = 60_000;
 /** Partitions per replica. */
 const PARTITIONS_PER_REPLICA = 2;
 
@@ -150,8 +152,15 @@ export class MergeRounds {
       }
       let next = plan;
       if (vanished.size && alive.size) {
-        const stillAlive = [...alive].filter((m) => !vanished.has(m));
-        const reassigned = reassign(plan.mergers, vanished, stillAlive.length ? stillAlive : [...alive]);
+        // slow mergers are replaced by replicas that are not; when every live replica is slow,
+        // only the dead ones go and the live ones get a fresh timeout
+        let pool = [...alive].filter((m) => !vanished.has(m));
+        let gone = vanished;
+        if (pool.length === 0) {
+          pool = [...alive];
+          gone = new Set([...vanished].filter((m) => !alive.has(m)));
+        }
+        const reassigned = gone.size ? reassign(plan.mergers, gone, pool) : plan.mergers;
         // keep mergers of partitions already merged as they were
         next = { ...plan, mergers: reassigned.map((ms, p) => (done.has(p) ? plan.mergers[p] : ms)), phaseAt: now };
         this.state.mergeRounds.update(key, { plan: next });
@@ -163,11 +172,19 @@ export class MergeRounds {
       return;
     }
     if (round.status === 'applying') {
-      const applied = this.applied.get(`${run.id}/${s.stage}`);
-      const everyone = applied?.round === round.round && replicas.every((m) => applied.miners.has(m));
-      if (replicas.length === 0) this.finish(run, s, round.round, s.stateBlob);
-      else if (round.stateBlob && everyone) this.finish(run, s, round.round, round.stateBlob);
-      else if (replicas.join() !== round.replicas.join()) this.state.mergeRounds.update(key, { replicas });
+      const entry = this.applied.get(`${run.id}/${s.stage}`);
+      const applied = (m: string): boolean => entry?.round === round.round && entry.miners.has(m);
+      let next = plan;
+      if (now - plan.phaseAt > APPLY_TIMEOUT_MS) {
+        // whoever holds the round up leaves it: replicas that did not apply, and the one asked to save that did not
+        const late = replicas.filter((m, i) => !applied(m) || (i === 0 && !round.stateBlob));
+        for (const m of late) this.state.ledger.logWork({ minerId: m, runId: run.id, kind: 'dropped', stage: s.stage, detail: `round ${round.round} not applied in time` }, now);
+        replicas = replicas.filter((m) => !late.includes(m));
+        next = { ...plan, phaseAt: now };
+      }
+      if (replicas.length === 0) this.finish(run, s, round.round, round.stateBlob ?? s.stateBlob);
+      else if (round.stateBlob && replicas.every(applied)) this.finish(run, s, round.round, round.stateBlob);
+      else if (next !== plan || replicas.join() !== round.replicas.join()) this.state.mergeRounds.update(key, { replicas, plan: next });
     }
   }
 
@@ -179,12 +196,19 @@ export class MergeRounds {
     });
   }
 
-  /** A replica reports the merge round it has applied (with every heartbeat). */
+  /**
+   * A replica of `stage` reports (with every heartbeat) the merge round it has
+   * applied. Only the stage's open round counts: a report of any other round
+   * (an old run's, a round not open) is ignored.
+   */
   noteApplied(run: RunRecord, stage: number, minerId: string, round: number): void {
+    const s = this.state.runs.stage(run.id, stage);
+    const open = s && this.current(run, s);
+    if (!open || open.round !== round) return;
     const key = `${run.id}/${stage}`;
     let entry = this.applied.get(key);
-    if (!entry || entry.round < round) this.applied.set(key, (entry = { round, miners: new Set() }));
-    if (entry.round === round) entry.miners.add(minerId);
+    if (!entry || entry.round !== round) this.applied.set(key, (entry = { round, miners: new Set() }));
+    entry.miners.add(minerId);
   }
 
   /** What a replica should do for its stage's round, if one is running. */

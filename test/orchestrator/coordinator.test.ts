@@ -9,6 +9,7 @@ import { decodePartitionFrame } from '../../src/merge/pseudo-gradient.ts';
 import { partitionVector } from '../../src/merge/partition.ts';
 import { checkpointInfo } from '../../src/model/checkpoint.ts';
 import { decodeSafetensors } from '../../src/model/safetensors.ts';
+import { APPLY_TIMEOUT_MS, MERGE_TIMEOUT_MS, UPLOAD_TIMEOUT_MS } from '../../src/orchestrator/merges.ts';
 import type { RunRecord } from '../../src/orchestrator/state/runs.ts';
 import type { MergeTask } from '../../src/protocol/messages.ts';
 import {
@@ -26,10 +27,6 @@ import {
   type FakeMiner,
 } from './helpers.ts';
 
-/** Replicas that have not uploaded by then are left out of the round (UPLOAD_TIMEOUT_MS in src/orchestrator/merges.ts, not exported). */
-const UPLOAD_TIMEOUT_MS = 60_000;
-/** Mergers that have not uploaded a partition by then are replaced (MERGE_TIMEOUT_MS in src/orchestrator/merges.ts, not exported). */
-const MERGE_TIMEOUT_MS = 30_000;
 
 /** A harness closed when the test ends. */
 async function harness(t: { after: (fn: () => void) => void }, options: Parameters<typeof Harness.open>[0] = {}): Promise<Harness> {
@@ -717,16 +714,51 @@ test('after a restart during a merge round the round continues from its phase wi
   assert.deepEqual([h.run(run.id).status, h.run(run.id).mergesDone], ['executing', 1]);
 });
 
-// ---- bugs found: the expected behaviour, marked todo until src/ is fixed -----------------
+test('a round does not wait forever in applying: a replica that never applies, or never saves the state it was asked to, is dropped after the apply timeout', async (t) => {
+  const h = await harness(t, { minerTimeoutMs: 10 * APPLY_TIMEOUT_MS });
+  const run = runAtFirstMerge(h);
+  for (const stage of [0, 1]) await uploadAll(h, run, stage);
+  h.tick();
+  for (const stage of [0, 1]) await mergeAll(h, run, stage);
+  h.tick();
+  // stage 0: the replica asked to save goes silent; stage 1: both save and apply except one that never applies
+  const key0 = { runId: run.id, stage: 0, round: 1 };
+  const key1 = { runId: run.id, stage: 1, round: 1 };
+  const [saver, other] = h.replicas(run.id, 0).sort((a, b) => (a.id < b.id ? -1 : 1));
+  assert.equal(taskOf(saver).saveState, true);
+  assert.equal(taskOf(other).saveState, false);
+  other.applied = 1;
+  other.beat();
+  const [b0, b1] = h.replicas(run.id, 1).sort((a, b) => (a.id < b.id ? -1 : 1));
+  await h.coordinator.merges.putState(b0.id, roundKey(b0, taskOf(b0)), stageState(h, run.id, 1, 1));
+  b0.applied = 1;
+  b0.beat();
+  b1.beat(); // alive, never applies
 
-// BUG src/orchestrator/merges.ts:147-154 (MergeRounds.advance, 'merging'): when the merge
-// timeout passes with a partition unmerged and every live replica among the mergers being
-// replaced (always so with 2 replicas, which both merge every partition), the fallback
-// `stillAlive.length ? stillAlive : [...alive]` still passes those replicas in `vanished`,
-// so reassign() finds no live replica and throws MergeError 'no_replicas' out of
-// Coordinator.tick(), on every tick: the later stages and runs are never ticked, and the
-// round only moves if the slow mergers finish on their own.
-test.todo('a partition nobody merged within the merge timeout stays with its live mergers when no other replica can take it, and the tick does not throw', async (t) => {
+  h.advance(APPLY_TIMEOUT_MS);
+  h.tick();
+  assert.deepEqual([h.state.mergeRounds.get(key0)!.status, h.state.mergeRounds.get(key1)!.status], ['applying', 'applying'], 'still waiting at the timeout');
+  h.advance(1);
+  h.tick();
+  assert.deepEqual(h.state.mergeRounds.get(key0)!.replicas, [other.id], 'the silent saver left the round');
+  assert.equal(h.state.mergeRounds.get(key1)!.status, 'done', 'stage 1 finished without the replica that never applied');
+  assert.deepEqual([h.work(run.id)[`${saver.name}/dropped`], h.work(run.id)[`${b1.name}/dropped`], h.work(run.id)[`${other.name}/dropped`]], [1, 1, undefined]);
+  // the one left in stage 0 is asked to save now, and the round finishes
+  const task = taskOf(other);
+  assert.equal(task.saveState, true);
+  await h.coordinator.merges.putState(other.id, roundKey(other, task), stageState(h, run.id, 0, 1));
+  other.beat();
+  h.tick();
+  assert.equal(h.state.mergeRounds.get(key0)!.status, 'done');
+  assert.deepEqual(h.state.runs.stages(run.id).map((s) => [s.mode, s.round]), [['training', 1], ['training', 1]]);
+});
+
+// ---- regressions: bugs these tests found, now fixed ---------------------------------------
+
+// With 2 replicas both merge every partition; when the merge timeout passed with a partition
+// unmerged, every live merger was "replaced" by nobody and reassign() threw out of tick() on
+// every tick. Now the live mergers keep their partitions with a fresh timeout.
+test('a partition nobody merged within the merge timeout stays with its live mergers when no other replica can take it, and the tick does not throw', async (t) => {
   const h = await harness(t, { minerTimeoutMs: 10 * MERGE_TIMEOUT_MS });
   const run = runAtFirstMerge(h);
   await uploadAll(h, run, 0);
@@ -737,7 +769,7 @@ test.todo('a partition nobody merged within the merge timeout stays with its liv
   const mergers = h.state.mergeRounds.get(key)!.plan.mergers.map((ms) => [...ms].sort());
 
   h.advance(MERGE_TIMEOUT_MS + 1);
-  h.tick(); // today: MergeError 'merge no_replicas: partition 0 lost its mergers and no replica is alive'
+  h.tick();
   assert.equal(h.state.mergeRounds.get(key)!.status, 'merging');
   assert.deepEqual(h.state.mergeRounds.get(key)!.plan.mergers.map((ms) => [...ms].sort()), mergers);
   await mergeAll(h, run, 0);
@@ -746,15 +778,10 @@ test.todo('a partition nobody merged within the merge timeout stays with its liv
   assert.equal(h.state.mergeRounds.get(key)!.status, 'applying');
 });
 
-// BUG src/orchestrator/coordinator.ts:122 (Coordinator.heartbeat): `noteApplied` is called
-// with the heartbeat's `round` for the miner's *current* assignment without checking that the
-// heartbeat's runId and stage are that assignment's. A miner moved to a new run sends its old
-// run's round once (src/miner/miner.ts sends its runner's runId/stage/round); MergeRounds
-// (merges.ts:183-188) then records the new run's stage as applied up to that round, and every
-// lower round's report is ignored: the new run's first merge round never leaves 'applying'
-// (until the orchestrator restarts and forgets). A heartbeat naming a round beyond the open one
-// blocks the stage the same way.
-test.todo("a miner moved to a new run does not carry its old run's merge round into the new run's rounds", async (t) => {
+// A miner moved to a new run sends its old run's runId and round once; that round used to be
+// recorded for the new run's stage and blocked its first round in 'applying'. Only a report of
+// the stage's open round, from a heartbeat naming that run and stage, counts now.
+test("a miner moved to a new run does not carry its old run's merge round into the new run's rounds", async (t) => {
   const h = await harness(t);
   h.joinMany('m', 2);
   const first = h.createRun({ steps: 2, mergeEvery: 1 });
@@ -773,11 +800,9 @@ test.todo("a miner moved to a new run does not carry its old run's merge round i
   assert.equal(h.run(second.id).status, 'executing');
 });
 
-// BUG src/orchestrator/coordinator.ts:50 (Coordinator.evicted): evictions are kept only in
-// memory. After an orchestrator restart an evicted miner's heartbeat is accepted, revives it
-// (alive = 1) and gets it a stage again without the stake check of a join; with a chain the
-// next stake check (every stakeCheckMs) evicts it again, without one nothing does.
-test.todo('an eviction survives a restart: the heartbeats of the evicted miner still get 403 until it joins again', async (t) => {
+// Evictions were kept only in memory: after a restart an evicted miner's heartbeat revived it
+// without the stake check of a join. They are stored with the miner now.
+test('an eviction survives a restart: the heartbeats of the evicted miner still get 403 until it joins again', async (t) => {
   const h = await harness(t);
   h.joinMany('m', 2);
   const run = h.createRun({ steps: 10 });

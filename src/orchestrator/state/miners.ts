@@ -10,6 +10,8 @@ export const MINER_MIGRATIONS: Migrations = {
       gflops REAL NOT NULL, threads INTEGER NOT NULL, memory_bytes INTEGER NOT NULL, bandwidth_mbps REAL NOT NULL,
       joined_at INTEGER NOT NULL, last_seen INTEGER NOT NULL, alive INTEGER NOT NULL DEFAULT 1
     )`,
+    // why a miner is refused until it joins again (too little stake); survives a restart
+    'ALTER TABLE miners ADD COLUMN evicted TEXT',
   ],
 };
 
@@ -35,15 +37,18 @@ const MinerRow = Type.Object({
   joinedAt: Type.Integer(),
   lastSeen: Type.Integer(),
   alive: Type.Union([Type.Literal(0), Type.Literal(1)]),
+  evicted: Type.Union([Type.String(), Type.Null()]),
 });
 
 export interface MinerRecord extends MinerProfile {
   joinedAt: number;
   lastSeen: number;
   alive: boolean;
+  /** why it is refused until it joins again (null: it is not) */
+  evicted: string | null;
 }
 
-const COLUMNS = 'id, name, url, gflops, threads, memory_bytes AS memoryBytes, bandwidth_mbps AS bandwidthMbps, joined_at AS joinedAt, last_seen AS lastSeen, alive';
+const COLUMNS = 'id, name, url, gflops, threads, memory_bytes AS memoryBytes, bandwidth_mbps AS bandwidthMbps, joined_at AS joinedAt, last_seen AS lastSeen, alive, evicted';
 const readRow = rowReader(MinerRow, 'miner');
 const decode = (row: unknown): MinerRecord => {
   const r: Static<typeof MinerRow> = readRow(row);
@@ -53,13 +58,13 @@ const decode = (row: unknown): MinerRecord => {
 export class MinerStore {
   constructor(private readonly db: StateDb) {}
 
-  /** Records a join: a new miner, or new hardware figures and URL for a known one (alive again). */
+  /** Records a join: a new miner, or new hardware figures and URL for a known one (alive again, no longer evicted). */
   upsert(m: MinerProfile, now: number): void {
     this.db.run(
       `INSERT INTO miners (id, name, url, gflops, threads, memory_bytes, bandwidth_mbps, joined_at, last_seen, alive)
        VALUES (@id, @name, @url, @gflops, @threads, @memoryBytes, @bandwidthMbps, @now, @now, 1)
        ON CONFLICT(id) DO UPDATE SET name = @name, url = @url, gflops = @gflops, threads = @threads,
-         memory_bytes = @memoryBytes, bandwidth_mbps = @bandwidthMbps, last_seen = @now, alive = 1`,
+         memory_bytes = @memoryBytes, bandwidth_mbps = @bandwidthMbps, last_seen = @now, alive = 1, evicted = NULL`,
       { ...m, now },
     );
   }
@@ -79,5 +84,10 @@ export class MinerStore {
 
   markGone(id: string): void {
     this.db.run('UPDATE miners SET alive = 0 WHERE id = ?', id);
+  }
+
+  /** Refused (its heartbeats get 403 with `reason`) until it joins again. */
+  evict(id: string, reason: string): void {
+    this.db.run('UPDATE miners SET alive = 0, evicted = ? WHERE id = ?', reason.slice(0, 500), id);
   }
 }
