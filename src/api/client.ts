@@ -14,7 +14,7 @@ export class OrchestratorClient {
   private readonly http: JsonClient;
 
   constructor(baseUrl: string | URL, timeoutMs = 15_000) {
-    this.http = new JsonClient(baseUrl, timeoutMs);
+    this.http = new JsonClient(baseUrl, timeoutMs, 'the orchestrator');
   }
 
   get url(): string {

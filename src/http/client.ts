@@ -14,6 +14,8 @@ export interface HttpRequest {
   headers?: Record<string, string>;
   body?: Uint8Array;
   timeoutMs?: number;
+  /** who answers, for the message when nobody does (e.g. 'the orchestrator') */
+  peer?: string;
 }
 
 /** Sends a request; returns the body bytes of a 2xx answer, else throws the answer's error. */
@@ -22,7 +24,8 @@ export async function httpRequest(url: URL, req: HttpRequest): Promise<Uint8Arra
   try {
     res = await fetch(url, { method: req.method, headers: req.headers, body: req.body as BodyInit | undefined, signal: AbortSignal.timeout(req.timeoutMs ?? 30_000) });
   } catch (err) {
-    throw new NimbleError('unreachable', `cannot reach ${url.origin}: ${(err as Error).message}`, 502, { cause: err });
+    const who = req.peer ? `${req.peer} at ${url.origin}` : url.origin;
+    throw new NimbleError('unreachable', `cannot reach ${who}: ${(err as Error).message}`, 502, { cause: err });
   }
   let bytes: Uint8Array;
   try {
@@ -60,6 +63,8 @@ export class JsonClient {
   constructor(
     baseUrl: string | URL,
     private readonly timeoutMs = 15_000,
+    /** who answers, for messages (e.g. 'the orchestrator') */
+    private readonly peer?: string,
   ) {
     try {
       this.baseUrl = new URL(baseUrl);
@@ -69,16 +74,16 @@ export class JsonClient {
   }
 
   async get<T extends TSchema>(path: string, reply: T, what: string): Promise<Static<T>> {
-    return parseJson(reply, await httpRequest(new URL(path, this.baseUrl), { method: 'GET', timeoutMs: this.timeoutMs }), what);
+    return parseJson(reply, await httpRequest(new URL(path, this.baseUrl), { method: 'GET', timeoutMs: this.timeoutMs, peer: this.peer }), what);
   }
 
   async post<T extends TSchema>(path: string, value: unknown, reply: T, what: string): Promise<Static<T>> {
     const body = new TextEncoder().encode(JSON.stringify(value));
-    return parseJson(reply, await httpRequest(new URL(path, this.baseUrl), { method: 'POST', headers: JSON_TYPE, body, timeoutMs: this.timeoutMs }), what);
+    return parseJson(reply, await httpRequest(new URL(path, this.baseUrl), { method: 'POST', headers: JSON_TYPE, body, timeoutMs: this.timeoutMs, peer: this.peer }), what);
   }
 
   async bytes(path: string): Promise<Uint8Array> {
-    return httpRequest(new URL(path, this.baseUrl), { method: 'GET', timeoutMs: this.timeoutMs });
+    return httpRequest(new URL(path, this.baseUrl), { method: 'GET', timeoutMs: this.timeoutMs, peer: this.peer });
   }
 }
 
