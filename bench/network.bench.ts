@@ -14,6 +14,7 @@ import { GptStage, partCount } from '../src/model/gpt.ts';
 import { decodeSafetensors } from '../src/model/safetensors.ts';
 import { startOrchestrator, type RunningOrchestrator } from '../src/orchestrator/server.ts';
 import { Type } from '@sinclair/typebox';
+import { generatePrivateKey } from 'viem/accounts';
 import { OrchestratorClient } from '../src/api/client.ts';
 import type { CreateRunRequest, RunView } from '../src/api/schemas.ts';
 import { parseJson } from '../src/protocol/messages.ts';
@@ -34,6 +35,8 @@ export const CONVERGENCE_RUN = { batchSize: 6, steps: 4000, lr: 2e-3, outerLr: 1
 
 interface Net {
   orch: RunningOrchestrator;
+  /** the developer's client (its runs, their checkpoints) */
+  api: OrchestratorClient;
   children: ChildProcess[];
   dir: string;
 }
@@ -47,7 +50,7 @@ async function startNet(miners: { threads: number; throttle?: number }[]): Promi
       stdio: 'ignore',
     }),
   );
-  return { orch, children, dir };
+  return { orch, children, dir, api: new OrchestratorClient(orch.url, { wallet: generatePrivateKey() }) };
 }
 
 async function stopNet(net: Net): Promise<void> {
@@ -63,11 +66,11 @@ async function stopNet(net: Net): Promise<void> {
 }
 
 async function createRun(net: Net, body: CreateRunRequest): Promise<string> {
-  return (await new OrchestratorClient(net.orch.url).createRun(body)).id;
+  return (await net.api.createRun(body)).id;
 }
 
 function view(net: Net, id: string): Promise<RunView> {
-  return new OrchestratorClient(net.orch.url).run(id);
+  return net.api.run(id);
 }
 
 async function waitFor(net: Net, id: string, pred: (v: RunView) => boolean, log?: (v: RunView) => void): Promise<RunView> {
@@ -150,7 +153,7 @@ export const networkBenches: Bench[] = [
       try {
         const id = await createRun(net, { model: 'gpt-tiny', data: 'moby-dick', stages: 2, minMiners: 4, ...recipe });
         await waitFor(net, id, (v) => v.status === 'completed', (v) => o.log(`${v.microbatchesDone}/${recipe.steps} loss ${v.loss?.toFixed(4)} ${Math.round(v.tokensPerSecond)} tok/s merges ${v.mergesDone}`));
-        bytes = await new OrchestratorClient(net.orch.url).checkpoint(id);
+        bytes = await net.api.checkpoint(id);
       } finally {
         await stopNet(net);
       }

@@ -10,6 +10,7 @@ import { decodeF16, encodeF16 } from '../src/protocol/fp16.ts';
 import { dequantizeInt8, groupCount, quantizeInt8 } from '../src/protocol/int8.ts';
 import { ErrorFeedback } from '../src/protocol/error-feedback.ts';
 import { decodeFrame, encodeFrame, sha256Hex } from '../src/protocol/frame.ts';
+import { SessionKey } from '../src/protocol/session-key.ts';
 import { RequestSigner, RequestVerifier, type AuthHeaders } from '../src/protocol/signing.ts';
 import { FsBlobStore } from '../src/orchestrator/blobs.ts';
 
@@ -76,28 +77,35 @@ async function codecs(options: BenchOptions): Promise<BenchResult[]> {
   return out;
 }
 
+/** Signed requests per second, signed and verified, with the wallet key (joining) and with a session key (everything else). */
 async function signing(options: BenchOptions): Promise<BenchResult[]> {
-  const signer = new RequestSigner('0xac0974bec39a17e36ba4a6b4d238ff944bacb478cbed5efcae784d7bf4f2ff80');
-  const verifier = new RequestVerifier({ maxNonces: 1_000_000 });
+  const wallet = new RequestSigner('0xac0974bec39a17e36ba4a6b4d238ff944bacb478cbed5efcae784d7bf4f2ff80');
+  const session = SessionKey.generate();
+  const sessionSigner = new RequestSigner({ session, address: wallet.address });
+  const verifier = new RequestVerifier({ maxNonces: 1_000_000, maxNoncesPerSender: 1_000_000, sessionKeyOf: () => session.publicKey });
   const body = new Uint8Array(4096).fill(7);
-  const count = 300;
-  const signRates: number[] = [];
-  const verifyRates: number[] = [];
-  for (let r = 0; r < 3; r++) {
-    const headers: AuthHeaders[] = [];
-    let t = performance.now();
-    for (let i = 0; i < count; i++) headers.push(await signer.sign('POST', '/v1/work', body));
-    signRates.push(count / ((performance.now() - t) / 1000));
-    t = performance.now();
-    for (const h of headers) await verifier.verify({ method: 'POST', path: '/v1/work', headers: h, body });
-    verifyRates.push(count / ((performance.now() - t) / 1000));
-  }
-  const sign = Math.round(median(signRates));
-  const verify = Math.round(median(verifyRates));
-  options.log(`sign ${sign}/s, verify ${verify}/s (4 KB body)`);
+  const rates = async (signer: RequestSigner, count: number): Promise<{ sign: number; verify: number }> => {
+    const signRates: number[] = [];
+    const verifyRates: number[] = [];
+    for (let r = 0; r < 3; r++) {
+      const headers: AuthHeaders[] = [];
+      let t = performance.now();
+      for (let i = 0; i < count; i++) headers.push(await signer.sign('POST', '/v1/work', body));
+      signRates.push(count / ((performance.now() - t) / 1000));
+      t = performance.now();
+      for (const h of headers) await verifier.verify({ method: 'POST', path: '/v1/work', headers: h, body });
+      verifyRates.push(count / ((performance.now() - t) / 1000));
+    }
+    return { sign: Math.round(median(signRates)), verify: Math.round(median(verifyRates)) };
+  };
+  const w = await rates(wallet, 300);
+  const s = await rates(sessionSigner, 3000);
+  options.log(`wallet (secp256k1): sign ${w.sign}/s, verify ${w.verify}/s; session (ed25519): sign ${s.sign}/s, verify ${s.verify}/s (4 KB body)`);
   return [
-    { bench: 'protocol.sign.per_s', value: sign, unit: 'req/s' },
-    { bench: 'protocol.verify.per_s', value: verify, unit: 'req/s' },
+    { bench: 'protocol.sign.per_s', value: w.sign, unit: 'req/s' },
+    { bench: 'protocol.verify.per_s', value: w.verify, unit: 'req/s' },
+    { bench: 'protocol.session_sign.per_s', value: s.sign, unit: 'req/s' },
+    { bench: 'protocol.session_verify.per_s', value: s.verify, unit: 'req/s' },
   ];
 }
 

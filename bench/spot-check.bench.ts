@@ -104,7 +104,7 @@ export const spotCheckBenches: Bench[] = [
           const t0 = performance.now();
           const d = decodeCheckBundle(bundle, { paramCount: w0.length, activationShape: [B * T, C], hasInput: false, hasOutput: true, maxBytes: 1 << 28 });
           const r = verifyForward(verifier, {
-            config, range: first, batchSize: B, seed: 1, corpus, shard: 20_000, codec: 'f16', lr: 3e-3, thetaStart: theta0, maxSamples: 1000,
+            config, range: first, batchSize: B, seed: 1, corpus, shard: 20_000, codec: 'f16', lr: 3e-3, thetaStart: theta0, decaySize: scratch.layout.decaySize, maxSamples: 1000,
             outputSha: readFrameHeader(frame).header.sha256, inputSha: null, loss: null, upstreamShas: null, rows,
           }, d, scratch);
           if (!r.passed) throw new Error(`an honest check failed: ${r.detail}`);

@@ -1,24 +1,49 @@
 // A typed client of the orchestrator's public API: what the CLI, the
 // benchmarks and the tests use to talk to an orchestrator. Every answer is
 // validated against the schema the server declares (./schemas.ts); a refusal
-// comes back as the server's NimbleError.
+// comes back as the server's NimbleError. What a developer does with runs
+// (create, cancel, download the checkpoint) is signed with the developer's
+// wallet key, for the network the orchestrator proves it runs (./network.ts).
 import { Type } from '@sinclair/typebox';
-import { JsonClient } from '../http/client.ts';
+import type { Hex } from 'viem';
+import { JsonClient, SignedClient } from '../http/client.ts';
+import { NimbleError } from '../protocol/errors.ts';
+import { parseJson } from '../protocol/messages.ts';
+import { RequestSigner } from '../protocol/signing.ts';
+import { findNetwork } from './network.ts';
 import { EpochList, EpochView, Health, MinerView, RunView, WorkTotal, type CreateRunRequest } from './schemas.ts';
 
 const RunList = Type.Array(RunView);
 const MinerList = Type.Array(MinerView);
 const WorkList = Type.Array(WorkTotal);
 
+export interface OrchestratorClientOptions {
+  timeoutMs?: number;
+  /** the developer's wallet key: signs what a developer does with runs */
+  wallet?: Hex;
+}
+
 export class OrchestratorClient {
   private readonly http: JsonClient;
+  private developer: Promise<SignedClient> | null = null;
 
-  constructor(baseUrl: string | URL, timeoutMs = 15_000) {
-    this.http = new JsonClient(baseUrl, timeoutMs, 'the orchestrator');
+  constructor(
+    baseUrl: string | URL,
+    private readonly options: OrchestratorClientOptions = {},
+  ) {
+    this.http = new JsonClient(baseUrl, options.timeoutMs ?? 15_000, 'the orchestrator');
   }
 
   get url(): string {
     return this.http.baseUrl.href.replace(/\/$/, '');
+  }
+
+  /** The client that signs as the developer, for the network the orchestrator proved. */
+  private signed(): Promise<SignedClient> {
+    const wallet = this.options.wallet;
+    if (!wallet) return Promise.reject(new NimbleError('invalid', 'this needs a developer key (a wallet) to sign with'));
+    this.developer ??= findNetwork(this.url).then(({ domain }) => new SignedClient(this.url, new RequestSigner(wallet, { domain }), this.options.timeoutMs));
+    return this.developer;
   }
 
   health(): Promise<{ ok: true }> {
@@ -37,13 +62,19 @@ export class OrchestratorClient {
     return this.http.get(`/runs/${encodeURIComponent(id)}`, RunView, 'run');
   }
 
-  createRun(request: CreateRunRequest): Promise<RunView> {
-    return this.http.post('/runs', request, RunView, 'run');
+  /** A new run, owned by the developer. */
+  async createRun(request: CreateRunRequest): Promise<RunView> {
+    return (await this.signed()).postJson('/runs', request, RunView, 'run');
   }
 
-  /** The whole model from the stages' latest merged states (safetensors bytes). */
-  checkpoint(runId: string): Promise<Uint8Array> {
-    return this.http.bytes(`/runs/${encodeURIComponent(runId)}/checkpoint`);
+  /** Ends one of the developer's runs. */
+  async cancelRun(id: string): Promise<RunView> {
+    return parseJson(RunView, await (await this.signed()).request('POST', `/runs/${encodeURIComponent(id)}/cancel`), 'run');
+  }
+
+  /** The whole model of one of the developer's runs, from the stages' latest merged states (safetensors bytes). */
+  async checkpoint(runId: string): Promise<Uint8Array> {
+    return (await this.signed()).request('GET', `/runs/${encodeURIComponent(runId)}/checkpoint`);
   }
 
   work(): Promise<WorkTotal[]> {

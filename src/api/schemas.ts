@@ -33,8 +33,11 @@ export const RunStatus = Type.Union([
   Type.Literal('merging'),
   Type.Literal('completed'),
   Type.Literal('failed'),
+  Type.Literal('cancelled'),
 ]);
 export type RunStatus = Static<typeof RunStatus>;
+/** Statuses a run does not leave. */
+export const FINAL_RUN_STATUSES: readonly RunStatus[] = ['completed', 'failed', 'cancelled'];
 
 export const StageMode = Type.Union([Type.Literal('training'), Type.Literal('merging')]);
 export type StageMode = Static<typeof StageMode>;
@@ -99,6 +102,8 @@ export const MinerChecks = Type.Object({ miner: Address, name: Nullable(Type.Str
 
 export const RunView = Type.Object({
   id: Type.String(),
+  /** the developer who created it (the address that signed the request) */
+  owner: Type.Union([Address, Type.Null()]),
   model: Type.String(),
   data: Type.String(),
   status: RunStatus,

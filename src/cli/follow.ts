@@ -1,7 +1,7 @@
 // Following a run on the network: the orchestrator's view, polled, shown as a
 // progress line (or JSON lines), until the run ends.
 import type { OrchestratorClient } from '../api/client.ts';
-import type { RunView } from '../api/schemas.ts';
+import { FINAL_RUN_STATUSES, type RunView } from '../api/schemas.ts';
 import { ProgressBar } from './progress.ts';
 
 /** One line describing a run's progress. */
@@ -26,7 +26,7 @@ export async function followRun(api: OrchestratorClient, runId: string, json: bo
     } else {
       bar.update({ done: v.microbatchesDone, total: v.steps, elapsedMs: performance.now() - start, text: describeRun(v) + (v.message ? ` (${v.message})` : '') });
     }
-    if (v.status === 'completed' || v.status === 'failed') return v;
+    if (FINAL_RUN_STATUSES.includes(v.status)) return v;
     await new Promise((r) => setTimeout(r, intervalMs));
   }
 }

@@ -10,6 +10,7 @@ import { registerOrchestrator } from './orchestrator.ts';
 import { registerMiner } from './miner.ts';
 import { registerUp } from './up.ts';
 import { registerRewards } from './rewards.ts';
+import { registerRun } from './run.ts';
 
 export function buildProgram(): Command {
   const program = new Command('nbcli')
@@ -24,6 +25,7 @@ export function buildProgram(): Command {
   registerMiner(program);
   registerUp(program);
   registerRewards(program);
+  registerRun(program);
   return program;
 }
 

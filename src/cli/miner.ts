@@ -3,10 +3,9 @@ import { NimbleError } from '../protocol/errors.ts';
 import { join } from 'node:path';
 import type { Command } from 'commander';
 import { Miner } from '../miner/miner.ts';
-import { loadWalletFile, unlockWallet } from '../chain/wallets.ts';
 import { emit, parsePositiveInt, resolveDataDir, withCommonOptions, type CommonOptions } from './common.ts';
 import { waitForSignal } from './orchestrator.ts';
-import { readPassword } from './prompt.ts';
+import { signingKey } from './keys.ts';
 
 interface Flags extends CommonOptions {
   'wallet.name'?: string;
@@ -55,13 +54,7 @@ export function registerMiner(program: Command): void {
     };
     const mergeDelayMs = Number(flags.mergeDelayMs);
     if (!(mergeDelayMs >= 0)) throw new NimbleError('invalid', `--merge-delay-ms must be a non-negative number, got '${flags.mergeDelayMs}'`);
-    let privateKey: `0x${string}` | undefined;
-    const walletName = flags['wallet.name'];
-    if (walletName) {
-      loadWalletFile(resolveDataDir(flags), walletName); // an unknown wallet fails before the prompt
-      const password = await readPassword(`Password for wallet '${walletName}': `);
-      privateKey = unlockWallet(resolveDataDir(flags), walletName, password).privateKey;
-    }
+    const privateKey = await signingKey(flags, 'miner-key.json', dataDir);
     const miner = await Miner.start({ orchestrator: orchestrator.href.replace(/\/$/, ''), dataDir, name: flags.name, threads, throttle, host: flags.host, port, slots, log, mergeDelayMs, privateKey });
     emit(flags, { event: 'started', address: miner.address, url: miner.url }, () => `miner ${miner.address} serving peers on ${miner.url}`);
     await waitForSignal();

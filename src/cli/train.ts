@@ -11,10 +11,12 @@ import { bytesToText, generateBytes } from '../model/generate.ts';
 import { trainLocal } from '../train/local.ts';
 import { DEFAULT_ORCHESTRATOR, emit, parsePositiveInt, resolveDataDir, withCommonOptions, type CommonOptions } from './common.ts';
 import { describeRun, followRun } from './follow.ts';
+import { DEVELOPER_KEY_FILE, signingKey } from './keys.ts';
 import { ProgressBar } from './progress.ts';
 import { OrchestratorClient } from '../api/client.ts';
 
 interface TrainFlags extends CommonOptions {
+  'wallet.name'?: string;
   local?: boolean;
   orchestrator: string;
   stages?: string;
@@ -42,6 +44,7 @@ export function registerTrain(program: Command): void {
       .option('--stages <n>', 'pipeline stages (default: chosen from the miners available)')
       .option('--merge-every <h>', 'inner steps per replica between merges (network)')
       .option('--follow', 'show the run\'s progress until it ends (network)')
+      .option('--wallet.name <name>', 'sign the run as this wallet (default: <data-dir>/developer-key.json, made on first use)')
       .option('--model <name>', 'model config (gpt-tiny, gpt-small, gpt-micro)', 'gpt-tiny')
       .option('--data <name|file>', "'moby-dick' or the path of a text file", 'moby-dick')
       .option('--steps <n>', 'optimizer steps', '2000')
@@ -70,13 +73,13 @@ async function runOnNetwork(flags: TrainFlags): Promise<void> {
     ...(flags.stages ? { stages: parsePositiveInt('--stages', flags.stages, 1) } : {}),
     ...(flags.mergeEvery ? { mergeEvery: parsePositiveInt('--merge-every', flags.mergeEvery, 50) } : {}),
   };
-  const api = new OrchestratorClient(flags.orchestrator);
+  const api = new OrchestratorClient(flags.orchestrator, { wallet: await signingKey(flags, DEVELOPER_KEY_FILE) });
   const run = await api.createRun(request);
   emit(flags, { event: 'created', id: run.id, status: run.status }, () => run.id);
   if (!flags.follow) return;
   const done = await followRun(api, run.id, Boolean(flags.json));
   if (!flags.json) process.stdout.write(`${done.id} ${done.status}: ${describeRun(done)}\n`);
-  if (done.status === 'failed') throw new NimbleError('invalid', `run ${done.id} failed: ${done.message ?? 'unknown error'}`);
+  if (done.status !== 'completed') throw new NimbleError('conflict', `run ${done.id} ${done.status}: ${done.message ?? 'unknown error'}`);
 }
 
 async function runLocal(flags: TrainFlags): Promise<void> {

@@ -15,6 +15,7 @@ import { GptStage, partCount } from '../model/gpt.ts';
 import { decodeSafetensors } from '../model/safetensors.ts';
 import { startOrchestrator } from '../orchestrator/server.ts';
 import { OrchestratorClient } from '../api/client.ts';
+import { loadOrCreateKeyFile } from '../chain/key-file.ts';
 import { heldoutLoss } from '../train/local.ts';
 import { generatePrivateKey } from 'viem/accounts';
 import { formatEther, parseEther } from 'viem';
@@ -25,6 +26,7 @@ import { loadWalletFile, saveWallet, unlockWallet, walletsDir } from '../chain/w
 import type { ChainOptions } from '../orchestrator/epochs.ts';
 import { emit, parsePositiveInt, resolveDataDir, withCommonOptions } from './common.ts';
 import { describeRun, followRun } from './follow.ts';
+import { DEVELOPER_KEY_FILE } from './keys.ts';
 import { waitForSignal } from './orchestrator.ts';
 import { orchestratorChain, withOrchestratorChainOptions, type OrchestratorChainFlags } from './orchestrator-chain.ts';
 import { describeEpoch } from './rewards.ts';
@@ -131,7 +133,8 @@ export function registerUp(program: Command): void {
         children.push(child);
         say({ event: 'miner', name, throttle, pid: child.pid }, `started ${name} (throttle ${throttle}, ${threads} thread${threads > 1 ? 's' : ''}, log ${join(root, 'logs', `${name}.log`)})`);
       }
-      const api = new OrchestratorClient(orch.url);
+      // the run is the demo developer's: its key in the data dir signs it and downloads its checkpoint
+      const api = new OrchestratorClient(orch.url, { wallet: loadOrCreateKeyFile(join(root, DEVELOPER_KEY_FILE)).privateKey });
       const run = await api.createRun({
         model: flags.model,
         data: 'moby-dick',

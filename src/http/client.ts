@@ -2,10 +2,9 @@
 // NimbleError with the server's code and status (or 'unreachable' when there
 // was no answer), and JSON replies are validated against their schema.
 import type { Static, TSchema } from '@sinclair/typebox';
-import type { Hex } from 'viem';
 import { NimbleError } from '../protocol/errors.ts';
 import { parseJson } from '../protocol/messages.ts';
-import { RequestSigner } from '../protocol/signing.ts';
+import type { RequestSigner } from '../protocol/signing.ts';
 
 export type HttpMethod = 'GET' | 'POST' | 'DELETE';
 
@@ -87,17 +86,13 @@ export class JsonClient {
   }
 }
 
-/** A client that signs every request with one wallet key (miners to the orchestrator and to each other). */
+/** A client that signs every request with one key (a miner's wallet key to join, its session key after). */
 export class SignedClient {
-  readonly signer: RequestSigner;
-
   constructor(
     readonly baseUrl: string,
-    privateKey: Hex,
+    readonly signer: RequestSigner,
     private readonly timeoutMs = 30_000,
-  ) {
-    this.signer = new RequestSigner(privateKey);
-  }
+  ) {}
 
   get address(): `0x${string}` {
     return this.signer.address;
@@ -115,5 +110,10 @@ export class SignedClient {
   async postJson<T extends TSchema>(path: string, value: unknown, reply: T, what: string): Promise<Static<T>> {
     const bytes = await this.request('POST', path, new TextEncoder().encode(JSON.stringify(value)), 'application/json');
     return parseJson(reply, bytes, what);
+  }
+
+  /** Sends signed bytes and validates the JSON reply. */
+  async postBytes<T extends TSchema>(url: string, body: Uint8Array, reply: T, what: string): Promise<Static<T>> {
+    return parseJson(reply, await this.request('POST', url, body), what);
   }
 }

@@ -10,8 +10,8 @@ import { Type, type Static, type TSchema } from '@sinclair/typebox';
 import { TypeCompiler, type TypeCheck } from '@sinclair/typebox/compiler';
 import Fastify, { type FastifyBaseLogger, type FastifyError, type FastifyInstance, type FastifyRequest, type RawServerDefault } from 'fastify';
 import type { Address } from 'viem';
-import { asNimbleError, NimbleError } from '../protocol/errors.ts';
-import type { RequestVerifier } from '../protocol/signing.ts';
+import { asNimbleError, AuthError, NimbleError } from '../protocol/errors.ts';
+import type { RequestVerifier, SignatureScheme, VerifiedRequest } from '../protocol/signing.ts';
 
 /** A fastify instance whose route schemas type the handlers. */
 export type HttpServer = FastifyInstance<RawServerDefault, IncomingMessage, ServerResponse, FastifyBaseLogger, TypeBoxTypeProvider>;
@@ -22,10 +22,16 @@ declare module 'fastify' {
     rawBody?: Uint8Array;
     /** the verified signer of a signed route's request */
     signer?: Address;
+    /** what its verified headers say (the body must hash to their sha256) */
+    verified?: VerifiedRequest;
   }
   interface FastifyContextConfig {
-    /** requests must be signed (src/protocol/signing.ts); the handler finds the signer with `signerOf` */
-    signed?: boolean;
+    /**
+     * Requests must be signed (src/protocol/signing.ts): `'session'` by the
+     * signer's session key, `'wallet'` by its wallet key (joining). The handler
+     * finds the signer with `signerOf`.
+     */
+    signed?: SignatureScheme;
   }
 }
 
@@ -41,8 +47,10 @@ export interface HttpServerOptions {
   onFailure?: (req: FastifyRequest, err: NimbleError) => void;
   /** a client that sends nothing for this long is cut off (default 60 s) */
   requestTimeoutMs?: number;
-  /** checks the signature of routes declared with `config: { signed: true }` */
+  /** checks the signature of routes declared with `config: { signed }` */
   verifier?: RequestVerifier;
+  /** wallet-signed requests (costly to check) accepted per second at most, with this burst (default 20 and 100) */
+  walletRate?: { perSecond: number; burst: number };
 }
 
 /** The JSON body of every error answer (part of every route's response schema). */
@@ -79,12 +87,24 @@ export function createHttpServer(options: HttpServerOptions): HttpServer {
     req.rawBody = new Uint8Array(body.buffer, body.byteOffset, body.byteLength);
     done(null, req.rawBody);
   });
-  // before the body is validated or used: the signature (over the body as received), then whether it parsed
+  // before the body is read: the signature, from the headers (which carry the body's signed sha256)
+  const walletBucket = new TokenBucket(options.walletRate?.perSecond ?? 20, options.walletRate?.burst ?? 100);
+  app.addHook('onRequest', async (req, reply) => {
+    const scheme = req.routeOptions.config.signed;
+    if (!scheme) return;
+    if (!options.verifier) throw new NimbleError('internal', `${req.routeOptions.url} is signed but the server has no verifier`);
+    // a refused request's body is not read: the connection closes after the answer
+    if (req.headers['content-length'] !== '0' && (req.headers['content-length'] || req.headers['transfer-encoding'])) void reply.header('connection', 'close');
+    if (scheme === 'wallet' && !walletBucket.take()) throw new NimbleError('overloaded', 'too many wallet-signed requests; retry in a moment');
+    const verified = await options.verifier.verifyHeaders({ method: req.method, path: req.url, headers: req.headers });
+    if (verified.scheme !== scheme) throw new AuthError('bad_signature', `${req.routeOptions.url} must be signed with the ${scheme} key, not the ${verified.scheme} key`);
+    req.verified = verified;
+    req.signer = verified.signer;
+    void reply.removeHeader('connection');
+  });
+  // before the body is validated or used: the body against its signed hash, then whether it parsed
   app.addHook('preValidation', async (req) => {
-    if (req.routeOptions.config.signed) {
-      if (!options.verifier) throw new NimbleError('internal', `${req.routeOptions.url} is signed but the server has no verifier`);
-      req.signer = await options.verifier.verify({ method: req.method, path: req.url, headers: req.headers, body: req.rawBody ?? new Uint8Array(0) });
-    }
+    if (req.verified) options.verifier!.checkBody(req.verified, req.rawBody ?? new Uint8Array(0));
     if (req.body === NOT_JSON) throw new NimbleError('invalid', 'the body is not JSON');
   });
   app.setNotFoundHandler((req, reply) => {
@@ -131,4 +151,26 @@ function responseSerializer(schema: TSchema): (data: unknown) => string {
     }
     return JSON.stringify(data);
   };
+}
+
+/** A token bucket: `perSecond` tokens a second, at most `burst` saved. */
+class TokenBucket {
+  private tokens: number;
+  private at = Date.now();
+
+  constructor(
+    private readonly perSecond: number,
+    private readonly burst: number,
+  ) {
+    this.tokens = burst;
+  }
+
+  take(): boolean {
+    const now = Date.now();
+    this.tokens = Math.min(this.burst, this.tokens + ((now - this.at) / 1000) * this.perSecond);
+    this.at = now;
+    if (this.tokens < 1) return false;
+    this.tokens--;
+    return true;
+  }
 }

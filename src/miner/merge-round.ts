@@ -11,10 +11,10 @@
 // frames go through a `MergeTransport`: the orchestrator's routes over HTTP in
 // a miner, memory in tests.
 import type { SignedClient } from '../http/client.ts';
-import { aggregate } from '../merge/aggregate.ts';
+import { mergeSlices, type MergeRule } from '../merge/merge-partition.ts';
 import type { Partition } from '../merge/partition.ts';
 import { decodePartitionFrame, decodePartitionFrames, encodeMergedPartition, encodePseudoGradientPartitions } from '../merge/pseudo-gradient.ts';
-import type { Aggregator, MergeTask } from '../protocol/messages.ts';
+import type { MergeTask } from '../protocol/messages.ts';
 import type { StageRunner } from './stage-runner.ts';
 
 /** One merge round of one stage of a run. */
@@ -116,11 +116,9 @@ export class MergeRounds {
       const key = `${at.runId}/${at.round}/${m.partition}`;
       if (this.merged.has(key)) continue;
       const part = partitions[m.partition];
-      const inputs = [...m.inputs].sort((x, y) => (x.minerId < y.minerId ? -1 : 1));
-      const slices: Float32Array[] = [];
-      for (const input of inputs) slices.push(decodePartitionFrame(await transport.getBlob(input.blob), part));
-      const weights = inputs.map((i) => i.samples);
-      const frame = mergePartition(slices, weights.some((w) => w > 0) ? weights : weights.map(() => 1), part, task.aggregator, at);
+      const slices = [];
+      for (const input of m.inputs) slices.push({ minerId: input.minerId, samples: input.samples, slice: decodePartitionFrame(await transport.getBlob(input.blob), part) });
+      const frame = mergePartition(slices, { aggregator: task.aggregator, trim: task.trim, maxNorm: m.maxNorm }, part, at);
       await transport.putMerged(at, m.partition, frame);
       stats.bytesSent += frame.length;
       stats.merges++;
@@ -154,9 +152,9 @@ export function pseudoGradientFrames(runner: StageRunner, partitions: readonly P
   return encodePseudoGradientPartitions(runner.pseudoGradient(), partitions, runner.feedback, frameMeta(at));
 }
 
-/** Merges one partition from the replicas' decoded slices (in a canonical order), as a frame. */
-export function mergePartition(slices: Float32Array[], weights: number[], partition: Partition, method: Aggregator, at: RoundRef): Uint8Array {
-  return encodeMergedPartition(aggregate(slices, { method, weights }), partition, frameMeta(at));
+/** Merges one partition from the replicas' decoded slices (src/merge/merge-partition.ts: the orchestrator checks it the same way), as a frame. */
+export function mergePartition(slices: Parameters<typeof mergeSlices>[0], rule: MergeRule, partition: Partition, at: RoundRef): Uint8Array {
+  return encodeMergedPartition(mergeSlices(slices, rule), partition, frameMeta(at));
 }
 
 /** The merged pseudo-gradient of the whole stage from its merged partitions' frames (in partition order). */

@@ -15,19 +15,23 @@
 //   stage-runner.ts  the stage itself (engine side)
 import { randomBytes } from 'node:crypto';
 import type { AddressInfo } from 'node:net';
+import { join } from 'node:path';
+import type { Address } from 'viem';
 import { Engine } from '../engine/engine.ts';
 import { SignedClient } from '../http/client.ts';
 import type { HttpServer } from '../http/server.ts';
+import { loadOrCreateKeyFile } from '../chain/key-file.ts';
 import { NimbleError } from '../protocol/errors.ts';
-import { HeartbeatReply, JoinReply, type HeartbeatRequest, type MergeTask, type StageAssignment, type WorkReport } from '../protocol/messages.ts';
-import { RequestVerifier } from '../protocol/signing.ts';
+import { HeartbeatReply, JoinReply, PeerAccepted, type HeartbeatRequest, type MergeTask, type StageAssignment, type WorkReport } from '../protocol/messages.ts';
+import { SessionKey } from '../protocol/session-key.ts';
+import { RequestSigner, RequestVerifier } from '../protocol/signing.ts';
 import { ForwardRecords } from './forward-records.ts';
 import { measureHardware } from './hardware.ts';
-import { loadOrCreateIdentity } from './identity.ts';
 import { httpMergeTransport, MergeRounds } from './merge-round.ts';
-import { buildPeerApi, Refusals, type MinerStats } from './peer-api.ts';
+import { findNetwork, type Network } from '../api/network.ts';
+import { buildPeerApi, type MinerStats } from './peer-api.ts';
 import { Pipeline, type Tamper } from './pipeline.ts';
-import { answerChecks } from './spot-checks.ts';
+import { CheckAnswers } from './spot-checks.ts';
 import { inFlightLimit, StageRunner } from './stage-runner.ts';
 import { Throttle } from './throttle.ts';
 
@@ -60,12 +64,16 @@ export class Miner {
   url = '';
   /** counters for the CLI and tests */
   readonly stats: MinerStats = { forward: 0, backward: 0, merges: 0, bytesSent: 0, rejected: 0 };
+  /** signs with the wallet key: the bandwidth probe and joining */
+  private readonly wallet: SignedClient;
+  /** signs with the session key the join binds: everything after */
   private readonly client: SignedClient;
+  private readonly sessionKey = SessionKey.generate();
   private readonly app: HttpServer;
   private readonly pipeline: Pipeline;
   private readonly merges: MergeRounds;
   private readonly records = new ForwardRecords();
-  private readonly refusals = new Refusals();
+  private readonly checks: CheckAnswers;
   private runner: StageRunner | null = null;
   private loading: Promise<void> | null = null;
   private reports: WorkReport[] = [];
@@ -82,15 +90,18 @@ export class Miner {
     private readonly engine: Engine,
     privateKey: `0x${string}`,
     private readonly throttle: Throttle,
+    network: Network,
   ) {
-    this.client = new SignedClient(options.orchestrator, privateKey);
-    this.address = this.client.address;
+    const { domain } = network;
+    this.wallet = new SignedClient(options.orchestrator, new RequestSigner(privateKey, { domain }));
+    this.address = this.wallet.address;
+    this.client = new SignedClient(options.orchestrator, new RequestSigner({ session: this.sessionKey, address: this.address as Address }, { domain }));
     this.log = options.log ?? (() => {});
+    this.checks = new CheckAnswers(this.records, (runId, id, body) => this.client.request('POST', `/runs/${runId}/checks/${id}`, body), this.log);
     this.pipeline = new Pipeline({
       runner: () => this.runner,
       paused: () => Boolean(this.loading) || this.mergeOpen(),
-      self: () => ({ id: this.address, url: this.url }),
-      post: (url, body) => this.client.request('POST', url, body),
+      send: (url, body) => this.client.postBytes(url, body, PeerAccepted, 'peer answer'),
       throttle,
       records: this.records,
       stats: this.stats,
@@ -107,10 +118,12 @@ export class Miner {
       stopped: () => this.stopped,
       mergeDelayMs: options.mergeDelayMs,
     });
+    // a peer's session key comes from the orchestrator's lists of this miner's neighbours
+    const neighbour = (id: string): string | undefined => [...this.pipeline.previousStage(), ...this.pipeline.nextStage()].find((p) => p.id === id)?.sessionKey;
     this.app = buildPeerApi({
-      verifier: new RequestVerifier(),
+      verifier: new RequestVerifier({ domain, notBefore: Date.now(), sessionKeyOf: neighbour }),
+      network: { ...network, sessionKey: this.sessionKey, previousStage: () => this.pipeline.previousStage(), nextStage: () => this.pipeline.nextStage() },
       work: this.pipeline,
-      refusals: this.refusals,
       stats: this.stats,
       health: () => ({ ok: true, address: this.address, stage: this.stageInfo, stats: this.stats }),
       log: this.log,
@@ -119,9 +132,10 @@ export class Miner {
 
   static async start(options: MinerOptions): Promise<Miner> {
     const throttle = new Throttle(options.throttle ?? 1); // a bad share throws before any thread starts
-    const privateKey = options.privateKey ?? loadOrCreateIdentity(options.dataDir).privateKey;
+    const privateKey = options.privateKey ?? loadOrCreateKeyFile(join(options.dataDir, 'miner-key.json')).privateKey;
+    const network = await findNetwork(options.orchestrator);
     const engine = await Engine.create({ threads: options.threads });
-    const miner = new Miner(options, engine, privateKey, throttle);
+    const miner = new Miner(options, engine, privateKey, throttle, network);
     try {
       await miner.app.listen({ host: options.host ?? '127.0.0.1', port: options.port ?? 0 });
       const addr = miner.app.server.address() as AddressInfo;
@@ -147,7 +161,7 @@ export class Miner {
     for (let attempt = 0; ; attempt++) {
       try {
         const t0 = performance.now();
-        await this.client.request('POST', '/bandwidth', probe);
+        await this.wallet.request('POST', '/bandwidth', probe);
         bandwidthMbps = (probe.length * 8) / ((performance.now() - t0) * 1000);
         break;
       } catch (err) {
@@ -155,9 +169,9 @@ export class Miner {
         await sleep(Math.min(2000, 100 * 2 ** attempt));
       }
     }
-    const reply = await this.client.postJson(
+    const reply = await this.wallet.postJson(
       '/miners/join',
-      { name: this.options.name ?? `miner-${this.address.slice(2, 8)}`, url: this.url, hardware, bandwidthMbps },
+      { name: this.options.name ?? `miner-${this.address.slice(2, 8)}`, url: this.url, hardware, bandwidthMbps, sessionKey: this.sessionKey.publicKey },
       JoinReply,
       'join reply',
     );
@@ -176,9 +190,8 @@ export class Miner {
     const runner = this.runner;
     const reports = this.reports;
     this.reports = reports.splice(MAX_REPORTS);
-    const rejected = this.refusals.take();
     const req: HeartbeatRequest = {
-      rejected,
+      held: this.pipeline.heldWork().slice(0, MAX_REPORTS),
       // ask for a slot's worth more than is free, so a new microbatch is at hand when a slot frees
       freeSlots: runner && !this.mergeOpen() ? Math.max(0, runner.freeSlotCount + runner.slotCount - this.pipeline.startsQueued) : 0,
       queue: this.pipeline.queued,
@@ -188,12 +201,9 @@ export class Miner {
     let reply: HeartbeatReply;
     try {
       reply = await this.client.postJson('/miners/heartbeat', req, HeartbeatReply, 'heartbeat reply');
-      for (const p of answerChecks(this.records, reports, reply.checks, (runId, id, body) => this.client.request('POST', `/runs/${runId}/checks/${id}`, body), this.log)) {
-        this.track(p.then((bytes) => void (this.stats.bytesSent += bytes)));
-      }
+      for (const p of this.checks.answer(reports, reply.checks)) this.track(p.then((bytes) => void (this.stats.bytesSent += bytes)));
     } catch (err) {
       this.reports.unshift(...reports);
-      this.refusals.putBack(rejected);
       const status = err instanceof NimbleError ? err.status : 0;
       if (status === 404) await this.join().catch(() => {});
       else if (status === 403) {
@@ -222,7 +232,7 @@ export class Miner {
     for (const id of reply.abandon) this.pipeline.abandon(id);
     if (!runner) return;
     for (const id of runner.heldLongerThan(SLOT_TIMEOUT_MS, Date.now())) this.pipeline.abandon(id, 'no gradient came back');
-    this.pipeline.setPeers(reply.nextStage);
+    this.pipeline.setPeers(reply.previousStage, reply.nextStage);
     for (const task of reply.microbatches) this.pipeline.enqueue({ kind: 'start', task });
     this.mergeTask = reply.merge;
     if (reply.merge) this.merges.start(runner, reply.merge);
@@ -241,9 +251,11 @@ export class Miner {
     const stale = same && current.round < a.round && !this.mergeOpen();
     if (same && !stale) return;
     this.loading = (async () => {
-      if (!same) {
+      if (!same || !a.stateBlob) {
+        // a new stage, or one whose rounds ended without a saved state: its state is the initial one
         this.dropStage();
         this.runner = new StageRunner(this.engine, a, inFlightLimit(a, this.options.slots ?? 3));
+        this.runner.round = a.round;
         this.merges.reset(a.round);
         this.log(`holding stage ${a.stage} [${a.from}, ${a.to}) of ${a.runId}`);
       }
@@ -259,6 +271,7 @@ export class Miner {
 
   private dropStage(): void {
     this.pipeline.clear();
+    this.checks.clear();
     this.runner?.dispose();
     this.runner = null;
   }

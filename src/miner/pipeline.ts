@@ -3,27 +3,22 @@
 // job at a time (gradients first, forwards while an activation slot is free),
 // forward and backward execution on the stage runner, and the sends: an
 // activation to a next-stage replica picked at random by weight (the others
-// tried if it fails), a gradient back to the previous hop of the microbatch's
-// route. Every forward is recorded for a possible spot check and every piece
-// of work reported for the next heartbeat.
+// tried if it fails), a gradient back to the replica the activation came from
+// (at the URL the orchestrator gave for it). Each send is answered with the
+// receiver's receipt, which goes into the report of that hop; every forward
+// is recorded for a possible spot check.
 import type { CheckMeta } from '../protocol/check-bundle.ts';
 import { encodeFrame, readFrameHeader } from '../protocol/frame.ts';
-import type { BackwardMeta, ForwardMeta, MicrobatchTask, Peer, WorkReport } from '../protocol/messages.ts';
+import type { BackwardMeta, ForwardMeta, MicrobatchTask, Peer, PeerAccepted, WorkReport } from '../protocol/messages.ts';
 import type { ForwardRecords } from './forward-records.ts';
 import type { StageRunner } from './stage-runner.ts';
 import type { Throttle } from './throttle.ts';
 
-/** A new microbatch (stage 0 loads its batch), or an activation or gradient a peer sent. */
+/** A new microbatch (stage 0 loads its batch), or an activation or gradient a peer sent (checked by the peer API). */
 export type Job =
   | { kind: 'start'; task: MicrobatchTask }
-  | { kind: 'forward'; meta: ForwardMeta; data: Float32Array; frame: Uint8Array; sha: string }
-  | { kind: 'backward'; meta: BackwardMeta; data: Float32Array };
-
-/** A hop of a microbatch's route: a miner and its peer URL. */
-export interface Hop {
-  id: string;
-  url: string;
-}
+  | { kind: 'forward'; meta: ForwardMeta; data: Float32Array; frame: Uint8Array; sha: string; sender: string }
+  | { kind: 'backward'; meta: BackwardMeta; data: Float32Array; sha: string };
 
 /**
  * Fault injection for tests: a dishonest miner that changes each activation
@@ -46,10 +41,8 @@ export interface PipelineDeps {
   runner(): StageRunner | null;
   /** true while no job may start (a stage loading, a merge round open) */
   paused(): boolean;
-  /** this miner as a hop of a route (its URL is known once the peer API listens) */
-  self(): Hop;
-  /** sends a signed POST to a peer; rejects when it is not accepted */
-  post(url: string, body: Uint8Array): Promise<unknown>;
+  /** sends a signed frame to a peer; resolves with its receipt, rejects when it is not accepted */
+  send(url: string, body: Uint8Array): Promise<PeerAccepted>;
   throttle: Throttle;
   records: ForwardRecords;
   stats: PipelineStats;
@@ -61,11 +54,20 @@ export interface PipelineDeps {
   tamper?: Tamper;
 }
 
+/** A microbatch between its forward and its backward here. */
+interface Held {
+  attempt: number;
+  /** who sent its activation (null at stage 0), where its gradient goes */
+  upstream: string | null;
+  /** who took its activation (receipted it), where its gradient comes from */
+  downstream: string | null;
+}
+
 export class Pipeline {
   private readonly queue: Job[] = [];
-  /** per microbatch held: the route its activation took, this miner last */
-  private readonly routes = new Map<number, Hop[]>();
-  private peers: Peer[] = [];
+  private readonly held = new Map<number, Held>();
+  private nextPeers: readonly Peer[] = [];
+  private previousPeers: readonly Peer[] = [];
   private pumping = false;
   private stopped = false;
 
@@ -86,9 +88,31 @@ export class Pipeline {
     return this.queue.filter((j) => j.kind === 'start').length;
   }
 
-  /** The next stage's replicas, to send activations to. */
-  setPeers(peers: Peer[]): void {
-    this.peers = peers;
+  /** The neighbouring stages' replicas, from the latest heartbeat reply. */
+  setPeers(previous: readonly Peer[], next: readonly Peer[]): void {
+    this.previousPeers = previous;
+    this.nextPeers = next;
+  }
+
+  previousStage(): readonly Peer[] {
+    return this.previousPeers;
+  }
+
+  nextStage(): readonly Peer[] {
+    return this.nextPeers;
+  }
+
+  /** Every microbatch (and attempt) held: queued, or between forward and backward. For the heartbeat. */
+  heldWork(): { microbatch: number; attempt: number }[] {
+    const out = new Map<number, number>();
+    for (const j of this.queue) out.set(jobMicrobatch(j), jobAttempt(j));
+    for (const [microbatch, h] of this.held) out.set(microbatch, h.attempt);
+    return [...out].map(([microbatch, attempt]) => ({ microbatch, attempt }));
+  }
+
+  expectsGradient(microbatch: number, attempt: number, sender: string): boolean {
+    const h = this.held.get(microbatch);
+    return Boolean(h && h.attempt === attempt && h.downstream === sender && this.deps.runner()?.holds(microbatch));
   }
 
   /** Queues a job; `pump()` starts it. */
@@ -102,24 +126,28 @@ export class Pipeline {
     void this.pump();
   }
 
-  /** Lets a microbatch go: its queued jobs, its slot (reported dropped when `reason` is given) and its route. */
+  /** Lets a microbatch go: its queued jobs and its slot (reported dropped when `reason` is given). */
   abandon(microbatch: number, reason?: string): void {
     const runner = this.deps.runner();
+    let attempt = this.held.get(microbatch)?.attempt;
     for (let i = this.queue.length - 1; i >= 0; i--) {
-      if (jobMicrobatch(this.queue[i]) === microbatch) this.queue.splice(i, 1);
+      if (jobMicrobatch(this.queue[i]) !== microbatch) continue;
+      attempt ??= jobAttempt(this.queue[i]);
+      this.queue.splice(i, 1);
     }
-    if (runner?.holds(microbatch)) {
-      runner.release(microbatch);
-      if (reason) this.deps.report({ runId: runner.runId, microbatch, stage: runner.assignment.stage, phase: 'dropped', bytesSent: 0, reason });
+    this.held.delete(microbatch);
+    // its forward record stays: a spot check of it may still be open
+    if (runner?.holds(microbatch)) runner.release(microbatch);
+    if (runner && reason && attempt !== undefined) {
+      this.deps.report({ runId: runner.runId, microbatch, attempt, stage: runner.assignment.stage, phase: 'dropped', bytesSent: 0, reason });
     }
-    this.routes.delete(microbatch);
   }
 
-  /** Forgets every job, route and forward record (the stage is dropped). */
+  /** Forgets every job, held microbatch and forward record (the stage is dropped). */
   clear(): void {
     this.deps.records.clear();
     this.queue.length = 0;
-    this.routes.clear();
+    this.held.clear();
   }
 
   /** Resolves once no job is running. */
@@ -146,8 +174,7 @@ export class Pipeline {
         } catch (err) {
           const id = jobMicrobatch(job);
           this.deps.log(`microbatch ${id}: ${(err as Error).message}`);
-          runner.release(id);
-          this.deps.report({ runId: runner.runId, microbatch: id, stage: runner.assignment.stage, phase: 'dropped', bytesSent: 0, reason: (err as Error).message.slice(0, 200) });
+          this.abandon(id, (err as Error).message.slice(0, 200));
         }
         await new Promise((r) => setImmediate(r)); // let I/O in
       }
@@ -166,12 +193,12 @@ export class Pipeline {
   }
 
   private execute(runner: StageRunner, job: Job): void {
-    if (job.kind === 'backward') this.backward(runner, job.meta.microbatch, job.data);
+    if (job.kind === 'backward') this.backward(runner, job);
     else if (runner.assignment.stage === runner.assignment.stageCount - 1) this.forwardLast(runner, job);
     else this.forward(runner, job);
   }
 
-  /** Last stage: forward to the loss and backward at once; the gradient goes back to the previous hop. */
+  /** Last stage: forward to the loss and backward at once; the gradient goes back to the replica the activation came from. */
   private forwardLast(runner: StageRunner, job: Exclude<Job, { kind: 'backward' }>): void {
     const { records, stats } = this.deps;
     const a = runner.assignment;
@@ -188,10 +215,10 @@ export class Pipeline {
     stats.forward++;
     stats.backward++;
     records.add({ meta: w.checkMeta, weights, input: w.input?.frame ?? null, output: null });
-    let bytes = 0;
-    if (result.dInput && a.stage > 0) bytes = this.sendBackward(runner, w.route[a.stage - 1], { runId: a.runId, microbatch: w.id, stage: a.stage - 1 }, result.dInput);
-    this.deps.report({ runId: a.runId, microbatch: w.id, stage: a.stage, phase: 'forward', loss, bytesSent: 0, ...(w.input ? { inputSha: w.input.sha } : {}) });
-    this.deps.report({ runId: a.runId, microbatch: w.id, stage: a.stage, phase: 'backward', bytesSent: bytes });
+    const hop = { runId: a.runId, microbatch: w.id, attempt: w.attempt, stage: a.stage };
+    this.deps.report({ ...hop, phase: 'forward', loss, bytesSent: 0, ...(w.input ? { inputSha: w.input.sha } : {}) });
+    if (result.dInput && a.stage > 0) this.sendBackward(runner, w.upstream, { ...hop, stage: a.stage - 1 }, result.dInput, null);
+    else this.deps.report({ ...hop, phase: 'backward', bytesSent: 0 });
   }
 
   /** First or middle stage: forward, keep the microbatch in a slot, send the activation on. */
@@ -201,89 +228,115 @@ export class Pipeline {
     const out = job.kind === 'start' ? runner.forwardFirst(w.id, w.shard) : runner.forwardMiddle(w.id, job.data);
     this.deps.stats.forward++;
     this.deps.tamper?.activation?.(out);
-    const fullRoute = [...w.route, this.deps.self()];
-    this.routes.set(w.id, fullRoute);
-    const body = frame(runner, out, { runId: a.runId, microbatch: w.id, shard: w.shard, step: w.step, stage: a.stage + 1, route: fullRoute });
+    this.held.set(w.id, { attempt: w.attempt, upstream: w.upstream, downstream: null });
+    const body = frame(runner, out, { runId: a.runId, microbatch: w.id, attempt: w.attempt, shard: w.shard, step: w.step, stage: a.stage + 1, ticket: w.ticket });
     const used = runner.forwardWeights(w.id)!;
     // the forward ran with weights predicted `predictedSteps` inner steps ahead
     w.checkMeta.samples += used.predictedSteps;
     this.deps.records.add({ meta: w.checkMeta, weights: this.deps.records.snapshot(used.weights), input: w.input?.frame ?? null, output: body });
-    this.sendForward(runner, w.id, body, { outputSha: readFrameHeader(body).header.sha256, ...(w.input ? { inputSha: w.input.sha } : {}) });
+    this.sendForward(runner, w, body);
   }
 
-  /** A gradient came back: backward, inner step, the input's gradient to the previous hop. */
-  private backward(runner: StageRunner, id: number, dOutput: Float32Array): void {
+  /** A gradient came back: backward, inner step, the input's gradient to the replica the activation came from. */
+  private backward(runner: StageRunner, job: Extract<Job, { kind: 'backward' }>): void {
     const a = runner.assignment;
-    const dInput = runner.backward(id, dOutput);
+    const id = job.meta.microbatch;
+    const h = this.held.get(id);
+    const dInput = runner.backward(id, job.data);
+    this.held.delete(id);
     this.deps.stats.backward++;
-    const route = this.routes.get(id) ?? [];
-    this.routes.delete(id);
-    let bytes = 0;
-    if (dInput && a.stage > 0) bytes = this.sendBackward(runner, route[a.stage - 1], { runId: a.runId, microbatch: id, stage: a.stage - 1 }, dInput);
-    this.deps.report({ runId: a.runId, microbatch: id, stage: a.stage, phase: 'backward', bytesSent: bytes });
+    const hop = { runId: a.runId, microbatch: id, attempt: job.meta.attempt, stage: a.stage };
+    if (dInput && a.stage > 0) this.sendBackward(runner, h?.upstream ?? null, { ...hop, stage: a.stage - 1 }, dInput, job.sha);
+    else this.deps.report({ ...hop, phase: 'backward', bytesSent: 0, inputSha: job.sha });
   }
 
-  /** Sends an activation frame to a next-stage replica chosen at random by weight; tries others if one fails. */
-  private sendForward(runner: StageRunner, microbatch: number, body: Uint8Array, commit: { outputSha: string; inputSha?: string }): void {
-    const candidates = [...this.peers];
+  /** Sends an activation frame to a next-stage replica chosen at random by weight; tries others if one refuses. */
+  private sendForward(runner: StageRunner, w: Work, body: Uint8Array): void {
+    const candidates = [...this.nextPeers];
     const a = runner.assignment;
+    const commit = { outputSha: readFrameHeader(body).header.sha256, ...(w.input ? { inputSha: w.input.sha } : {}) };
     const attempt = async (): Promise<void> => {
       while (candidates.length) {
         const peer = pickWeighted(candidates);
         candidates.splice(candidates.indexOf(peer), 1);
         try {
-          await this.deps.post(`${peer.url}/forward`, body);
+          const { receipt } = await this.deps.send(`${peer.url}/forward`, body);
+          const h = this.held.get(w.id);
+          if (!h || h.attempt !== w.attempt) return; // let go meanwhile
+          h.downstream = peer.id;
           this.deps.stats.bytesSent += body.length;
-          this.deps.report({ runId: a.runId, microbatch, stage: a.stage, phase: 'forward', next: peer.id, bytesSent: body.length, ...commit });
+          this.deps.report({ runId: a.runId, microbatch: w.id, attempt: w.attempt, stage: a.stage, phase: 'forward', next: peer.id, receipt, bytesSent: body.length, ...commit });
           return;
         } catch (err) {
-          this.deps.log(`forward of microbatch ${microbatch} to ${peer.url} failed: ${(err as Error).message}`);
+          this.deps.log(`forward of microbatch ${w.id} to ${peer.url} failed: ${(err as Error).message}`);
         }
       }
-      this.deps.records.drop(microbatch);
-      this.abandon(microbatch, 'no next-stage replica accepted the activation');
+      this.abandon(w.id, 'no next-stage replica accepted the activation');
     };
     this.deps.track(attempt());
   }
 
-  /** Sends a gradient frame back to `to` in the background; returns its size (0 when there is no hop). */
-  private sendBackward(runner: StageRunner, to: Hop | undefined, meta: BackwardMeta, grad: Float32Array): number {
-    if (!to) return 0;
+  /**
+   * Sends a gradient frame to the replica the activation came from, in the
+   * background, then reports this hop's backward with its receipt (or drops
+   * the microbatch when it cannot be handed back).
+   */
+  private sendBackward(runner: StageRunner, upstream: string | null, meta: BackwardMeta, grad: Float32Array, inputSha: string | null): void {
+    const hop = { runId: meta.runId, microbatch: meta.microbatch, attempt: meta.attempt, stage: runner.assignment.stage };
+    const dropped = (reason: string): void => this.deps.report({ ...hop, phase: 'dropped', bytesSent: 0, reason });
+    const to = this.previousPeers.find((p) => p.id === upstream);
+    if (!to) return dropped('the replica the activation came from is no longer a previous-stage replica');
     const body = frame(runner, grad, meta);
+    const outputSha = readFrameHeader(body).header.sha256;
     this.deps.track(
-      this.deps.post(`${to.url}/backward`, body).then(
-        () => void (this.deps.stats.bytesSent += body.length),
-        (err) => this.deps.log(`gradient of microbatch ${meta.microbatch} to ${to.url} failed: ${(err as Error).message}`),
+      this.deps.send(`${to.url}/backward`, body).then(
+        ({ receipt }) => {
+          this.deps.stats.bytesSent += body.length;
+          this.deps.report({ ...hop, phase: 'backward', next: to.id, receipt, bytesSent: body.length, outputSha, ...(inputSha ? { inputSha } : {}) });
+        },
+        (err) => {
+          this.deps.log(`gradient of microbatch ${meta.microbatch} to ${to.url} failed: ${(err as Error).message}`);
+          dropped(`the gradient was not accepted: ${(err as Error).message.slice(0, 150)}`);
+        },
       ),
     );
-    return body.length;
   }
 }
 
-/** What a forward job is about: its microbatch, shard, step, route so far, input frame and spot-check meta. */
-function work(runner: StageRunner, job: Exclude<Job, { kind: 'backward' }>): {
+/** What a forward job is about. */
+interface Work {
   id: number;
+  attempt: number;
   shard: number;
   step: number;
-  route: Hop[];
+  ticket: string;
+  /** who sent the activation (null at stage 0) */
+  upstream: string | null;
   input: { frame: Uint8Array; sha: string } | null;
   checkMeta: CheckMeta;
-} {
+}
+
+function work(runner: StageRunner, job: Exclude<Job, { kind: 'backward' }>): Work {
   const a = runner.assignment;
-  const id = job.kind === 'start' ? job.task.id : job.meta.microbatch;
-  const shard = job.kind === 'start' ? job.task.shard : job.meta.shard;
+  const t = job.kind === 'start' ? { ...job.task, microbatch: job.task.id } : job.meta;
   return {
-    id,
-    shard,
-    step: job.kind === 'start' ? job.task.step : job.meta.step,
-    route: job.kind === 'start' ? [] : job.meta.route,
+    id: t.microbatch,
+    attempt: t.attempt,
+    shard: t.shard,
+    step: t.step,
+    ticket: t.ticket,
+    upstream: job.kind === 'forward' ? job.sender : null,
     input: job.kind === 'forward' ? { frame: job.frame, sha: job.sha } : null,
-    checkMeta: { runId: a.runId, microbatch: id, stage: a.stage, round: runner.round, samples: runner.samples, shard },
+    checkMeta: { runId: a.runId, microbatch: t.microbatch, stage: a.stage, round: runner.round, samples: runner.samples, shard: t.shard },
   };
 }
 
 function jobMicrobatch(job: Job): number {
   return job.kind === 'start' ? job.task.id : job.meta.microbatch;
+}
+
+function jobAttempt(job: Job): number {
+  return job.kind === 'start' ? job.task.attempt : job.meta.attempt;
 }
 
 /** An activation or gradient as a frame in the run's codec. */

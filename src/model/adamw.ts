@@ -17,6 +17,47 @@ export interface AdamWConfig {
 
 export const ADAMW_DEFAULTS: AdamWConfig = { lr: 1e-3, beta1: 0.9, beta2: 0.999, eps: 1e-8, weightDecay: 0.1, gradClip: 1.0 };
 
+/**
+ * The most |m̂ / (√v̂ + ε)| can be, at any step and for any gradients:
+ * m̂ / √v̂ = [(1−β1)/(1−β1^t)] Σ β1^k g_k / √([(1−β2)/(1−β2^t)] Σ β2^k g_k²),
+ * and by Cauchy–Schwarz |Σ β1^k g_k| ≤ √(Σ β2^k g_k²) · √(Σ (β1²/β2)^k), so
+ * the ratio is at most (1−β1)/√(1−β2) / √(1 − β1²/β2) as t grows (and less
+ * before): 7.27 for β = (0.9, 0.999). Gradient clipping scales m and √v alike
+ * and changes nothing.
+ */
+export function adamStepBound(beta1: number = ADAMW_DEFAULTS.beta1, beta2: number = ADAMW_DEFAULTS.beta2): number {
+  return (1 - beta1) / Math.sqrt(1 - beta2) / Math.sqrt(1 - (beta1 * beta1) / beta2);
+}
+
+/**
+ * The furthest `steps` AdamW updates at `lr` can move a weight that started
+ * at `w0`: each moves it by lr·(m̂/(√v̂+ε) + wd·w), at most lr·(B + wd·|w|),
+ * and |w| stays within |w0| + steps·lr·B, so
+ *   |w − w0| ≤ steps·lr·B + steps·lr·wd·(|w0| + steps·lr·B).
+ * `weightDecay` is 0 for parameters without decay (biases, norm gains).
+ */
+export function adamMoveBound(w0: number, steps: number, lr: number, weightDecay: number, beta1?: number, beta2?: number): number {
+  const drift = steps * lr * adamStepBound(beta1, beta2);
+  return drift + steps * lr * weightDecay * (Math.abs(w0) + drift);
+}
+
+/**
+ * The furthest a weight can be from `theta0` after `steps` honest AdamW
+ * steps (`adamMoveBound`), with room for float32
+ * rounding: the tightest bound that holds for every gradient sequence.
+ */
+export function reach(theta0: number, decays: boolean, steps: number, lr: number): number {
+  return adamMoveBound(theta0, steps, lr, decays ? ADAMW_DEFAULTS.weightDecay : 0) * (1 + 1e-6) + 1e-6 * (1 + Math.abs(theta0));
+}
+
+/** The first weight of `w` that `steps` AdamW steps from `theta0` cannot reach (−1: none). Floats [0, decaySize) take weight decay. */
+export function firstOutOfReach(w: Float32Array, theta0: Float32Array, decaySize: number, steps: number, lr: number): number {
+  for (let i = 0; i < w.length; i++) {
+    if (!(Math.abs(w[i] - theta0[i]) <= reach(theta0[i], i < decaySize, steps, lr))) return i;
+  }
+  return -1;
+}
+
 export class AdamW {
   readonly m: Tensor;
   readonly v: Tensor;

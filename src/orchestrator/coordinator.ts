@@ -6,14 +6,21 @@
 // merge rounds through MergeRounds, spot checks through SpotChecks; all of
 // them keep their state in OrchestratorState, so a restarted orchestrator
 // continues where the database stands.
-import type { CreateRunRequest } from '../api/schemas.ts';
+import { FINAL_RUN_STATUSES, type CreateRunRequest } from '../api/schemas.ts';
+import { Engine } from '../engine/engine.ts';
+import { signTicket } from '../protocol/evidence.ts';
 import { NimbleError } from '../protocol/errors.ts';
 import type { HeartbeatReply, HeartbeatRequest, JoinReply, JoinRequest, Peer, StageAssignment } from '../protocol/messages.ts';
+import { domainOf } from '../protocol/network.ts';
+import { SessionKey } from '../protocol/session-key.ts';
 import type { BlobStore } from './blobs.ts';
+import { MergeChecks } from './merge-checks.ts';
 import { MergeRounds } from './merges.ts';
 import { MicrobatchFlow } from './microbatches.ts';
 import { RunPlanner } from './run-planner.ts';
+import type { OrchestratorIdentity } from './identity.ts';
 import { SpotChecks, type SpotCheckOptions } from './spot-checks.ts';
+import { StageStates } from './stage-states.ts';
 import type { OrchestratorState } from './state/index.ts';
 import type { RunRecord } from './state/runs.ts';
 
@@ -30,7 +37,12 @@ export interface CoordinatorOptions {
   now?: () => number;
   /** where the clock reports what went wrong (default: stderr) */
   log?: (line: string) => void;
+  /** the network's key (default: a new one, for in-process use) */
+  identity?: OrchestratorIdentity;
 }
+
+/** Session keys of a miner kept for checking receipts it signed before it restarted. */
+const RECENT_SESSION_KEYS = 4;
 
 export const COORDINATOR_DEFAULTS: CoordinatorOptions = {
   heartbeatMs: 250,
@@ -47,8 +59,17 @@ export class Coordinator {
   private readonly options: CoordinatorOptions;
   private readonly now: () => number;
   private readonly log: (line: string) => void;
+  readonly identity: OrchestratorIdentity;
+  /** merged states of stages, for checking what miners send against them */
+  readonly stageStates: StageStates;
+  /** the engine the orchestrator verifies work with (recomputation, never training), made on first use */
+  private engine: Promise<Engine> | null = null;
+  /** when the clock last tried to start the runs that wait */
+  private waitingTriedAt = -Infinity;
   /** live queue lengths, from heartbeats (the router weighs replicas with them) */
   private readonly queues = new Map<string, number>();
+  /** each joined miner's session keys, newest first: the current one (also in the miners table) and a few before it, for receipts it signed before restarting */
+  private readonly sessionKeys = new Map<string, string[]>();
 
   constructor(
     readonly state: OrchestratorState,
@@ -58,13 +79,32 @@ export class Coordinator {
     this.options = { ...COORDINATOR_DEFAULTS, ...options };
     this.now = this.options.now ?? Date.now;
     this.log = this.options.log ?? ((line) => console.error(`orchestrator: ${line}`));
-    this.merges = new MergeRounds(state, blobs, this.now);
-    this.checks = new SpotChecks(state, blobs, this.options.spotChecks, this.now);
-    this.microbatches = new MicrobatchFlow(state, this.checks, { deadlineMs: this.options.microbatchDeadlineMs, slots: this.options.slots }, this.now);
+    this.identity = this.options.identity ?? ((key) => ({ key, domain: domainOf(key.publicKey) }))(SessionKey.generate());
+    const { key, domain } = this.identity;
+    const engine = (): Promise<Engine> => (this.engine ??= Engine.create({ threads: 1 }));
+    this.stageStates = new StageStates(state, blobs, engine);
+    this.merges = new MergeRounds(state, blobs, new MergeChecks(state, blobs, this.stageStates), this.now, this.log);
+    this.checks = new SpotChecks(state, this.stageStates, engine, this.options.spotChecks, this.now);
+    this.microbatches = new MicrobatchFlow(
+      state,
+      this.checks,
+      { deadlineMs: this.options.microbatchDeadlineMs, slots: this.options.slots },
+      { domain, ticket: (t) => signTicket(key, domain, t), receiptKeysOf: (id) => this.sessionKeys.get(id) ?? [] },
+      this.now,
+    );
     this.planner = new RunPlanner(state, this.options.slots, this.now);
-    // after a restart, give the miners that were alive a full timeout to re-attach
+    // after a restart, give the miners that were alive a full timeout to re-attach, and open spot checks a full timeout to be answered
     const now = this.now();
-    for (const m of state.miners.list(true)) state.miners.touch(m.id, now);
+    for (const m of state.miners.list()) {
+      if (m.sessionKey) this.sessionKeys.set(m.id, [m.sessionKey]);
+      if (m.alive) state.miners.touch(m.id, now);
+    }
+    this.checks.restarted();
+  }
+
+  /** The session key a miner bound when it joined (what its requests and receipts are checked against). */
+  sessionKeyOf(minerId: string): string | undefined {
+    return this.sessionKeys.get(minerId)?.[0];
   }
 
   // ---- miners ----------------------------------------------------------------
@@ -72,9 +112,20 @@ export class Coordinator {
   join(minerId: string, req: JoinRequest): JoinReply {
     const known = this.state.miners.get(minerId);
     this.state.miners.upsert(
-      { id: minerId, name: req.name, url: req.url, gflops: req.hardware.gflops, threads: req.hardware.threads, memoryBytes: req.hardware.memoryBytes, bandwidthMbps: req.bandwidthMbps },
+      {
+        id: minerId,
+        name: req.name,
+        url: req.url,
+        gflops: req.hardware.gflops,
+        threads: req.hardware.threads,
+        memoryBytes: req.hardware.memoryBytes,
+        bandwidthMbps: req.bandwidthMbps,
+        sessionKey: req.sessionKey,
+      },
       this.now(),
     );
+    const keys = this.sessionKeys.get(minerId) ?? [];
+    this.sessionKeys.set(minerId, [req.sessionKey, ...keys.filter((k) => k !== req.sessionKey)].slice(0, RECENT_SESSION_KEYS));
     if (!known || !known.alive) this.planner.replanAll();
     return { minerId, heartbeatMs: this.options.heartbeatMs };
   }
@@ -89,18 +140,21 @@ export class Coordinator {
     if (!miner.alive) this.planner.replanAll();
 
     const assignment = this.state.runs.assignmentOf(minerId);
-    const checks: number[] = [];
     for (const report of req.reports) {
+      // work on a stage the miner does not hold (any more) earns nothing and costs nothing
       const held = assignment && assignment.runId === report.runId && assignment.stage === report.stage ? this.state.runs.get(report.runId) : undefined;
-      if (!held) {
-        this.state.ledger.logWork({ minerId, runId: report.runId, kind: 'invalid', stage: report.stage, detail: `report for microbatch ${report.microbatch} at stage ${report.stage} does not match the miner's assignment` }, now);
-      } else if (this.microbatches.applyReport(minerId, held, report)) checks.push(report.microbatch);
+      if (held) this.microbatches.applyReport(minerId, held, report);
     }
-    for (const r of req.rejected ?? []) {
-      if (this.state.miners.get(r.sender)) this.state.ledger.logWork({ minerId: r.sender, runId: null, kind: 'invalid', detail: `refused by ${minerId}: ${r.reason}` }, now);
-    }
-
-    const reply: HeartbeatReply = { assignment: null, microbatches: [], nextStage: [], merge: null, abandon: this.microbatches.takeAbandoned(minerId), checks };
+    const held = req.held ?? [];
+    const reply: HeartbeatReply = {
+      assignment: null,
+      microbatches: [],
+      nextStage: [],
+      previousStage: [],
+      merge: null,
+      abandon: this.microbatches.abandonedOf(held),
+      checks: this.checks.deliver(minerId),
+    };
     if (!assignment) return reply;
     const run = this.state.runs.get(assignment.runId)!;
     const stage = this.state.runs.stage(run.id, assignment.stage)!;
@@ -119,11 +173,15 @@ export class Coordinator {
       codec: run.options.codec,
       lr: run.options.lr,
     } satisfies StageAssignment;
-    if (req.runId === run.id && req.stage === assignment.stage && req.round !== undefined) this.merges.noteApplied(run, assignment.stage, minerId, req.round);
+    const current = req.runId === run.id && req.stage === assignment.stage;
+    if (current && req.round !== undefined) this.merges.noteApplied(run, assignment.stage, minerId, req.round);
     reply.merge = this.merges.taskFor(run, assignment.stage, minerId);
     if (assignment.stage + 1 < run.stageCount) reply.nextStage = this.peersOf(run.id, assignment.stage + 1);
-    const current = assignment.stage === 0 && reply.merge === null && req.runId === run.id && req.stage === 0 && (req.round ?? 0) === stage.round;
-    if (current && !this.merges.wantsDrain(run)) reply.microbatches = this.microbatches.issue(run, minerId, req.freeSlots);
+    if (assignment.stage > 0) reply.previousStage = this.peersOf(run.id, assignment.stage - 1);
+    if (assignment.stage === 0 && current && reply.merge === null && (req.round ?? 0) === stage.round) {
+      reply.microbatches = this.microbatches.unstartedOf(run, minerId, held);
+      if (!this.merges.wantsDrain(run)) reply.microbatches.push(...this.microbatches.issue(run, minerId, Math.max(0, req.freeSlots - reply.microbatches.length)));
+    }
     return reply;
   }
 
@@ -133,8 +191,8 @@ export class Coordinator {
     for (const a of this.state.runs.assignments(runId)) {
       if (a.stage !== stage) continue;
       const m = this.state.miners.get(a.minerId);
-      if (!m || !m.alive) continue;
-      out.push({ id: m.id, url: m.url, weight: m.gflops / (1 + (this.queues.get(m.id) ?? 0)) });
+      if (!m || !m.alive || !m.sessionKey) continue;
+      out.push({ id: m.id, url: m.url, sessionKey: m.sessionKey, weight: m.gflops / (1 + (this.queues.get(m.id) ?? 0)) });
     }
     return out;
   }
@@ -164,8 +222,29 @@ export class Coordinator {
 
   // ---- runs ------------------------------------------------------------------
 
-  createRun(req: CreateRunRequest): RunRecord {
-    return this.planner.create(req);
+  /** A developer's new run (the address that signed the request owns it). */
+  createRun(req: CreateRunRequest, owner: string): RunRecord {
+    return this.planner.create(req, owner);
+  }
+
+  /** The owner ends a run: its miners are let go and planned onto the other runs. */
+  cancelRun(runId: string, by: string): RunRecord {
+    const run = this.state.runs.get(runId);
+    if (!run) throw new NimbleError('not_found', `unknown run ${runId}`);
+    if (run.owner !== by) throw new NimbleError('forbidden', `run ${runId} is not ${by}'s`);
+    if (FINAL_RUN_STATUSES.includes(run.status)) throw new NimbleError('conflict', `run ${runId} has ended (${run.status})`);
+    this.state.runs.cancel(runId, this.now());
+    this.planner.replanAll();
+    return this.state.runs.get(runId)!;
+  }
+
+  /** Releases what verification holds (its stages, then its engine). */
+  async close(): Promise<void> {
+    await this.merges.settled();
+    this.checks.close();
+    this.stageStates.clear();
+    if (this.engine) await (await this.engine).close();
+    this.engine = null;
   }
 
   // ---- the clock -------------------------------------------------------------
@@ -190,16 +269,21 @@ export class Coordinator {
         this.log(`run ${run.id}: tick failed: ${(err as Error).message}`);
       }
     }
+    if (now - this.waitingTriedAt >= 1000) this.waitingTriedAt = now;
   }
 
   private tickRun(run: RunRecord, now: number): void {
     if (run.status === 'waiting') {
-      this.planner.tryStart(run);
+      // planning costs: waiting runs are tried when miners come or go, and here at most once a second
+      if (now - this.waitingTriedAt >= 1000) this.planner.tryStart(run);
       return;
     }
     this.microbatches.expireDeadlines(run);
     this.merges.tick(this.state.runs.get(run.id)!, this.state.microbatches.count(run.id, 'issued'));
     const fresh = this.state.runs.get(run.id)!;
-    if (fresh.microbatchesDone >= fresh.steps && !this.merges.active(fresh) && this.merges.finalMergeDone(fresh)) this.state.runs.complete(run.id, now);
+    if (fresh.microbatchesDone >= fresh.steps && !this.merges.active(fresh) && this.merges.finalMergeDone(fresh)) {
+      this.state.runs.complete(run.id, now);
+      this.planner.replanAll(); // its miners are free for the runs that wait
+    }
   }
 }

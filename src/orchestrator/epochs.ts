@@ -19,6 +19,7 @@
 // Its amount (a share of the stake and unstaking tokens) is fixed and written
 // before the first send; its reason names the epoch and is unique, so after a
 // crash the Slashed events show whether it already went through.
+import { FINAL_RUN_STATUSES } from '../api/schemas.ts';
 import { formatEther, type Address, type Hash } from 'viem';
 import type { ChainClient, SigningClient } from '../chain/client.ts';
 import { normalizeRewards, readEpoch, rewardsDigest, settleEpoch, settlementTxOf, type Reward } from '../chain/rewards.ts';
@@ -175,7 +176,7 @@ export class Epochs {
       for (const run of this.state.runs.list()) {
         const mark = this.state.ledger.runMergesMark(run.id);
         if (run.mergesDone - mark >= this.epochRounds) return this.close(run.id, run.mergesDone);
-        if ((run.status === 'completed' || run.status === 'failed') && this.state.ledger.countWorkAfter(open.fromLog, run.id) > 0) return this.close(run.id, run.mergesDone);
+        if (FINAL_RUN_STATUSES.includes(run.status) && this.state.ledger.countWorkAfter(open.fromLog, run.id) > 0) return this.close(run.id, run.mergesDone);
       }
       if (this.chain.epochMs !== undefined && now - open.openedAt >= this.chain.epochMs) return this.close(null, 0);
       return null;

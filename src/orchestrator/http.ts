@@ -1,7 +1,7 @@
 // The orchestrator's HTTP API: the public routes (./routes/public.ts) and the
 // miners' signed routes (./routes/miners.ts) on the shared server of
-// src/http/server.ts. A refused signed request (a 4xx other than a bad
-// signature or too little stake) counts as invalid work of its signer.
+// src/http/server.ts. A miner's malformed signed request (400, 413, 415)
+// counts as invalid work of its signer.
 import { createHttpServer, type HttpServer } from '../http/server.ts';
 import { AuthError } from '../protocol/errors.ts';
 import { RequestVerifier } from '../protocol/signing.ts';
@@ -10,15 +10,21 @@ import type { Epochs } from './epochs.ts';
 import { minerRoutes } from './routes/miners.ts';
 import { publicRoutes } from './routes/public.ts';
 
+/** Refusals that count as the signer's invalid work: a malformed, oversized or mistyped request. */
+const MALFORMED = new Set([400, 413, 415]);
+
 /** Largest JSON body (a heartbeat with thousands of reports stays below it). */
 export const MAX_JSON_BYTES = 1 << 20;
 
-export function buildApi(coordinator: Coordinator, verifier = new RequestVerifier(), epochs: Epochs | null = null): HttpServer {
+export function buildApi(coordinator: Coordinator, epochs: Epochs | null = null): HttpServer {
+  // requests are bound to this network, and (the nonces of earlier ones being forgotten) to this run of the server
+  const verifier = new RequestVerifier({ domain: coordinator.identity.domain, notBefore: Date.now(), sessionKeyOf: (a) => coordinator.sessionKeyOf(a) });
   const app = createHttpServer({
     bodyLimit: MAX_JSON_BYTES,
     verifier,
     onRefused: (req, err) => {
-      if (!req.signer || err instanceof AuthError || err.code === 'stake_too_low') return;
+      // a malformed request is provably its signer's fault; a 403, 404 or 409 can be an honest race with the orchestrator's state
+      if (!req.signer || err instanceof AuthError || !MALFORMED.has(err.status) || !coordinator.state.miners.get(req.signer)) return;
       coordinator.state.ledger.logWork({ minerId: req.signer, runId: null, kind: 'invalid', detail: `${req.method} ${req.url.slice(0, 120)}: ${err.message.slice(0, 200)}` }, Date.now());
     },
     onFailure: (req, err) => console.error(`orchestrator: ${req.method} ${req.url}:`, err.cause ?? err),

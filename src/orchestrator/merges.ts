@@ -8,7 +8,9 @@
 // A replica that vanishes is dropped from the round; a partition whose
 // mergers vanished is reassigned before the round closes. All of it is kept
 // in the database, so a restarted orchestrator resumes the round.
-import { assignMergers, partitionVector, reassign, type Partition } from '../merge/partition.ts';
+import { FINAL_RUN_STATUSES } from '../api/schemas.ts';
+import { defaultRule, median, normBound } from '../merge/merge-partition.ts';
+import { assignMergers, reassign } from '../merge/partition.ts';
 import { decodePartitionFrame } from '../merge/pseudo-gradient.ts';
 import { checkpointInfo } from '../model/checkpoint.ts';
 import { gptConfig } from '../model/config.ts';
@@ -17,8 +19,9 @@ import { decodeSafetensors } from '../model/safetensors.ts';
 import { NimbleError } from '../protocol/errors.ts';
 import type { MergeTask } from '../protocol/messages.ts';
 import type { BlobStore } from './blobs.ts';
+import { RECOMPUTED, type MergeChecks } from './merge-checks.ts';
 import type { OrchestratorState } from './state/index.ts';
-import type { MergeRoundRecord, RoundKey, RoundPlan } from './state/merge-rounds.ts';
+import type { MergeResult, MergeRoundRecord, RoundKey, RoundPlan, RoundRule } from './state/merge-rounds.ts';
 import type { RunRecord, StageRecord } from './state/runs.ts';
 
 /** Replicas that have not uploaded by then are left out of the round. */
@@ -34,10 +37,15 @@ export class MergeRounds {
   /** per run/stage: the highest round its replicas report having applied, and who did */
   private readonly applied = new Map<string, { round: number; miners: Set<string> }>();
 
+  /** partitions being recomputed here (a dispute, or a single merger), by run/stage/round/partition */
+  private readonly recomputing = new Map<string, Promise<void>>();
+
   constructor(
     private readonly state: OrchestratorState,
     private readonly blobs: BlobStore,
+    private readonly checks: MergeChecks,
     private readonly now: () => number,
+    private readonly log: (line: string) => void = () => {},
   ) {}
 
   private aliveReplicas(runId: string, stage: number): string[] {
@@ -81,7 +89,7 @@ export class MergeRounds {
 
   /** Starts rounds when due and the pipeline is empty; advances rounds in progress. */
   tick(run: RunRecord, issued: number): void {
-    if (run.status === 'waiting' || run.status === 'completed' || run.status === 'failed') return;
+    if (run.status === 'waiting' || FINAL_RUN_STATUSES.includes(run.status)) return;
     if (!this.active(run) && this.due(run) && issued === 0) {
       this.state.tx(() => {
         for (const s of this.state.runs.stages(run.id)) this.startRound(run, s);
@@ -113,8 +121,25 @@ export class MergeRounds {
     return rangeParamCount(gptConfig(run.model), { from: s.fromPart, to: s.toPart });
   }
 
-  private partitions(run: RunRecord, s: StageRecord, count: number): Partition[] {
-    return count === 0 ? [] : partitionVector(this.stageParams(run, s), count);
+  /**
+   * How a round merges, fixed when merging starts: the run's aggregator (with
+   * three or more replicas a robust one), and per partition the norm bound of
+   * the replicas' slices (src/merge/merge-partition.ts).
+   */
+  private ruleOf(run: RunRecord, round: MergeRoundRecord, replicas: readonly string[]): RoundRule {
+    const robust = defaultRule(replicas.length);
+    const chosen = run.options.aggregator === 'mean' ? robust : run.options.aggregator === 'median' ? { aggregator: 'median' as const, trim: 0 } : { aggregator: 'trimmed-mean' as const, trim: robust.trim || 0.2 };
+    const previous = this.state.mergeRounds.get({ runId: run.id, stage: round.stage, round: round.round - 1 })?.plan.rule;
+    const uploads = this.state.mergeRounds.uploads({ runId: run.id, stage: round.stage, round: round.round }).filter((u) => replicas.includes(u.minerId));
+    const maxNorms: number[] = [];
+    const medians: number[] = [];
+    for (let p = 0; p < round.partitions; p++) {
+      const norms = uploads.filter((u) => u.partition === p).map((u) => u.norm);
+      const reference = previous && previous.medians.length === round.partitions ? previous.medians[p] : null;
+      maxNorms.push(normBound(norms, reference));
+      medians.push(median(norms));
+    }
+    return { ...chosen, maxNorms, medians };
   }
 
   private advance(run: RunRecord, s: StageRecord, round: MergeRoundRecord): void {
@@ -136,7 +161,7 @@ export class MergeRounds {
       } else if (replicas.every(complete)) {
         const vanished = new Set(round.replicas.filter((m) => !replicas.includes(m)));
         const mergers = vanished.size ? reassign(plan.mergers, vanished, replicas) : plan.mergers;
-        this.state.mergeRounds.update(key, { status: 'merging', replicas, plan: { ...plan, mergers, phaseAt: now } });
+        this.state.mergeRounds.update(key, { status: 'merging', replicas, plan: { ...plan, mergers, phaseAt: now, rule: this.ruleOf(run, round, replicas) } });
       } else {
         this.state.mergeRounds.update(key, { replicas });
       }
@@ -144,11 +169,14 @@ export class MergeRounds {
     }
     if (round.status === 'merging') {
       const results = this.state.mergeRounds.results(key);
-      const done = new Set(results.map((r) => r.partition));
+      const settled = new Map<number, string>();
       const vanished = new Set<string>();
       for (let p = 0; p < round.partitions; p++) {
-        if (done.has(p)) continue;
-        for (const m of plan.mergers[p]) if (!alive.has(m) || now - plan.phaseAt > MERGE_TIMEOUT_MS) vanished.add(m);
+        const decision = this.settle(run, s, round, p, results, now - plan.phaseAt > MERGE_TIMEOUT_MS);
+        if (decision) settled.set(p, decision);
+        else if (!results.some((r) => r.partition === p)) {
+          for (const m of plan.mergers[p]) if (!alive.has(m) || now - plan.phaseAt > MERGE_TIMEOUT_MS) vanished.add(m);
+        }
       }
       let next = plan;
       if (vanished.size && alive.size) {
@@ -161,13 +189,22 @@ export class MergeRounds {
           gone = new Set([...vanished].filter((m) => !alive.has(m)));
         }
         const reassigned = gone.size ? reassign(plan.mergers, gone, pool) : plan.mergers;
-        // keep mergers of partitions already merged as they were
-        next = { ...plan, mergers: reassigned.map((ms, p) => (done.has(p) ? plan.mergers[p] : ms)), phaseAt: now };
+        // keep mergers of partitions with a result as they were
+        next = { ...plan, mergers: reassigned.map((ms, p) => (results.some((r) => r.partition === p) ? plan.mergers[p] : ms)), phaseAt: now };
         this.state.mergeRounds.update(key, { plan: next });
       }
-      if (done.size === round.partitions) {
-        const chosen = Array.from({ length: round.partitions }, (_, p) => results.find((r) => r.partition === p)!.blob);
-        this.state.mergeRounds.update(key, { status: 'applying', plan: { ...next, chosen, phaseAt: now } });
+      if (settled.size === round.partitions) {
+        const chosen = Array.from({ length: round.partitions }, (_, p) => settled.get(p)!);
+        this.state.tx(() => {
+          this.state.mergeRounds.update(key, { status: 'applying', plan: { ...next, chosen, phaseAt: now } });
+          // a merger's result is credited once when it is the partition's merge, and is invalid work when it is not
+          for (const r of results) {
+            if (r.minerId === RECOMPUTED || !round.replicas.includes(r.minerId)) continue;
+            const right = r.blob === chosen[r.partition];
+            const detail = right ? null : `merged partition ${r.partition} of round ${round.round} is not the merge of its inputs`;
+            this.state.ledger.logWork({ minerId: r.minerId, runId: run.id, kind: right ? 'merge' : 'invalid', stage: s.stage, detail }, now);
+          }
+        });
       }
       return;
     }
@@ -186,6 +223,43 @@ export class MergeRounds {
       else if (round.stateBlob && replicas.every(applied)) this.finish(run, s, round.round, round.stateBlob);
       else if (next !== plan || replicas.join() !== round.replicas.join()) this.state.mergeRounds.update(key, { replicas, plan: next });
     }
+  }
+
+  /**
+   * The merged blob partition `p` settles on, if it can now: its mergers all
+   * delivered the same frame (two or more of them), or the orchestrator's own
+   * recomputation, started when they disagree, when only one merger is left,
+   * or when the timeout passed with some result in.
+   */
+  private settle(run: RunRecord, s: StageRecord, round: MergeRoundRecord, p: number, results: readonly MergeResult[], late: boolean): string | null {
+    const mine = results.filter((r) => r.partition === p);
+    const own = mine.find((r) => r.minerId === RECOMPUTED);
+    if (own) return own.blob;
+    const mergers = round.plan.mergers[p];
+    const delivered = mine.filter((r) => mergers.includes(r.minerId));
+    const allIn = mergers.every((m) => delivered.some((r) => r.minerId === m));
+    const agree = delivered.length > 0 && delivered.every((r) => r.blob === delivered[0].blob);
+    if (allIn && agree && delivered.length >= 2) return delivered[0].blob;
+    if ((allIn && delivered.length > 0) || (late && mine.length > 0)) this.recompute(run, s, round, p);
+    return null;
+  }
+
+  /** Merges partition `p` here, in the background; its result is stored as the orchestrator's. */
+  private recompute(run: RunRecord, s: StageRecord, round: MergeRoundRecord, p: number): void {
+    const key = `${run.id}/${s.stage}/${round.round}/${p}`;
+    if (this.recomputing.has(key)) return;
+    const k = { runId: run.id, stage: s.stage, round: round.round };
+    const work = this.checks
+      .recompute(run, s, round, p)
+      .then((blob) => this.state.mergeRounds.putResult(k, { partition: p, minerId: RECOMPUTED, blob }))
+      .catch((err: unknown) => this.log(`recomputing partition ${p} of round ${round.round}, stage ${s.stage} of ${run.id} failed: ${(err as Error).message}`))
+      .finally(() => this.recomputing.delete(key));
+    this.recomputing.set(key, work);
+  }
+
+  /** Resolves when every recomputation under way has ended. */
+  async settled(): Promise<void> {
+    await Promise.all([...this.recomputing.values()]);
   }
 
   private finish(run: RunRecord, s: StageRecord, round: number, stateBlob: string | null): void {
@@ -217,14 +291,16 @@ export class MergeRounds {
     const round = s && this.current(run, s);
     if (!s || !round) return null;
     const key = keyOf(run, stage, round.round);
+    const rule = round.plan.rule ?? null;
     const task: MergeTask = {
       round: round.round,
-      partitions: this.partitions(run, s, round.partitions).map((p) => ({ index: p.index, start: p.start, end: p.end })),
+      partitions: this.checks.partitions(run, s, round.partitions).map((p) => ({ index: p.index, start: p.start, end: p.end })),
       upload: false,
       merge: [],
       apply: null,
       saveState: false,
-      aggregator: run.options.aggregator,
+      aggregator: rule?.aggregator ?? run.options.aggregator,
+      trim: rule?.trim ?? 0,
       outerLr: run.options.outerLr,
       outerMomentum: run.options.outerMomentum,
     };
@@ -241,6 +317,7 @@ export class MergeRounds {
         task.merge.push({
           partition: p,
           inputs: uploads.filter((u) => u.partition === p).map((u) => ({ minerId: u.minerId, blob: u.blob, samples: u.samples })),
+          maxNorm: rule?.maxNorms[p] ?? null,
         });
       }
     } else if (round.status === 'applying') {
@@ -267,33 +344,36 @@ export class MergeRounds {
 
   async putPseudoGradient(minerId: string, k: RoundKey, partition: number, samples: number, bytes: Uint8Array): Promise<string> {
     const { run, s, round } = this.roundFor(k, minerId, 'uploading');
-    const p = this.partitions(run, s, round.partitions)[partition];
+    const p = this.checks.partitions(run, s, round.partitions)[partition];
     if (!p) throw new NimbleError('invalid', `partition ${partition} outside 0..${round.partitions - 1}`);
-    decodePartitionFrame(bytes, p); // validates shape, codec, checksum, finite values
+    // shape, codec, checksum, finite values, and every value within AdamW's reach; the weight is the steps credited
+    const checked = await this.checks.checkUpload(run, s, k, p, minerId, samples, bytes);
     const blob = await this.blobs.put(bytes);
     this.state.tx(() => {
-      this.state.mergeRounds.putUpload(k, { minerId, partition, blob, samples });
+      this.state.mergeRounds.putUpload(k, { minerId, partition, blob, samples: checked.samples, norm: checked.norm });
       this.state.runs.addCounters(k.runId, { bytes: bytes.length });
     });
     return blob;
   }
 
+  /** A merger's result for a partition: stored once (a repeat changes nothing), credited when the round settles on it. */
   async putMerged(minerId: string, k: RoundKey, partition: number, bytes: Uint8Array): Promise<string> {
     const { run, s, round } = this.roundFor(k, minerId, 'merging');
     if (!round.plan.mergers[partition]?.includes(minerId)) throw new NimbleError('forbidden', `miner ${minerId} does not merge partition ${partition}`);
-    const p = this.partitions(run, s, round.partitions)[partition];
+    const p = this.checks.partitions(run, s, round.partitions)[partition];
     decodePartitionFrame(bytes, p, { codecs: ['int8-block', 'f16', 'f32'] });
+    if (this.state.mergeRounds.results(k).some((r) => r.partition === partition && r.minerId === minerId)) throw new NimbleError('conflict', `partition ${partition} was already merged by ${minerId}`);
     const blob = await this.blobs.put(bytes);
     this.state.tx(() => {
       this.state.mergeRounds.putResult(k, { partition, minerId, blob });
-      this.state.ledger.logWork({ minerId, runId: k.runId, kind: 'merge', stage: k.stage }, this.now());
       this.state.runs.addCounters(k.runId, { bytes: bytes.length });
     });
     return blob;
   }
 
+  /** The stage state after the round: checked against the round (recomputed) before it becomes the stage's state or anybody's checkpoint. */
   async putState(minerId: string, k: RoundKey, bytes: Uint8Array): Promise<string> {
-    const { s } = this.roundFor(k, minerId, 'applying');
+    const { run, s, round } = this.roundFor(k, minerId, 'applying');
     let info;
     try {
       info = checkpointInfo(decodeSafetensors(bytes));
@@ -303,6 +383,7 @@ export class MergeRounds {
     if (info.from !== s.fromPart || info.to !== s.toPart || info.step !== k.round) {
       throw new NimbleError('invalid', `stage state holds parts [${info.from}, ${info.to}) round ${info.step}; expected [${s.fromPart}, ${s.toPart}) round ${k.round}`);
     }
+    await this.checks.checkState(run, s, round, bytes);
     const blob = await this.blobs.put(bytes);
     this.state.tx(() => {
       this.state.mergeRounds.update(k, { stateBlob: blob });

@@ -1,18 +1,32 @@
-// Microbatches through the pipeline: issued to stage-0 replicas, advanced by
-// the miners' work reports, re-issued when a miner vanishes, drops one or
-// lets its deadline pass (the miner on whose hop it stalled is charged), and
-// counted when done (tokens/s over a sliding window).
+// Microbatches through the pipeline, credited on evidence.
+//
+// A microbatch is issued to a stage-0 replica as an attempt with the
+// orchestrator's ticket. Each hop's miner claims its forward and backward
+// (src/orchestrator/state/claims.ts); a claim that hands the frame on carries
+// the receiver's receipt. The attempt is done, and its 2·S hops credited once
+// each to the miners that did them, when the claims chain up: stage 0 is the
+// miner it was issued to, each next hop is the receipted receiver of the one
+// before, each hop's input frame is the one its sender sent, and the gradient
+// comes back the same way. Until then nothing is credited; a claim that is a
+// repeat, for another attempt, or from a miner off the path earns nothing.
+//
+// A microbatch is issued again when a miner on its path vanishes or drops it,
+// or when its deadline passes; then the miner it stalled at (the first hop,
+// in pipeline order, without a receipted claim: the evidence says it held the
+// microbatch) is charged one dropped unit. Nobody's word alone costs another.
 import { gptConfig } from '../model/config.ts';
+import { verifyReceipt, type TicketFields } from '../protocol/evidence.ts';
 import type { MicrobatchTask, WorkReport } from '../protocol/messages.ts';
 import type { SpotChecks } from './spot-checks.ts';
+import type { HopClaim } from './state/claims.ts';
 import type { OrchestratorState } from './state/index.ts';
 import type { MicrobatchRecord } from './state/microbatches.ts';
 import type { RunRecord } from './state/runs.ts';
 
 /** Completions older than this no longer count toward tokens/s. */
 const RATE_WINDOW_MS = 10_000;
-/** Microbatches to abandon told to a miner in one heartbeat reply, at most. */
-const ABANDON_PER_REPLY = 4096;
+/** Microbatches named in one heartbeat reply, at most. */
+const PER_REPLY = 4096;
 
 export interface MicrobatchOptions {
   /** a microbatch not finished this long after issue is re-issued */
@@ -21,9 +35,20 @@ export interface MicrobatchOptions {
   slots: number;
 }
 
+/** What the flow needs to make and check evidence. */
+export interface Evidence {
+  /** the network's signing domain */
+  domain: string;
+  /** the orchestrator's ticket for an issued microbatch */
+  ticket(fields: TicketFields): string;
+  /** the session keys a miner registered at its recent joins, newest first */
+  receiptKeysOf(minerId: string): readonly string[];
+}
+
+/** Where an attempt stands: complete (its path and loss), or stalled at a miner (null: not even issued). */
+type Evaluation = { complete: true; path: string[]; loss: number | null } | { complete: false; culprit: string | null; path: (string | null)[]; progress: number };
+
 export class MicrobatchFlow {
-  /** microbatches each miner should abandon, sent with its next heartbeat */
-  private readonly abandon = new Map<string, Set<number>>();
   /** recent completions per run, for tokens/s */
   private readonly completions = new Map<string, { at: number; tokens: number }[]>();
 
@@ -31,10 +56,16 @@ export class MicrobatchFlow {
     private readonly state: OrchestratorState,
     private readonly checks: SpotChecks,
     private readonly options: MicrobatchOptions,
+    private readonly evidence: Evidence,
     private readonly now: () => number,
   ) {}
 
-  /** Gives a stage-0 replica up to `freeSlots` microbatches: re-issues first, then new shards. */
+  private task(run: RunRecord, mb: Pick<MicrobatchRecord, 'id' | 'attempts' | 'shard' | 'step'>): MicrobatchTask {
+    const fields = { runId: run.id, microbatch: mb.id, attempt: mb.attempts, shard: mb.shard, step: mb.step };
+    return { id: mb.id, attempt: mb.attempts, shard: mb.shard, step: mb.step, ticket: this.evidence.ticket(fields) };
+  }
+
+  /** Gives a stage-0 replica up to `freeSlots` new microbatches: re-issues first, then new shards. */
   issue(run: RunRecord, minerId: string, freeSlots: number): MicrobatchTask[] {
     if (run.status !== 'started' && run.status !== 'executing') return [];
     const assigned = new Set(this.state.runs.assignments(run.id).map((a) => a.stage));
@@ -43,75 +74,128 @@ export class MicrobatchFlow {
     const inFlight = this.state.microbatches.issuedTo(minerId).length;
     // up to two slots' worth per miner: the ones it runs and the ones queued behind them
     let want = Math.min(freeSlots, 2 * this.options.slots - inFlight);
-    const tasks: MicrobatchTask[] = [];
+    const issued: number[] = [];
     this.state.tx(() => {
       const remaining = run.steps - run.microbatchesDone - this.state.microbatches.count(run.id, 'issued');
       want = Math.min(want, remaining);
-      const issueOne = (mb: { id: number; shard: number; step: number }): void => {
-        this.state.microbatches.issue(mb.id, minerId, now, now + this.options.deadlineMs);
-        tasks.push({ id: mb.id, shard: mb.shard, step: mb.step });
+      const issueOne = (id: number): void => {
+        this.state.microbatches.issue(id, minerId, now, now + this.options.deadlineMs);
+        issued.push(id);
       };
-      for (const mb of this.state.microbatches.byStatus(run.id, 'pending', Math.max(0, want))) issueOne(mb);
+      for (const mb of this.state.microbatches.byStatus(run.id, 'pending', Math.max(0, want))) issueOne(mb.id);
       let created = run.microbatchesCreated;
-      while (tasks.length < want && created < run.steps) {
-        issueOne({ id: this.state.microbatches.insert(run.id, created, created), shard: created, step: created });
+      while (issued.length < want && created < run.steps) {
+        issueOne(this.state.microbatches.insert(run.id, created, created));
         created++;
       }
       if (created !== run.microbatchesCreated) this.state.runs.setCreated(run.id, created);
-      if (run.status === 'started' && tasks.length) this.state.runs.setStatus(run.id, 'executing');
+      if (run.status === 'started' && issued.length) this.state.runs.setStatus(run.id, 'executing');
     });
-    return tasks;
+    return issued.map((id) => this.task(run, this.state.microbatches.get(id)!));
   }
 
   /**
-   * Applies one report of `minerId`, who holds `stage` of `run`: the work is
-   * logged; a forward's commitment is recorded (true when it is selected for
-   * a spot check); the microbatch advances, and is done when stage 0's
-   * backward is in.
+   * Microbatches issued to a stage-0 replica that it neither holds nor has
+   * started: a heartbeat reply that carried them was lost. Sent again, same
+   * attempt and ticket, so a resent heartbeat loses nothing.
+   */
+  unstartedOf(run: RunRecord, minerId: string, held: readonly { microbatch: number; attempt: number }[]): MicrobatchTask[] {
+    const holds = new Set(held.map((h) => `${h.microbatch}/${h.attempt}`));
+    const out: MicrobatchTask[] = [];
+    for (const mb of this.state.microbatches.issuedTo(minerId)) {
+      if (mb.runId !== run.id || holds.has(`${mb.id}/${mb.attempts}`)) continue;
+      if (this.state.claims.ofHop(mb.id, mb.attempts, 0, 'forward').some((c) => c.minerId === minerId)) continue;
+      out.push(this.task(run, mb));
+      if (out.length >= PER_REPLY) break;
+    }
+    return out;
+  }
+
+  /** Of the microbatches a miner holds, those it should let go: re-issued since (another attempt), done or unknown. */
+  abandonedOf(held: readonly { microbatch: number; attempt: number }[]): number[] {
+    const out: number[] = [];
+    for (const h of held) {
+      const mb = this.state.microbatches.get(h.microbatch);
+      if (!mb || mb.status !== 'issued' || mb.attempts !== h.attempt) out.push(h.microbatch);
+      if (out.length >= PER_REPLY) break;
+    }
+    return out;
+  }
+
+  /**
+   * Takes one claim of `minerId`, who holds `stage` of `run`. A claim of a
+   * microbatch's current attempt is recorded once (true when it is a forward
+   * selected for a spot check); a receipt that does not verify is the
+   * reporter's invalid work; stale claims and repeats change nothing. A
+   * miner on the path that reports dropping the microbatch is charged for it
+   * and the microbatch is issued again.
    */
   applyReport(minerId: string, run: RunRecord, r: WorkReport): boolean {
     const now = this.now();
     const mb = this.state.microbatches.get(r.microbatch);
-    if (!mb || mb.runId !== run.id) {
-      this.state.ledger.logWork({ minerId, runId: run.id, kind: 'invalid', stage: r.stage, detail: `report for microbatch ${r.microbatch}, which run ${run.id} does not have` }, now);
+    if (!mb || mb.runId !== run.id || mb.status !== 'issued' || mb.attempts !== r.attempt) return false; // stale or unknown: earns nothing
+    if (r.phase === 'dropped') {
+      if (mb.path[r.stage] !== minerId) return false;
+      this.state.tx(() => {
+        this.state.ledger.logWork({ minerId, runId: run.id, kind: 'dropped', stage: r.stage, detail: r.reason ?? null }, now);
+        this.state.microbatches.requeue(mb.id);
+      });
       return false;
     }
+    if (r.stage === 0 && r.phase === 'forward' && mb.minerId !== minerId) return false; // not issued to it
     const S = run.stageCount;
+    const handsOn = r.phase === 'forward' ? r.stage < S - 1 : r.stage > 0;
+    let nextId: string | null = null;
+    if (handsOn && r.next && r.receipt && r.outputSha) {
+      const receipt = { runId: run.id, microbatch: mb.id, attempt: mb.attempts, stage: r.phase === 'forward' ? r.stage + 1 : r.stage - 1, phase: r.phase, frameSha: r.outputSha };
+      // the receiver may have restarted (a new session key) since it signed: any of its recent keys
+      if (!this.evidence.receiptKeysOf(r.next).some((key) => verifyReceipt(key, this.evidence.domain, receipt, r.receipt!))) {
+        this.state.ledger.logWork({ minerId, runId: run.id, kind: 'invalid', stage: r.stage, detail: `microbatch ${mb.id}: a receipt from ${r.next} that does not verify` }, now);
+        return false;
+      }
+      nextId = r.next;
+    }
+    const claim: HopClaim = {
+      microbatch: mb.id,
+      attempt: mb.attempts,
+      stage: r.stage,
+      phase: r.phase,
+      minerId,
+      nextId,
+      inputSha: r.inputSha ?? null,
+      outputSha: r.outputSha ?? null,
+      loss: r.phase === 'forward' && r.stage === S - 1 ? (r.loss ?? null) : null,
+      round: this.state.runs.stage(run.id, r.stage)?.round ?? 0,
+      at: now,
+    };
     let selected = false;
     this.state.tx(() => {
+      if (!this.state.claims.put(claim)) return; // a repeat
       if (r.bytesSent) this.state.runs.addCounters(run.id, { bytes: r.bytesSent });
-      if (r.phase === 'dropped') {
-        this.state.ledger.logWork({ minerId, runId: run.id, kind: 'dropped', stage: r.stage, detail: r.reason ?? null }, now);
-        if (mb.status === 'issued') this.requeue(mb);
-        return;
-      }
-      this.state.ledger.logWork({ minerId, runId: run.id, kind: r.phase, stage: r.stage }, now);
-      if (r.phase === 'forward') selected = this.checks.onForward(run, minerId, r);
-      if (mb.status !== 'issued') return; // late report of re-issued work: credited, nothing else
-      const progress = mb.progress | (r.phase === 'forward' ? 1 << r.stage : 1 << (S + r.stage));
-      if (r.phase === 'backward' && r.stage === 0) {
-        this.state.microbatches.complete(mb.id, progress);
-        this.completed(run, now);
-        return;
-      }
-      const path = [...mb.path];
-      let loss: number | null = null;
-      if (r.phase === 'forward') {
-        path[r.stage] = minerId;
-        if (r.next && r.stage + 1 < S) path[r.stage + 1] = r.next;
-        if (r.loss !== undefined && r.stage === S - 1) {
-          loss = r.loss;
-          this.state.runs.recordLoss(run.id, r.loss);
-          this.state.runs.recordStageLoss(run.id, r.stage, r.loss);
-        }
-      }
-      this.state.microbatches.recordHop(mb.id, progress, path, loss);
+      if (r.phase === 'forward') selected = this.checks.onForward(run, claim);
+      this.settle(run, this.state.microbatches.get(mb.id)!);
     });
     return selected;
   }
 
-  /** A microbatch is done: its tokens count, every stage took one more inner step. */
-  private completed(run: RunRecord, now: number): void {
+  /** Completes an attempt whose claims chain up (crediting every hop once), or notes how far it got. */
+  private settle(run: RunRecord, mb: MicrobatchRecord): void {
+    const e = this.evaluate(run, mb);
+    if (!e.complete) {
+      this.state.microbatches.recordHop(mb.id, e.progress, e.path, null);
+      return;
+    }
+    const now = this.now();
+    const S = run.stageCount;
+    this.state.microbatches.complete(mb.id, 2 ** (2 * S) - 1, e.path, e.loss);
+    e.path.forEach((minerId, stage) => {
+      this.state.ledger.logWork({ minerId, runId: run.id, kind: 'forward', stage }, now);
+      this.state.ledger.logWork({ minerId, runId: run.id, kind: 'backward', stage }, now);
+    });
+    if (e.loss !== null) {
+      this.state.runs.recordLoss(run.id, e.loss);
+      this.state.runs.recordStageLoss(run.id, S - 1, e.loss);
+    }
     const tokens = run.batchSize * gptConfig(run.model).contextLength;
     this.state.runs.addCounters(run.id, { microbatches: 1, tokens });
     this.state.runs.addInnerStep(run.id);
@@ -121,46 +205,75 @@ export class MicrobatchFlow {
     while (list.length > 0 && list[0].at < now - RATE_WINDOW_MS) list.shift();
   }
 
-  /** Puts a microbatch back in the queue and tells the miners on its path to let go. */
-  private requeue(mb: MicrobatchRecord): void {
-    this.state.microbatches.requeue(mb.id);
-    for (const m of mb.path) {
-      if (!m) continue;
-      let set = this.abandon.get(m);
-      if (!set) this.abandon.set(m, (set = new Set()));
-      set.add(mb.id);
+  /** Walks an attempt's claims along the pipeline: forward from the miner it was issued to, then backward. */
+  private evaluate(run: RunRecord, mb: MicrobatchRecord): Evaluation {
+    const S = run.stageCount;
+    const claims = this.state.claims.ofAttempt(mb.id, mb.attempts);
+    const find = (stage: number, phase: 'forward' | 'backward', miner: string): HopClaim | undefined =>
+      claims.find((c) => c.stage === stage && c.phase === phase && c.minerId === miner);
+    const path: string[] = mb.minerId ? [mb.minerId] : [];
+    let progress = 0;
+    const stalled = (culprit: string | null): Evaluation => ({ complete: false, culprit, path: [...path], progress });
+    if (!mb.minerId) return stalled(null);
+    const forward: HopClaim[] = [];
+    for (let s = 0; s < S; s++) {
+      const c = find(s, 'forward', path[s]);
+      if (!c || (s > 0 && c.inputSha !== forward[s - 1].outputSha)) return stalled(path[s]);
+      forward.push(c);
+      progress |= 1 << s;
+      if (s < S - 1) {
+        if (!c.nextId) return stalled(path[s]);
+        path.push(c.nextId);
+      }
     }
+    const backward: HopClaim[] = [];
+    for (let s = S - 1; s >= 0; s--) {
+      const c = find(s, 'backward', path[s]);
+      if (!c) return stalled(path[s]);
+      if (s > 0 && c.nextId !== path[s - 1]) return stalled(path[s]);
+      if (s < S - 1 && c.inputSha !== backward[0].outputSha) return stalled(path[s]);
+      backward.unshift(c);
+      progress |= 1 << (S + s);
+    }
+    return { complete: true, path, loss: forward[S - 1].loss };
   }
 
-  /** Microbatches `minerId` should let go of (each told once). */
-  takeAbandoned(minerId: string): number[] {
-    const set = this.abandon.get(minerId);
-    if (!set) return [];
-    this.abandon.delete(minerId);
-    return [...set].slice(0, ABANDON_PER_REPLY);
-  }
-
-  /** A miner is gone: every microbatch on its path goes back in the queue, each a dropped unit for it. */
+  /**
+   * A miner is gone: every microbatch it still owed a hop of goes back in the
+   * queue, each a dropped unit for it. Microbatches whose hops it had all done
+   * carry on without it.
+   */
   dropAllOf(minerId: string, why: string): void {
     const now = this.now();
     for (const run of this.state.runs.active()) {
       for (const mb of this.state.microbatches.byStatus(run.id, 'issued')) {
-        if (!mb.path.includes(minerId)) continue;
+        if (!this.owes(run, mb, minerId)) continue;
         this.state.ledger.logWork({ minerId, runId: run.id, kind: 'dropped', detail: `${why} holding microbatch ${mb.id}` }, now);
-        this.requeue(mb);
+        this.state.microbatches.requeue(mb.id);
       }
     }
   }
 
-  /** Issued microbatches past their deadline go back in the queue; the miner they stalled at is charged. */
+  /** Whether `minerId` is on the microbatch's path with a hop of it not yet claimed. */
+  private owes(run: RunRecord, mb: MicrobatchRecord, minerId: string): boolean {
+    const stage = mb.path.indexOf(minerId);
+    if (stage < 0) return false;
+    const mine = this.state.claims.ofAttempt(mb.id, mb.attempts).filter((c) => c.minerId === minerId && c.stage === stage);
+    const forward = mine.some((c) => c.phase === 'forward' && (stage === run.stageCount - 1 || c.nextId));
+    const backward = mine.some((c) => c.phase === 'backward' && (stage === 0 || c.nextId));
+    return !(forward && backward);
+  }
+
+  /** Issued microbatches past their deadline go back in the queue; the miner the evidence says held it is charged. */
   expireDeadlines(run: RunRecord): void {
     const now = this.now();
     for (const mb of this.state.microbatches.byStatus(run.id, 'issued')) {
       if (mb.deadline === null || mb.deadline >= now) continue;
-      const culprit = culpritOf(mb, run.stageCount);
+      const e = this.evaluate(run, mb);
+      const culprit = e.complete ? null : e.culprit;
       this.state.tx(() => {
         if (culprit) this.state.ledger.logWork({ minerId: culprit, runId: run.id, kind: 'dropped', detail: `microbatch ${mb.id} missed its deadline` }, now);
-        this.requeue(mb);
+        this.state.microbatches.requeue(mb.id);
       });
     }
   }
@@ -173,11 +286,4 @@ export class MicrobatchFlow {
     const tokens = list.slice(1).reduce((a, c) => a + c.tokens, 0);
     return (tokens * 1000) / Math.max(1, list[list.length - 1].at - list[0].at);
   }
-}
-
-/** The miner a stalled microbatch was waiting on: the first hop, in pipeline order, that did not report. */
-export function culpritOf(mb: Pick<MicrobatchRecord, 'path' | 'progress'>, S: number): string | null {
-  for (let s = 0; s < S; s++) if (!(mb.progress & (1 << s))) return mb.path[s] ?? mb.path[s - 1] ?? null;
-  for (let s = S - 1; s >= 0; s--) if (!(mb.progress & (1 << (S + s)))) return mb.path[s] ?? null;
-  return null;
 }

@@ -19,6 +19,10 @@ import type { RunOptions, RunRecord } from './state/runs.ts';
 export const DEFAULT_MERGE_EVERY = 100;
 /** Data sets every miner can load by name. */
 export const RUN_DATA_SETS = ['moby-dick'] as const;
+/** Runs one developer may have that have not ended. */
+export const MAX_ACTIVE_RUNS_PER_OWNER = 4;
+/** Runs waiting for miners, network-wide: past it new runs are refused until some start or are cancelled. */
+export const MAX_WAITING_RUNS = 64;
 
 export class RunPlanner {
   constructor(
@@ -28,8 +32,12 @@ export class RunPlanner {
     private readonly now: () => number,
   ) {}
 
-  /** Validates a request and records the run, then plans it if enough miners are free. */
-  create(req: CreateRunRequest): RunRecord {
+  /** Validates a request of `owner` and records the run, then plans it if enough miners are free. */
+  create(req: CreateRunRequest, owner: string): RunRecord {
+    if (this.state.runs.activeOf(owner).length >= MAX_ACTIVE_RUNS_PER_OWNER) {
+      throw new NimbleError('too_many_runs', `${owner} has ${MAX_ACTIVE_RUNS_PER_OWNER} runs that have not ended; cancel one first`, 429);
+    }
+    if (this.state.runs.countWaiting() >= MAX_WAITING_RUNS) throw new NimbleError('overloaded', `${MAX_WAITING_RUNS} runs are waiting for miners; try again later`);
     let config: GptConfig;
     try {
       config = gptConfig(req.model);
@@ -53,7 +61,7 @@ export class RunPlanner {
       requestedStages: req.stages ?? null,
     };
     this.state.runs.insert(
-      { id, model: req.model, data: req.data, steps: req.steps, batchSize: req.batchSize ?? 12, mergeEvery: req.mergeEvery ?? DEFAULT_MERGE_EVERY, seed: req.seed ?? 1337, options },
+      { id, owner, model: req.model, data: req.data, steps: req.steps, batchSize: req.batchSize ?? 12, mergeEvery: req.mergeEvery ?? DEFAULT_MERGE_EVERY, seed: req.seed ?? 1337, options },
       this.now(),
     );
     this.tryStart(this.state.runs.get(id)!);

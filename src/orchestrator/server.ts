@@ -6,6 +6,7 @@ import { FsBlobStore } from './blobs.ts';
 import { Coordinator, type CoordinatorOptions } from './coordinator.ts';
 import { Epochs, type ChainOptions } from './epochs.ts';
 import { buildApi } from './http.ts';
+import { loadOrCreateOrchestratorIdentity } from './identity.ts';
 import { OrchestratorState } from './state/index.ts';
 
 export interface OrchestratorOptions {
@@ -32,7 +33,7 @@ export async function startOrchestrator(options: OrchestratorOptions): Promise<R
   mkdirSync(options.dataDir, { recursive: true });
   const state = OrchestratorState.open(join(options.dataDir, 'orchestrator.sqlite'));
   const blobs = await FsBlobStore.open(join(options.dataDir, 'blobs'));
-  const coordinator = new Coordinator(state, blobs, options.coordinator);
+  const coordinator = new Coordinator(state, blobs, { ...options.coordinator, identity: loadOrCreateOrchestratorIdentity(options.dataDir) });
   const epochs = options.chain
     ? new Epochs(state, { evict: (id, reason) => coordinator.evict(id, reason), ...options.chain }, Date.now, coordinator.checks.options)
     : null;
@@ -44,7 +45,7 @@ export async function startOrchestrator(options: OrchestratorOptions): Promise<R
       throw err;
     }
   }
-  const app = buildApi(coordinator, undefined, epochs);
+  const app = buildApi(coordinator, epochs);
   const host = options.host ?? '127.0.0.1';
   await app.listen({ host, port: options.port ?? 0 });
   const address = app.server.address();
@@ -68,7 +69,7 @@ export async function startOrchestrator(options: OrchestratorOptions): Promise<R
     async close() {
       clearInterval(timer);
       await app.close();
-      await coordinator.checks.close();
+      await coordinator.close();
       if (epochs) {
         await epochs.stop();
         // pay for the work done up to now before leaving

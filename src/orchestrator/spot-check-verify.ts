@@ -7,7 +7,7 @@
 import { batchForShard } from '../data/batches.ts';
 import type { ByteCorpus } from '../data/corpus.ts';
 import type { Engine } from '../engine/engine.ts';
-import { ADAMW_DEFAULTS } from '../model/adamw.ts';
+import { firstOutOfReach, reach } from '../model/adamw.ts';
 import type { GptConfig } from '../model/config.ts';
 import { GptStage, partCount } from '../model/gpt.ts';
 import type { DecodedCheckBundle } from '../protocol/check-bundle.ts';
@@ -39,13 +39,6 @@ export const CHECK_THRESHOLDS: Record<Codec, Thresholds> = {
 /** The last stage's recomputed loss must be within this relative deviation of the reported one (honest: ≤ 1.6e-8). */
 export const MAX_LOSS_DEVIATION = 1e-5;
 
-/**
- * Most an AdamW step can move one weight, in units of lr: |m̂/√v̂| ≤
- * (1−β1)/√(1−β2) · (1 − β1²/β2)^(−1/2) ≈ 7.27 for β = (0.9, 0.999) by
- * Cauchy–Schwarz over the moment sums; 7.5 leaves room for the decay term.
- */
-export const ADAM_STEP_BOUND = 7.5;
-
 /** Sequences of a batch a check of a stage before the last recomputes. */
 export const CHECK_ROWS = 2;
 
@@ -68,6 +61,8 @@ export interface CheckContext {
   lr: number;
   /** the stage's merged weights at the start of the miner's round (null: unknown, not bound) */
   thetaStart: Float32Array | null;
+  /** floats [0, decaySize) of the stage's parameters take weight decay */
+  decaySize: number;
   maxSamples: number;
   /** committed by the checked miner */
   outputSha: string | null;
@@ -101,17 +96,11 @@ export function verifyForward(engine: Engine, ctx: CheckContext, b: DecodedCheck
   if (!last && b.outputSha !== ctx.outputSha) return fail('the output frame is not the one the miner reported sending');
   if (b.meta.samples > ctx.maxSamples) return fail(`claims ${b.meta.samples} inner steps since the merge; at most ${ctx.maxSamples} are possible`);
   if (ctx.thetaStart) {
-    const bound = (b.meta.samples * ctx.lr * ADAM_STEP_BOUND) * (1 + ADAMW_DEFAULTS.weightDecay) + 1e-6;
-    let worst = 0;
-    let at = -1;
-    for (let i = 0; i < b.weights.length; i++) {
-      const d = Math.abs(b.weights[i] - ctx.thetaStart[i]);
-      if (d > worst) {
-        worst = d;
-        at = i;
-      }
+    const at = firstOutOfReach(b.weights, ctx.thetaStart, ctx.decaySize, b.meta.samples, ctx.lr);
+    if (at >= 0) {
+      const moved = Math.abs(b.weights[at] - ctx.thetaStart[at]);
+      return fail(`weight ${at} moved ${moved.toExponential(3)} from the merged state; ${b.meta.samples} AdamW steps move it at most ${reach(ctx.thetaStart[at], at < ctx.decaySize, b.meta.samples, ctx.lr).toExponential(3)}`);
     }
-    if (worst > bound) return fail(`weight ${at} moved ${worst.toExponential(3)} from the merged state; ${b.meta.samples} AdamW steps move it at most ${bound.toExponential(3)}`);
   }
   const T = ctx.config.contextLength;
   const C = ctx.config.channels;

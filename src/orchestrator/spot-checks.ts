@@ -21,17 +21,15 @@
 // past `slashAfter` failed checks in an epoch the miner's stake is slashed.
 import { randomInt } from 'node:crypto';
 import { loadCorpus, type ByteCorpus } from '../data/corpus.ts';
-import { Engine } from '../engine/engine.ts';
-import { loadStageFrom } from '../model/checkpoint.ts';
+import type { Engine } from '../engine/engine.ts';
 import { gptConfig } from '../model/config.ts';
 import { GptStage, partCount, rangeParamCount } from '../model/gpt.ts';
-import { decodeSafetensors } from '../model/safetensors.ts';
 import { decodeCheckBundle } from '../protocol/check-bundle.ts';
 import { NimbleError } from '../protocol/errors.ts';
-import type { WorkReport } from '../protocol/messages.ts';
-import type { BlobStore } from './blobs.ts';
 import { CHECK_ROWS, verifyForward, type CheckContext, type CheckOutcome } from './spot-check-verify.ts';
+import type { StageStates } from './stage-states.ts';
 import type { OrchestratorState } from './state/index.ts';
+import type { HopClaim } from './state/claims.ts';
 import type { RunRecord } from './state/runs.ts';
 import type { SpotCheckRecord } from './state/spot-checks.ts';
 
@@ -61,16 +59,17 @@ function sampleRows(n: number, k: number): number[] {
 /** Selection, answers and expiry of spot checks, on the orchestrator's database. */
 export class SpotChecks {
   readonly options: SpotCheckOptions;
-  private engine: Promise<Engine> | null = null;
   private readonly corpora = new Map<string, ByteCorpus | null>();
-  /** recomputation stages by model/range/batch, and merged states by run/stage/round: a few of each */
+  /** recomputation stages by model/range/batch: a few */
   private readonly stages = new Map<string, GptStage>();
-  private readonly thetas = new Map<string, Float32Array | null>();
   private expiredAt = -Infinity;
 
   constructor(
     private readonly state: OrchestratorState,
-    private readonly blobs: BlobStore,
+    /** the merged states weights are bound against */
+    private readonly stageStates: StageStates,
+    /** the orchestrator's engine, for recomputation */
+    private readonly engine: () => Promise<Engine>,
     options: Partial<SpotCheckOptions> = {},
     private readonly now: () => number = Date.now,
   ) {
@@ -81,23 +80,37 @@ export class SpotChecks {
     if (!Number.isInteger(o.slashAfter) || o.slashAfter < 1) throw new RangeError(`slashAfter must be a positive integer, got ${o.slashAfter}`);
   }
 
-  /** Records a forward's commitment; returns true when it is selected for a check. Call inside the report's transaction. */
-  onForward(run: RunRecord, minerId: string, r: WorkReport): boolean {
-    const now = this.now();
-    this.state.spotChecks.putCommit({ microbatch: r.microbatch, stage: r.stage, minerId, outputSha: r.outputSha ?? null, inputSha: r.inputSha ?? null, loss: r.loss ?? null, at: now });
+  /** A forward was claimed (its commitment is the claim): true when it is selected for a check. Call inside the claim's transaction. */
+  onForward(run: RunRecord, claim: HopClaim): boolean {
     const rate = this.options.rate;
     if (rate <= 0 || randomInt(1_000_000) >= rate * 1_000_000) return false;
-    this.state.spotChecks.ask({ runId: run.id, microbatch: r.microbatch, stage: r.stage, minerId, createdAt: now });
+    this.state.spotChecks.ask({ runId: run.id, microbatch: claim.microbatch, attempt: claim.attempt, stage: claim.stage, minerId: claim.minerId, createdAt: this.now() });
     return true;
   }
 
-  /** Checks nobody answered in time fail; old commitments are let go. At most once a second. */
+  /**
+   * The microbatches of `minerId`'s open checks, for its heartbeat reply: every
+   * reply names them all until they are answered, and each check's timeout
+   * starts with the first reply that named it.
+   */
+  deliver(minerId: string): number[] {
+    const open = this.state.spotChecks.openOf(minerId);
+    this.state.spotChecks.markDelivered(open.filter((c) => c.deliveredAt === null).map((c) => c.id), this.now());
+    return [...new Set(open.map((c) => c.microbatch))];
+  }
+
+  /** After a restart: open checks get their whole timeout again (nobody could answer while the orchestrator was down). */
+  restarted(): void {
+    this.state.spotChecks.restartTimeouts(this.now());
+  }
+
+  /** Checks not answered within the timeout of their delivery fail; old claims are let go. At most once a second. */
   expire(): void {
     const now = this.now();
     if (now - this.expiredAt < 1000) return;
     this.expiredAt = now;
-    for (const c of this.state.spotChecks.askedBefore(now - this.options.timeoutMs)) this.decide(c, { passed: false, cosine: null, normRatio: null, detail: 'not answered in time' });
-    this.state.spotChecks.deleteCommitsBefore(now - Math.max(10 * 60_000, 2 * this.options.timeoutMs));
+    for (const c of this.state.spotChecks.deliveredBefore(now - this.options.timeoutMs)) this.decide(c, { passed: false, cosine: null, normRatio: null, detail: 'not answered in time' });
+    this.state.claims.deleteBefore(now - Math.max(10 * 60_000, 2 * this.options.timeoutMs));
   }
 
   /** A miner's answer to a check: validates and verifies it, records the outcome. */
@@ -121,8 +134,18 @@ export class SpotChecks {
     if (m.runId !== runId || m.microbatch !== microbatch || m.stage !== check.stage) {
       throw new NimbleError('invalid', `bundle is for run ${m.runId} microbatch ${m.microbatch} stage ${m.stage}; the check is ${runId} ${microbatch} stage ${check.stage}`);
     }
-    const own = this.state.spotChecks.commits(microbatch, check.stage).find((c) => c.minerId === minerId);
-    const upstream = check.stage > 0 ? this.state.spotChecks.commits(microbatch, check.stage - 1) : [];
+    const own = this.state.claims.ofHop(microbatch, check.attempt, check.stage, 'forward').find((c) => c.minerId === minerId);
+    const upstream = check.stage > 0 ? this.state.claims.ofHop(microbatch, check.attempt, check.stage - 1, 'forward') : [];
+    // the weights are bound to the round the miner was in when it claimed the forward; any other round fails
+    if (!own || m.round !== own.round) {
+      const outcome: CheckOutcome = { passed: false, cosine: null, normRatio: null, detail: own ? `the bundle claims round ${m.round}; the forward was claimed in round ${own.round}` : 'no claim of this forward is kept' };
+      return { ...outcome, status: this.decide(check, outcome) };
+    }
+    const start = await this.stageStates.at(run, check.stage, own.round);
+    if (!start) {
+      const outcome: CheckOutcome = { passed: false, cosine: null, normRatio: null, detail: `the merged state of round ${own.round} is not kept` };
+      return { ...outcome, status: this.decide(check, outcome) };
+    }
     const ctx: CheckContext = {
       config,
       range,
@@ -132,7 +155,8 @@ export class SpotChecks {
       shard: mb?.shard ?? -1,
       codec: run.options.codec,
       lr: run.options.lr,
-      thetaStart: await this.thetaStart(run, check.stage, m.round, range),
+      thetaStart: start.weights,
+      decaySize: start.decaySize,
       maxSamples: 4 * run.mergeEvery + 64,
       outputSha: own?.outputSha ?? null,
       inputSha: own?.inputSha ?? null,
@@ -141,7 +165,7 @@ export class SpotChecks {
     };
     const last = range.to === partCount(config);
     if (!last && run.batchSize > CHECK_ROWS) ctx.rows = sampleRows(run.batchSize, CHECK_ROWS);
-    const engine = await this.engineReady();
+    const engine = await this.engine();
     const outcome = verifyForward(engine, ctx, bundle, this.scratchStage(engine, run, range, ctx.rows?.length ?? run.batchSize));
     return { ...outcome, status: this.decide(check, outcome) };
   }
@@ -167,34 +191,6 @@ export class SpotChecks {
     return s;
   }
 
-  /** The stage's weights after merge round `round` (the initial weights for round 0); null when not kept. */
-  private async thetaStart(run: RunRecord, stage: number, round: number, range: { from: number; to: number }): Promise<Float32Array | null> {
-    const key = `${run.id}/${stage}/${round}`;
-    if (this.thetas.has(key)) return this.thetas.get(key)!;
-    const theta = await this.loadThetaStart(run, stage, round, range);
-    if (theta) remember(this.thetas, key, theta);
-    return theta;
-  }
-
-  private async loadThetaStart(run: RunRecord, stage: number, round: number, range: { from: number; to: number }): Promise<Float32Array | null> {
-    const config = gptConfig(run.model);
-    let blob: string | null = null;
-    if (round > 0) {
-      blob = this.state.mergeRounds.get({ runId: run.id, stage, round })?.stateBlob ?? null;
-      const s = this.state.runs.stage(run.id, stage);
-      if (!blob && s?.round === round) blob = s.stateBlob;
-      if (!blob) return null;
-    }
-    const engine = await this.engineReady();
-    const g = new GptStage(engine, config, range, { batchSize: 1, seed: run.seed });
-    try {
-      if (blob) loadStageFrom(g, decodeSafetensors(await this.blobs.get(blob)));
-      return g.params.flat.data.slice();
-    } finally {
-      g.release();
-    }
-  }
-
   private corpus(spec: string): ByteCorpus | null {
     if (!this.corpora.has(spec)) {
       try {
@@ -206,16 +202,10 @@ export class SpotChecks {
     return this.corpora.get(spec)!;
   }
 
-  private engineReady(): Promise<Engine> {
-    return (this.engine ??= Engine.create({ threads: 1 }));
-  }
-
-  async close(): Promise<void> {
+  /** Releases the recomputation stages (before the engine closes). */
+  close(): void {
     for (const s of this.stages.values()) s.release();
     this.stages.clear();
-    this.thetas.clear();
-    if (this.engine) await (await this.engine).close();
-    this.engine = null;
   }
 }
 

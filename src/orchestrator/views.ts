@@ -45,6 +45,7 @@ export function runView(state: OrchestratorState, flow: MicrobatchFlow, run: Run
   });
   return {
     id: run.id,
+    owner: run.owner,
     model: run.model,
     data: run.data,
     status: run.status,

@@ -88,7 +88,8 @@ export type AuthErrorCode =
   | 'bad_signature' // malformed header, or the signature does not match the request or the claimed address
   | 'stale' // timestamp outside the replay window
   | 'replayed' // the (address, nonce) pair was already used within the window
-  | 'overloaded'; // the nonce cache is full of live nonces; try again later (HTTP 503)
+  | 'unknown_signer' // a session signature from an address with no session key here (not joined, or not a peer)
+  | 'overloaded'; // the nonce cache (or the sender's share of it) is full of live nonces; try again later (HTTP 503)
 
 /** A signed request failed verification: 503 for overloaded, else 401. */
 export class AuthError extends NimbleError {

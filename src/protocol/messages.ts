@@ -3,6 +3,7 @@
 import { Type, type Static, type TSchema } from '@sinclair/typebox';
 import { TypeCompiler, type TypeCheck } from '@sinclair/typebox/compiler';
 import { NimbleError } from './errors.ts';
+import { PUBLIC_KEY_PATTERN, SIGNATURE_PATTERN } from './session-key.ts';
 
 const Sha256 = Type.String({ pattern: '^[0-9a-f]{64}$' });
 const Id = Type.String({ minLength: 1, maxLength: 128, pattern: '^[A-Za-z0-9_.:-]+$' });
@@ -11,7 +12,13 @@ const BlobId = Type.String({ pattern: '^[0-9a-f]{64}$' });
 const Url = Type.String({ minLength: 8, maxLength: 256, pattern: '^https?://[^\\s/]+(/[^\\s]*)?$' });
 const Count = Type.Integer({ minimum: 0, maximum: 2 ** 31 - 1 });
 const Positive = Type.Integer({ minimum: 1, maximum: 2 ** 31 - 1 });
-const Finite = Type.Number({ minimum: -1e30, maximum: 1e30 });
+/** A mean cross-entropy in nats: a byte-level model starts near ln 256 ≈ 5.5. */
+const Loss = Type.Number({ minimum: 0, maximum: 100 });
+/** An Ed25519 public key or signature, base64url (src/protocol/session-key.ts). */
+const PublicKey = Type.String({ pattern: PUBLIC_KEY_PATTERN });
+const Signature = Type.String({ pattern: SIGNATURE_PATTERN });
+/** A microbatch is issued again after a miner on its path failed; each issue is an attempt. */
+const Attempt = Positive;
 
 /** How activations and gradients travel between stages. */
 export const ActivationCodec = Type.Union([Type.Literal('f32'), Type.Literal('f16'), Type.Literal('int8-row')]);
@@ -28,30 +35,43 @@ export const Hardware = Type.Object({
 });
 export type Hardware = Static<typeof Hardware>;
 
+/** The network a miner talks to: the orchestrator's key (which names the signing domain) and its signature of the miner's challenge. */
+export const NetworkInfo = Type.Object({ publicKey: PublicKey, signature: Signature });
+export type NetworkInfo = Static<typeof NetworkInfo>;
+
+/** Joining is signed with the wallet key; it binds `sessionKey`, which signs everything after. */
 export const JoinRequest = Type.Object({
   name: Type.String({ minLength: 1, maxLength: 64 }),
   url: Url,
   hardware: Hardware,
   bandwidthMbps: Type.Number({ minimum: 0, maximum: 1e7 }),
+  sessionKey: PublicKey,
 });
 export type JoinRequest = Static<typeof JoinRequest>;
 
 export const JoinReply = Type.Object({ minerId: Address, heartbeatMs: Positive });
 export type JoinReply = Static<typeof JoinReply>;
 
-/** What a miner did since its last heartbeat. */
+/**
+ * What a miner did since its last heartbeat: its claim of one hop of a
+ * microbatch's attempt. Claims are credited once the whole attempt is in and
+ * agrees with itself (every hop's frames chain up, every hand-off receipted).
+ */
 export const WorkReport = Type.Object({
   runId: Id,
   microbatch: Positive,
+  attempt: Attempt,
   stage: Count,
   phase: Type.Union([Type.Literal('forward'), Type.Literal('backward'), Type.Literal('dropped')]),
-  /** the miner the activation went to (forward) */
+  /** the miner the frame went to: the next stage's (forward) or the previous stage's (backward) */
   next: Type.Optional(Address),
+  /** that miner's receipt of the frame sent (src/protocol/evidence.ts) */
+  receipt: Type.Optional(Signature),
   /** the mean loss (last stage, forward) */
-  loss: Type.Optional(Finite),
+  loss: Type.Optional(Loss),
   bytesSent: Count,
   reason: Type.Optional(Type.String({ maxLength: 256 })),
-  /** sha256 of the activation frame this forward sent / received: the miner's commitment for spot checks */
+  /** sha256 of the frame this hop sent / received (activations forward, gradients backward): its commitment */
   outputSha: Type.Optional(Sha256),
   inputSha: Type.Optional(Sha256),
 });
@@ -67,8 +87,8 @@ export const HeartbeatRequest = Type.Object({
   /** merge round whose pseudo-gradient the miner has uploaded in full */
   uploadedRound: Type.Optional(Count),
   reports: Type.Array(WorkReport, { maxItems: 4096 }),
-  /** peer requests this miner refused since its last heartbeat, by verified sender */
-  rejected: Type.Optional(Type.Array(Type.Object({ sender: Address, reason: Type.String({ maxLength: 256 }) }), { maxItems: 1024 })),
+  /** the microbatches (and attempts) the miner holds: queued, or between forward and backward */
+  held: Type.Optional(Type.Array(Type.Object({ microbatch: Positive, attempt: Attempt }), { maxItems: 4096 })),
 });
 export type HeartbeatRequest = Static<typeof HeartbeatRequest>;
 
@@ -90,10 +110,12 @@ export const StageAssignment = Type.Object({
 });
 export type StageAssignment = Static<typeof StageAssignment>;
 
-export const MicrobatchTask = Type.Object({ id: Positive, shard: Count, step: Count });
+/** A microbatch issued to a stage-0 replica, with the orchestrator's ticket for it (src/protocol/evidence.ts). */
+export const MicrobatchTask = Type.Object({ id: Positive, attempt: Attempt, shard: Count, step: Count, ticket: Signature });
 export type MicrobatchTask = Static<typeof MicrobatchTask>;
 
-export const Peer = Type.Object({ id: Address, url: Url, weight: Type.Number({ minimum: 0, maximum: 1e9 }) });
+/** A replica of a neighbouring stage: where to reach it, the key its requests and receipts are signed with, how much work to send it. */
+export const Peer = Type.Object({ id: Address, url: Url, sessionKey: PublicKey, weight: Type.Number({ minimum: 0, maximum: 1e9 }) });
 export type Peer = Static<typeof Peer>;
 
 export const Partition = Type.Object({ index: Count, start: Count, end: Count });
@@ -106,13 +128,18 @@ export const MergeTask = Type.Object({
   partitions: Type.Array(Partition, { maxItems: 65536 }),
   /** upload your pseudo-gradient, one frame per partition */
   upload: Type.Boolean(),
-  /** partitions this replica merges: each replica's uploaded slice and its sample count (the weight) */
-  merge: Type.Array(Type.Object({ partition: Count, inputs: Type.Array(MergeInput, { maxItems: 4096 }) }), { maxItems: 65536 }),
+  /** partitions this replica merges: each replica's uploaded slice and its credited inner steps (the weight), and the norm each slice is clipped to */
+  merge: Type.Array(
+    Type.Object({ partition: Count, inputs: Type.Array(MergeInput, { maxItems: 4096 }), maxNorm: Type.Union([Type.Number({ minimum: 0, maximum: 1e12 }), Type.Null()]) }),
+    { maxItems: 65536 },
+  ),
   /** merged partitions to apply (all of them, once every partition is merged) */
   apply: Type.Union([Type.Array(Type.Object({ partition: Count, blob: BlobId }), { maxItems: 65536 }), Type.Null()]),
   /** upload the stage state after applying (one replica per stage) */
   saveState: Type.Boolean(),
   aggregator: Aggregator,
+  /** trimmed-mean: the fraction dropped at each end */
+  trim: Type.Number({ minimum: 0, maximum: 0.5 }),
   outerLr: Type.Number({ exclusiveMinimum: 0, maximum: 10 }),
   outerMomentum: Type.Number({ minimum: 0, maximum: 1 }),
 });
@@ -121,31 +148,42 @@ export type MergeTask = Static<typeof MergeTask>;
 export const HeartbeatReply = Type.Object({
   assignment: Type.Union([StageAssignment, Type.Null()]),
   microbatches: Type.Array(MicrobatchTask, { maxItems: 1024 }),
-  /** the miners of the next stage, to send activations to */
+  /** the miners of the next stage, to send activations to and take gradients from */
   nextStage: Type.Array(Peer, { maxItems: 4096 }),
+  /** the miners of the previous stage, to take activations from and send gradients to */
+  previousStage: Type.Array(Peer, { maxItems: 4096 }),
   merge: Type.Union([MergeTask, Type.Null()]),
-  /** microbatches the miner should abandon (re-issued elsewhere) */
+  /** microbatches the miner holds that it should let go (re-issued, or done without it) */
   abandon: Type.Array(Positive, { maxItems: 4096 }),
-  /** forwards reported in this heartbeat that the miner must prove (spot checks); the others it may forget */
+  /** every forward of the miner's that it must still prove (spot checks); reported forwards not here it may forget */
   checks: Type.Array(Positive, { maxItems: 4096 }),
 });
 export type HeartbeatReply = Static<typeof HeartbeatReply>;
 
-/** Metadata of a tensor frame sent between miners. */
+/**
+ * Metadata of an activation frame sent between miners. The gradient goes back
+ * to whoever signed the request that carried it, at the URL the orchestrator
+ * gave for that miner: never to an address the sender names.
+ */
 export const ForwardMeta = Type.Object({
   runId: Id,
   microbatch: Positive,
+  attempt: Attempt,
   shard: Count,
   step: Count,
   /** the receiver's stage */
   stage: Count,
-  /** the hops so far, stage 0 first, to send the gradient back along */
-  route: Type.Array(Type.Object({ id: Address, url: Url }), { maxItems: 1024 }),
+  /** the orchestrator's ticket for (run, microbatch, attempt, shard, step) */
+  ticket: Signature,
 });
 export type ForwardMeta = Static<typeof ForwardMeta>;
 
-export const BackwardMeta = Type.Object({ runId: Id, microbatch: Positive, stage: Count });
+export const BackwardMeta = Type.Object({ runId: Id, microbatch: Positive, attempt: Attempt, stage: Count });
 export type BackwardMeta = Static<typeof BackwardMeta>;
+
+/** A peer's answer to an activation or gradient it accepted: its receipt of the frame. */
+export const PeerAccepted = Type.Object({ queued: Count, receipt: Signature });
+export type PeerAccepted = Static<typeof PeerAccepted>;
 
 const compiled = new WeakMap<TSchema, TypeCheck<TSchema>>();
 

@@ -1,10 +1,15 @@
 // Bounded memory of recently used request nonces, for replay protection.
 // A nonce is remembered until its request's timestamp leaves the replay
-// window; expired entries are swept lazily.
+// window; expired entries are swept lazily. Besides the total, each sender
+// has a quota of live nonces, so one party sending fast cannot push every
+// other sender's requests out.
 
-/** Remembers (key -> expiry ms) pairs; refuses new keys when full of live ones. */
+export type NonceAnswer = 'ok' | 'seen' | 'full' | 'sender_full';
+
+/** Remembers (sender, nonce) -> expiry; refuses new ones when the cache, or the sender's quota, is full of live ones. */
 export class NonceCache {
-  private readonly expiries = new Map<string, number>();
+  private readonly expiries = new Map<string, { sender: string; expiry: number }>();
+  private readonly perSender = new Map<string, number>();
   private nextSweep = 0;
 
   constructor(
@@ -12,8 +17,10 @@ export class NonceCache {
     readonly maxEntries: number,
     /** How often (ms) to sweep expired nonces even when not full. */
     readonly sweepEveryMs: number,
+    /** Most live nonces of one sender. */
+    readonly maxPerSender: number = maxEntries,
   ) {
-    if (!(maxEntries >= 1)) throw new RangeError('NonceCache needs maxEntries >= 1');
+    if (!(maxEntries >= 1) || !(maxPerSender >= 1)) throw new RangeError('NonceCache needs maxEntries >= 1 and maxPerSender >= 1');
   }
 
   /** Number of nonces held (live or not yet swept). */
@@ -21,25 +28,40 @@ export class NonceCache {
     return this.expiries.size;
   }
 
+  /** Live (or not yet swept) nonces of one sender. */
+  countOf(sender: string): number {
+    return this.perSender.get(sender) ?? 0;
+  }
+
   /**
-   * Records `key` until `expiresAt`. Returns 'ok', 'seen' if a live entry
-   * already holds it, or 'full' if the cache is full of live entries.
+   * Records `nonce` of `sender` until `expiresAt`. Returns 'ok', 'seen' if a
+   * live entry already holds it, 'sender_full' if the sender's quota is full
+   * of live entries, 'full' if the whole cache is.
    */
-  add(key: string, expiresAt: number, now: number): 'ok' | 'seen' | 'full' {
+  add(sender: string, nonce: string, expiresAt: number, now: number): NonceAnswer {
     if (now >= this.nextSweep) this.sweep(now);
+    const key = `${sender}:${nonce}`;
     const prior = this.expiries.get(key);
-    if (prior !== undefined && prior >= now) return 'seen';
-    if (prior === undefined && this.expiries.size >= this.maxEntries) {
-      this.sweep(now);
+    if (prior !== undefined && prior.expiry >= now) return 'seen';
+    if (prior === undefined) {
+      if (this.countOf(sender) >= this.maxPerSender || this.expiries.size >= this.maxEntries) this.sweep(now);
+      if (this.countOf(sender) >= this.maxPerSender) return 'sender_full';
       if (this.expiries.size >= this.maxEntries) return 'full';
+      this.perSender.set(sender, this.countOf(sender) + 1);
     }
-    this.expiries.set(key, expiresAt);
+    this.expiries.set(key, { sender, expiry: expiresAt });
     return 'ok';
   }
 
   /** Drops every entry that expired before `now`. */
   sweep(now: number): void {
-    for (const [key, expiry] of this.expiries) if (expiry < now) this.expiries.delete(key);
+    for (const [key, e] of this.expiries) {
+      if (e.expiry >= now) continue;
+      this.expiries.delete(key);
+      const n = this.countOf(e.sender) - 1;
+      if (n > 0) this.perSender.set(e.sender, n);
+      else this.perSender.delete(e.sender);
+    }
     this.nextSweep = now + this.sweepEveryMs;
   }
 }

@@ -11,7 +11,7 @@ import { httpRequest, JsonClient, SignedClient } from '../../src/http/client.ts'
 import { createHttpServer, type HttpServer } from '../../src/http/server.ts';
 import { signerOf } from '../../src/http/signed.ts';
 import { FrameError, NimbleError } from '../../src/protocol/errors.ts';
-import { RequestVerifier } from '../../src/protocol/signing.ts';
+import { RequestSigner, RequestVerifier } from '../../src/protocol/signing.ts';
 
 const refused: { code: string; signer?: string }[] = [];
 const failed: string[] = [];
@@ -37,7 +37,7 @@ before(async () => {
     throw new Error('secret internals');
   });
   app.get('/off-contract', { schema: { response: { 200: Type.Object({ n: Type.Integer() }) } } }, async () => ({ n: 'one' }) as unknown as { n: number });
-  app.post('/signed', { config: { signed: true }, schema: { body: Type.Object({ x: Type.String() }), response: { 200: Type.Object({ signer: Type.String() }) } } }, async (req) => ({ signer: signerOf(req) }));
+  app.post('/signed', { config: { signed: 'wallet' }, schema: { body: Type.Object({ x: Type.String() }), response: { 200: Type.Object({ signer: Type.String() }) } } }, async (req) => ({ signer: signerOf(req) }));
   app.post('/big', { bodyLimit: 4096 }, async (req) => ({ bytes: req.rawBody?.length ?? 0 }));
   await app.listen({ host: '127.0.0.1', port: 0 });
   url = `http://127.0.0.1:${(app.server.address() as { port: number }).port}`;
@@ -88,15 +88,19 @@ test('signed routes: the signature is checked first, the signer reaches the hand
   const unsigned = await call('POST', '/signed', '{nope');
   assert.equal(unsigned.status, 401, 'a bad signature is refused before the body is looked at');
   assert.equal(unsigned.json.code, 'missing');
+  // refused from the headers alone: a huge unsigned body is not read (the connection closes after the answer)
+  const huge = await fetch(`${url}/signed`, { method: 'POST', body: new Uint8Array(64 << 20), headers: { 'content-type': 'application/octet-stream' } });
+  assert.equal(huge.status, 401);
+  assert.equal(huge.headers.get('connection'), 'close');
   const key = generatePrivateKey();
-  const client = new SignedClient(url, key);
+  const client = new SignedClient(url, new RequestSigner(key));
   const ok = new TextDecoder().decode(await client.request('POST', '/signed', new TextEncoder().encode('{"x":"y"}'), 'application/json'));
   assert.deepEqual(JSON.parse(ok), { signer: client.address });
   await assert.rejects(
     () => client.request('POST', '/signed', new TextEncoder().encode('{"x":1}'), 'application/json'),
     (err: unknown) => err instanceof NimbleError && err.status === 400 && err.code === 'invalid' && /\/x/.test(err.message),
   );
-  assert.deepEqual(refused, [{ code: 'missing', signer: undefined }, { code: 'invalid', signer: client.address }]);
+  assert.deepEqual(refused, [{ code: 'missing', signer: undefined }, { code: 'missing', signer: undefined }, { code: 'invalid', signer: client.address }]);
 });
 
 test('the client turns answers back into NimbleError: remote code and status, or unreachable', async () => {

@@ -93,14 +93,14 @@ class MemoryStore {
 }
 
 function task(round: number, partitions: Partition[], patch: Partial<MergeTask>): MergeTask {
-  return { round, partitions, upload: false, merge: [], apply: null, saveState: false, aggregator: 'mean', outerLr: LR, outerMomentum: MU, ...patch };
+  return { round, partitions, upload: false, merge: [], apply: null, saveState: false, aggregator: 'mean', trim: 0, outerLr: LR, outerMomentum: MU, ...patch };
 }
 
 /** One merge round the way the orchestrator drives it: upload, merge (partition p by replica p mod 2), apply, save (by the first). */
 async function mergeRound(store: MemoryStore, replicas: { id: string; runner: StageRunner; merges: MergeRounds }[], round: number, partitions: Partition[]): Promise<void> {
   for (const r of replicas) await r.merges.run(r.runner, task(round, partitions, { upload: true }));
   for (const [i, r] of replicas.entries()) {
-    const merge = partitions.filter((p) => p.index % replicas.length === i).map((p) => ({ partition: p.index, inputs: store.uploads.get(`${round}/${p.index}`)! }));
+    const merge = partitions.filter((p) => p.index % replicas.length === i).map((p) => ({ partition: p.index, inputs: store.uploads.get(`${round}/${p.index}`)!, maxNorm: null }));
     await r.merges.run(r.runner, task(round, partitions, { merge }));
   }
   const apply = partitions.map((p) => ({ partition: p.index, blob: store.merged.get(`${round}/${p.index}`)! }));

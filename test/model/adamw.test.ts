@@ -3,7 +3,8 @@
 import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
 import { Engine } from '../../src/engine/engine.ts';
-import { AdamW } from '../../src/model/adamw.ts';
+import { AdamW, adamMoveBound, adamStepBound, ADAMW_DEFAULTS } from '../../src/model/adamw.ts';
+import { mulberry32 } from '../../src/model/init.ts';
 import { FlatTensors, ParamLayout } from '../../src/model/params.ts';
 import { fillRandom } from '../helpers/gradcheck.ts';
 
@@ -73,4 +74,29 @@ test('predict: where the next steps go from the current moments (SpecTrain), θ 
   opt.release();
   engine.free(params.flat);
   engine.free(grads.flat);
+});
+
+test('adamStepBound is the tightest bound on |m̂/√v̂|: no gradient sequence exceeds it, the worst one approaches it', () => {
+  const { beta1, beta2 } = ADAMW_DEFAULTS;
+  const B = adamStepBound();
+  assert.ok(Math.abs(B - 7.2696) < 1e-3, `B = ${B}`);
+  const ratio = (g: (k: number) => number, t: number): number => {
+    let m = 0;
+    let v = 0;
+    for (let k = 0; k < t; k++) {
+      m = beta1 * m + (1 - beta1) * g(k);
+      v = beta2 * v + (1 - beta2) * g(k) ** 2;
+    }
+    return Math.abs(m / (1 - beta1 ** t)) / Math.sqrt(v / (1 - beta2 ** t));
+  };
+  // random gradients stay far below it
+  const rand = mulberry32(3);
+  for (let trial = 0; trial < 20; trial++) assert.ok(ratio(() => rand() * 2 - 1, 500) < B);
+  // the Cauchy–Schwarz equality case: g_k ∝ (β1/β2)^(t−k) (recent gradients largest) comes within 0.1%
+  const t = 20_000;
+  const worst = ratio((k) => (beta1 / beta2) ** (t - k), t);
+  assert.ok(worst <= B * (1 + 1e-9) && worst > B * 0.999, `worst ${worst} vs bound ${B}`);
+  // the move bound: decay adds wd·|w| per step, none without decay
+  assert.equal(adamMoveBound(0.5, 10, 1e-3, 0), 10 * 1e-3 * B);
+  assert.ok(adamMoveBound(0.5, 10, 1e-3, 0.1) > adamMoveBound(0.5, 10, 1e-3, 0));
 });

@@ -2,8 +2,7 @@
 // and takes no process down: signatures and replays at the orchestrator,
 // malformed frames and misrouted work at a miner's peer API.
 import assert from 'node:assert/strict';
-import { createHash } from 'node:crypto';
-import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, test } from 'node:test';
@@ -12,14 +11,19 @@ import { Miner } from '../../src/miner/miner.ts';
 import { startOrchestrator, type RunningOrchestrator } from '../../src/orchestrator/server.ts';
 import { OrchestratorClient } from '../../src/api/client.ts';
 import type { RunView } from '../../src/api/schemas.ts';
+import { findNetwork } from '../../src/api/network.ts';
 import { encodeFrame } from '../../src/protocol/frame.ts';
+import { SessionKey } from '../../src/protocol/session-key.ts';
 import { RequestSigner } from '../../src/protocol/signing.ts';
 
 let dir: string;
 let orch: RunningOrchestrator;
 const miners: Miner[] = [];
+/** an attacker that joined with its own keys: its wallet signer, and the session signer it bound */
+let walletA: RequestSigner;
 let signerA: RequestSigner;
 let addressA: string;
+let domain: string;
 let stage1: Miner;
 let runId: string;
 const B = 2, T = 16, C = 16; // gpt-micro, batch 2
@@ -28,15 +32,15 @@ before(async () => {
   dir = mkdtempSync(join(tmpdir(), 'nimble-bad-'));
   orch = await startOrchestrator({ dataDir: join(dir, 'orch'), coordinator: { minerTimeoutMs: 3000 } });
   for (const name of ['a', 'b']) miners.push(await Miner.start({ orchestrator: orch.url, dataDir: join(dir, name), name, threads: 1 }));
-  const key = JSON.parse(readFileSync(join(dir, 'a', 'miner-key.json'), 'utf8')).privateKey;
-  signerA = new RequestSigner(key);
+  domain = (await findNetwork(orch.url)).domain;
+  walletA = new RequestSigner(generatePrivateKey(), { domain });
+  const session = SessionKey.generate();
+  signerA = new RequestSigner({ session, address: walletA.address }, { domain });
   addressA = signerA.address;
-  const res = await fetch(`${orch.url}/runs`, {
-    method: 'POST',
-    headers: { 'content-type': 'application/json' },
-    body: JSON.stringify({ model: 'gpt-micro', data: 'moby-dick', steps: 1_000_000, stages: 2, batchSize: B, mergeEvery: 100_000, minMiners: 2 }),
-  });
-  runId = ((await res.json()) as RunView).id;
+  const joinA = { name: 'attacker', url: 'http://127.0.0.1:9', hardware: { gflops: 0.001, threads: 1, memoryBytes: 1 }, bandwidthMbps: 1, sessionKey: session.publicKey };
+  assert.equal((await signedPost(walletA, `${orch.url}/miners/join`, json(joinA), undefined, 'application/json')).status, 200);
+  const developer = new OrchestratorClient(orch.url, { wallet: generatePrivateKey() });
+  runId = (await developer.createRun({ model: 'gpt-micro', data: 'moby-dick', steps: 1_000_000, stages: 2, batchSize: B, mergeEvery: 100_000, minMiners: 2 })).id;
   for (;;) {
     const v = (await (await fetch(`${orch.url}/runs/${runId}`)).json()) as RunView;
     if (v.microbatchesDone >= 3) break;
@@ -77,20 +81,23 @@ test('the orchestrator refuses unsigned, forged, stale and replayed requests wit
   // signed over a different body
   const forged = await signedPost(signerA, `${orch.url}/miners/heartbeat`, hb, (h) => (h['x-nimble-signature'] = h['x-nimble-signature'].replace(/.$/, (c) => (c === '0' ? '1' : '0'))));
   assert.equal(forged.status, 401);
-  const stale = new RequestSigner(generatePrivateKey(), { now: () => Date.now() - 5 * 60_000 });
+  const stale = new RequestSigner(generatePrivateKey(), { domain, now: () => Date.now() - 5 * 60_000 });
   const r = await signedPost(stale, `${orch.url}/miners/heartbeat`, hb);
   assert.equal(r.status, 401);
   assert.match(r.error, /old/);
   // the same signed request twice
   const u = new URL(`${orch.url}/miners/heartbeat`);
   const headers = { ...(await signerA.sign('POST', u.pathname, hb)), 'content-type': 'application/json' };
+  // another network's signature (a request captured elsewhere) is refused
+  const foreign = new RequestSigner({ session: SessionKey.generate(), address: walletA.address }, { domain: 'nimble:elsewhere' });
+  assert.equal((await signedPost(foreign, `${orch.url}/miners/heartbeat`, hb, undefined, 'application/json')).status, 401);
   assert.equal((await fetch(u, { method: 'POST', headers, body: hb as BodyInit })).status, 200);
   const replay = await fetch(u, { method: 'POST', headers, body: hb as BodyInit });
   assert.equal(replay.status, 401);
   assert.match(((await replay.json()) as { error: string }).error, /already used/);
 });
 
-test('the orchestrator answers malformed and unknown requests with 4xx and counts them against the miner', async () => {
+test('the orchestrator answers malformed and unknown requests with 4xx and counts the malformed ones against the miner', async () => {
   const before = await invalidCount(addressA);
   const notJson = await signedPost(signerA, `${orch.url}/miners/heartbeat`, new TextEncoder().encode('{nope'), undefined, JSON_TYPE);
   assert.equal(notJson.status, 400);
@@ -98,78 +105,40 @@ test('the orchestrator answers malformed and unknown requests with 4xx and count
   const badSchema = await signedPost(signerA, `${orch.url}/miners/heartbeat`, json({ freeSlots: -1, queue: 0, reports: [] }), undefined, JSON_TYPE);
   assert.equal(badSchema.status, 400);
   assert.match(badSchema.error, /freeSlots/);
-  const badJoin = await signedPost(signerA, `${orch.url}/miners/join`, json({ name: 'x', url: 'not a url', hardware: { gflops: 1, threads: 1, memoryBytes: 1 }, bandwidthMbps: 1 }), undefined, JSON_TYPE);
+  const badJoin = await signedPost(walletA, `${orch.url}/miners/join`, json({ name: 'x', url: 'not a url', hardware: { gflops: 1, threads: 1, memoryBytes: 1 }, bandwidthMbps: 1 }), undefined, JSON_TYPE);
   assert.equal(badJoin.status, 400);
   const unknownRun = await signedPost(signerA, `${orch.url}/runs/run-nope/stages/0/rounds/1/pseudo-gradients/0?samples=1`, encodeFrame(new Float32Array(4), [4], 'int8-block'));
   assert.equal(unknownRun.status, 404);
   const closedRound = await signedPost(signerA, `${orch.url}/runs/${runId}/stages/0/rounds/99/merged/0`, encodeFrame(new Float32Array(4), [4], 'int8-block'));
   assert.equal(closedRound.status, 409);
-  assert.ok((await invalidCount(addressA)) >= before + 4);
+  // the three malformed requests count against their signer; a 404 or 409 can be an honest race and does not
+  assert.equal(await invalidCount(addressA), before + 3);
   assert.equal((await fetch(`${orch.url}/runs/run-nope`)).status, 404);
   const badRun = await fetch(`${orch.url}/runs`, { method: 'POST', body: JSON.stringify({ model: 'gpt-huge', data: 'moby-dick', steps: 1 }), headers: { 'content-type': 'application/json' } });
-  assert.equal(badRun.status, 400);
+  assert.equal(badRun.status, 401, 'creating a run is signed');
   assert.equal((await fetch(`${orch.url}/health`)).status, 200);
 });
 
-test('a miner refuses malformed frames and misrouted work with 4xx, reports the sender, and keeps training', async () => {
+test('a miner takes frames only from the neighbours the orchestrator named: a joined stranger and an unsigned sender get 401, and training goes on', async () => {
   const url = `${stage1.url}/forward`;
-  const meta = { runId, microbatch: 999_999, shard: 0, step: 0, stage: 1, route: [{ id: addressA, url: miners[0].url }] };
+  const meta = { runId, microbatch: 999_999, attempt: 1, shard: 0, step: 0, stage: 1, ticket: 'A'.repeat(86) };
   const good = encodeFrame(new Float32Array(B * T * C).fill(0.5), [B * T, C], 'f16', meta);
-  const f32Frame = encodeFrame(new Float32Array(B * T * C), [B * T, C], 'f32', meta);
-  const payloadAt = 12 + new DataView(f32Frame.buffer).getUint32(8, true);
-  /** an f32 frame with one value replaced after encoding (the encoder refuses non-finite values) */
-  const withValue = (v: number): Uint8Array => {
-    const f = f32Frame.slice();
-    new DataView(f.buffer).setFloat32(payloadAt + 8, v, true);
-    return refreshSha(f);
-  };
-  const cases: [string, Uint8Array, number, RegExp][] = [
-    ['truncated', good.subarray(0, good.length - 7), 400, /length|truncated/],
-    ['wrong shape', encodeFrame(new Float32Array(8 * C), [8, C], 'f16', meta), 400, /shape/],
-    ['NaN', withValue(NaN), 400, /finite|NaN/i],
-    ['Inf', withValue(Infinity), 400, /finite|Inf/i],
-    ['wrong sha256', (() => { const f = good.slice(); f[f.length - 1] ^= 0xff; return f; })(), 400, /sha256|checksum/i],
-    ['garbage', new TextEncoder().encode('NIMF garbage'), 400, /./],
-    ['wrong dtype', (() => { const f = good.slice(); const at = Buffer.from(f).indexOf('"f32"'); f.set(new TextEncoder().encode('"f64"'), at); return f; })(), 400, /dtype/],
-    ['stage not held', encodeFrame(new Float32Array(B * T * C), [B * T, C], 'f16', { ...meta, stage: 0, route: [] }), 409, /holds stage 1/],
-    ['unknown run', encodeFrame(new Float32Array(B * T * C), [B * T, C], 'f16', { ...meta, runId: 'run-other' }), 409, /run-other/],
-  ];
   const rejectedBefore = stage1.stats.rejected;
-  for (const [label, body, status, pattern] of cases) {
-    const r = await signedPost(signerA, url, body);
-    assert.equal(r.status, status, `${label}: ${r.error}`);
-    assert.match(r.error, pattern, label);
-  }
-  // a gradient for a microbatch the miner does not hold
-  const back = await signedPost(signerA, `${stage1.url}/backward`, encodeFrame(new Float32Array(B * T * C), [B * T, C], 'f16', { runId, microbatch: 424242, stage: 1 }));
-  assert.equal(back.status, 409);
-  // oversized
-  const huge = await signedPost(signerA, url, new Uint8Array((64 << 20) + 1));
-  assert.equal(huge.status, 413);
-  // unsigned
+  const stranger = await signedPost(signerA, url, good);
+  assert.equal(stranger.status, 401, stranger.error);
+  assert.match(stranger.error, /no session key here/);
   const unsigned = await fetch(url, { method: 'POST', body: good as BodyInit, headers: { 'content-type': 'application/octet-stream' } });
   assert.equal(unsigned.status, 401);
-  assert.ok(stage1.stats.rejected >= rejectedBefore + cases.length + 2);
-  // the refusals reach the orchestrator's work log against the sender, and training goes on
+  // a wallet signature is no key a peer accepts either
+  assert.equal((await signedPost(walletA, url, good)).status, 401);
+  assert.equal(stage1.stats.rejected, rejectedBefore + 3);
   const before = (await (await fetch(`${orch.url}/runs/${runId}`)).json()) as RunView;
   const end = Date.now() + 20_000;
   for (;;) {
     const v = (await (await fetch(`${orch.url}/runs/${runId}`)).json()) as RunView;
-    const invalid = await invalidCount(addressA);
-    if (v.microbatchesDone > before.microbatchesDone + 3 && invalid >= cases.length) break;
-    if (Date.now() > end) throw new Error(`no progress or no invalid count: ${invalid}`);
+    if (v.microbatchesDone > before.microbatchesDone + 3) break;
+    if (Date.now() > end) throw new Error('no progress');
     await new Promise((r) => setTimeout(r, 200));
   }
   assert.equal((await fetch(`${stage1.url}/health`)).status, 200);
 });
-
-/** Recomputes the sha256 of a frame whose payload was edited by hand. */
-function refreshSha(frame: Uint8Array): Uint8Array {
-  const headerLen = new DataView(frame.buffer, frame.byteOffset).getUint32(8, true);
-  const header = new TextDecoder().decode(frame.subarray(12, 12 + headerLen));
-  const sha = createHash('sha256').update(frame.subarray(12 + headerLen)).digest('hex');
-  const fixed = header.replace(/"sha256":"[0-9a-f]{64}"/, `"sha256":"${sha}"`);
-  const out = frame.slice();
-  out.set(new TextEncoder().encode(fixed), 12);
-  return out;
-}

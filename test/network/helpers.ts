@@ -7,6 +7,7 @@ import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { createInterface } from 'node:readline';
+import { generatePrivateKey } from 'viem/accounts';
 import { OrchestratorClient } from '../../src/api/client.ts';
 import type { CreateRunRequest, EpochView, RunView } from '../../src/api/schemas.ts';
 
@@ -85,10 +86,15 @@ export class Cluster {
     return p;
   }
 
-  /** The orchestrator's public API. */
+  /** the key of the developer who creates this cluster's runs */
+  readonly developer = generatePrivateKey();
+
+  /** The orchestrator's public API, as the cluster's developer. */
   get api(): OrchestratorClient {
-    return new OrchestratorClient(this.url);
+    return (this.client ??= new OrchestratorClient(this.url, { wallet: this.developer }));
   }
+
+  private client: OrchestratorClient | null = null;
 
   createRun(body: CreateRunRequest): Promise<RunView> {
     return this.api.createRun(body);

@@ -16,6 +16,9 @@ import { signerFor } from '../../src/chain/client.ts';
 import { OrchestratorClient } from '../../src/api/client.ts';
 import type { EpochView } from '../../src/api/schemas.ts';
 import { SignedClient } from '../../src/http/client.ts';
+import { findNetwork } from '../../src/api/network.ts';
+import { SessionKey } from '../../src/protocol/session-key.ts';
+import { RequestSigner } from '../../src/protocol/signing.ts';
 import { NimbleError } from '../../src/protocol/errors.ts';
 import { Epochs, type ChainOptions } from '../../src/orchestrator/epochs.ts';
 import { startOrchestrator } from '../../src/orchestrator/server.ts';
@@ -41,7 +44,7 @@ const chainOpts = (extra: Partial<ChainOptions> = {}): ChainOptions => ({ client
 function seed(path: string): OrchestratorState {
   const state = OrchestratorState.open(path);
   const options = { lr: 1e-3, codec: 'f16', aggregator: 'mean', minMiners: 2, outerLr: 0.7, outerMomentum: 0.9, requestedStages: 2 } as const;
-  state.runs.insert({ id: 'r1', model: 'gpt-micro', data: 'moby-dick', steps: 10, batchSize: 4, mergeEvery: 5, seed: 1, options }, 1);
+  state.runs.insert({ id: 'r1', owner: '0xdev', model: 'gpt-micro', data: 'moby-dick', steps: 10, batchSize: 4, mergeEvery: 5, seed: 1, options }, 1);
   state.runs.insertStages('r1', [{ from: 0, to: 2 }, { from: 2, to: 4 }]);
   const work = (minerId: string, kind: 'forward' | 'backward' | 'merge' | 'dropped', stage: number, units = 1): void => state.ledger.logWork({ minerId, runId: 'r1', kind, units, stage }, 2);
   for (let i = 0; i < 6; i++) {
@@ -157,8 +160,11 @@ test('GET /epochs, nbcli rewards, a join below the minimum stake gets 403, a min
     // the minimum stake: refused with a clear 403, accepted once staked
     const key = generatePrivateKey();
     const account = privateKeyToAccount(key);
-    const client = new SignedClient(orch.url, key);
-    const join = { name: 'poor', url: 'http://127.0.0.1:9', hardware: { gflops: 1, threads: 1, memoryBytes: 1 << 30 }, bandwidthMbps: 100 };
+    const { domain } = await findNetwork(orch.url);
+    const client = new SignedClient(orch.url, new RequestSigner(key, { domain }));
+    const session = SessionKey.generate();
+    const sessionClient = new SignedClient(orch.url, new RequestSigner({ session, address: account.address }, { domain }));
+    const join = { name: 'poor', url: 'http://127.0.0.1:9', hardware: { gflops: 1, threads: 1, memoryBytes: 1 << 30 }, bandwidthMbps: 100, sessionKey: session.publicKey };
     await assert.rejects(
       () => client.request('POST', '/miners/join', new TextEncoder().encode(JSON.stringify(join)), 'application/json'),
       (err: unknown) => err instanceof NimbleError && err.status === 403 && /stake too low: .* 0 NIM staked, .* requires 10 NIM/.test(err.message),
@@ -169,7 +175,7 @@ test('GET /epochs, nbcli rewards, a join below the minimum stake gets 403, a min
     await client.request('POST', '/miners/join', new TextEncoder().encode(JSON.stringify(join)), 'application/json');
     assert.ok(orch.coordinator.state.miners.get(account.address));
     const beat = (): Promise<Uint8Array> =>
-      client.request('POST', '/miners/heartbeat', new TextEncoder().encode(JSON.stringify({ freeSlots: 0, queue: 0, reports: [] })), 'application/json');
+      sessionClient.request('POST', '/miners/heartbeat', new TextEncoder().encode(JSON.stringify({ freeSlots: 0, queue: 0, reports: [] })), 'application/json');
     await beat();
 
     // the stake is checked while it works, not only at join: unstaking gets it evicted

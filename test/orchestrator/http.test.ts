@@ -16,19 +16,29 @@ import { Coordinator } from '../../src/orchestrator/coordinator.ts';
 import { buildApi } from '../../src/orchestrator/http.ts';
 import { MAX_UPLOAD_BYTES } from '../../src/orchestrator/routes/miners.ts';
 import { OrchestratorState } from '../../src/orchestrator/state/index.ts';
-import { HeartbeatReply, JoinReply, parse } from '../../src/protocol/messages.ts';
+import { HeartbeatReply, JoinReply, NetworkInfo, parse } from '../../src/protocol/messages.ts';
+import { domainOf, verifyNetwork } from '../../src/protocol/network.ts';
+import { SessionKey } from '../../src/protocol/session-key.ts';
 import { RequestSigner } from '../../src/protocol/signing.ts';
 
 let dir: string;
 let state: OrchestratorState;
 let app: HttpServer;
-const miner = new RequestSigner(generatePrivateKey());
+const key = generatePrivateKey();
+const session = SessionKey.generate();
+/** the miner's wallet signer (joining) and session signer (everything after), for this network */
+let wallet: RequestSigner;
+let miner: RequestSigner;
+let domain: string;
 
 before(async () => {
   dir = mkdtempSync(join(tmpdir(), 'nimble-http-'));
   state = OrchestratorState.open(join(dir, 'o.sqlite'));
   const coordinator = new Coordinator(state, await FsBlobStore.open(join(dir, 'blobs')), { spotChecks: { rate: 0 } });
   app = buildApi(coordinator);
+  domain = coordinator.identity.domain;
+  wallet = new RequestSigner(key, { domain });
+  miner = new RequestSigner({ session, address: wallet.address }, { domain });
 });
 after(async () => {
   await app.close();
@@ -64,7 +74,7 @@ const isError = (a: Answer, status: number, code: string, message?: RegExp): voi
   if (message) assert.match(String(a.body.error), message);
 };
 
-const joinBody = { name: 'm1', url: 'http://127.0.0.1:9999', hardware: { gflops: 10, threads: 2, memoryBytes: 1 << 30 }, bandwidthMbps: 100 };
+const joinBody = { name: 'm1', url: 'http://127.0.0.1:9999', hardware: { gflops: 10, threads: 2, memoryBytes: 1 << 30 }, bandwidthMbps: 100, sessionKey: session.publicKey };
 
 test('public reads answer their declared views', async () => {
   valid(Type.Object({ ok: Type.Literal(true) }), await request('GET', '/health'));
@@ -74,30 +84,56 @@ test('public reads answer their declared views', async () => {
   const epochs = valid(EpochList, await request('GET', '/epochs')) as { paid: boolean };
   assert.equal(epochs.paid, false);
   isError(await request('GET', '/runs/run-nope'), 404, 'not_found', /unknown run run-nope/);
-  isError(await request('GET', '/runs/run-nope/checkpoint'), 404, 'not_found');
+  isError(await request('GET', '/runs/run-nope/checkpoint'), 401, 'missing', /missing header/);
   isError(await request('GET', '/epochs/abc'), 400, 'invalid', /params/);
   isError(await request('GET', '/epochs/999'), 404, 'not_found');
   isError(await request('GET', '/nowhere'), 404, 'not_found');
 });
 
-test('POST /runs: validated against CreateRunRequest, 201 with the run view', async () => {
-  const run = valid(RunView, await request('POST', '/runs', { json: { model: 'gpt-micro', data: 'moby-dick', steps: 10, stages: 2, minMiners: 2 } }), 201) as RunView;
+test('POST /runs: signed by a developer, validated against CreateRunRequest, 201 with the run view; cancel and the checkpoint are the owner\'s', async () => {
+  const dev = new RequestSigner(generatePrivateKey(), { domain });
+  const other = new RequestSigner(generatePrivateKey(), { domain });
+  const body = { model: 'gpt-micro', data: 'moby-dick', steps: 10, stages: 2, minMiners: 2 };
+  isError(await request('POST', '/runs', { json: body }), 401, 'missing', /missing header/);
+  const run = valid(RunView, await request('POST', '/runs', { json: body, signer: dev }), 201) as RunView;
   assert.equal(run.status, 'waiting');
+  assert.equal(run.owner, dev.address);
   assert.match(run.message ?? '', /waiting for miners: 0 of 2/);
   assert.deepEqual((valid(RunView, await request('GET', `/runs/${run.id}`)) as RunView).id, run.id);
-  isError(await request('POST', '/runs', { json: { model: 'gpt-micro', data: 'moby-dick' } }), 400, 'invalid', /steps/);
-  isError(await request('POST', '/runs', { json: { model: 'gpt-micro', data: 'moby-dick', steps: 1, batch_size: 4 } }), 400, 'invalid', /batch_size/);
-  isError(await request('POST', '/runs', { json: { model: 'gpt-micro', data: 'moby-dick', steps: 1e300 } }), 400, 'invalid', /steps/);
-  isError(await request('POST', '/runs', { json: { model: 'gpt-huge', data: 'moby-dick', steps: 1 } }), 400, 'invalid', /gpt-huge/);
-  isError(await request('POST', '/runs', { json: { model: 'gpt-micro', data: '/etc/passwd', steps: 1 } }), 400, 'invalid', /not available to miners/);
-  isError(await request('POST', '/runs', { json: { model: 'gpt-micro', data: 'moby-dick', steps: 1, stages: 99 } }), 400, 'invalid', /cannot be cut into 99/);
-  isError(await request('POST', '/runs', { raw: '{nope', contentType: 'application/json' }), 400, 'invalid', /not JSON/);
-  isError(await request('POST', '/runs', { raw: 'x'.repeat((1 << 20) + 10), contentType: 'application/json' }), 413, 'too_large');
+  const post = (json: unknown): Promise<Answer> => request('POST', '/runs', { json, signer: dev });
+  isError(await post({ model: 'gpt-micro', data: 'moby-dick' }), 400, 'invalid', /steps/);
+  isError(await post({ model: 'gpt-micro', data: 'moby-dick', steps: 1, batch_size: 4 }), 400, 'invalid', /batch_size/);
+  isError(await post({ model: 'gpt-micro', data: 'moby-dick', steps: 1e300 }), 400, 'invalid', /steps/);
+  isError(await post({ model: 'gpt-huge', data: 'moby-dick', steps: 1 }), 400, 'invalid', /gpt-huge/);
+  isError(await post({ model: 'gpt-micro', data: '/etc/passwd', steps: 1 }), 400, 'invalid', /not available to miners/);
+  isError(await post({ model: 'gpt-micro', data: 'moby-dick', steps: 1, stages: 99 }), 400, 'invalid', /cannot be cut into 99/);
+  isError(await request('POST', '/runs', { raw: '{nope', contentType: 'application/json', signer: dev }), 400, 'invalid', /not JSON/);
+  isError(await request('POST', '/runs', { raw: 'x'.repeat((1 << 20) + 10), contentType: 'application/json', signer: dev }), 413, 'too_large');
+  // a developer has at most 4 runs that have not ended
+  for (let i = 0; i < 3; i++) valid(RunView, await post(body), 201);
+  isError(await post(body), 429, 'too_many_runs', /4 runs that have not ended/);
+  // only the owner cancels, or downloads the checkpoint
+  isError(await request('POST', `/runs/${run.id}/cancel`, { signer: other }), 403, 'forbidden', /is not/);
+  isError(await request('GET', `/runs/${run.id}/checkpoint`, { signer: other }), 403, 'forbidden', /its owner's/);
+  isError(await request('GET', `/runs/${run.id}/checkpoint`), 401, 'missing');
+  const cancelled = valid(RunView, await request('POST', `/runs/${run.id}/cancel`, { signer: dev })) as RunView;
+  assert.equal(cancelled.status, 'cancelled');
+  isError(await request('POST', `/runs/${run.id}/cancel`, { signer: dev }), 409, 'conflict', /has ended/);
+  valid(RunView, await post(body), 201);
+});
+
+test('GET /network proves the key that names the signing domain, with a signature of the caller\'s challenge', async () => {
+  const challenge = 'ab'.repeat(16);
+  const info = valid(NetworkInfo, await request('GET', `/network?challenge=${challenge}`)) as NetworkInfo;
+  assert.equal(verifyNetwork(info, challenge), domain, 'the domain every request here is signed for');
+  assert.equal(domainOf(info.publicKey), domain);
+  assert.equal(verifyNetwork(info, 'cd'.repeat(16)), null, 'the signature is of this challenge only');
+  isError(await request('GET', '/network'), 400, 'invalid', /querystring/);
 });
 
 test('miner routes are signed: unsigned or forged requests get 401 and count for nobody', async () => {
   isError(await request('POST', '/miners/join', { json: joinBody }), 401, 'missing');
-  const other = new RequestSigner(generatePrivateKey());
+  const other = new RequestSigner(generatePrivateKey(), { domain: 'nimble:elsewhere' });
   const headers = await other.sign('POST', '/miners/join', new TextEncoder().encode('{}'));
   const forged = await app.inject({ method: 'POST', url: '/miners/join', headers: { ...headers, 'content-type': 'application/json' }, payload: JSON.stringify(joinBody) });
   assert.equal(forged.statusCode, 401);
@@ -106,16 +142,21 @@ test('miner routes are signed: unsigned or forged requests get 401 and count for
 });
 
 test('join and heartbeat answer their protocol messages', async () => {
-  const joined = valid(JoinReply, await request('POST', '/miners/join', { json: joinBody, signer: miner })) as { minerId: string };
+  // joining is signed with the wallet key, not a session key; after it the session key signs
+  isError(await request('POST', '/miners/join', { json: joinBody, signer: miner }), 401, 'unknown_signer');
+  isError(await request('POST', '/miners/heartbeat', { json: { freeSlots: 0, queue: 0, reports: [] }, signer: wallet }), 401, 'bad_signature', /session key/);
+  const joined = valid(JoinReply, await request('POST', '/miners/join', { json: joinBody, signer: wallet })) as { minerId: string };
   assert.equal(joined.minerId, miner.address);
+  const impostor = new RequestSigner({ session: SessionKey.generate(), address: wallet.address }, { domain: '' });
+  isError(await request('POST', '/miners/heartbeat', { json: { freeSlots: 0, queue: 0, reports: [] }, signer: impostor }), 401, 'bad_signature');
   const reply = valid(HeartbeatReply, await request('POST', '/miners/heartbeat', { json: { freeSlots: 0, queue: 0, reports: [] }, signer: miner })) as HeartbeatReply;
   assert.equal(reply.assignment, null);
   assert.deepEqual((valid(Type.Array(MinerView), await request('GET', '/miners')) as MinerView[]).map((m) => [m.id, m.name, m.alive]), [[miner.address, 'm1', true]]);
-  const probe = await request('POST', '/bandwidth', { raw: new Uint8Array(1 << 20), signer: miner });
+  const probe = await request('POST', '/bandwidth', { raw: new Uint8Array(1 << 20), signer: wallet });
   assert.deepEqual(probe.body, { bytes: 1 << 20 });
 });
 
-test('a signed request that breaks a contract is refused with 4xx and counted as invalid work of its signer', async () => {
+test('a signed request that breaks a contract is refused with 4xx; the malformed ones count as invalid work of their signer', async () => {
   const invalid = (): number => state.ledger.workTotals().filter((w) => w.minerId === miner.address && w.kind === 'invalid').reduce((a, w) => a + w.units, 0);
   const before = invalid();
   isError(await request('POST', '/miners/heartbeat', { raw: '{nope', contentType: 'application/json', signer: miner }), 400, 'invalid', /not JSON/);
@@ -126,16 +167,16 @@ test('a signed request that breaks a contract is refused with 4xx and counted as
   isError(await request('POST', '/runs/run-x/stages/0/rounds/1/pseudo-gradients/0?samples=1', { raw: new Uint8Array(8), signer: miner }), 404, 'not_found', /unknown run run-x/);
   isError(await request('GET', `/blobs/${'a'.repeat(64)}`, { signer: miner }), 404, 'not_found');
   isError(await request('GET', '/blobs/../../etc/passwd', { signer: miner }), 404, 'not_found');
-  assert.equal(invalid(), before + 7, 'each refusal costs its signer one invalid unit (the path outside every route has no signer)');
+  assert.equal(invalid(), before + 5, 'each malformed request costs its signer one invalid unit; a 404 (which an honest race can meet) costs nothing');
 });
 
 test('uploads are limited per route before they are buffered', async () => {
-  const huge = await app.inject({
-    method: 'POST',
-    url: '/runs/run-x/stages/0/rounds/1/state',
-    headers: { 'content-type': 'application/octet-stream', 'content-length': String(MAX_UPLOAD_BYTES + 1) },
-    payload: Buffer.alloc(16),
-  });
-  assert.equal(huge.statusCode, 413);
+  const url = '/runs/run-x/stages/0/rounds/1/state';
+  const upload = (headers: Record<string, string>): Promise<{ statusCode: number }> =>
+    app.inject({ method: 'POST', url, headers: { 'content-type': 'application/octet-stream', 'content-length': String(MAX_UPLOAD_BYTES + 1), ...headers }, payload: Buffer.alloc(16) });
+  // unsigned: refused from its headers (401), before its size matters
+  assert.equal((await upload({})).statusCode, 401);
+  // signed: refused for its declared size (413) before it is read
+  assert.equal((await upload(await miner.sign('POST', url, Buffer.alloc(16)))).statusCode, 413);
   isError(await request('POST', '/miners/heartbeat', { raw: 'x'.repeat((1 << 20) + 1), contentType: 'application/json', signer: miner }), 413, 'too_large');
 });

@@ -4,7 +4,8 @@ import { loadCorpus } from '../../src/data/corpus.ts';
 import { batchForShard } from '../../src/data/batches.ts';
 import { Engine } from '../../src/engine/engine.ts';
 import { gptConfig } from '../../src/model/config.ts';
-import { GptStage, splitEvenly } from '../../src/model/gpt.ts';
+import { GptStage, partParams, splitEvenly } from '../../src/model/gpt.ts';
+import { ParamLayout } from '../../src/model/params.ts';
 import { mulberry32 } from '../../src/model/init.ts';
 import { decodeCheckBundle, encodeCheckBundle, type CheckMeta } from '../../src/protocol/check-bundle.ts';
 import { FrameError } from '../../src/protocol/errors.ts';
@@ -14,8 +15,10 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { FsBlobStore } from '../../src/orchestrator/blobs.ts';
 import { OrchestratorState } from '../../src/orchestrator/state/index.ts';
-import { ADAM_STEP_BOUND, compare, verifyForward, type CheckContext } from '../../src/orchestrator/spot-check-verify.ts';
+import { reach } from '../../src/model/adamw.ts';
+import { compare, verifyForward, type CheckContext } from '../../src/orchestrator/spot-check-verify.ts';
 import { SpotChecks } from '../../src/orchestrator/spot-checks.ts';
+import { StageStates } from '../../src/orchestrator/stage-states.ts';
 
 let engine: Engine;
 before(async () => {
@@ -33,6 +36,8 @@ const corpus = loadCorpus('moby-dick');
 const [first, second] = splitEvenly(config, 2);
 const seed = 5;
 const shard = 17;
+/** floats of the first stage's parameters that take weight decay */
+const decaySize = new ParamLayout(Array.from({ length: first.to - first.from }, (_, k) => partParams(config, first.from + k)).flat()).decaySize;
 
 /** A forward as an honest first-stage miner does it: weights moved a little since the merge, fp16 output frame. */
 function honestFirst(samples = 3, lr = 1e-3): { meta: CheckMeta; weights: Float32Array; theta: Float32Array; out: Float32Array; frame: Uint8Array } {
@@ -50,7 +55,7 @@ function honestFirst(samples = 3, lr = 1e-3): { meta: CheckMeta; weights: Float3
 
 function contextFor(frame: Uint8Array, theta: Float32Array | null, over: Partial<CheckContext> = {}): CheckContext {
   return {
-    config, range: first, batchSize: B, seed, corpus, shard, codec: 'f16', lr: 1e-3, thetaStart: theta, maxSamples: 464,
+    config, range: first, batchSize: B, seed, corpus, shard, codec: 'f16', lr: 1e-3, thetaStart: theta, decaySize, maxSamples: 464,
     outputSha: readFrameHeader(frame).header.sha256, inputSha: null, loss: null, upstreamShas: null, ...over,
   };
 }
@@ -123,7 +128,18 @@ test('the output must be the committed frame, and the weights within reach of th
   // the bound scales with the steps claimed; claiming more than possible fails too
   const r3 = verifyForward(engine, contextFor(h.frame, h.theta, { maxSamples: 2 }), b);
   assert.match(r3.detail, /inner steps/);
-  assert.ok(ADAM_STEP_BOUND > 7.27);
+  // a weight just past its reach fails, one just inside passes
+  const edge = h.weights.slice();
+  const i = 3;
+  edge[i] = h.theta[i] + reach(h.theta[i], i < decaySize, h.meta.samples, 1e-3) * 1.001;
+  const rEdge = verifyForward(engine, contextFor(h.frame, h.theta), decodeCheckBundle(encodeCheckBundle({ meta: h.meta, weights: edge, input: null, output: h.frame }), expectFirst(h.weights.length)));
+  assert.match(rEdge.detail, new RegExp(`weight ${i} moved`));
+
+  // a lazy miner: zero weights (the blocks pass their input through) fail the bound whatever output they reproduce
+  const lazy = new Float32Array(h.weights.length);
+  const rLazy = verifyForward(engine, contextFor(h.frame, h.theta), decodeCheckBundle(encodeCheckBundle({ meta: h.meta, weights: lazy, input: null, output: h.frame }), expectFirst(h.weights.length)));
+  assert.equal(rLazy.passed, false);
+  assert.match(rLazy.detail, /moved .* from the merged state/);
 
   // the wrong shard
   const r4 = verifyForward(engine, contextFor(h.frame, h.theta, { shard: shard + 1 }), b);
@@ -177,16 +193,17 @@ test('selection follows the rate; a check left unanswered fails and costs the mi
   const db = OrchestratorState.open(join(dir, 'o.sqlite'));
   try {
     const options = { lr: 1e-3, codec: 'f16', aggregator: 'mean', minMiners: 2, outerLr: 0.7, outerMomentum: 0.9, requestedStages: 2 } as const;
-    db.runs.insert({ id: 'r1', model: 'gpt-micro', data: 'moby-dick', steps: 10, batchSize: 2, mergeEvery: 5, seed: 1, options }, 1);
+    db.runs.insert({ id: 'r1', owner: '0xdev', model: 'gpt-micro', data: 'moby-dick', steps: 10, batchSize: 2, mergeEvery: 5, seed: 1, options }, 1);
     const run = db.runs.get('r1')!;
     let now = 1_000_000;
     const blobs = await FsBlobStore.open(join(dir, 'blobs'));
-    const never = new SpotChecks(db, blobs, { rate: 0 }, () => now);
-    const always = new SpotChecks(db, blobs, { rate: 1, timeoutMs: 5000 }, () => now);
-    const report = { runId: 'r1', microbatch: 3, stage: 0, phase: 'forward' as const, bytesSent: 0, outputSha: 'a'.repeat(64) };
-    assert.equal(never.onForward(run, '0xminer', report), false);
-    assert.equal(always.onForward(run, '0xminer', report), true);
-    assert.equal(db.spotChecks.commits(3, 0)[0].outputSha, 'a'.repeat(64), 'the commitment is kept');
+    const states = new StageStates(db, blobs, async () => engine);
+    const never = new SpotChecks(db, states, async () => engine, { rate: 0 }, () => now);
+    const always = new SpotChecks(db, states, async () => engine, { rate: 1, timeoutMs: 5000 }, () => now);
+    const claim = { microbatch: 3, attempt: 1, stage: 0, phase: 'forward' as const, minerId: '0xminer', nextId: null, inputSha: null, outputSha: 'a'.repeat(64), loss: null, round: 0, at: now };
+    assert.equal(never.onForward(run, claim), false);
+    assert.equal(always.onForward(run, claim), true);
+    assert.deepEqual(always.deliver('0xminer'), [3], 'the next heartbeat reply names it');
     always.expire();
     assert.equal(db.spotChecks.list()[0].status, 'asked');
     now += 6000;
@@ -196,8 +213,8 @@ test('selection follows the rate; a check left unanswered fails and costs the mi
     assert.match(c.detail!, /not answered/);
     assert.deepEqual(db.ledger.workTotals('r1'), [{ minerId: '0xminer', kind: 'failed_check', units: 1 }]);
     await assert.rejects(() => always.submit('0xminer', 'r1', 3, new Uint8Array(10)), /no open spot check/);
-    assert.throws(() => new SpotChecks(db, blobs, { rate: 2 }), RangeError);
-    await always.close();
+    assert.throws(() => new SpotChecks(db, states, async () => engine, { rate: 2 }), RangeError);
+    always.close();
   } finally {
     db.close();
     rmSync(dir, { recursive: true, force: true });

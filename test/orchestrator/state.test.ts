@@ -36,7 +36,7 @@ test('a new file gets every store at its latest version; reopening runs nothing 
   const { state, path } = fresh();
   const expected = Object.fromEntries(MIGRATIONS.map((m) => [m.store, m.steps.length]));
   assert.deepEqual(state.db.versions(), expected);
-  state.runs.insert({ id: 'r1', model: 'gpt-micro', data: 'moby-dick', steps: 5, batchSize: 2, mergeEvery: 3, seed: 1, options: OPTIONS }, 10);
+  state.runs.insert({ id: 'r1', owner: '0xdev', model: 'gpt-micro', data: 'moby-dick', steps: 5, batchSize: 2, mergeEvery: 3, seed: 1, options: OPTIONS }, 10);
   state.close();
   const again = OrchestratorState.open(path);
   assert.deepEqual(again.db.versions(), expected);
@@ -74,7 +74,7 @@ test('a file written by a newer build is refused, not misread', () => {
 
 test('runs: waiting → started → executing ⇄ merging → completed, with counters', () => {
   const { state } = fresh();
-  state.runs.insert({ id: 'r1', model: 'gpt-micro', data: 'moby-dick', steps: 5, batchSize: 2, mergeEvery: 3, seed: 1, options: OPTIONS }, 10);
+  state.runs.insert({ id: 'r1', owner: '0xdev', model: 'gpt-micro', data: 'moby-dick', steps: 5, batchSize: 2, mergeEvery: 3, seed: 1, options: OPTIONS }, 10);
   let run = state.runs.get('r1')!;
   assert.equal(run.status, 'waiting');
   assert.equal(run.plan, null);
@@ -106,7 +106,7 @@ test('runs: waiting → started → executing ⇄ merging → completed, with co
 
 test('stages and assignments: merging → training after a round; a miner holds one stage of an active run', () => {
   const { state } = fresh();
-  state.runs.insert({ id: 'r1', model: 'gpt-micro', data: 'moby-dick', steps: 5, batchSize: 2, mergeEvery: 3, seed: 1, options: OPTIONS }, 10);
+  state.runs.insert({ id: 'r1', owner: '0xdev', model: 'gpt-micro', data: 'moby-dick', steps: 5, batchSize: 2, mergeEvery: 3, seed: 1, options: OPTIONS }, 10);
   state.runs.insertStages('r1', [{ from: 0, to: 2 }, { from: 2, to: 4 }]);
   state.runs.addInnerStep('r1');
   state.runs.addInnerStep('r1');
@@ -137,9 +137,9 @@ test('microbatches: pending → issued → (pending again) → done, with the pa
   assert.deepEqual([mb.status, mb.minerId, mb.deadline, mb.loss], ['pending', null, null, 3.25]);
   assert.equal(state.microbatches.count('r1', 'pending'), 1);
   state.microbatches.issue(id, '0xc', 300, 400);
-  state.microbatches.complete(id, 0b1111);
+  state.microbatches.complete(id, 0b1111, ['0xc', '0xd'], 2.75);
   mb = state.microbatches.get(id)!;
-  assert.deepEqual([mb.status, mb.progress, mb.attempts, mb.path], ['done', 0b1111, 2, ['0xc']]);
+  assert.deepEqual([mb.status, mb.progress, mb.attempts, mb.path, mb.loss], ['done', 0b1111, 2, ['0xc', '0xd'], 2.75]);
 });
 
 test('merge rounds: open, advance, uploads and results replace earlier ones from the same miner', () => {
@@ -147,9 +147,9 @@ test('merge rounds: open, advance, uploads and results replace earlier ones from
   const k = { runId: 'r1', stage: 0, round: 1 };
   const blob = (c: string): string => c.repeat(64);
   state.mergeRounds.open(k, { status: 'uploading', partitions: 2, replicas: ['0xa', '0xb'], plan: { mergers: [['0xa', '0xb'], ['0xb', '0xa']], chosen: null, phaseAt: 5 }, startedAt: 5 });
-  state.mergeRounds.putUpload(k, { minerId: '0xa', partition: 0, blob: blob('1'), samples: 10 });
-  state.mergeRounds.putUpload(k, { minerId: '0xa', partition: 0, blob: blob('2'), samples: 11 });
-  assert.deepEqual(state.mergeRounds.uploads(k), [{ minerId: '0xa', partition: 0, blob: blob('2'), samples: 11 }]);
+  state.mergeRounds.putUpload(k, { minerId: '0xa', partition: 0, blob: blob('1'), samples: 10, norm: 1.5 });
+  state.mergeRounds.putUpload(k, { minerId: '0xa', partition: 0, blob: blob('2'), samples: 11, norm: 2.5 });
+  assert.deepEqual(state.mergeRounds.uploads(k), [{ minerId: '0xa', partition: 0, blob: blob('2'), samples: 11, norm: 2.5 }]);
   state.mergeRounds.update(k, { status: 'merging', replicas: ['0xa'] });
   state.mergeRounds.putResult(k, { partition: 1, minerId: '0xa', blob: blob('3') });
   state.mergeRounds.update(k, { status: 'applying', plan: { mergers: [['0xa'], ['0xa']], chosen: [blob('3'), blob('3')], phaseAt: 9 }, stateBlob: blob('4') });
@@ -198,27 +198,43 @@ test('the ledger: work totals, epochs open → settling → settled, rewards and
   assert.deepEqual(state.ledger.slashes({ status: 'pending' }), []);
 });
 
-test('spot checks: commitments, asked → passed | failed, and figures that are not finite stored as null', () => {
+test('claims: one row per hop and claimant, written once; attempts kept apart', () => {
   const { state } = fresh();
   const sha = 'c'.repeat(64);
-  state.spotChecks.putCommit({ microbatch: 3, stage: 1, minerId: '0xa', outputSha: sha, inputSha: null, loss: null, at: 5 });
-  state.spotChecks.putCommit({ microbatch: 3, stage: 1, minerId: '0xb', outputSha: null, inputSha: sha, loss: 2, at: 6 });
-  assert.deepEqual(state.spotChecks.commits(3, 1).map((c) => c.minerId), ['0xb', '0xa'], 'newest first');
-  const id = state.spotChecks.ask({ runId: 'r1', microbatch: 3, stage: 1, minerId: '0xa', createdAt: 10 });
+  const claim = { microbatch: 3, attempt: 1, stage: 1, phase: 'forward' as const, minerId: '0xa', nextId: '0xb', inputSha: sha, outputSha: null, loss: null, round: 2, at: 5 };
+  assert.equal(state.claims.put(claim), true);
+  assert.equal(state.claims.put({ ...claim, outputSha: 'd'.repeat(64), at: 6 }), false, 'a repeat changes nothing');
+  assert.equal(state.claims.put({ ...claim, minerId: '0xz' }), true, 'another claimant of the same hop is its own row');
+  assert.equal(state.claims.put({ ...claim, attempt: 2, at: 7 }), true);
+  assert.deepEqual(state.claims.ofHop(3, 1, 1, 'forward').map((c) => [c.minerId, c.outputSha]), [['0xa', null], ['0xz', null]]);
+  assert.deepEqual(state.claims.ofAttempt(3, 2).map((c) => c.at), [7]);
+  state.claims.deleteBefore(6);
+  assert.deepEqual(state.claims.ofAttempt(3, 1), []);
+  assert.equal(state.claims.ofAttempt(3, 2).length, 1);
+});
+
+test('spot checks: asked → passed | failed; the timeout counts from delivery and restarts; figures that are not finite stored as null', () => {
+  const { state } = fresh();
+  const id = state.spotChecks.ask({ runId: 'r1', microbatch: 3, attempt: 2, stage: 1, minerId: '0xa', createdAt: 10 });
   assert.equal(state.spotChecks.asked('0xa', 'r1', 3)!.id, id);
-  assert.deepEqual(state.spotChecks.askedBefore(11).map((c) => c.id), [id]);
+  assert.deepEqual(state.spotChecks.deliveredBefore(1e12), [], 'not delivered yet: no timeout runs');
+  state.spotChecks.markDelivered([id], 20);
+  state.spotChecks.markDelivered([id], 30);
+  assert.equal(state.spotChecks.openOf('0xa')[0].deliveredAt, 20, 'the first delivery counts');
+  state.spotChecks.restartTimeouts(50);
+  assert.deepEqual(state.spotChecks.deliveredBefore(50).map((c) => c.id), []);
+  assert.deepEqual(state.spotChecks.deliveredBefore(51).map((c) => c.id), [id]);
   state.spotChecks.decide(id, { status: 'failed', cosine: 0, normRatio: Infinity, detail: 'all zeros' }, 12);
   const c = state.spotChecks.list()[0];
-  assert.deepEqual([c.status, c.cosine, c.normRatio, c.decidedAt], ['failed', 0, null, 12]);
+  assert.deepEqual([c.status, c.attempt, c.cosine, c.normRatio, c.decidedAt], ['failed', 2, 0, null, 12]);
   assert.equal(state.spotChecks.asked('0xa', 'r1', 3), undefined);
+  assert.deepEqual(state.spotChecks.openOf('0xa'), []);
   assert.deepEqual(state.spotChecks.totals('r1'), [{ minerId: '0xa', status: 'failed', n: 1 }]);
-  state.spotChecks.deleteCommitsBefore(6);
-  assert.deepEqual(state.spotChecks.commits(3, 1).map((x) => x.minerId), ['0xb']);
 });
 
 test('rows that no longer decode are corrupt state (500), never cast', () => {
   const { state } = fresh();
-  state.runs.insert({ id: 'r1', model: 'gpt-micro', data: 'moby-dick', steps: 5, batchSize: 2, mergeEvery: 3, seed: 1, options: OPTIONS }, 10);
+  state.runs.insert({ id: 'r1', owner: '0xdev', model: 'gpt-micro', data: 'moby-dick', steps: 5, batchSize: 2, mergeEvery: 3, seed: 1, options: OPTIONS }, 10);
   const sql = state.db.sql;
   sql.prepare("UPDATE runs SET plan = '{\"stages\": 3}' WHERE id = 'r1'").run();
   assert.throws(() => state.runs.get('r1'), (err: unknown) => isCorrupt(err) && /plan of r1/.test((err as Error).message));

@@ -3,6 +3,7 @@ import assert from 'node:assert/strict';
 import { AUTH_HEADERS, RequestSigner, RequestVerifier, bodySha256, canonicalMessage, type AuthHeaders } from '../../src/protocol/signing.ts';
 import { AuthError, type AuthErrorCode } from '../../src/protocol/errors.ts';
 import { NonceCache } from '../../src/protocol/nonce-cache.ts';
+import { SessionKey } from '../../src/protocol/session-key.ts';
 
 // anvil's well-known dev accounts #0 and #1
 const KEY0 = '0xac0974bec39a17e36ba4a6b4d238ff944bacb478cbed5efcae784d7bf4f2ff80';
@@ -30,9 +31,13 @@ test('a signed request verifies to the signer address, with Node-style and fetch
   assert.equal(await verifier.verify({ method: 'POST', path: '/v1/work?stage=1', headers, body }), ADDR0);
   const h2 = await signer.sign('GET', '/v1/plan');
   assert.equal(await verifier.verify({ method: 'GET', path: '/v1/plan', headers: new Headers(h2) }), ADDR0);
-  // body hashed elsewhere (streaming) is accepted too
+  // the headers alone verify (before the body is read); the body is checked against the signed hash after
   const h3 = await signer.sign('PUT', '/v1/blob', body);
-  assert.equal(await verifier.verify({ method: 'PUT', path: '/v1/blob', headers: h3, bodySha256: bodySha256(body) }), ADDR0);
+  assert.equal(h3[AUTH_HEADERS.contentSha256], bodySha256(body));
+  const v = await verifier.verifyHeaders({ method: 'PUT', path: '/v1/blob', headers: h3 });
+  assert.deepEqual(v, { signer: ADDR0, scheme: 'wallet', bodySha256: bodySha256(body) });
+  verifier.checkBody(v, body);
+  assert.throws(() => verifier.checkBody(v, new Uint8Array(3)), (e: unknown) => e instanceof AuthError && e.code === 'bad_signature');
   assert.equal(verifier.nonceCount, 3);
 });
 
@@ -42,8 +47,11 @@ test('tampered method, path, body, timestamp, address or domain fails with bad_s
   const h = await signer.sign('POST', '/v1/work', body);
   await rejects(verifier.verify({ method: 'PUT', path: '/v1/work', headers: h, body }), 'bad_signature');
   await rejects(verifier.verify({ method: 'POST', path: '/v1/work?x=1', headers: h, body }), 'bad_signature');
-  await rejects(verifier.verify({ method: 'POST', path: '/v1/work', headers: h, body: new TextEncoder().encode('{"stage":2,"microbatch":42}') }), 'bad_signature');
-  await rejects(verifier.verify({ method: 'POST', path: '/v1/work', headers: h }), 'bad_signature');
+  await rejects(verifier.verify({ method: 'POST', path: '/v1/work', headers: { ...h, [AUTH_HEADERS.contentSha256]: bodySha256('x') }, body: 'x' }), 'bad_signature');
+  // another body under genuine headers: the headers verify (their nonce is spent), the body does not match
+  const h2 = await signer.sign('POST', '/v1/work', body);
+  await rejects(verifier.verify({ method: 'POST', path: '/v1/work', headers: h2, body: new TextEncoder().encode('{"stage":2,"microbatch":42}') }), 'bad_signature');
+  await rejects(verifier.verify({ method: 'POST', path: '/v1/work', headers: await signer.sign('POST', '/v1/work', body) }), 'bad_signature');
   const ts = { ...h, [AUTH_HEADERS.timestamp]: String(Number(h[AUTH_HEADERS.timestamp]) + 1) };
   await rejects(verifier.verify({ method: 'POST', path: '/v1/work', headers: ts, body }), 'bad_signature');
   const other = new RequestSigner(KEY1);
@@ -71,6 +79,8 @@ test('missing and malformed headers', async () => {
     [AUTH_HEADERS.timestamp, '12e5'],
     [AUTH_HEADERS.nonce, 'NOT-HEX-NONCE-VALUE'],
     [AUTH_HEADERS.signature, '0xdeadbeef'],
+    [AUTH_HEADERS.signature, 'ed25519.short'],
+    [AUTH_HEADERS.contentSha256, 'ABC'],
   ];
   for (const [name, value] of bad) {
     await rejects(verifier.verify({ method: 'GET', path: '/v1/x', headers: { ...h, [name]: value } }), 'bad_signature');
@@ -121,7 +131,46 @@ test('nonce cache is bounded: expires with the window and refuses when full of l
   assert.equal(verifier.nonceCount, 1);
 
   const cache = new NonceCache(10, 100);
-  assert.equal(cache.add('a', 200, 0), 'ok');
-  assert.equal(cache.add('a', 200, 150), 'seen');
-  assert.equal(cache.add('a', 400, 201), 'ok', 'an expired entry no longer blocks');
+  assert.equal(cache.add('s', 'a', 200, 0), 'ok');
+  assert.equal(cache.add('s', 'a', 200, 150), 'seen');
+  assert.equal(cache.add('s', 'a', 400, 201), 'ok', 'an expired entry no longer blocks');
+});
+
+test("one sender's flood fills its own share of the nonce cache, not everyone's", async () => {
+  const verifier = new RequestVerifier({ maxNonces: 100, maxNoncesPerSender: 3 });
+  const loud = new RequestSigner(KEY0);
+  const quiet = new RequestSigner(KEY1);
+  for (let i = 0; i < 3; i++) await verifier.verify({ method: 'GET', path: '/p', headers: await loud.sign('GET', '/p') });
+  const e = await rejects(verifier.verify({ method: 'GET', path: '/p', headers: await loud.sign('GET', '/p') }), 'overloaded');
+  assert.match(e.message, new RegExp(loud.address));
+  assert.equal(await verifier.verify({ method: 'GET', path: '/p', headers: await quiet.sign('GET', '/p') }), quiet.address);
+  const cache = new NonceCache(10, 100, 2);
+  assert.deepEqual([cache.add('x', '1', 500, 0), cache.add('x', '2', 500, 0), cache.add('x', '3', 500, 0), cache.add('y', '1', 500, 0)], ['ok', 'ok', 'sender_full', 'ok']);
+  assert.equal(cache.add('x', '4', 900, 501), 'ok', 'expired nonces give the quota back');
+});
+
+test('a session key signs for a wallet address; the verifier checks it against the key registered for that address', async () => {
+  const session = SessionKey.generate();
+  const keys = new Map<string, string>([[ADDR0, session.publicKey]]);
+  const verifier = new RequestVerifier({ sessionKeyOf: (a) => keys.get(a) });
+  const signer = new RequestSigner({ session, address: ADDR0 });
+  const h = await signer.sign('POST', '/v1/work', body);
+  assert.match(h[AUTH_HEADERS.signature], /^ed25519\.[A-Za-z0-9_-]{86}$/);
+  assert.deepEqual(await verifier.verifyHeaders({ method: 'POST', path: '/v1/work', headers: h }), { signer: ADDR0, scheme: 'session', bodySha256: bodySha256(body) });
+  // another key claiming the same address, or an address with no key here
+  const impostor = new RequestSigner({ session: SessionKey.generate(), address: ADDR0 });
+  await rejects(verifier.verify({ method: 'POST', path: '/v1/work', headers: await impostor.sign('POST', '/v1/work', body), body }), 'bad_signature');
+  const stranger = new RequestSigner({ session, address: new RequestSigner(KEY1).address });
+  await rejects(verifier.verify({ method: 'POST', path: '/v1/work', headers: await stranger.sign('POST', '/v1/work', body), body }), 'unknown_signer');
+});
+
+test('requests signed before the verifier started are refused: a restart forgets nonces, not the replay window', async () => {
+  let now = 1_700_000_000_000;
+  const signer = new RequestSigner(KEY0, { now: () => now });
+  const h = await signer.sign('GET', '/p');
+  const restarted = new RequestVerifier({ notBefore: now + 5, now: () => now + 10 });
+  const e = await rejects(restarted.verify({ method: 'GET', path: '/p', headers: h }), 'stale');
+  assert.match(e.message, /before this server started/);
+  now += 6;
+  assert.equal(await restarted.verify({ method: 'GET', path: '/p', headers: await signer.sign('GET', '/p') }), ADDR0);
 });

@@ -20,15 +20,17 @@ const BlobId = Type.String({ pattern: '^[0-9a-f]{64}$' });
 const RoundParams = Type.Object({ runId: RunId, stage: Count, round: Count });
 const PartitionParams = Type.Object({ runId: RunId, stage: Count, round: Count, partition: Count });
 const Stored = Type.Object({ blob: BlobId });
-const signed = { signed: true };
+/** Joining (and the bandwidth probe before it) is signed with the miner's wallet key; everything after with the session key it bound. */
+const wallet = { signed: 'wallet' } as const;
+const signed = { signed: 'session' } as const;
 
 export function minerRoutes(app: HttpServer, c: Coordinator, epochs: Epochs | null): void {
-  app.post('/miners/join', { config: signed, schema: { body: JoinRequest, response: { 200: JoinReply } } }, async (req) => {
+  app.post('/miners/join', { config: wallet, schema: { body: JoinRequest, response: { 200: JoinReply } } }, async (req) => {
     await epochs?.checkStake(signerOf(req));
     return c.join(signerOf(req), req.body);
   });
   app.post('/miners/heartbeat', { config: signed, schema: { body: HeartbeatRequest, response: { 200: HeartbeatReply } } }, async (req) => c.heartbeat(signerOf(req), req.body));
-  app.post('/bandwidth', { config: signed, bodyLimit: MAX_PROBE_BYTES, schema: { response: { 200: Type.Object({ bytes: Count }) } } }, async (req) => ({
+  app.post('/bandwidth', { config: wallet, bodyLimit: MAX_PROBE_BYTES, schema: { response: { 200: Type.Object({ bytes: Count }) } } }, async (req) => ({
     bytes: req.rawBody?.length ?? 0,
   }));
   app.get('/blobs/:id', { config: signed, schema: { params: Type.Object({ id: BlobId }) } }, async (req, reply) => {

@@ -1,14 +1,20 @@
-// The public routes: what developers, the CLI and dashboards read, and
-// creating runs. Contracts in src/api/schemas.ts.
+// The public routes: what developers, the CLI and dashboards read, and what
+// developers do with their runs (create, cancel, download the checkpoint),
+// signed with their wallet key. Contracts in src/api/schemas.ts.
 import { Type } from '@sinclair/typebox';
 import { CreateRunRequest, EpochList, EpochView, Health, MinerView, RunView, WorkTotal } from '../../api/schemas.ts';
 import type { HttpServer } from '../../http/server.ts';
+import { signerOf } from '../../http/signed.ts';
 import { NimbleError } from '../../protocol/errors.ts';
+import { NetworkInfo } from '../../protocol/messages.ts';
+import { challengeMessage } from '../../protocol/network.ts';
 import { assembleCheckpoint } from '../checkpoint.ts';
 import type { Coordinator } from '../coordinator.ts';
 import { epochView, minerView, runView, workView } from '../views.ts';
 
 const RunParams = Type.Object({ id: Type.String({ minLength: 1, maxLength: 128 }) });
+/** A developer's action: signed with the developer's wallet key. */
+const developer = { signed: 'wallet' } as const;
 const EpochParams = Type.Object({ id: Type.Integer({ minimum: 1, maximum: Number.MAX_SAFE_INTEGER }) });
 
 export function publicRoutes(app: HttpServer, c: Coordinator, paid: boolean): void {
@@ -20,15 +26,24 @@ export function publicRoutes(app: HttpServer, c: Coordinator, paid: boolean): vo
   };
 
   app.get('/health', { schema: { response: { 200: Health } } }, async () => ({ ok: true as const }));
+  // the network's key, and its signature of the caller's fresh challenge (src/protocol/network.ts)
+  app.get('/network', { schema: { querystring: Type.Object({ challenge: Type.String({ pattern: '^[0-9a-f]{32,128}$' }) }), response: { 200: NetworkInfo } } }, async (req) => {
+    const { key } = c.identity;
+    return { publicKey: key.publicKey, signature: key.sign(challengeMessage(req.query.challenge)) };
+  });
   app.get('/miners', { schema: { response: { 200: Type.Array(MinerView) } } }, async () => state.miners.list().map(minerView));
   app.get('/runs', { schema: { response: { 200: Type.Array(RunView) } } }, async () => state.runs.list().map((r) => runView(state, c.microbatches, r)));
   app.get('/runs/:id', { schema: { params: RunParams, response: { 200: RunView } } }, async (req) => view(req.params.id));
-  app.post('/runs', { schema: { body: CreateRunRequest, response: { 201: RunView } } }, async (req, reply) => {
-    const run = c.createRun(req.body);
+  app.post('/runs', { config: developer, schema: { body: CreateRunRequest, response: { 201: RunView } } }, async (req, reply) => {
+    const run = c.createRun(req.body, signerOf(req));
     void reply.status(201);
     return view(run.id);
   });
-  app.get('/runs/:id/checkpoint', { schema: { params: RunParams } }, async (req, reply) => {
+  app.post('/runs/:id/cancel', { config: developer, schema: { params: RunParams, response: { 200: RunView } } }, async (req) => view(c.cancelRun(req.params.id, signerOf(req)).id));
+  // the trained model is its owner's
+  app.get('/runs/:id/checkpoint', { config: developer, schema: { params: RunParams } }, async (req, reply) => {
+    const run = state.runs.get(req.params.id);
+    if (run && run.owner !== signerOf(req)) throw new NimbleError('forbidden', `the checkpoint of ${run.id} is its owner's`);
     const bytes = await assembleCheckpoint(state, c.blobs, req.params.id);
     void reply.header('content-type', 'application/octet-stream');
     return Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength);

@@ -1,5 +1,6 @@
 // The orchestrator's durable state: one SQLite file and a store per domain.
 // Everything the orchestrator remembers across a restart goes through here.
+import { ClaimStore, CLAIM_MIGRATIONS } from './claims.ts';
 import { StateDb } from './db.ts';
 import { Ledger, LEDGER_MIGRATIONS } from './ledger.ts';
 import { MergeRoundStore, MERGE_ROUND_MIGRATIONS } from './merge-rounds.ts';
@@ -8,12 +9,13 @@ import { MinerStore, MINER_MIGRATIONS } from './miners.ts';
 import { RunStore, RUN_MIGRATIONS } from './runs.ts';
 import { SpotCheckStore, SPOT_CHECK_MIGRATIONS } from './spot-checks.ts';
 
-export const MIGRATIONS = [MINER_MIGRATIONS, RUN_MIGRATIONS, MICROBATCH_MIGRATIONS, MERGE_ROUND_MIGRATIONS, LEDGER_MIGRATIONS, SPOT_CHECK_MIGRATIONS];
+export const MIGRATIONS = [MINER_MIGRATIONS, RUN_MIGRATIONS, MICROBATCH_MIGRATIONS, CLAIM_MIGRATIONS, MERGE_ROUND_MIGRATIONS, LEDGER_MIGRATIONS, SPOT_CHECK_MIGRATIONS];
 
 export class OrchestratorState {
   readonly miners: MinerStore;
   readonly runs: RunStore;
   readonly microbatches: MicrobatchStore;
+  readonly claims: ClaimStore;
   readonly mergeRounds: MergeRoundStore;
   readonly ledger: Ledger;
   readonly spotChecks: SpotCheckStore;
@@ -22,6 +24,7 @@ export class OrchestratorState {
     this.miners = new MinerStore(db);
     this.runs = new RunStore(db);
     this.microbatches = new MicrobatchStore(db);
+    this.claims = new ClaimStore(db);
     this.mergeRounds = new MergeRoundStore(db);
     this.ledger = new Ledger(db);
     this.spotChecks = new SpotCheckStore(db);

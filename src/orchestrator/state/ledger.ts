@@ -180,6 +180,20 @@ export class Ledger {
     );
   }
 
+  /** Units of `kind` a miner was credited at a stage of a run, logged in (after, until]. */
+  unitsBetween(q: { minerId: string; runId: string; stage: number; kind: WorkKind; after: number; until: number }): number {
+    return scalar(
+      this.db,
+      'SELECT COALESCE(SUM(units), 0) AS n FROM work_log WHERE miner_id = ? AND run_id = ? AND stage = ? AND kind = ? AND at > ? AND at <= ?',
+      q.minerId,
+      q.runId,
+      q.stage,
+      q.kind,
+      q.after,
+      q.until,
+    );
+  }
+
   /** Entries of `runId` logged after id `after`. */
   countWorkAfter(after: number, runId: string): number {
     return scalar(this.db, 'SELECT COUNT(*) AS n FROM work_log WHERE id > ? AND run_id = ?', after, runId);

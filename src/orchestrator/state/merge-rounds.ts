@@ -8,6 +8,7 @@
 // current phase began.
 import { Type, type Static } from '@sinclair/typebox';
 import { MergePhase } from '../../api/schemas.ts';
+import { Aggregator } from '../../protocol/messages.ts';
 import { all, jsonColumn, one, rowReader, type Migrations, type StateDb } from './db.ts';
 
 export const MERGE_ROUND_MIGRATIONS: Migrations = {
@@ -29,13 +30,26 @@ export const MERGE_ROUND_MIGRATIONS: Migrations = {
       miner_id TEXT NOT NULL, blob TEXT NOT NULL,
       PRIMARY KEY (run_id, stage, round, partition, miner_id)
     )`,
+    // the L2 norm of each uploaded pseudo-gradient slice, which bounds the others'
+    'ALTER TABLE merge_uploads ADD COLUMN norm REAL NOT NULL DEFAULT 0',
   ],
 };
 
 const BlobId = Type.String({ pattern: '^[0-9a-f]{64}$' });
 const Int = Type.Integer({ minimum: 0 });
 
-/** The round's assignments: who merges what, what everyone applies. */
+/** How the round merges (src/merge/merge-partition.ts), fixed when merging starts. */
+export const RoundRule = Type.Object({
+  aggregator: Aggregator,
+  trim: Type.Number({ minimum: 0, maximum: 0.5 }),
+  /** per partition: the largest norm a replica's slice keeps */
+  maxNorms: Type.Array(Type.Number({ minimum: 0 })),
+  /** per partition: the median norm of this round's slices (the next round's reference) */
+  medians: Type.Array(Type.Number({ minimum: 0 })),
+});
+export type RoundRule = Static<typeof RoundRule>;
+
+/** The round's assignments: who merges what, how, and what everyone applies. */
 export const RoundPlan = Type.Object({
   /** for each partition, the replicas that merge it */
   mergers: Type.Array(Type.Array(Type.String())),
@@ -43,6 +57,8 @@ export const RoundPlan = Type.Object({
   chosen: Type.Union([Type.Array(BlobId), Type.Null()]),
   /** when the current phase began (ms) */
   phaseAt: Int,
+  /** how partitions are merged (null until merging starts) */
+  rule: Type.Optional(Type.Union([RoundRule, Type.Null()])),
 });
 export type RoundPlan = Static<typeof RoundPlan>;
 
@@ -73,7 +89,7 @@ function decodeRound(row: unknown): MergeRoundRecord {
   return { ...r, replicas: jsonColumn(Replicas, r.replicas, `replicas of ${what}`), plan: jsonColumn(RoundPlan, r.plan, `plan of ${what}`) };
 }
 
-const UploadRow = Type.Object({ minerId: Type.String(), partition: Int, blob: BlobId, samples: Int });
+const UploadRow = Type.Object({ minerId: Type.String(), partition: Int, blob: BlobId, samples: Int, norm: Type.Number({ minimum: 0 }) });
 export type MergeUpload = Static<typeof UploadRow>;
 const decodeUpload = rowReader(UploadRow, 'merge upload');
 
@@ -140,7 +156,7 @@ export class MergeRoundStore {
   /** A replica's pseudo-gradient slice of one partition (a re-upload replaces it). */
   putUpload(k: RoundKey, u: MergeUpload): void {
     this.db.run(
-      'INSERT OR REPLACE INTO merge_uploads (run_id, stage, round, miner_id, partition, blob, samples) VALUES (?, ?, ?, ?, ?, ?, ?)',
+      'INSERT OR REPLACE INTO merge_uploads (run_id, stage, round, miner_id, partition, blob, samples, norm) VALUES (?, ?, ?, ?, ?, ?, ?, ?)',
       k.runId,
       k.stage,
       k.round,
@@ -148,6 +164,7 @@ export class MergeRoundStore {
       u.partition,
       u.blob,
       u.samples,
+      u.norm,
     );
   }
 
@@ -155,7 +172,7 @@ export class MergeRoundStore {
     return all(
       this.db,
       decodeUpload,
-      'SELECT miner_id AS minerId, partition, blob, samples FROM merge_uploads WHERE run_id = ? AND stage = ? AND round = ? ORDER BY partition, miner_id',
+      'SELECT miner_id AS minerId, partition, blob, samples, norm FROM merge_uploads WHERE run_id = ? AND stage = ? AND round = ? ORDER BY partition, miner_id',
       k.runId,
       k.stage,
       k.round,

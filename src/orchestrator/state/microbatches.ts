@@ -102,8 +102,8 @@ export class MicrobatchStore {
     this.db.run('UPDATE microbatches SET progress = ?, path = ?, loss = COALESCE(?, loss) WHERE id = ?', progress, JSON.stringify(path), loss, id);
   }
 
-  /** issued → done. */
-  complete(id: number, progress: number): void {
-    this.db.run("UPDATE microbatches SET status = 'done', progress = ? WHERE id = ?", progress, id);
+  /** issued → done, with the path it took and its loss. */
+  complete(id: number, progress: number, path: readonly string[], loss: number | null): void {
+    this.db.run("UPDATE microbatches SET status = 'done', progress = ?, path = ?, loss = ? WHERE id = ?", progress, JSON.stringify(path), loss, id);
   }
 }

@@ -12,6 +12,8 @@ export const MINER_MIGRATIONS: Migrations = {
     )`,
     // why a miner is refused until it joins again (too little stake); survives a restart
     'ALTER TABLE miners ADD COLUMN evicted TEXT',
+    // the Ed25519 key its wallet bound at join, which signs its requests and receipts
+    "ALTER TABLE miners ADD COLUMN session_key TEXT NOT NULL DEFAULT ''",
   ],
 };
 
@@ -24,6 +26,8 @@ export interface MinerProfile {
   threads: number;
   memoryBytes: number;
   bandwidthMbps: number;
+  /** base64url Ed25519 public key (src/protocol/session-key.ts) */
+  sessionKey: string;
 }
 
 const MinerRow = Type.Object({
@@ -34,6 +38,7 @@ const MinerRow = Type.Object({
   threads: Type.Integer(),
   memoryBytes: Type.Integer(),
   bandwidthMbps: Type.Number(),
+  sessionKey: Type.String(),
   joinedAt: Type.Integer(),
   lastSeen: Type.Integer(),
   alive: Type.Union([Type.Literal(0), Type.Literal(1)]),
@@ -48,7 +53,7 @@ export interface MinerRecord extends MinerProfile {
   evicted: string | null;
 }
 
-const COLUMNS = 'id, name, url, gflops, threads, memory_bytes AS memoryBytes, bandwidth_mbps AS bandwidthMbps, joined_at AS joinedAt, last_seen AS lastSeen, alive, evicted';
+const COLUMNS = 'id, name, url, gflops, threads, memory_bytes AS memoryBytes, bandwidth_mbps AS bandwidthMbps, session_key AS sessionKey, joined_at AS joinedAt, last_seen AS lastSeen, alive, evicted';
 const readRow = rowReader(MinerRow, 'miner');
 const decode = (row: unknown): MinerRecord => {
   const r: Static<typeof MinerRow> = readRow(row);
@@ -61,10 +66,10 @@ export class MinerStore {
   /** Records a join: a new miner, or new hardware figures and URL for a known one (alive again, no longer evicted). */
   upsert(m: MinerProfile, now: number): void {
     this.db.run(
-      `INSERT INTO miners (id, name, url, gflops, threads, memory_bytes, bandwidth_mbps, joined_at, last_seen, alive)
-       VALUES (@id, @name, @url, @gflops, @threads, @memoryBytes, @bandwidthMbps, @now, @now, 1)
+      `INSERT INTO miners (id, name, url, gflops, threads, memory_bytes, bandwidth_mbps, session_key, joined_at, last_seen, alive)
+       VALUES (@id, @name, @url, @gflops, @threads, @memoryBytes, @bandwidthMbps, @sessionKey, @now, @now, 1)
        ON CONFLICT(id) DO UPDATE SET name = @name, url = @url, gflops = @gflops, threads = @threads,
-         memory_bytes = @memoryBytes, bandwidth_mbps = @bandwidthMbps, last_seen = @now, alive = 1, evicted = NULL`,
+         memory_bytes = @memoryBytes, bandwidth_mbps = @bandwidthMbps, session_key = @sessionKey, last_seen = @now, alive = 1, evicted = NULL`,
       { ...m, now },
     );
   }

@@ -1,14 +1,14 @@
 // Runs, their stages and who holds each stage (assignments).
 //
 // Run status: waiting → started (planned) → executing (first microbatch
-// issued) ⇄ merging (a merge round is open) → completed; `message` says why
-// a run waits or stalls. A stage is 'training' or 'merging'; `round` counts
+// issued) ⇄ merging (a merge round is open) → completed, or → cancelled by
+// its owner at any point; `message` says why a run waits or stalls. A stage is 'training' or 'merging'; `round` counts
 // the merge rounds it completed and `stateBlob` is its state after the last.
 import { Type, type Static } from '@sinclair/typebox';
-import { RunStatus, StageMode } from '../../api/schemas.ts';
+import { FINAL_RUN_STATUSES, RunStatus, StageMode } from '../../api/schemas.ts';
 import { Plan } from '../../planner/types.ts';
 import { ActivationCodec, Aggregator } from '../../protocol/messages.ts';
-import { all, jsonColumn, one, rowReader, type Migrations, type StateDb } from './db.ts';
+import { all, jsonColumn, one, rowReader, scalar, type Migrations, type StateDb } from './db.ts';
 
 export const RUN_MIGRATIONS: Migrations = {
   store: 'runs',
@@ -34,6 +34,8 @@ export const RUN_MIGRATIONS: Migrations = {
     // the count of microbatches created was kept inside the options JSON
     `ALTER TABLE runs ADD COLUMN microbatches_created INTEGER NOT NULL DEFAULT 0;
     UPDATE runs SET microbatches_created = COALESCE(json_extract(options, '$.created'), 0), options = json_remove(options, '$.created')`,
+    // the developer who created it (null: created before runs were signed)
+    'ALTER TABLE runs ADD COLUMN owner TEXT',
   ],
 };
 
@@ -49,6 +51,9 @@ export const RunOptions = Type.Object({
   requestedStages: Type.Union([Type.Integer({ minimum: 1 }), Type.Null()]),
 });
 export type RunOptions = Static<typeof RunOptions>;
+
+/** The statuses of ended runs, as SQL. */
+const ENDED = `(${FINAL_RUN_STATUSES.map((st) => `'${st}'`).join(', ')})`;
 
 const Int = Type.Integer({ minimum: 0 });
 const NullableInt = Type.Union([Int, Type.Null()]);
@@ -76,6 +81,7 @@ const RunRow = Type.Object({
   startedAt: NullableInt,
   finishedAt: NullableInt,
   message: Type.Union([Type.String(), Type.Null()]),
+  owner: Type.Union([Type.String(), Type.Null()]),
 });
 
 export interface RunRecord extends Omit<Static<typeof RunRow>, 'plan' | 'options'> {
@@ -87,7 +93,7 @@ export interface RunRecord extends Omit<Static<typeof RunRow>, 'plan' | 'options
 const RUN_COLUMNS = `id, model, data, status, steps, batch_size AS batchSize, merge_every AS mergeEvery, seed,
   stage_count AS stageCount, plan, options, microbatches_created AS microbatchesCreated,
   microbatches_done AS microbatchesDone, merges_done AS mergesDone, tokens_done AS tokensDone, bytes_sent AS bytesSent,
-  last_loss AS lastLoss, created_at AS createdAt, started_at AS startedAt, finished_at AS finishedAt, error AS message`;
+  last_loss AS lastLoss, created_at AS createdAt, started_at AS startedAt, finished_at AS finishedAt, error AS message, owner`;
 const readRun = rowReader(RunRow, 'run');
 const NullablePlan = Type.Union([Plan, Type.Null()]);
 function decodeRun(row: unknown): RunRecord {
@@ -118,6 +124,8 @@ const decodeAssignment = rowReader(AssignmentRow, 'assignment');
 /** What a new run is created with. */
 export interface NewRun {
   id: string;
+  /** the developer who signed the request */
+  owner: string;
   model: string;
   data: string;
   steps: number;
@@ -142,9 +150,9 @@ export class RunStore {
 
   insert(r: NewRun, now: number): void {
     this.db.run(
-      `INSERT INTO runs (id, model, data, status, steps, batch_size, merge_every, seed, stage_count, plan, options, created_at)
-       VALUES (@id, @model, @data, 'waiting', @steps, @batchSize, @mergeEvery, @seed, 0, 'null', @options, @now)`,
-      { id: r.id, model: r.model, data: r.data, steps: r.steps, batchSize: r.batchSize, mergeEvery: r.mergeEvery, seed: r.seed, options: JSON.stringify(r.options), now },
+      `INSERT INTO runs (id, owner, model, data, status, steps, batch_size, merge_every, seed, stage_count, plan, options, created_at)
+       VALUES (@id, @owner, @model, @data, 'waiting', @steps, @batchSize, @mergeEvery, @seed, 0, 'null', @options, @now)`,
+      { id: r.id, owner: r.owner, model: r.model, data: r.data, steps: r.steps, batchSize: r.batchSize, mergeEvery: r.mergeEvery, seed: r.seed, options: JSON.stringify(r.options), now },
     );
   }
 
@@ -156,9 +164,19 @@ export class RunStore {
     return all(this.db, decodeRun, `SELECT ${RUN_COLUMNS} FROM runs ORDER BY created_at`);
   }
 
-  /** Runs that are neither completed nor failed, oldest first. */
+  /** Runs that have not ended (completed, failed, cancelled), oldest first. */
   active(): RunRecord[] {
-    return all(this.db, decodeRun, `SELECT ${RUN_COLUMNS} FROM runs WHERE status NOT IN ('completed', 'failed') ORDER BY created_at`);
+    return all(this.db, decodeRun, `SELECT ${RUN_COLUMNS} FROM runs WHERE status NOT IN ${ENDED} ORDER BY created_at`);
+  }
+
+  /** Runs that have not ended, of one owner. */
+  activeOf(owner: string): RunRecord[] {
+    return all(this.db, decodeRun, `SELECT ${RUN_COLUMNS} FROM runs WHERE owner = ? AND status NOT IN ${ENDED} ORDER BY created_at`, owner);
+  }
+
+  /** Runs waiting for miners. */
+  countWaiting(): number {
+    return scalar(this.db, "SELECT COUNT(*) AS n FROM runs WHERE status = 'waiting'");
   }
 
   /** Why the run waits or stalls (null: it does not). */
@@ -189,6 +207,12 @@ export class RunStore {
 
   complete(id: string, now: number): void {
     this.db.run("UPDATE runs SET status = 'completed', finished_at = ? WHERE id = ?", now, id);
+  }
+
+  /** → cancelled (by its owner): its assignments are let go. */
+  cancel(id: string, now: number): void {
+    this.db.run("UPDATE runs SET status = 'cancelled', finished_at = ?, error = 'cancelled by its owner' WHERE id = ?", now, id);
+    this.db.run('DELETE FROM assignments WHERE run_id = ?', id);
   }
 
   /** Microbatches created so far (shard ids 0 … n − 1). */
@@ -270,7 +294,7 @@ export class RunStore {
       this.db,
       decodeAssignment,
       `SELECT a.run_id AS runId, a.stage, a.miner_id AS minerId, a.assigned_at AS assignedAt FROM assignments a JOIN runs r ON r.id = a.run_id
-       WHERE a.miner_id = ? AND r.status NOT IN ('completed', 'failed') ORDER BY r.created_at LIMIT 1`,
+       WHERE a.miner_id = ? AND r.status NOT IN ${ENDED} ORDER BY r.created_at LIMIT 1`,
       minerId,
     );
   }

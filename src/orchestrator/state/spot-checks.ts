@@ -1,8 +1,10 @@
-// Spot checks: what miners committed to when they reported a forward
-// (forward_commits, kept for a few minutes), and the checks asked of them.
+// Spot checks asked of miners: which forward (microbatch, attempt, stage) of
+// whose, when it was first delivered in a heartbeat reply, and the outcome.
+// What the miner committed to for that forward is its hop claim
+// (./claims.ts).
 //
 // A check is asked → passed | failed (answered and verified, or not answered
-// in time).
+// within the timeout counted from its delivery).
 import { Type, type Static } from '@sinclair/typebox';
 import { all, one, rowReader, type Migrations, type StateDb } from './db.ts';
 
@@ -21,27 +23,15 @@ export const SPOT_CHECK_MIGRATIONS: Migrations = {
     );
     CREATE INDEX IF NOT EXISTS spot_checks_by_miner ON spot_checks (miner_id, status);
     CREATE INDEX IF NOT EXISTS spot_checks_by_status ON spot_checks (status, created_at)`,
+    // commitments moved to hop claims; a check names its attempt and counts its timeout from its delivery
+    `DROP TABLE IF EXISTS forward_commits;
+    ALTER TABLE spot_checks ADD COLUMN attempt INTEGER NOT NULL DEFAULT 1;
+    ALTER TABLE spot_checks ADD COLUMN delivered_at INTEGER`,
   ],
 };
 
 const Int = Type.Integer({ minimum: 0 });
-const Sha = Type.Union([Type.String({ pattern: '^[0-9a-f]{64}$' }), Type.Null()]);
 const NullableNumber = Type.Union([Type.Number(), Type.Null()]);
-
-const CommitRow = Type.Object({
-  microbatch: Int,
-  stage: Int,
-  minerId: Type.String(),
-  /** sha256 of the activation frame sent / received */
-  outputSha: Sha,
-  inputSha: Sha,
-  /** the loss reported (last stage) */
-  loss: NullableNumber,
-  at: Int,
-});
-/** What a miner committed to when it reported a forward. */
-export type ForwardCommit = Static<typeof CommitRow>;
-const decodeCommit = rowReader(CommitRow, 'forward commitment');
 
 export const SpotCheckStatus = Type.Union([Type.Literal('asked'), Type.Literal('passed'), Type.Literal('failed'), Type.Literal('skipped')]);
 export type SpotCheckStatus = Static<typeof SpotCheckStatus>;
@@ -50,17 +40,20 @@ const CheckRow = Type.Object({
   id: Int,
   runId: Type.String(),
   microbatch: Int,
+  attempt: Int,
   stage: Int,
   minerId: Type.String(),
   status: SpotCheckStatus,
   createdAt: Int,
+  /** when a heartbeat reply first named it (null: not yet) */
+  deliveredAt: Type.Union([Int, Type.Null()]),
   decidedAt: Type.Union([Int, Type.Null()]),
   cosine: NullableNumber,
   normRatio: NullableNumber,
   detail: Type.Union([Type.String(), Type.Null()]),
 });
 export type SpotCheckRecord = Static<typeof CheckRow>;
-const CHECK_COLUMNS = 'id, run_id AS runId, microbatch, stage, miner_id AS minerId, status, created_at AS createdAt, decided_at AS decidedAt, cosine, norm_ratio AS normRatio, detail';
+const CHECK_COLUMNS = 'id, run_id AS runId, microbatch, attempt, stage, miner_id AS minerId, status, created_at AS createdAt, delivered_at AS deliveredAt, decided_at AS decidedAt, cosine, norm_ratio AS normRatio, detail';
 const decodeCheck = rowReader(CheckRow, 'spot check');
 
 const TotalRow = Type.Object({ minerId: Type.String(), status: SpotCheckStatus, n: Int });
@@ -78,46 +71,34 @@ export interface CheckDecision {
 export class SpotCheckStore {
   constructor(private readonly db: StateDb) {}
 
-  putCommit(c: ForwardCommit): void {
-    this.db.run(
-      'INSERT OR REPLACE INTO forward_commits (microbatch, stage, miner_id, output_sha, input_sha, loss, at) VALUES (?, ?, ?, ?, ?, ?, ?)',
-      c.microbatch,
-      c.stage,
-      c.minerId,
-      c.outputSha,
-      c.inputSha,
-      c.loss,
-      c.at,
-    );
-  }
-
-  /** The commitments reported for a microbatch at a stage (several when it was re-issued), newest first. */
-  commits(microbatch: number, stage: number): ForwardCommit[] {
-    return all(
-      this.db,
-      decodeCommit,
-      'SELECT microbatch, stage, miner_id AS minerId, output_sha AS outputSha, input_sha AS inputSha, loss, at FROM forward_commits WHERE microbatch = ? AND stage = ? ORDER BY at DESC',
-      microbatch,
-      stage,
-    );
-  }
-
-  deleteCommitsBefore(at: number): void {
-    this.db.run('DELETE FROM forward_commits WHERE at < ?', at);
-  }
-
   /** Asks a check of a reported forward; returns its id. */
-  ask(c: { runId: string; microbatch: number; stage: number; minerId: string; createdAt: number }): number {
+  ask(c: { runId: string; microbatch: number; attempt: number; stage: number; minerId: string; createdAt: number }): number {
     return Number(
       this.db.run(
-        "INSERT INTO spot_checks (run_id, microbatch, stage, miner_id, status, created_at) VALUES (?, ?, ?, ?, 'asked', ?)",
+        "INSERT INTO spot_checks (run_id, microbatch, attempt, stage, miner_id, status, created_at) VALUES (?, ?, ?, ?, ?, 'asked', ?)",
         c.runId,
         c.microbatch,
+        c.attempt,
         c.stage,
         c.minerId,
         c.createdAt,
       ).lastInsertRowid,
     );
+  }
+
+  /** The open checks of a miner, oldest first. */
+  openOf(minerId: string, limit = 4096): SpotCheckRecord[] {
+    return all(this.db, decodeCheck, `SELECT ${CHECK_COLUMNS} FROM spot_checks WHERE miner_id = ? AND status = 'asked' ORDER BY id LIMIT ?`, minerId, limit);
+  }
+
+  /** A heartbeat reply named these checks: their timeout starts now, if it has not. */
+  markDelivered(ids: readonly number[], now: number): void {
+    for (const id of ids) this.db.run('UPDATE spot_checks SET delivered_at = ? WHERE id = ? AND delivered_at IS NULL', now, id);
+  }
+
+  /** After a restart: the open checks' timeouts start again (nobody could answer while it was down). */
+  restartTimeouts(now: number): void {
+    this.db.run("UPDATE spot_checks SET delivered_at = ? WHERE status = 'asked' AND delivered_at IS NOT NULL", now);
   }
 
   /** The open check of `microbatch` asked of `minerId`. */
@@ -132,8 +113,9 @@ export class SpotCheckStore {
     );
   }
 
-  askedBefore(at: number): SpotCheckRecord[] {
-    return all(this.db, decodeCheck, `SELECT ${CHECK_COLUMNS} FROM spot_checks WHERE status = 'asked' AND created_at < ? ORDER BY id`, at);
+  /** Open checks delivered before `at`. */
+  deliveredBefore(at: number): SpotCheckRecord[] {
+    return all(this.db, decodeCheck, `SELECT ${CHECK_COLUMNS} FROM spot_checks WHERE status = 'asked' AND delivered_at < ? ORDER BY id`, at);
   }
 
   /** asked → passed | failed. */

@@ -1,22 +1,23 @@
-// A miner's identity: a secp256k1 key (an Ethereum account) kept in its data
-// dir, created on first start.
+// A plain key file: a secp256k1 key (an Ethereum account) kept in a data dir,
+// created on first use. A miner signs with one unless it is given a wallet;
+// so does a developer's CLI.
 import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
-import { dirname, join } from 'node:path';
+import { dirname } from 'node:path';
 import { Type } from '@sinclair/typebox';
 import { generatePrivateKey, privateKeyToAccount } from 'viem/accounts';
 import type { Hex } from 'viem';
 import { NimbleError } from '../protocol/errors.ts';
 import { parseJson } from '../protocol/messages.ts';
 
-export interface Identity {
+export interface KeyIdentity {
   privateKey: Hex;
   address: string;
 }
 
 const KeyFile = Type.Object({ privateKey: Type.String({ pattern: '^0x[0-9a-fA-F]{64}$' }) });
 
-export function loadOrCreateIdentity(dataDir: string): Identity {
-  const path = join(dataDir, 'miner-key.json');
+/** The key in `path`, made (mode 600) when the file does not exist. */
+export function loadOrCreateKeyFile(path: string): KeyIdentity {
   if (existsSync(path)) {
     let privateKey: Hex;
     try {

@@ -1,0 +1,33 @@
+// Finding the network a miner is to join (or a developer signs for): the orchestrator's key, accepted
+// only with its signature of a fresh challenge (src/protocol/network.ts). The
+// key names the signing domain of every request the miner makes and checks,
+// and signs the tickets of the microbatches it is given.
+import { randomBytes } from 'node:crypto';
+import { JsonClient } from '../http/client.ts';
+import { NimbleError } from '../protocol/errors.ts';
+import { NetworkInfo } from '../protocol/messages.ts';
+import { verifyNetwork } from '../protocol/network.ts';
+
+export interface Network {
+  domain: string;
+  /** the orchestrator's public key (base64url) */
+  orchestratorKey: string;
+}
+
+/** Asks `orchestrator` for its network, retrying while it is not up yet (about a minute). */
+export async function findNetwork(orchestrator: string, stopped: () => boolean = () => false): Promise<Network> {
+  const client = new JsonClient(orchestrator, 10_000, 'the orchestrator');
+  for (let attempt = 0; ; attempt++) {
+    const challenge = randomBytes(16).toString('hex');
+    try {
+      const info = await client.get(`/network?challenge=${challenge}`, NetworkInfo, 'network');
+      const domain = verifyNetwork(info, challenge);
+      if (!domain) throw new NimbleError('forbidden', `${orchestrator} did not prove it holds the key it announces`);
+      return { domain, orchestratorKey: info.publicKey };
+    } catch (err) {
+      const unreachable = err instanceof NimbleError && err.code === 'unreachable';
+      if (!unreachable || attempt >= 40 || stopped()) throw err;
+      await new Promise((r) => setTimeout(r, Math.min(2000, 100 * 2 ** attempt)));
+    }
+  }
+}

@@ -1,0 +1,125 @@
+// Checking what replicas send in a merge round, so that no replica can
+// poison the merged model or take credit it did not earn:
+//   - a pseudo-gradient slice: every value within what honest AdamW steps can
+//     move a weight from the round's starting state (src/model/adamw.ts), for
+//     no more steps than the replica was credited (with a little slack); its
+//     weight in the mean is the steps it was credited, not the steps it claims;
+//   - a merged partition: recomputed here (the same deterministic merge every
+//     merger runs, src/merge/merge-partition.ts) when its mergers disagree or
+//     only one delivered; the recomputed frame is what everyone applies;
+//   - a stage state: the outer step of the chosen partitions from the round's
+//     starting state, recomputed and compared bit for bit (for a stage with
+//     one replica: weights within AdamW's reach of the starting state).
+import { adamMoveBound, ADAMW_DEFAULTS, firstOutOfReach } from '../model/adamw.ts';
+import { mergeSlices } from '../merge/merge-partition.ts';
+import { createOuterState, outerStep } from '../merge/outer.ts';
+import { partitionVector, type Partition } from '../merge/partition.ts';
+import { decodePartitionFrame, decodePartitionFrames, encodeMergedPartition } from '../merge/pseudo-gradient.ts';
+import { gptConfig } from '../model/config.ts';
+import { rangeParamCount } from '../model/gpt.ts';
+import { NimbleError } from '../protocol/errors.ts';
+import type { BlobStore } from './blobs.ts';
+import type { StageStates } from './stage-states.ts';
+import type { OrchestratorState } from './state/index.ts';
+import type { MergeRoundRecord, RoundKey } from './state/merge-rounds.ts';
+import type { RunRecord, StageRecord } from './state/runs.ts';
+
+/** Steps a replica may have taken beyond those credited to it (microbatches whose later hops failed). */
+export const UNCREDITED_STEPS_SLACK = 16;
+/** The miner id under which the orchestrator's own recomputation of a partition is stored. */
+export const RECOMPUTED = 'orchestrator';
+
+export class MergeChecks {
+  constructor(
+    private readonly state: OrchestratorState,
+    private readonly blobs: BlobStore,
+    private readonly stageStates: StageStates,
+  ) {}
+
+  partitions(run: RunRecord, s: StageRecord, count: number): Partition[] {
+    return count === 0 ? [] : partitionVector(rangeParamCount(gptConfig(run.model), { from: s.fromPart, to: s.toPart }), count);
+  }
+
+  /** The inner steps a replica of stage `k.stage` was credited for round `k.round` (the microbatches completed since the round before opened). */
+  creditedSteps(k: RoundKey, minerId: string): number {
+    const previous = k.round > 1 ? (this.state.mergeRounds.get({ ...k, round: k.round - 1 })?.startedAt ?? 0) : 0;
+    const opened = this.state.mergeRounds.get(k)?.startedAt ?? Number.MAX_SAFE_INTEGER;
+    return this.state.ledger.unitsBetween({ minerId, runId: k.runId, stage: k.stage, kind: 'backward', after: previous, until: opened });
+  }
+
+  /**
+   * A replica's pseudo-gradient slice of one partition: decoded (shape,
+   * codec, sha256, finite), every value within AdamW's reach from the round's
+   * starting state. Returns its norm and the steps it counts for.
+   */
+  async checkUpload(run: RunRecord, s: StageRecord, k: RoundKey, p: Partition, minerId: string, claimedSteps: number, bytes: Uint8Array): Promise<{ norm: number; samples: number }> {
+    const slice = decodePartitionFrame(bytes, p);
+    const credited = this.creditedSteps(k, minerId);
+    const steps = Math.min(claimedSteps, 2 * credited + UNCREDITED_STEPS_SLACK);
+    const start = await this.stageStates.at(run, k.stage, k.round - 1);
+    if (!start) throw new NimbleError('conflict', `the state round ${k.round} started from is not kept`);
+    const lr = run.options.lr;
+    let norm2 = 0;
+    for (let i = 0; i < slice.length; i++) {
+      const at = p.start + i;
+      // quantization adds at most half a step of its block's scale; 1% covers it
+      const bound = adamMoveBound(start.weights[at], steps, lr, at < start.decaySize ? ADAMW_DEFAULTS.weightDecay : 0) * 1.01 + 1e-6;
+      if (!(Math.abs(slice[i]) <= bound)) {
+        throw new NimbleError('invalid', `pseudo-gradient value ${slice[i]} at parameter ${at} is more than ${steps} AdamW steps at lr ${lr} can move it (${bound.toExponential(3)})`);
+      }
+      norm2 += slice[i] * slice[i];
+    }
+    return { norm: Math.sqrt(norm2), samples: Math.min(claimedSteps, credited) };
+  }
+
+  /** Merges partition `p` of the round here, as its mergers should have; stores the frame and returns its blob id. */
+  async recompute(run: RunRecord, s: StageRecord, round: MergeRoundRecord, p: number): Promise<string> {
+    const rule = round.plan.rule;
+    if (!rule) throw new NimbleError('conflict', `round ${round.round} has no merge rule yet`);
+    const part = this.partitions(run, s, round.partitions)[p];
+    const k: RoundKey = { runId: run.id, stage: s.stage, round: round.round };
+    const inputs = [];
+    for (const u of this.state.mergeRounds.uploads(k)) {
+      if (u.partition !== p || !round.replicas.includes(u.minerId)) continue;
+      inputs.push({ minerId: u.minerId, samples: u.samples, slice: decodePartitionFrame(await this.blobs.get(u.blob), part) });
+    }
+    const merged = mergeSlices(inputs, { aggregator: rule.aggregator, trim: rule.trim, maxNorm: rule.maxNorms[p] ?? null });
+    return this.blobs.put(encodeMergedPartition(merged, part, { runId: run.id, stage: s.stage, round: round.round }));
+  }
+
+  /** Throws 'invalid' unless `bytes` is the stage state the round must produce. */
+  async checkState(run: RunRecord, s: StageRecord, round: MergeRoundRecord, bytes: Uint8Array): Promise<void> {
+    const start = await this.stageStates.at(run, s.stage, round.round - 1);
+    if (!start) throw new NimbleError('conflict', `the state round ${round.round} started from is not kept`);
+    let uploaded;
+    try {
+      uploaded = await this.stageStates.decode(run, s.stage, bytes);
+    } catch (err) {
+      throw new NimbleError('invalid', `stage state: ${(err as Error).message}`);
+    }
+    if (round.partitions === 0) {
+      // one replica: no merge, its trained weights become the state; they must be within AdamW's reach
+      const steps = round.replicas.reduce((n, m) => Math.max(n, this.creditedSteps({ runId: run.id, stage: s.stage, round: round.round }, m)), 0) * 2 + UNCREDITED_STEPS_SLACK;
+      const at = firstOutOfReach(uploaded.weights, start.weights, start.decaySize, steps, run.options.lr);
+      if (at >= 0) throw new NimbleError('invalid', `stage state: weight ${at} is further from the round's start than ${steps} AdamW steps reach`);
+      if (!sameBits(uploaded.momentum, start.momentum) || uploaded.outerStep !== start.outerStep) throw new NimbleError('invalid', 'stage state: the outer momentum changed without a merge');
+      return;
+    }
+    const parts = this.partitions(run, s, round.partitions);
+    const frames: Uint8Array[] = [];
+    for (const blob of round.plan.chosen ?? []) frames.push(await this.blobs.get(blob));
+    const delta = decodePartitionFrames(frames, parts, undefined, { codecs: ['int8-block', 'f16', 'f32'] });
+    const outer = { ...createOuterState(delta.length, { lr: run.options.outerLr, momentum: run.options.outerMomentum }), step: start.outerStep, momentumBuffer: start.momentum.slice() };
+    const weights = outerStep(outer, start.weights, delta);
+    if (!sameBits(uploaded.weights, weights)) throw new NimbleError('invalid', `stage state: the weights are not the outer step of round ${round.round}'s merged partitions`);
+    if (!sameBits(uploaded.momentum, outer.momentumBuffer) || uploaded.outerStep !== outer.step) throw new NimbleError('invalid', `stage state: the outer momentum is not round ${round.round}'s`);
+  }
+}
+
+function sameBits(a: Float32Array, b: Float32Array): boolean {
+  if (a.length !== b.length) return false;
+  const x = new Uint32Array(a.buffer, a.byteOffset, a.length);
+  const y = new Uint32Array(b.buffer, b.byteOffset, b.length);
+  for (let i = 0; i < x.length; i++) if (x[i] !== y[i]) return false;
+  return true;
+}
