@@ -162,10 +162,12 @@ export const EpochView = Type.Object({
       units: Type.Record(Type.String(), Type.Number()),
     }),
   ),
-  /** stakes slashed for failed spot checks in this epoch */
+  /** stakes slashed for failed spot checks in this epoch (one per failed check) */
   slashes: Type.Array(
     Type.Object({
       miner: Address,
+      /** the failed spot check (null: a per-epoch slash of an earlier version) */
+      check: Nullable(Count),
       failed: Count,
       amount: Nullable(Nim),
       amountWei: Nullable(Wei),

@@ -109,6 +109,11 @@ export async function withdrawIfReady(client: ChainClient, signer: SigningClient
   }
 }
 
+/** Sets the unstake cooldown (seconds); the signer must hold the Staking admin role. */
+export async function setCooldown(client: ChainClient, admin: SigningClient, seconds: bigint): Promise<SentTx> {
+  return sendContractTx(client, admin, { address: client.deployment.staking, abi: stakingAbi, functionName: 'setCooldown', args: [seconds] });
+}
+
 /** Burns `amount` of `account`'s stake; the signer must hold ORCHESTRATOR_ROLE. */
 export async function slashStake(client: ChainClient, orchestrator: SigningClient, account: Address, amount: bigint, reason: string): Promise<SentTx> {
   return sendContractTx(client, orchestrator, {

@@ -25,7 +25,7 @@ export function withOrchestratorChainOptions(cmd: Command): Command {
     .option('--epoch-rounds <n>', 'completed merge rounds of a run per epoch', String(DEFAULT_EPOCH_ROUNDS))
     .option('--epoch-minutes <m>', 'also close an epoch this many minutes after it opened')
     .option('--emission <nim>', 'NIM paid per epoch, split by score', '100')
-    .option('--min-stake <nim>', 'refuse miners with less stake than this (NIM)', '0');
+    .option('--min-stake <nim>', 'refuse miners with less stake than this (NIM): every identity stakes, so splitting work across identities gains nothing', '10');
 }
 
 function parseNimOrZero(flag: string, value: string | undefined): bigint {
@@ -56,7 +56,7 @@ export async function orchestratorChain(flags: OrchestratorChainFlags, log: (lin
   const signer = wallet ? wallet.sign(session.client) : signerFor(session.client, localOperatorAccount());
   const pause = Number(process.env.NIMBLE_TEST_SETTLE_PAUSE_MS ?? 0); // fault injection for the kill -9 test
   return {
-    client: session.client, signer, emission, epochRounds, epochMs, minStake, close: () => session.close(), log,
+    client: session.client, signer, emission, epochRounds, epochMs, minStake, close: () => session.close(), log, local: !rpcUrl,
     ...(pause > 0 ? { pauseAfterSettleMs: pause } : {}),
   };
 }

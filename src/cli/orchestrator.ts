@@ -13,7 +13,6 @@ interface Flags extends OrchestratorChainFlags {
   minerTimeoutMs: string;
   deadlineMs: string;
   checkRate: string;
-  slashAfter: string;
   slashFraction: string;
 }
 
@@ -28,8 +27,7 @@ export function registerOrchestrator(program: Command): void {
       .option('--miner-timeout-ms <ms>', 'a miner silent this long is gone', '4000')
       .option('--deadline-ms <ms>', 'a microbatch not finished this long after issue is re-issued elsewhere', '15000')
       .option('--check-rate <share>', 'share of forwards the orchestrator recomputes (spot checks; 0 disables)', '0.02')
-      .option('--slash-after <n>', 'failed spot checks in one epoch after which a miner is slashed', '3')
-      .option('--slash-fraction <share>', 'share of its stake a slashed miner loses', '0.1'),
+      .option('--slash-fraction <share>', 'share of its stake a miner loses for each failed spot check (paid networks)', '0.05'),
   )).action(async (flags: Flags) => {
     const port = Number(flags.port);
     if (!Number.isInteger(port) || port < 0 || port > 65535) throw new NimbleError('invalid', `--port must be 0-65535, got '${flags.port}'`);
@@ -39,7 +37,6 @@ export function registerOrchestrator(program: Command): void {
       microbatchDeadlineMs: parsePositiveInt('--deadline-ms', flags.deadlineMs, 15000),
       spotChecks: {
         rate: parseShare('--check-rate', flags.checkRate),
-        slashAfter: parsePositiveInt('--slash-after', flags.slashAfter, 3),
         slashFraction: parseShare('--slash-fraction', flags.slashFraction),
       },
     };

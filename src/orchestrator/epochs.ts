@@ -14,22 +14,25 @@
 // already shows it settled with the same digest it is only marked settled,
 // otherwise the remaining batches are sent.
 //
-// Slashing: a miner with `slashAfter` or more failed spot checks in an epoch
-// gets a 'pending' slash row in the same transaction that closes the epoch.
-// Its amount (a share of the stake and unstaking tokens) is fixed and written
-// before the first send; its reason names the epoch and is unique, so after a
-// crash the Slashed events show whether it already went through.
+// Slashing: every failed spot check gets a 'pending' slash row when it fails
+// (src/orchestrator/spot-checks.ts). At the next pass (within a second) its
+// amount, a share of the stake and unstaking tokens the miner holds then, is
+// fixed and written before the first send; its reason names the check and is
+// unique, so after a crash the Slashed events show whether it already went
+// through. The unstake cooldown must be longer than a check can stay open, or
+// a miner could withdraw between being asked and being slashed: at start the
+// orchestrator raises a local chain's cooldown to that, and refuses a remote
+// chain whose cooldown is shorter.
 import { FINAL_RUN_STATUSES } from '../api/schemas.ts';
 import { formatEther, type Address, type Hash } from 'viem';
 import type { ChainClient, SigningClient } from '../chain/client.ts';
 import { normalizeRewards, readEpoch, rewardsDigest, settleEpoch, settlementTxOf, type Reward } from '../chain/rewards.ts';
 import { ChainTxError } from '../chain/tx.ts';
-import { findSlash, readStake, slashStake } from '../chain/staking.ts';
+import { findSlash, readStake, setCooldown, slashStake, stakingTotals } from '../chain/staking.ts';
 import { NimbleError } from '../protocol/errors.ts';
 import type { OrchestratorState } from './state/index.ts';
 import type { EpochRecord, SlashRecord } from './state/ledger.ts';
 import { scoreEpoch, splitEmission, stageSharesOf, type StageShares } from './scoring.ts';
-import { SPOT_CHECK_DEFAULTS, type SpotCheckOptions } from './spot-checks.ts';
 
 export const DEFAULT_EMISSION = 100n * 10n ** 18n;
 export const DEFAULT_EPOCH_ROUNDS = 1;
@@ -61,6 +64,8 @@ export interface ChainOptions {
   pauseAfterSettleMs?: number;
   /** called when the orchestrator closes (stops the local node it opened) */
   close?: () => Promise<void>;
+  /** the signer may raise the Staking cooldown (it is the local chain's admin) */
+  local?: boolean;
   log?: (line: string) => void;
 }
 
@@ -76,7 +81,8 @@ export class Epochs {
     readonly state: OrchestratorState,
     readonly chain: ChainOptions,
     private readonly now: () => number = Date.now,
-    readonly slashing: Pick<SpotCheckOptions, 'slashAfter' | 'slashFraction'> = SPOT_CHECK_DEFAULTS,
+    /** the longest a spot check can stay open before it is decided (ms): the unstake cooldown must be longer */
+    private readonly slashWindowMs: number = 0,
   ) {
     this.emission = chain.emission ?? DEFAULT_EMISSION;
     if (this.emission < 0n) throw new RangeError('emission must not be negative');
@@ -85,8 +91,9 @@ export class Epochs {
     this.log = chain.log ?? ((line) => console.error(`orchestrator: ${line}`));
   }
 
-  /** Finishes every epoch left in 'settling' (crash recovery), then runs a step every intervalMs. */
+  /** Checks the unstake cooldown, finishes every epoch left in 'settling' (crash recovery), then runs a step every intervalMs. */
   async start(): Promise<void> {
+    await this.checkCooldown();
     await this.reconcile();
     this.timer = setInterval(() => void this.step(), this.chain.intervalMs ?? 500);
   }
@@ -130,8 +137,8 @@ export class Epochs {
         await this.slash(s);
       } catch (err) {
         const message = (err as Error).message.split('\n')[0];
-        this.state.ledger.setSlashError(s.epoch, s.miner, message);
-        this.log(`epoch ${s.epoch}: slashing ${s.miner} failed, will retry: ${message}`);
+        this.state.ledger.setSlashError(s.id, message);
+        this.log(`slashing ${s.miner} for check ${s.checkId} failed, will retry: ${message}`);
       }
     }
   }
@@ -142,28 +149,32 @@ export class Epochs {
     const account = s.miner as Address;
     const found = await findSlash(client, account, s.reason);
     if (found) {
-      this.state.ledger.markSlashed(s.epoch, s.miner, found.txHash, found.amount);
+      this.state.ledger.markSlashed(s.id, found.txHash, found.amount);
       return;
     }
     let amount = s.amount === null ? null : BigInt(s.amount);
     if (amount === null) {
+      // the stake at the offence (this pass runs within a second of it)
       const p = await readStake(client, account);
       amount = ((p.staked + p.unstaking) * BigInt(Math.round(s.fraction * 1e6))) / 1_000_000n;
-      this.state.ledger.setSlashAmount(s.epoch, s.miner, amount); // durable before sending
+      this.state.ledger.setSlashAmount(s.id, amount); // durable before sending
     }
     if (amount === 0n) {
-      this.state.ledger.skipSlash(s.epoch, s.miner, 'nothing staked to slash');
-      this.log(`epoch ${s.epoch}: ${s.miner} failed ${s.failed} spot checks but has nothing staked`);
+      this.state.ledger.skipSlash(s.id, 'nothing staked to slash');
+      this.log(`${s.miner} failed spot check ${s.checkId} but has nothing staked`);
       return;
     }
     try {
       const tx = await slashStake(client, signer, account, amount, s.reason);
-      this.state.ledger.markSlashed(s.epoch, s.miner, tx.hash);
-      this.log(`epoch ${s.epoch}: slashed ${formatEther(amount)} NIM of ${s.miner} for ${s.failed} failed spot checks (tx ${tx.hash})`);
+      this.state.ledger.markSlashed(s.id, tx.hash);
+      this.log(`slashed ${formatEther(amount)} NIM of ${s.miner} for failed spot check ${s.checkId} (tx ${tx.hash})`);
     } catch (err) {
       if (!(err instanceof ChainTxError && err.errorName === 'InsufficientStake')) throw err;
-      // it withdrew in between: slash what is left at the next pass
-      this.state.ledger.setSlashAmount(s.epoch, s.miner, null, 'stake fell before the slash; recomputing');
+      // slashed meanwhile for another check: take what is left (the amount was fixed; the stake is gone only by slashes within the cooldown)
+      const p = await readStake(client, account);
+      const left = p.staked + p.unstaking;
+      if (left === 0n) this.state.ledger.skipSlash(s.id, 'nothing left staked to slash');
+      else this.state.ledger.setSlashAmount(s.id, left, `only ${formatEther(left)} NIM left to slash`);
     }
   }
 
@@ -196,17 +207,28 @@ export class Epochs {
       split.rewards.forEach((r, i) => {
         this.state.ledger.putReward({ epoch: open.id, miner: r.miner, score: r.score, amount: r.amount, units: scores[i].units });
       });
-      for (const sc of scores) {
-        const failed = sc.units.failed_check;
-        if (failed >= this.slashing.slashAfter && this.slashing.slashFraction > 0) {
-          this.state.ledger.putSlash({ epoch: open.id, miner: sc.miner, failed, fraction: this.slashing.slashFraction, reason: `nimble epoch ${open.id}: ${failed} failed spot checks` });
-        }
-      }
       const paid = split.rewards.some((r) => r.amount > 0n);
       this.state.ledger.closeEpoch(open.id, { runId, mergesMark, toLog: to, closedAt: now, emission: this.emission, remainder: split.remainder, settled: !paid });
       this.state.ledger.openEpoch(now);
       return this.state.ledger.epoch(open.id)!;
     });
+  }
+
+  /**
+   * The unstake cooldown must outlast the slash window (a check open, then
+   * decided and slashed); a local chain's is raised to it, a remote chain
+   * that is shorter is refused.
+   */
+  private async checkCooldown(): Promise<void> {
+    const needed = Math.ceil(this.slashWindowMs / 1000);
+    if (needed <= 0) return;
+    const { cooldown } = await stakingTotals(this.chain.client);
+    if (cooldown >= needed) return;
+    if (!this.chain.local) {
+      throw new NimbleError('conflict', `the chain's unstake cooldown is ${cooldown} s; spot checks need at least ${needed} s so that a miner cannot withdraw between a check and its slash (raise it with Staking.setCooldown)`);
+    }
+    await setCooldown(this.chain.client, this.chain.signer, BigInt(needed));
+    this.log(`raised the local chain's unstake cooldown from ${cooldown} s to ${needed} s (the slash window)`);
   }
 
   /** The reward list of an epoch, as posted (normalized: zero amounts dropped). */

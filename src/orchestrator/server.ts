@@ -6,6 +6,7 @@ import { FsBlobStore } from './blobs.ts';
 import { Coordinator, type CoordinatorOptions } from './coordinator.ts';
 import { Epochs, type ChainOptions } from './epochs.ts';
 import { buildApi } from './http.ts';
+import { slashWindowMs } from './spot-checks.ts';
 import { loadOrCreateOrchestratorIdentity } from './identity.ts';
 import { OrchestratorState } from './state/index.ts';
 
@@ -33,9 +34,10 @@ export async function startOrchestrator(options: OrchestratorOptions): Promise<R
   mkdirSync(options.dataDir, { recursive: true });
   const state = OrchestratorState.open(join(options.dataDir, 'orchestrator.sqlite'));
   const blobs = await FsBlobStore.open(join(options.dataDir, 'blobs'));
-  const coordinator = new Coordinator(state, blobs, { ...options.coordinator, identity: loadOrCreateOrchestratorIdentity(options.dataDir) });
+  const spotChecks = { ...options.coordinator?.spotChecks, slash: Boolean(options.chain) };
+  const coordinator = new Coordinator(state, blobs, { ...options.coordinator, spotChecks, identity: loadOrCreateOrchestratorIdentity(options.dataDir) });
   const epochs = options.chain
-    ? new Epochs(state, { evict: (id, reason) => coordinator.evict(id, reason), ...options.chain }, Date.now, coordinator.checks.options)
+    ? new Epochs(state, { evict: (id, reason) => coordinator.evict(id, reason), ...options.chain }, Date.now, slashWindowMs(coordinator.checks.options))
     : null;
   if (epochs) {
     try {

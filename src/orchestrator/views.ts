@@ -110,6 +110,7 @@ export function epochView(state: OrchestratorState, e: EpochRecord): EpochView {
     })),
     slashes: state.ledger.slashes({ epoch: e.id }).map((x) => ({
       miner: x.miner,
+      check: x.checkId,
       failed: x.failed,
       amount: nim(x.amount),
       amountWei: x.amount,

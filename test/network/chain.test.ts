@@ -20,7 +20,7 @@ const epochs = (): Promise<EpochView[]> => cluster.epochs();
 test('a run with the chain on pays the miners that worked, once', async () => {
   process.env.NIMBLE_PASSWORD = 'pw-e2e';
   process.env.NIMBLE_CHAIN_RPC = '';
-  await cluster.startOrchestrator(['--epoch-rounds', '2', '--emission', '10'], { chain: true });
+  await cluster.startOrchestrator(['--min-stake', '0', '--epoch-rounds', '2', '--emission', '10'], { chain: true });
   const wallets = ['a', 'b'].map((n) => saveWallet(join(cluster.dir, n), `w-${n}`, generatePrivateKey(), 'pw-e2e'));
   const started = await Promise.all(['a', 'b'].map((n) => cluster.startMiner(n, ['--wallet.name', `w-${n}`])));
   assert.deepEqual(

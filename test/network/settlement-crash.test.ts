@@ -21,7 +21,7 @@ const epochs = (): Promise<EpochView[]> => cluster.epochs();
 test('kill -9 of the orchestrator between the chain taking an epoch and recording it: paid exactly once after restart', async () => {
   process.env.NIMBLE_PASSWORD = 'pw-crash';
   process.env.NIMBLE_CHAIN_RPC = '';
-  const args = ['--epoch-rounds', '1', '--emission', '10', '--check-rate', '0'];
+  const args = ['--min-stake', '0', '--epoch-rounds', '1', '--emission', '10', '--check-rate', '0'];
   process.env.NIMBLE_TEST_SETTLE_PAUSE_MS = '60000';
   try {
     await cluster.startOrchestrator(args, { chain: true });

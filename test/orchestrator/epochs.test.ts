@@ -10,7 +10,7 @@ import { fileURLToPath } from 'node:url';
 import { parseEther, type Address } from 'viem';
 import { generatePrivateKey, privateKeyToAccount } from 'viem/accounts';
 import { rewardHistory, settleEpoch } from '../../src/chain/rewards.ts';
-import { addStake, readStake, removeStake } from '../../src/chain/staking.ts';
+import { addStake, readStake, removeStake, setCooldown, slashStake, stakingTotals } from '../../src/chain/staking.ts';
 import { faucet } from '../../src/chain/token.ts';
 import { signerFor } from '../../src/chain/client.ts';
 import { OrchestratorClient } from '../../src/api/client.ts';
@@ -38,7 +38,7 @@ after(async () => {
 });
 
 const miners = [1, 2, 3].map(() => privateKeyToAccount(generatePrivateKey()).address);
-const chainOpts = (extra: Partial<ChainOptions> = {}): ChainOptions => ({ client: chain.client, signer: chain.operator, emission: parseEther('100'), log: () => {}, ...extra });
+const chainOpts = (extra: Partial<ChainOptions> = {}): ChainOptions => ({ client: chain.client, signer: chain.operator, emission: parseEther('100'), log: () => {}, local: true, ...extra });
 
 /** A fresh orchestrator state with one 2-stage gpt-micro run and some work. */
 function seed(path: string): OrchestratorState {
@@ -187,6 +187,46 @@ test('GET /epochs, nbcli rewards, a join below the minimum stake gets 403, a min
   } finally {
     await orch.close();
   }
+});
+
+test('one slash per failed check, its amount from the stake at the offence, sent once; a cooldown shorter than the slash window is raised (local) or refused (remote)', async () => {
+  const db = seed(join(dir, 'slash.sqlite'));
+  const account = privateKeyToAccount(generatePrivateKey());
+  await faucet(chain.client, account.address, parseEther('40'));
+  await addStake(chain.client, signerFor(chain.client, account), parseEther('40'));
+  const epochs = new Epochs(db, chainOpts());
+  db.ledger.putSlash({ epoch: 1, miner: account.address, checkId: 7, fraction: 0.25, reason: 'nimble check 7' });
+  db.ledger.putSlash({ epoch: 1, miner: account.address, checkId: 7, fraction: 0.25, reason: 'nimble check 7' }); // the same check again: ignored
+  db.ledger.putSlash({ epoch: 1, miner: account.address, checkId: 8, fraction: 0.25, reason: 'nimble check 8' });
+  assert.equal(db.ledger.slashes().length, 2);
+  await epochs.reconcile();
+  const [a, b] = db.ledger.slashes();
+  assert.equal(a.status, 'slashed');
+  assert.equal(b.status, 'slashed');
+  assert.equal(a.amount, parseEther('10').toString(), 'a quarter of 40');
+  assert.equal(b.amount, parseEther('7.5').toString(), 'a quarter of the 30 left');
+  await epochs.reconcile(); // nothing pending: nothing sent twice
+  assert.equal((await readStake(chain.client, account.address)).staked, parseEther('22.5'));
+
+  // a crash after the send, before it was recorded: the Slashed event with that reason is found, not resent
+  db.ledger.putSlash({ epoch: 1, miner: account.address, checkId: 9, fraction: 0.5, reason: 'nimble check 9' });
+  await slashStake(chain.client, chain.operator, account.address, parseEther('1'), 'nimble check 9');
+  await epochs.reconcile();
+  const c = db.ledger.slashes().find((x) => x.checkId === 9)!;
+  assert.equal(c.status, 'slashed');
+  assert.equal(c.amount, parseEther('1').toString());
+  assert.equal((await readStake(chain.client, account.address)).staked, parseEther('21.5'));
+
+  const window = 180_000;
+  await setCooldown(chain.client, chain.operator, 60n); // (an orchestrator started above raised it already)
+  const remote = new Epochs(db, chainOpts({ local: false, intervalMs: 60_000 }), Date.now, window);
+  await assert.rejects(() => remote.start(), (err: unknown) => err instanceof NimbleError && err.code === 'conflict' && /cooldown is \d+ s; spot checks need at least 180 s/.test(err.message));
+  await remote.stop();
+  const local = new Epochs(db, chainOpts({ local: true, intervalMs: 60_000 }), Date.now, window);
+  await local.start();
+  await local.stop();
+  assert.equal((await stakingTotals(chain.client)).cooldown, 180);
+  db.close();
 });
 
 function nbcli(args: string[]): Promise<string> {

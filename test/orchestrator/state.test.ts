@@ -186,15 +186,18 @@ test('the ledger: work totals, epochs open → settling → settled, rewards and
   assert.deepEqual([e.status, e.txHash, e.settledAt, e.error, e.chainEpoch, e.emission], ['settled', '0xdead', 9, null, '12', '100000000000000000000']);
   assert.deepEqual(state.ledger.rewards(open.id), [{ epoch: open.id, miner: '0xa', score: 3, amount: '100000000000000000000', units: { forward: 3 } }]);
 
-  state.ledger.putSlash({ epoch: open.id, miner: '0xa', failed: 3, fraction: 0.1, reason: 'r' });
-  state.ledger.putSlash({ epoch: open.id, miner: '0xa', failed: 9, fraction: 0.5, reason: 'again' });
-  assert.equal(state.ledger.slashes({ status: 'pending' }).length, 1, 'once per epoch and miner');
-  state.ledger.setSlashAmount(open.id, '0xa', 5n);
-  state.ledger.setSlashAmount(open.id, '0xa', null, 'stake fell');
+  state.ledger.putSlash({ epoch: open.id, miner: '0xa', checkId: 7, fraction: 0.05, reason: 'r7' });
+  state.ledger.putSlash({ epoch: open.id, miner: '0xa', checkId: 7, fraction: 0.5, reason: 'again' });
+  state.ledger.putSlash({ epoch: open.id, miner: '0xa', checkId: 8, fraction: 0.05, reason: 'r8' });
+  const [first, second] = state.ledger.slashes({ status: 'pending' });
+  assert.deepEqual([first.checkId, second.checkId, first.fraction], [7, 8, 0.05], 'once per failed check');
+  state.ledger.setSlashAmount(first.id, 5n);
+  state.ledger.setSlashAmount(first.id, null, 'stake fell');
   assert.deepEqual([state.ledger.slashes()[0].amount, state.ledger.slashes()[0].error], [null, 'stake fell']);
-  state.ledger.markSlashed(open.id, '0xa', '0xbeef', 4n);
+  state.ledger.markSlashed(first.id, '0xbeef', 4n);
+  state.ledger.skipSlash(second.id, 'nothing staked');
   const s = state.ledger.slashes({ epoch: open.id })[0];
-  assert.deepEqual([s.status, s.txHash, s.amount, s.error, s.failed], ['slashed', '0xbeef', '4', null, 3]);
+  assert.deepEqual([s.status, s.txHash, s.amount, s.error, s.failed], ['slashed', '0xbeef', '4', null, 1]);
   assert.deepEqual(state.ledger.slashes({ status: 'pending' }), []);
 });
 

@@ -3,8 +3,9 @@
 // reward split, and the slashes decided when an epoch closed.
 //
 // Epoch: open → settling (closed: scored, split written) → settled (on chain,
-// or nothing to pay). Slash: pending (amount fixed before the first send) →
-// slashed | skipped (nothing staked).
+// or nothing to pay). Slash (one per failed spot check): pending (amount fixed
+// from the stake right after the offence, before the first send) → slashed |
+// skipped (nothing staked).
 import { Type, type Static } from '@sinclair/typebox';
 import { EpochStatus, WorkKind } from '../../api/schemas.ts';
 import { all, jsonColumn, one, rowReader, scalar, type Migrations, type StateDb } from './db.ts';
@@ -31,6 +32,16 @@ export const LEDGER_MIGRATIONS: Migrations = {
       epoch INTEGER NOT NULL, miner TEXT NOT NULL, score REAL NOT NULL, amount TEXT NOT NULL, units TEXT NOT NULL,
       PRIMARY KEY (epoch, miner)
     )`,
+    // one slash per failed spot check (it was one per epoch and miner, past a threshold)
+    `CREATE TABLE slashes_by_check (
+      id INTEGER PRIMARY KEY AUTOINCREMENT, epoch INTEGER NOT NULL, miner TEXT NOT NULL, check_id INTEGER UNIQUE,
+      failed INTEGER NOT NULL, fraction REAL NOT NULL, amount TEXT, reason TEXT NOT NULL UNIQUE, status TEXT NOT NULL, tx_hash TEXT, error TEXT
+    );
+    INSERT INTO slashes_by_check (epoch, miner, failed, fraction, amount, reason, status, tx_hash, error)
+      SELECT epoch, miner, failed, fraction, amount, reason, status, tx_hash, error FROM slashes ORDER BY epoch, miner;
+    DROP TABLE slashes;
+    ALTER TABLE slashes_by_check RENAME TO slashes;
+    CREATE INDEX slashes_by_status ON slashes (status)`,
   ],
 };
 
@@ -119,22 +130,26 @@ const decodeReward = (row: unknown): EpochRewardRecord => {
 export const SlashStatus = Type.Union([Type.Literal('pending'), Type.Literal('slashed'), Type.Literal('skipped')]);
 export type SlashStatus = Static<typeof SlashStatus>;
 const SlashRow = Type.Object({
+  id: Int,
+  /** the epoch the offence fell in */
   epoch: Int,
   miner: Type.String(),
-  /** failed checks in the epoch */
+  /** the failed spot check it punishes (null: a slash of an earlier version, per epoch) */
+  checkId: Type.Union([Int, Type.Null()]),
+  /** failed checks it punishes */
   failed: Int,
   /** share of the stake to slash */
   fraction: Type.Number({ minimum: 0, maximum: 1 }),
   /** wei, fixed before the first send */
   amount: Type.Union([Wei, Type.Null()]),
-  /** the on-chain reason, unique per (epoch, miner): how a resend finds an earlier slash */
+  /** the on-chain reason, unique: how a resend finds an earlier slash */
   reason: Type.String(),
   status: SlashStatus,
   txHash: NullableText,
   error: NullableText,
 });
 export type SlashRecord = Static<typeof SlashRow>;
-const SLASH_COLUMNS = 'epoch, miner, failed, fraction, amount, reason, status, tx_hash AS txHash, error';
+const SLASH_COLUMNS = 'id, epoch, miner, check_id AS checkId, failed, fraction, amount, reason, status, tx_hash AS txHash, error';
 const decodeSlash = rowReader(SlashRow, 'slash');
 
 export class Ledger {
@@ -275,13 +290,13 @@ export class Ledger {
 
   // ---- slashes ----------------------------------------------------------------
 
-  /** A pending slash (once per epoch and miner). */
-  putSlash(s: { epoch: number; miner: string; failed: number; fraction: number; reason: string }): void {
+  /** A pending slash for a failed spot check (once per check). */
+  putSlash(s: { epoch: number; miner: string; checkId: number; fraction: number; reason: string }): void {
     this.db.run(
-      "INSERT OR IGNORE INTO slashes (epoch, miner, failed, fraction, reason, status) VALUES (?, ?, ?, ?, ?, 'pending')",
+      "INSERT OR IGNORE INTO slashes (epoch, miner, check_id, failed, fraction, reason, status) VALUES (?, ?, ?, 1, ?, ?, 'pending')",
       s.epoch,
       s.miner,
-      s.failed,
+      s.checkId,
       s.fraction,
       s.reason,
     );
@@ -290,31 +305,25 @@ export class Ledger {
   slashes(filter: { status?: SlashStatus; epoch?: number } = {}): SlashRecord[] {
     const where = ([['status', filter.status], ['epoch', filter.epoch]] as const).filter((w) => w[1] !== undefined);
     const clause = where.length ? `WHERE ${where.map(([col]) => `${col} = ?`).join(' AND ')}` : '';
-    return all(this.db, decodeSlash, `SELECT ${SLASH_COLUMNS} FROM slashes ${clause} ORDER BY epoch, miner`, ...where.map(([, v]) => v!));
+    return all(this.db, decodeSlash, `SELECT ${SLASH_COLUMNS} FROM slashes ${clause} ORDER BY id`, ...where.map(([, v]) => v!));
   }
 
   /** Fixes (or, with null, un-fixes) the amount of a pending slash. */
-  setSlashAmount(epoch: number, miner: string, amount: bigint | null, error: string | null = null): void {
-    this.db.run('UPDATE slashes SET amount = ?, error = COALESCE(?, error) WHERE epoch = ? AND miner = ?', amount === null ? null : amount.toString(), error, epoch, miner);
+  setSlashAmount(id: number, amount: bigint | null, error: string | null = null): void {
+    this.db.run('UPDATE slashes SET amount = ?, error = COALESCE(?, error) WHERE id = ?', amount === null ? null : amount.toString(), error, id);
   }
 
   /** pending → slashed. */
-  markSlashed(epoch: number, miner: string, txHash: string, amount?: bigint): void {
-    this.db.run(
-      "UPDATE slashes SET status = 'slashed', tx_hash = ?, amount = COALESCE(?, amount), error = NULL WHERE epoch = ? AND miner = ?",
-      txHash,
-      amount === undefined ? null : amount.toString(),
-      epoch,
-      miner,
-    );
+  markSlashed(id: number, txHash: string, amount?: bigint): void {
+    this.db.run("UPDATE slashes SET status = 'slashed', tx_hash = ?, amount = COALESCE(?, amount), error = NULL WHERE id = ?", txHash, amount === undefined ? null : amount.toString(), id);
   }
 
   /** pending → skipped. */
-  skipSlash(epoch: number, miner: string, why: string): void {
-    this.db.run("UPDATE slashes SET status = 'skipped', error = ? WHERE epoch = ? AND miner = ?", why, epoch, miner);
+  skipSlash(id: number, why: string): void {
+    this.db.run("UPDATE slashes SET status = 'skipped', error = ? WHERE id = ?", why, id);
   }
 
-  setSlashError(epoch: number, miner: string, error: string): void {
-    this.db.run('UPDATE slashes SET error = ? WHERE epoch = ? AND miner = ?', error.slice(0, 500), epoch, miner);
+  setSlashError(id: number, error: string): void {
+    this.db.run('UPDATE slashes SET error = ? WHERE id = ?', error.slice(0, 500), id);
   }
 }
