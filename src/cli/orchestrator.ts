@@ -27,7 +27,7 @@ export function registerOrchestrator(program: Command): void {
       .option('--miner-timeout-ms <ms>', 'a miner silent this long is gone', '4000')
       .option('--deadline-ms <ms>', 'a microbatch not finished this long after issue is re-issued elsewhere', '15000')
       .option('--check-rate <share>', 'share of forwards the orchestrator recomputes (spot checks; 0 disables)', '0.02')
-      .option('--slash-fraction <share>', 'share of its stake a miner loses for each failed spot check (paid networks)', '0.05'),
+      .option('--slash-fraction <share>', 'share of its stake a miner loses for each offence: a failed spot check, a forged receipt or claim, a poisoned merge (paid networks)', '0.05'),
   )).action(async (flags: Flags) => {
     const port = Number(flags.port);
     if (!Number.isInteger(port) || port < 0 || port > 65535) throw new NimbleError('invalid', `--port must be 0-65535, got '${flags.port}'`);
@@ -35,10 +35,8 @@ export function registerOrchestrator(program: Command): void {
     const coordinator = {
       minerTimeoutMs: parsePositiveInt('--miner-timeout-ms', flags.minerTimeoutMs, 4000),
       microbatchDeadlineMs: parsePositiveInt('--deadline-ms', flags.deadlineMs, 15000),
-      spotChecks: {
-        rate: parseShare('--check-rate', flags.checkRate),
-        slashFraction: parseShare('--slash-fraction', flags.slashFraction),
-      },
+      spotChecks: { rate: parseShare('--check-rate', flags.checkRate) },
+      slashing: { fraction: parseShare('--slash-fraction', flags.slashFraction) },
     };
     const log = (line: string): void => {
       if (flags.json) process.stdout.write(JSON.stringify({ event: 'log', message: line }) + '\n');

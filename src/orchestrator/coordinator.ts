@@ -17,6 +17,7 @@ import type { BlobStore } from './blobs.ts';
 import { MergeChecks } from './merge-checks.ts';
 import { MergeRounds } from './merges.ts';
 import { MicrobatchFlow } from './microbatches.ts';
+import { Offences, type SlashingOptions } from './offences.ts';
 import { RunPlanner } from './run-planner.ts';
 import type { OrchestratorIdentity } from './identity.ts';
 import { SpotChecks, type SpotCheckOptions } from './spot-checks.ts';
@@ -32,8 +33,10 @@ export interface CoordinatorOptions {
   microbatchDeadlineMs: number;
   /** activation slots each miner keeps (microbatches in flight per miner) */
   slots: number;
-  /** spot checks of forwards (rate, timeout, slashing threshold) */
+  /** spot checks of forwards (rate, timeout) */
   spotChecks?: Partial<SpotCheckOptions>;
+  /** what an offence costs in stake (enabled on a paid network) */
+  slashing?: Partial<SlashingOptions>;
   now?: () => number;
   /** where the clock reports what went wrong (default: stderr) */
   log?: (line: string) => void;
@@ -56,6 +59,8 @@ export class Coordinator {
   readonly checks: SpotChecks;
   readonly microbatches: MicrobatchFlow;
   readonly planner: RunPlanner;
+  /** where provably false work is charged (penalty units, slashes) */
+  readonly offences: Offences;
   private readonly options: CoordinatorOptions;
   private readonly now: () => number;
   private readonly log: (line: string) => void;
@@ -83,8 +88,9 @@ export class Coordinator {
     const { key, domain } = this.identity;
     const engine = (): Promise<Engine> => (this.engine ??= Engine.create({ threads: 1 }));
     this.stageStates = new StageStates(state, blobs, engine);
-    this.merges = new MergeRounds(state, blobs, new MergeChecks(state, blobs, this.stageStates), this.now, this.log);
-    this.checks = new SpotChecks(state, this.stageStates, engine, this.options.spotChecks, this.now);
+    this.offences = new Offences(state, this.options.slashing);
+    this.merges = new MergeRounds(state, blobs, new MergeChecks(state, blobs, this.stageStates), this.offences, this.now, this.log);
+    this.checks = new SpotChecks(state, this.stageStates, engine, this.offences, this.options.spotChecks, this.now);
     this.microbatches = new MicrobatchFlow(
       state,
       this.checks,
@@ -140,10 +146,18 @@ export class Coordinator {
     if (!miner.alive) this.planner.replanAll();
 
     const assignment = this.state.runs.assignmentOf(minerId);
+    const lies: string[] = [];
     for (const report of req.reports) {
       // work on a stage the miner does not hold (any more) earns nothing and costs nothing
       const held = assignment && assignment.runId === report.runId && assignment.stage === report.stage ? this.state.runs.get(report.runId) : undefined;
-      if (held) this.microbatches.applyReport(minerId, held, report);
+      const lie = held ? this.microbatches.applyReport(minerId, held, report) : null;
+      if (lie) lies.push(lie);
+    }
+    if (lies.length && assignment) {
+      // one offence per heartbeat, however many false reports it carried
+      const offence = { minerId, runId: assignment.runId, stage: assignment.stage, kind: 'invalid', units: lies.length } as const;
+      const detail = `${lies.length} false report${lies.length > 1 ? 's' : ''}, the first: ${lies[0]}`;
+      this.state.tx(() => this.offences.charge({ ...offence, detail, key: `false reports by ${minerId} at ${now}` }, now));
     }
     const held = req.held ?? [];
     const reply: HeartbeatReply = {

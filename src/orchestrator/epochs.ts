@@ -14,12 +14,12 @@
 // already shows it settled with the same digest it is only marked settled,
 // otherwise the remaining batches are sent.
 //
-// Slashing: every failed spot check gets a 'pending' slash row when it fails
-// (src/orchestrator/spot-checks.ts). At the next pass (within a second) its
-// amount, a share of the stake and unstaking tokens the miner holds then, is
-// fixed and written before the first send; its reason names the check and is
-// unique, so after a crash the Slashed events show whether it already went
-// through. The unstake cooldown must be longer than a check can stay open, or
+// Slashing: every offence (src/orchestrator/offences.ts: a failed spot check,
+// a false claim, a poisoned merge) gets a 'pending' slash row when it is
+// decided. At the next pass (within a second) its amount, a share of the
+// stake and unstaking tokens the miner holds then, is fixed and written before
+// the first send; its reason names the offence and is unique, so after a
+// crash the Slashed events show whether it already went through. The unstake cooldown must be longer than a check can stay open, or
 // a miner could withdraw between being asked and being slashed: at start the
 // orchestrator raises a local chain's cooldown to that, and refuses a remote
 // chain whose cooldown is shorter.
@@ -138,7 +138,7 @@ export class Epochs {
       } catch (err) {
         const message = (err as Error).message.split('\n')[0];
         this.state.ledger.setSlashError(s.id, message);
-        this.log(`slashing ${s.miner} for check ${s.checkId} failed, will retry: ${message}`);
+        this.log(`slashing ${s.miner} (${s.reason}) failed, will retry: ${message}`);
       }
     }
   }
@@ -161,13 +161,13 @@ export class Epochs {
     }
     if (amount === 0n) {
       this.state.ledger.skipSlash(s.id, 'nothing staked to slash');
-      this.log(`${s.miner} failed spot check ${s.checkId} but has nothing staked`);
+      this.log(`${s.miner} has nothing staked to slash (${s.reason})`);
       return;
     }
     try {
       const tx = await slashStake(client, signer, account, amount, s.reason);
       this.state.ledger.markSlashed(s.id, tx.hash);
-      this.log(`slashed ${formatEther(amount)} NIM of ${s.miner} for failed spot check ${s.checkId} (tx ${tx.hash})`);
+      this.log(`slashed ${formatEther(amount)} NIM of ${s.miner} (${s.reason}; tx ${tx.hash})`);
     } catch (err) {
       if (!(err instanceof ChainTxError && err.errorName === 'InsufficientStake')) throw err;
       // slashed meanwhile for another check: take what is left (the amount was fixed; the stake is gone only by slashes within the cooldown)

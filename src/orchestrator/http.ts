@@ -1,12 +1,14 @@
 // The orchestrator's HTTP API: the public routes (./routes/public.ts) and the
 // miners' signed routes (./routes/miners.ts) on the shared server of
 // src/http/server.ts. A miner's malformed signed request (400, 413, 415)
-// counts as invalid work of its signer.
+// counts as invalid work of its signer; one that proves it cheated is an
+// offence (src/orchestrator/offences.ts).
 import { createHttpServer, type HttpServer } from '../http/server.ts';
 import { AuthError } from '../protocol/errors.ts';
 import { RequestVerifier } from '../protocol/signing.ts';
 import type { Coordinator } from './coordinator.ts';
 import type { Epochs } from './epochs.ts';
+import { OffenceError } from './offences.ts';
 import { minerRoutes } from './routes/miners.ts';
 import { publicRoutes } from './routes/public.ts';
 
@@ -25,7 +27,13 @@ export function buildApi(coordinator: Coordinator, epochs: Epochs | null = null)
     onRefused: (req, err) => {
       // a malformed request is provably its signer's fault; a 403, 404 or 409 can be an honest race with the orchestrator's state
       if (!req.signer || err instanceof AuthError || !MALFORMED.has(err.status) || !coordinator.state.miners.get(req.signer)) return;
-      coordinator.state.ledger.logWork({ minerId: req.signer, runId: null, kind: 'invalid', detail: `${req.method} ${req.url.slice(0, 120)}: ${err.message.slice(0, 200)}` }, Date.now());
+      const detail = `${req.method} ${req.url.slice(0, 120)}: ${err.message.slice(0, 200)}`;
+      const minerId = req.signer;
+      const now = Date.now();
+      if (err instanceof OffenceError) {
+        // work no honest miner could send (src/orchestrator/offences.ts)
+        coordinator.state.tx(() => coordinator.offences.charge({ ...err.offence, minerId, kind: 'invalid', detail, key: `${err.offence.key} by ${minerId}` }, now));
+      } else coordinator.state.ledger.logWork({ minerId, runId: null, kind: 'invalid', detail }, now);
     },
     onFailure: (req, err) => console.error(`orchestrator: ${req.method} ${req.url}:`, err.cause ?? err),
   });

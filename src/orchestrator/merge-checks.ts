@@ -18,6 +18,7 @@ import { decodePartitionFrame, decodePartitionFrames, encodeMergedPartition } fr
 import { gptConfig } from '../model/config.ts';
 import { rangeParamCount } from '../model/gpt.ts';
 import { NimbleError } from '../protocol/errors.ts';
+import { OffenceError } from './offences.ts';
 import type { BlobStore } from './blobs.ts';
 import type { StageStates } from './stage-states.ts';
 import type { OrchestratorState } from './state/index.ts';
@@ -65,7 +66,8 @@ export class MergeChecks {
       // quantization adds at most half a step of its block's scale; 1% covers it
       const bound = adamMoveBound(start.weights[at], steps, lr, at < start.decaySize ? ADAMW_DEFAULTS.weightDecay : 0) * 1.01 + 1e-6;
       if (!(Math.abs(slice[i]) <= bound)) {
-        throw new NimbleError('invalid', `pseudo-gradient value ${slice[i]} at parameter ${at} is more than ${steps} AdamW steps at lr ${lr} can move it (${bound.toExponential(3)})`);
+        const message = `pseudo-gradient value ${slice[i]} at parameter ${at} is more than ${steps} AdamW steps at lr ${lr} can move it (${bound.toExponential(3)})`;
+        throw new OffenceError(message, { runId: run.id, stage: k.stage, key: `pseudo-gradient ${k.runId}/${k.stage}/${k.round}/${p.index}` });
       }
       norm2 += slice[i] * slice[i];
     }
@@ -87,8 +89,9 @@ export class MergeChecks {
     return this.blobs.put(encodeMergedPartition(merged, part, { runId: run.id, stage: s.stage, round: round.round }));
   }
 
-  /** Throws 'invalid' unless `bytes` is the stage state the round must produce. */
+  /** Throws 'invalid' unless `bytes` is the stage state the round must produce (an offence when it decodes but is not). */
   async checkState(run: RunRecord, s: StageRecord, round: MergeRoundRecord, bytes: Uint8Array): Promise<void> {
+    const stateOffence = (message: string): OffenceError => new OffenceError(message, { runId: run.id, stage: s.stage, key: `stage state ${run.id}/${s.stage}/${round.round}` });
     const start = await this.stageStates.at(run, s.stage, round.round - 1);
     if (!start) throw new NimbleError('conflict', `the state round ${round.round} started from is not kept`);
     let uploaded;
@@ -101,8 +104,8 @@ export class MergeChecks {
       // one replica: no merge, its trained weights become the state; they must be within AdamW's reach
       const steps = round.replicas.reduce((n, m) => Math.max(n, this.creditedSteps({ runId: run.id, stage: s.stage, round: round.round }, m)), 0) * 2 + UNCREDITED_STEPS_SLACK;
       const at = firstOutOfReach(uploaded.weights, start.weights, start.decaySize, steps, run.options.lr);
-      if (at >= 0) throw new NimbleError('invalid', `stage state: weight ${at} is further from the round's start than ${steps} AdamW steps reach`);
-      if (!sameBits(uploaded.momentum, start.momentum) || uploaded.outerStep !== start.outerStep) throw new NimbleError('invalid', 'stage state: the outer momentum changed without a merge');
+      if (at >= 0) throw stateOffence(`stage state: weight ${at} is further from the round's start than ${steps} AdamW steps reach`);
+      if (!sameBits(uploaded.momentum, start.momentum) || uploaded.outerStep !== start.outerStep) throw stateOffence('stage state: the outer momentum changed without a merge');
       return;
     }
     const parts = this.partitions(run, s, round.partitions);
@@ -111,8 +114,8 @@ export class MergeChecks {
     const delta = decodePartitionFrames(frames, parts, undefined, { codecs: ['int8-block', 'f16', 'f32'] });
     const outer = { ...createOuterState(delta.length, { lr: run.options.outerLr, momentum: run.options.outerMomentum }), step: start.outerStep, momentumBuffer: start.momentum.slice() };
     const weights = outerStep(outer, start.weights, delta);
-    if (!sameBits(uploaded.weights, weights)) throw new NimbleError('invalid', `stage state: the weights are not the outer step of round ${round.round}'s merged partitions`);
-    if (!sameBits(uploaded.momentum, outer.momentumBuffer) || uploaded.outerStep !== outer.step) throw new NimbleError('invalid', `stage state: the outer momentum is not round ${round.round}'s`);
+    if (!sameBits(uploaded.weights, weights)) throw stateOffence(`stage state: the weights are not the outer step of round ${round.round}'s merged partitions`);
+    if (!sameBits(uploaded.momentum, outer.momentumBuffer) || uploaded.outerStep !== outer.step) throw stateOffence(`stage state: the outer momentum is not round ${round.round}'s`);
   }
 }
 

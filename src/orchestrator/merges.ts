@@ -20,6 +20,7 @@ import { NimbleError } from '../protocol/errors.ts';
 import type { MergeTask } from '../protocol/messages.ts';
 import type { BlobStore } from './blobs.ts';
 import { RECOMPUTED, type MergeChecks } from './merge-checks.ts';
+import type { Offences } from './offences.ts';
 import type { OrchestratorState } from './state/index.ts';
 import type { MergeResult, MergeRoundRecord, RoundKey, RoundPlan, RoundRule } from './state/merge-rounds.ts';
 import type { RunRecord, StageRecord } from './state/runs.ts';
@@ -44,6 +45,8 @@ export class MergeRounds {
     private readonly state: OrchestratorState,
     private readonly blobs: BlobStore,
     private readonly checks: MergeChecks,
+    /** where a merged partition that is not the merge of its inputs is charged */
+    private readonly offences: Offences,
     private readonly now: () => number,
     private readonly log: (line: string) => void = () => {},
   ) {}
@@ -197,12 +200,16 @@ export class MergeRounds {
         const chosen = Array.from({ length: round.partitions }, (_, p) => settled.get(p)!);
         this.state.tx(() => {
           this.state.mergeRounds.update(key, { status: 'applying', plan: { ...next, chosen, phaseAt: now } });
-          // a merger's result is credited once when it is the partition's merge, and is invalid work when it is not
+          // a merger's result is credited once when it is the partition's merge, and is an offence when it is not
           for (const r of results) {
             if (r.minerId === RECOMPUTED || !round.replicas.includes(r.minerId)) continue;
-            const right = r.blob === chosen[r.partition];
-            const detail = right ? null : `merged partition ${r.partition} of round ${round.round} is not the merge of its inputs`;
-            this.state.ledger.logWork({ minerId: r.minerId, runId: run.id, kind: right ? 'merge' : 'invalid', stage: s.stage, detail }, now);
+            if (r.blob === chosen[r.partition]) {
+              this.state.ledger.logWork({ minerId: r.minerId, runId: run.id, kind: 'merge', stage: s.stage }, now);
+              continue;
+            }
+            const at = `${run.id}/${s.stage}/${round.round}/${r.partition}`;
+            const detail = `merged partition ${r.partition} of round ${round.round} is not the merge of its inputs`;
+            this.offences.charge({ minerId: r.minerId, runId: run.id, stage: s.stage, kind: 'invalid', detail, key: `merged partition ${at} by ${r.minerId}` }, now);
           }
         });
       }

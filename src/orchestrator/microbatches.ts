@@ -8,7 +8,10 @@
 // miner it was issued to, each next hop is the receipted receiver of the one
 // before, each hop's input frame is the one its sender sent, and the gradient
 // comes back the same way. Until then nothing is credited; a claim that is a
-// repeat, for another attempt, or from a miner off the path earns nothing.
+// repeat, for another attempt, or from a miner off the path earns nothing; a
+// claim no honest miner could make (of an attempt never issued, of a stage-0
+// forward issued to another miner, with a receipt that does not verify) is
+// an offence of the claimant (src/orchestrator/offences.ts).
 //
 // A microbatch is issued again when a miner on its path vanishes or drops it,
 // or when its deadline passes; then the miner it stalled at (the first hop,
@@ -124,25 +127,27 @@ export class MicrobatchFlow {
 
   /**
    * Takes one claim of `minerId`, who holds `stage` of `run`. A claim of a
-   * microbatch's current attempt is recorded once (true when it is a forward
-   * selected for a spot check); a receipt that does not verify is the
-   * reporter's invalid work; stale claims and repeats change nothing. A
-   * miner on the path that reports dropping the microbatch is charged for it
-   * and the microbatch is issued again.
+   * microbatch's current attempt is recorded once; stale claims and repeats
+   * change nothing. A miner on the path that reports dropping the microbatch
+   * is charged for it and the microbatch is issued again. Returns why the
+   * claim is false when no honest miner could have made it (the caller
+   * charges the offence), else null.
    */
-  applyReport(minerId: string, run: RunRecord, r: WorkReport): boolean {
+  applyReport(minerId: string, run: RunRecord, r: WorkReport): string | null {
     const now = this.now();
     const mb = this.state.microbatches.get(r.microbatch);
-    if (!mb || mb.runId !== run.id || mb.status !== 'issued' || mb.attempts !== r.attempt) return false; // stale or unknown: earns nothing
+    if (!mb || mb.runId !== run.id) return null; // unknown (or collected): earns nothing
+    if (r.attempt > mb.attempts) return `microbatch ${mb.id} attempt ${r.attempt} was never issued`;
+    if (mb.status !== 'issued' || mb.attempts !== r.attempt) return null; // stale: earns nothing
     if (r.phase === 'dropped') {
-      if (mb.path[r.stage] !== minerId) return false;
+      if (mb.path[r.stage] !== minerId) return null;
       this.state.tx(() => {
         this.state.ledger.logWork({ minerId, runId: run.id, kind: 'dropped', stage: r.stage, detail: r.reason ?? null }, now);
         this.state.microbatches.requeue(mb.id);
       });
-      return false;
+      return null;
     }
-    if (r.stage === 0 && r.phase === 'forward' && mb.minerId !== minerId) return false; // not issued to it
+    if (r.stage === 0 && r.phase === 'forward' && mb.minerId !== minerId) return `microbatch ${mb.id} attempt ${r.attempt} was issued to another miner`;
     const S = run.stageCount;
     const handsOn = r.phase === 'forward' ? r.stage < S - 1 : r.stage > 0;
     let nextId: string | null = null;
@@ -150,8 +155,7 @@ export class MicrobatchFlow {
       const receipt = { runId: run.id, microbatch: mb.id, attempt: mb.attempts, stage: r.phase === 'forward' ? r.stage + 1 : r.stage - 1, phase: r.phase, frameSha: r.outputSha };
       // the receiver may have restarted (a new session key) since it signed: any of its recent keys
       if (!this.evidence.receiptKeysOf(r.next).some((key) => verifyReceipt(key, this.evidence.domain, receipt, r.receipt!))) {
-        this.state.ledger.logWork({ minerId, runId: run.id, kind: 'invalid', stage: r.stage, detail: `microbatch ${mb.id}: a receipt from ${r.next} that does not verify` }, now);
-        return false;
+        return `microbatch ${mb.id}: a receipt from ${r.next} that does not verify`;
       }
       nextId = r.next;
     }
@@ -168,14 +172,13 @@ export class MicrobatchFlow {
       round: this.state.runs.stage(run.id, r.stage)?.round ?? 0,
       at: now,
     };
-    let selected = false;
     this.state.tx(() => {
       if (!this.state.claims.put(claim)) return; // a repeat
       if (r.bytesSent) this.state.runs.addCounters(run.id, { bytes: r.bytesSent });
-      if (r.phase === 'forward') selected = this.checks.onForward(run, claim);
+      if (r.phase === 'forward') this.checks.onForward(run, claim);
       this.settle(run, this.state.microbatches.get(mb.id)!);
     });
-    return selected;
+    return null;
   }
 
   /** Completes an attempt whose claims chain up (crediting every hop once), or notes how far it got. */

@@ -34,8 +34,8 @@ export async function startOrchestrator(options: OrchestratorOptions): Promise<R
   mkdirSync(options.dataDir, { recursive: true });
   const state = OrchestratorState.open(join(options.dataDir, 'orchestrator.sqlite'));
   const blobs = await FsBlobStore.open(join(options.dataDir, 'blobs'));
-  const spotChecks = { ...options.coordinator?.spotChecks, slash: Boolean(options.chain) };
-  const coordinator = new Coordinator(state, blobs, { ...options.coordinator, spotChecks, identity: loadOrCreateOrchestratorIdentity(options.dataDir) });
+  const slashing = { ...options.coordinator?.slashing, enabled: Boolean(options.chain) };
+  const coordinator = new Coordinator(state, blobs, { ...options.coordinator, slashing, identity: loadOrCreateOrchestratorIdentity(options.dataDir) });
   const epochs = options.chain
     ? new Epochs(state, { evict: (id, reason) => coordinator.evict(id, reason), ...options.chain }, Date.now, slashWindowMs(coordinator.checks.options))
     : null;

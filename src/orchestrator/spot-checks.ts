@@ -17,9 +17,8 @@
 //    fp32 and compared: cosine similarity and norm ratio of the activation,
 //    relative deviation of the loss. Thresholds per codec, from measuring
 //    honest miners (docs/chain.md, `npm run bench -- --only spot-check`).
-// A failed check is logged as 'failed_check' work (a penalty in scoring);
-// on a paid network each failed check also slashes `slashFraction` of the
-// miner's stake (src/orchestrator/epochs.ts sends it).
+// A failed check is an offence (src/orchestrator/offences.ts): 'failed_check'
+// work (a penalty in scoring) and, on a paid network, a slash.
 import { randomInt } from 'node:crypto';
 import { loadCorpus, type ByteCorpus } from '../data/corpus.ts';
 import type { Engine } from '../engine/engine.ts';
@@ -28,6 +27,7 @@ import { GptStage, partCount, rangeParamCount } from '../model/gpt.ts';
 import { decodeCheckBundle } from '../protocol/check-bundle.ts';
 import { NimbleError } from '../protocol/errors.ts';
 import { CHECK_ROWS, verifyForward, type CheckContext, type CheckOutcome } from './spot-check-verify.ts';
+import type { Offences } from './offences.ts';
 import type { StageStates } from './stage-states.ts';
 import type { OrchestratorState } from './state/index.ts';
 import type { HopClaim } from './state/claims.ts';
@@ -39,19 +39,9 @@ export interface SpotCheckOptions {
   rate: number;
   /** a check not answered within this long fails */
   timeoutMs: number;
-  /** share of the stake slashed for each failed check (on a paid network) */
-  slashFraction: number;
-  /** slash failed checks (the network pays, so there is stake to slash) */
-  slash: boolean;
 }
 
-/**
- * 5% a failed check: honest miners do not fail checks (their deviation is
- * 70–500 times under the thresholds, docs/chain.md), and a cheat caught a
- * few times loses a share that grows with each check, however its work is
- * split across identities.
- */
-export const SPOT_CHECK_DEFAULTS: SpotCheckOptions = { rate: 0.02, timeoutMs: 60_000, slashFraction: 0.05, slash: false };
+export const SPOT_CHECK_DEFAULTS: SpotCheckOptions = { rate: 0.02, timeoutMs: 60_000 };
 
 /** How long after it is asked a check is decided at the latest, and slashed: the unstake cooldown must be longer. */
 export function slashWindowMs(o: Pick<SpotCheckOptions, 'timeoutMs'>): number {
@@ -82,13 +72,14 @@ export class SpotChecks {
     private readonly stageStates: StageStates,
     /** the orchestrator's engine, for recomputation */
     private readonly engine: () => Promise<Engine>,
+    /** where a failed check is charged */
+    private readonly offences: Offences,
     options: Partial<SpotCheckOptions> = {},
     private readonly now: () => number = Date.now,
   ) {
     this.options = { ...SPOT_CHECK_DEFAULTS, ...options };
     const o = this.options;
     if (!(o.rate >= 0 && o.rate <= 1)) throw new RangeError(`check rate must be in [0, 1], got ${o.rate}`);
-    if (!(o.slashFraction >= 0 && o.slashFraction <= 1)) throw new RangeError(`slash fraction must be in [0, 1], got ${o.slashFraction}`);
   }
 
   /** A forward was claimed (its commitment is the claim): true when it is selected for a check. Call inside the claim's transaction. */
@@ -187,11 +178,18 @@ export class SpotChecks {
     this.state.tx(() => {
       this.state.spotChecks.decide(check.id, { status, cosine: o.cosine, normRatio: o.normRatio, detail: o.detail }, now);
       if (o.passed) return;
-      this.state.ledger.logWork({ minerId: check.minerId, runId: check.runId, kind: 'failed_check', stage: check.stage, detail: `spot check of microbatch ${check.microbatch}: ${o.detail}` }, now);
-      if (this.options.slash && this.options.slashFraction > 0) {
-        const reason = `nimble spot check ${check.runId}/${check.id}: microbatch ${check.microbatch} stage ${check.stage}`;
-        this.state.ledger.putSlash({ epoch: this.state.ledger.openEpoch(now).id, miner: check.minerId, checkId: check.id, fraction: this.options.slashFraction, reason });
-      }
+      this.offences.charge(
+        {
+          minerId: check.minerId,
+          runId: check.runId,
+          stage: check.stage,
+          kind: 'failed_check',
+          detail: `spot check of microbatch ${check.microbatch}: ${o.detail}`,
+          key: `spot check ${check.runId}/${check.id}: microbatch ${check.microbatch} stage ${check.stage}`,
+          checkId: check.id,
+        },
+        now,
+      );
     });
     return status;
   }

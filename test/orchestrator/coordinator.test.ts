@@ -20,6 +20,7 @@ import { checkpointInfo } from '../../src/model/checkpoint.ts';
 import { decodeSafetensors } from '../../src/model/safetensors.ts';
 import { COORDINATOR_DEFAULTS } from '../../src/orchestrator/coordinator.ts';
 import { RECOMPUTED } from '../../src/orchestrator/merge-checks.ts';
+import { OffenceError } from '../../src/orchestrator/offences.ts';
 import { APPLY_TIMEOUT_MS, MERGE_TIMEOUT_MS, UPLOAD_TIMEOUT_MS } from '../../src/orchestrator/merges.ts';
 import type { RunRecord } from '../../src/orchestrator/state/runs.ts';
 import { signReceipt, verifyTicket } from '../../src/protocol/evidence.ts';
@@ -313,7 +314,7 @@ test('a stage-0 replica is given at most two slots of microbatches in flight, an
   assert.equal(h.run(run.id).microbatchesCreated, 5);
 });
 
-test('500 identical claims of a hop are credited once, at completion; claims of a microbatch issued to another miner earn nothing', async (t) => {
+test('500 identical claims of a hop are credited once, at completion; a claim of a microbatch issued to another miner earns nothing and is an offence', async (t) => {
   const h = await harness(t);
   h.joinMany('m', 4);
   const run = h.createRun({ steps: 10 });
@@ -334,7 +335,8 @@ test('500 identical claims of a hop are credited once, at completion; claims of 
   b1.beat({ reports: [b1.last(x, { loss: 1 }), b1.backward(x)] });
   b0.beat({ reports: [b0.backward(x, { attempt: 1 })] });
   assert.equal(pick(h, x).status, 'issued');
-  assert.deepEqual(h.work(run.id), {}, 'nothing earned off the path, and nothing charged');
+  const offence = { [`${b0.name}/invalid`]: 1 };
+  assert.deepEqual(h.work(run.id), offence, 'nothing earned off the path; the claim of a0\'s microbatch is an offence of b0, b1 is charged nothing');
   assert.equal(h.run(run.id).lastLoss, null);
 
   // a1 and a0 claim the rest 500 times each: one completion, one unit per hop
@@ -344,7 +346,7 @@ test('500 identical claims of a hop are credited once, at completion; claims of 
   const back = a0.backward(x);
   a0.beat({ reports: Array(500).fill(back) });
   assert.equal(pick(h, x).status, 'done');
-  const credited = { [`${a0.name}/backward`]: 1, [`${a0.name}/forward`]: 1, [`${a1.name}/backward`]: 1, [`${a1.name}/forward`]: 1 };
+  const credited = { ...offence, [`${a0.name}/backward`]: 1, [`${a0.name}/forward`]: 1, [`${a1.name}/backward`]: 1, [`${a1.name}/forward`]: 1 };
   assert.deepEqual(h.work(run.id), credited);
   assert.deepEqual([h.run(run.id).microbatchesDone, h.run(run.id).tokensDone, h.run(run.id).lastLoss], [1, 32, 4]);
   assert.deepEqual(h.state.runs.stages(run.id).map((s) => s.innerSteps), [1, 1]);
@@ -391,7 +393,7 @@ test('a stage-0 backward without the forwards does not complete a microbatch; cl
 
 // ---- 3. bad and stale reports ---------------------------------------------------------
 
-test('claims of a stage the miner does not hold, of a run it does not hold, of a microbatch of another run or never issued, of another attempt, and repeats earn nothing and cost nothing', async (t) => {
+test('claims of a stage the miner does not hold, of a run it does not hold, of a microbatch of another run or unknown, of an earlier attempt, and repeats earn nothing and cost nothing; a claim of an attempt never issued is an offence', async (t) => {
   const h = await harness(t);
   h.joinMany('m', 2);
   const first = h.createRun({ steps: 1 });
@@ -417,7 +419,7 @@ test('claims of a stage the miner does not hold, of a run it does not hold, of a
   s1.beat({ reports: [report(second.id, oldMb, 1, 'backward', { attempt: 1 })] });
   // a microbatch that does not exist
   s1.beat({ reports: [report(second.id, 999_999, 1, 'forward', { attempt: 1, loss: 3 })] });
-  // the microbatch in flight, of an attempt it is not at
+  // the microbatch in flight, of an attempt never issued
   s1.beat({ reports: [{ ...s1.last(mb, { loss: 3 }), attempt: 2 }] });
   // the stage-0 forward again, twice
   s0.beat({ reports: [forward, forward] });
@@ -426,7 +428,7 @@ test('claims of a stage the miner does not hold, of a run it does not hold, of a
   assert.deepEqual(h.run(second.id), before.run, 'no loss, no counters');
   assert.deepEqual(h.run(first.id), before.firstRun);
   assert.equal(pick(h, oldMb).status, 'done');
-  assert.deepEqual(h.work(second.id), {}, 'not an invalid unit either');
+  assert.deepEqual(h.work(second.id), { [`${s1.name}/invalid`]: 1 }, 'only the claim of an attempt never issued costs anything');
   assert.deepEqual(h.work(first.id), before.first);
 
   // none of it got in the way of the honest claims
@@ -434,7 +436,7 @@ test('claims of a stage the miner does not hold, of a run it does not hold, of a
   s0.beat({ reports: [s0.backward(mb)] });
   assert.equal(pick(h, mb).status, 'done');
   assert.equal(h.run(second.id).lastLoss, 2.5);
-  assert.deepEqual(h.work(second.id), { [`${s0.name}/backward`]: 1, [`${s0.name}/forward`]: 1, [`${s1.name}/backward`]: 1, [`${s1.name}/forward`]: 1 });
+  assert.deepEqual(h.work(second.id), { [`${s0.name}/backward`]: 1, [`${s0.name}/forward`]: 1, [`${s1.name}/backward`]: 1, [`${s1.name}/forward`]: 1, [`${s1.name}/invalid`]: 1 });
 });
 
 test('a miner naming an honest next-stage miner without its valid receipt gets an invalid unit per claim; the named miner is charged nothing, even at the deadline', async (t) => {
@@ -599,21 +601,22 @@ test('a miner on the path that reports a microbatch dropped is charged and the m
   const [x] = s0.take(1);
   // before anyone handed x to s1, its word that it dropped x is not evidence of anything
   s1.beat({ reports: [report(run.id, x, 1, 'dropped', { attempt: 1, reason: 'queue full', bytesSent: 0 })] });
-  // s0 says it dropped an attempt of x that is not the live one
+  // s0 says it dropped an attempt of x never issued: a false claim, its own offence
   s0.beat({ reports: [report(run.id, x, 0, 'dropped', { attempt: 2, reason: 'queue full', bytesSent: 0 })] });
   assert.deepEqual(pick(h, x), { status: 'issued', minerId: s0.id, path: [s0.id], progress: 0, attempts: 1 });
-  assert.deepEqual(h.work(run.id), {});
+  const lie = { [`${s0.name}/invalid`]: 1 };
+  assert.deepEqual(h.work(run.id), lie);
 
   s0.beat({ reports: [s0.forward(x, { to: s1 })] });
   // s1 is on the path now; it lets x go and says so
   const reply = s1.beat({ reports: [s1.dropped(x, 'queue full')] });
   assert.deepEqual(reply.abandon, [], 'it let go: nothing to tell it');
   assert.equal(pick(h, x).status, 'pending');
-  assert.deepEqual(h.work(run.id), { [`${s1.name}/dropped`]: 1 }, "s0's forward is not credited: x was not done");
+  assert.deepEqual(h.work(run.id), { ...lie, [`${s1.name}/dropped`]: 1 }, "s0's forward is not credited: x was not done");
   assert.deepEqual(s0.beat().abandon, [x]);
   // the same report again, from a miner that still names the dropped attempt in `held`: told to let go, not charged again
   assert.deepEqual(s1.beat({ reports: [report(run.id, x, 1, 'dropped', { attempt: 1, bytesSent: 0 })], held: [{ microbatch: x, attempt: 1 }] }).abandon, [x]);
-  assert.deepEqual(h.work(run.id), { [`${s1.name}/dropped`]: 1 }, 'charged once');
+  assert.deepEqual(h.work(run.id), { ...lie, [`${s1.name}/dropped`]: 1 }, 'charged once');
   // a late claim of the dropped attempt earns nothing and moves nothing
   s1.beat({ reports: [report(run.id, x, 1, 'forward', { attempt: 1, loss: 2, bytesSent: 0, inputSha: s0.frameSha(x, 1, 'forward') })] });
   assert.equal(pick(h, x).status, 'pending');
@@ -627,7 +630,7 @@ test('a miner on the path that reports a microbatch dropped is charged and the m
   assert.equal(pick(h, x).status, 'issued');
   s0.beat({ reports: [s0.dropped(x, 'shutting down')] });
   assert.equal(pick(h, x).status, 'pending');
-  assert.deepEqual(h.work(run.id), { [`${s0.name}/dropped`]: 1, [`${s1.name}/dropped`]: 1 });
+  assert.deepEqual(h.work(run.id), { ...lie, [`${s0.name}/dropped`]: 1, [`${s1.name}/dropped`]: 1 });
 });
 
 // ---- 5. lost replies and spot checks ---------------------------------------------------
@@ -1318,6 +1321,46 @@ test('two mergers that disagree on a partition: the round settles on the orchest
   await applyAll(h, run, 1, 1);
   h.tick();
   assert.deepEqual(h.state.runs.stages(run.id).map((s) => [s.mode, s.round]), [['training', 1], ['training', 1]]);
+});
+
+test('on a paid network each offence is one pending slash: a heartbeat of false claims, a merged partition that is not the merge of its inputs; a poisoned pseudo-gradient is refused as an OffenceError', async (t) => {
+  const h = await harness(t, { slashing: { enabled: true, fraction: 0.1 } });
+  const run = runAtFirstMerge(h);
+  const [a0, b0] = h.replicas(run.id, 0);
+  const key = { runId: run.id, stage: 0, round: 1 };
+  const done = h.state.microbatches.byStatus(run.id, 'done')[0].id;
+  // two claims of attempts never issued in one heartbeat: one offence of 2 units; another heartbeat: another
+  b0.beat({ reports: [report(run.id, done, 0, 'forward', { attempt: 7 }), report(run.id, done, 0, 'backward', { attempt: 8 })] });
+  assert.equal(h.work(run.id)[`${b0.name}/invalid`], 2);
+  h.advance(1);
+  b0.beat({ reports: [report(run.id, done, 0, 'forward', { attempt: 9 })] });
+  let slashes = h.state.ledger.slashes();
+  assert.deepEqual(slashes.map((x) => [h.nameOf(x.miner), x.fraction, x.checkId, x.status]), [[b0.name, 0.1, null, 'pending'], [b0.name, 0.1, null, 'pending']]);
+  assert.match(slashes[0].reason, new RegExp(`^nimble false reports by ${b0.id} at \\d+$`));
+
+  // a value no 2 AdamW steps reach: refused as an offence (src/orchestrator/http.ts charges its signer)
+  const task = taskOf(a0);
+  const pg = fakePseudoGradient(h, a0, 1, 2);
+  pg[task.partitions[1].start] = 1;
+  await assert.rejects(() => h.coordinator.merges.putPseudoGradient(a0.id, key, 1, 2, pseudoGradientFrames(h, a0, task, 1, 2, pg)[1]), (err: unknown) => err instanceof OffenceError && err.status === 400 && err.offence.key === `pseudo-gradient ${run.id}/0/1/1`);
+
+  // b0 merges partition 0 wrongly: when the round settles on the recomputation, a slash
+  await uploadAll(h, run, 0);
+  await uploadAll(h, run, 1);
+  h.tick();
+  await mergeAndUpload(h, a0, taskOf(a0));
+  const mine = taskOf(b0);
+  const [job0, ...rest] = mine.merge;
+  await h.coordinator.merges.putMerged(b0.id, key, 0, await mergedFrame(h, b0, mine, { ...job0, inputs: job0.inputs.filter((x) => x.minerId === b0.id) }));
+  for (const job of rest) await h.coordinator.merges.putMerged(b0.id, key, job.partition, await mergedFrame(h, b0, mine, job));
+  h.tick();
+  await h.coordinator.merges.settled();
+  h.tick();
+  assert.equal(mergeRound(h, run.id, 0, 1).status, 'applying');
+  slashes = h.state.ledger.slashes();
+  assert.equal(slashes.length, 3);
+  assert.equal(slashes[2].reason, `nimble merged partition ${run.id}/0/1/0 by ${b0.id}`);
+  assert.ok(slashes.every((x) => x.miner === b0.id), 'a0 did nothing wrong');
 });
 
 test('a stage state that is not the outer step of the chosen partitions from the round start is refused with 400 and the round stays in applying until the right one arrives', async (t) => {

@@ -17,6 +17,7 @@ import { FsBlobStore } from '../../src/orchestrator/blobs.ts';
 import { OrchestratorState } from '../../src/orchestrator/state/index.ts';
 import { reach } from '../../src/model/adamw.ts';
 import { compare, verifyForward, type CheckContext } from '../../src/orchestrator/spot-check-verify.ts';
+import { Offences } from '../../src/orchestrator/offences.ts';
 import { SpotChecks } from '../../src/orchestrator/spot-checks.ts';
 import { StageStates } from '../../src/orchestrator/stage-states.ts';
 
@@ -198,8 +199,9 @@ test('selection follows the rate; a check left unanswered fails and costs the mi
     let now = 1_000_000;
     const blobs = await FsBlobStore.open(join(dir, 'blobs'));
     const states = new StageStates(db, blobs, async () => engine);
-    const never = new SpotChecks(db, states, async () => engine, { rate: 0 }, () => now);
-    const always = new SpotChecks(db, states, async () => engine, { rate: 1, timeoutMs: 5000 }, () => now);
+    const offences = new Offences(db, { enabled: true, fraction: 0.1 });
+    const never = new SpotChecks(db, states, async () => engine, offences, { rate: 0 }, () => now);
+    const always = new SpotChecks(db, states, async () => engine, offences, { rate: 1, timeoutMs: 5000 }, () => now);
     const claim = { microbatch: 3, attempt: 1, stage: 0, phase: 'forward' as const, minerId: '0xminer', nextId: null, inputSha: null, outputSha: 'a'.repeat(64), loss: null, round: 0, at: now };
     assert.equal(never.onForward(run, claim), false);
     assert.equal(always.onForward(run, claim), true);
@@ -212,8 +214,12 @@ test('selection follows the rate; a check left unanswered fails and costs the mi
     assert.equal(c.status, 'failed');
     assert.match(c.detail!, /not answered/);
     assert.deepEqual(db.ledger.workTotals('r1'), [{ minerId: '0xminer', kind: 'failed_check', units: 1 }]);
+    // on a paid network, an offence: one pending slash, named after the check
+    assert.deepEqual(db.ledger.slashes().map((x) => [x.miner, x.checkId, x.fraction, x.status]), [['0xminer', c.id, 0.1, 'pending']]);
+    assert.match(db.ledger.slashes()[0].reason, /^nimble spot check r1\/\d+: microbatch 3 stage 0$/);
     await assert.rejects(() => always.submit('0xminer', 'r1', 3, new Uint8Array(10)), /no open spot check/);
-    assert.throws(() => new SpotChecks(db, states, async () => engine, { rate: 2 }), RangeError);
+    assert.throws(() => new SpotChecks(db, states, async () => engine, offences, { rate: 2 }), RangeError);
+    assert.throws(() => new Offences(db, { fraction: 1.5 }), RangeError);
     always.close();
   } finally {
     db.close();

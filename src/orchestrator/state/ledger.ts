@@ -3,7 +3,7 @@
 // reward split, and the slashes decided when an epoch closed.
 //
 // Epoch: open → settling (closed: scored, split written) → settled (on chain,
-// or nothing to pay). Slash (one per failed spot check): pending (amount fixed
+// or nothing to pay). Slash (one per offence, src/orchestrator/offences.ts): pending (amount fixed
 // from the stake right after the offence, before the first send) → slashed |
 // skipped (nothing staked).
 import { Type, type Static } from '@sinclair/typebox';
@@ -290,8 +290,8 @@ export class Ledger {
 
   // ---- slashes ----------------------------------------------------------------
 
-  /** A pending slash for a failed spot check (once per check). */
-  putSlash(s: { epoch: number; miner: string; checkId: number; fraction: number; reason: string }): void {
+  /** A pending slash for an offence (src/orchestrator/offences.ts), once per reason (and per spot check). */
+  putSlash(s: { epoch: number; miner: string; checkId: number | null; fraction: number; reason: string }): void {
     this.db.run(
       "INSERT OR IGNORE INTO slashes (epoch, miner, check_id, failed, fraction, reason, status) VALUES (?, ?, ?, 1, ?, ?, 'pending')",
       s.epoch,
