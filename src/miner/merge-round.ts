@@ -16,6 +16,7 @@ import type { Partition } from '../merge/partition.ts';
 import { decodePartitionFrame, decodePartitionFrames, encodeMergedPartition, encodePseudoGradientPartitions } from '../merge/pseudo-gradient.ts';
 import type { MergeTask } from '../protocol/messages.ts';
 import type { StageRunner } from './stage-runner.ts';
+import type { Tamper } from './tamper.ts';
 
 /** One merge round of one stage of a run. */
 export interface RoundRef {
@@ -58,6 +59,8 @@ export interface MergeRoundOptions {
   stopped(): boolean;
   /** wait this long before merging partitions: lets failure tests kill a merger mid-round */
   mergeDelayMs?: number;
+  /** fault injection (tamper.ts) */
+  tamper?: Tamper;
 }
 
 /** A replica's merge rounds: what it has uploaded, merged and saved, and the round under way. */
@@ -103,9 +106,11 @@ export class MergeRounds {
     // wait for in-flight work to finish before taking the pseudo-gradient
     await this.options.idle();
     if (task.upload && this.uploadedRound < task.round) {
-      const frames = pseudoGradientFrames(runner, partitions, at);
+      const tamper = this.options.tamper;
+      const frames = pseudoGradientFrames(runner, partitions, at, tamper?.pseudoGradient);
+      const samples = tamper?.samples ? tamper.samples(runner.samples) : runner.samples;
       for (let p = 0; p < frames.length; p++) {
-        await transport.putPseudoGradient(at, p, runner.samples, frames[p]);
+        await transport.putPseudoGradient(at, p, samples, frames[p]);
         stats.bytesSent += frames[p].length;
       }
       this.uploadedRound = task.round;
@@ -118,7 +123,7 @@ export class MergeRounds {
       const part = partitions[m.partition];
       const slices = [];
       for (const input of m.inputs) slices.push({ minerId: input.minerId, samples: input.samples, slice: decodePartitionFrame(await transport.getBlob(input.blob), part) });
-      const frame = mergePartition(slices, { aggregator: task.aggregator, trim: task.trim, maxNorm: m.maxNorm }, part, at);
+      const frame = mergePartition(slices, { aggregator: task.aggregator, trim: task.trim, maxNorm: m.maxNorm }, part, at, this.options.tamper?.merged);
       await transport.putMerged(at, m.partition, frame);
       stats.bytesSent += frame.length;
       stats.merges++;
@@ -148,13 +153,17 @@ export class MergeRounds {
 // ---- the round's frames --------------------------------------------------------
 
 /** The replica's pseudo-gradient as one int8 frame per partition, with its error feedback. */
-export function pseudoGradientFrames(runner: StageRunner, partitions: readonly Partition[], at: RoundRef): Uint8Array[] {
-  return encodePseudoGradientPartitions(runner.pseudoGradient(), partitions, runner.feedback, frameMeta(at));
+export function pseudoGradientFrames(runner: StageRunner, partitions: readonly Partition[], at: RoundRef, tamper?: (delta: Float32Array) => void): Uint8Array[] {
+  const delta = runner.pseudoGradient();
+  tamper?.(delta);
+  return encodePseudoGradientPartitions(delta, partitions, runner.feedback, frameMeta(at));
 }
 
 /** Merges one partition from the replicas' decoded slices (src/merge/merge-partition.ts: the orchestrator checks it the same way), as a frame. */
-export function mergePartition(slices: Parameters<typeof mergeSlices>[0], rule: MergeRule, partition: Partition, at: RoundRef): Uint8Array {
-  return encodeMergedPartition(mergeSlices(slices, rule), partition, frameMeta(at));
+export function mergePartition(slices: Parameters<typeof mergeSlices>[0], rule: MergeRule, partition: Partition, at: RoundRef, tamper?: (merged: Float32Array) => void): Uint8Array {
+  const merged = mergeSlices(slices, rule);
+  tamper?.(merged);
+  return encodeMergedPartition(merged, partition, frameMeta(at));
 }
 
 /** The merged pseudo-gradient of the whole stage from its merged partitions' frames (in partition order). */

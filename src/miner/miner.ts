@@ -30,9 +30,10 @@ import { measureHardware } from './hardware.ts';
 import { httpMergeTransport, MergeRounds } from './merge-round.ts';
 import { findNetwork, type Network } from '../api/network.ts';
 import { buildPeerApi, type MinerStats } from './peer-api.ts';
-import { Pipeline, type Tamper } from './pipeline.ts';
+import { Pipeline } from './pipeline.ts';
 import { CheckAnswers } from './spot-checks.ts';
 import { inFlightLimit, StageRunner } from './stage-runner.ts';
+import type { Tamper } from './tamper.ts';
 import { Throttle } from './throttle.ts';
 
 export interface MinerOptions {
@@ -50,7 +51,7 @@ export interface MinerOptions {
   log?: (line: string) => void;
   /** sign with this key (a wallet's) instead of <dataDir>/miner-key.json */
   privateKey?: `0x${string}`;
-  /** fault injection for tests (pipeline.ts); not exposed on the command line */
+  /** fault injection for tests and benchmarks (tamper.ts); not exposed on the command line */
   tamper?: Tamper;
 }
 
@@ -117,6 +118,7 @@ export class Miner {
       idle: () => this.pipeline.idle(),
       stopped: () => this.stopped,
       mergeDelayMs: options.mergeDelayMs,
+      tamper: options.tamper,
     });
     // a peer's session key comes from the orchestrator's lists of this miner's neighbours
     const neighbour = (id: string): string | undefined => [...this.pipeline.previousStage(), ...this.pipeline.nextStage()].find((p) => p.id === id)?.sessionKey;
@@ -195,7 +197,7 @@ export class Miner {
       // ask for a slot's worth more than is free, so a new microbatch is at hand when a slot frees
       freeSlots: runner && !this.mergeOpen() ? Math.max(0, runner.freeSlotCount + runner.slotCount - this.pipeline.startsQueued) : 0,
       queue: this.pipeline.queued,
-      reports,
+      reports: this.options.tamper?.reports ? this.options.tamper.reports(reports) : reports,
       ...(runner ? { runId: runner.runId, stage: runner.assignment.stage, round: runner.round, uploadedRound: this.merges.uploadedRound } : {}),
     };
     let reply: HeartbeatReply;
@@ -255,6 +257,7 @@ export class Miner {
         // a new stage, or one whose rounds ended without a saved state: its state is the initial one
         this.dropStage();
         this.runner = new StageRunner(this.engine, a, inFlightLimit(a, this.options.slots ?? 3));
+        this.runner.lazy = this.options.tamper?.lazy ?? false;
         this.runner.round = a.round;
         this.merges.reset(a.round);
         this.log(`holding stage ${a.stage} [${a.from}, ${a.to}) of ${a.runId}`);

@@ -11,6 +11,7 @@ import type { CheckMeta } from '../protocol/check-bundle.ts';
 import { encodeFrame, readFrameHeader } from '../protocol/frame.ts';
 import type { BackwardMeta, ForwardMeta, MicrobatchTask, Peer, PeerAccepted, WorkReport } from '../protocol/messages.ts';
 import type { ForwardRecords } from './forward-records.ts';
+import type { Tamper } from './tamper.ts';
 import type { StageRunner } from './stage-runner.ts';
 import type { Throttle } from './throttle.ts';
 
@@ -24,11 +25,6 @@ export type Job =
  * Fault injection for tests: a dishonest miner that changes each activation
  * before it sends it, or the loss it reports. Not exposed on the command line.
  */
-export interface Tamper {
-  activation?: (activation: Float32Array) => void;
-  loss?: (loss: number) => number;
-}
-
 /** The counters the pipeline adds to. */
 export interface PipelineStats {
   forward: number;

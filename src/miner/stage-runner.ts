@@ -65,6 +65,8 @@ export class StageRunner {
   round: number;
   /** inner steps since the last merge */
   samples = 0;
+  /** fault injection (tamper.ts): the weights are held at zero and never stepped */
+  lazy = false;
 
   constructor(
     engine: Engine,
@@ -156,6 +158,7 @@ export class StageRunner {
    * microbatch already in flight), kept in its slot for the backward.
    */
   private forwardDelayed(microbatch: number, input: Float32Array | Int32Array): Float32Array {
+    if (this.lazy) this.stage.params.flat.data.fill(0);
     const delay = this.slotOf.size;
     const slot = this.takeSlot(microbatch);
     const w = this.stage.params.flat.data;
@@ -197,6 +200,7 @@ export class StageRunner {
 
   /** Last stage: forward to the loss, backward at once, inner step. Returns the loss and d(input). */
   forwardBackwardLast(microbatch: number, shard: number, activation: Float32Array | null): { loss: number; dInput: Float32Array | null } {
+    if (this.lazy) this.stage.params.flat.data.fill(0);
     const slot = this.takeSlot(microbatch);
     const { B, T } = this.dims();
     const batch = this.batch(shard);
@@ -230,6 +234,10 @@ export class StageRunner {
   }
 
   private step(): void {
+    if (this.lazy) {
+      this.samples++;
+      return;
+    }
     const norm = this.opt.update();
     if (!Number.isFinite(norm)) throw new Error('gradient norm is not finite');
     this.samples++;

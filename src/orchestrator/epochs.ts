@@ -168,6 +168,7 @@ export class Epochs {
       const tx = await slashStake(client, signer, account, amount, s.reason);
       this.state.ledger.markSlashed(s.id, tx.hash);
       this.log(`slashed ${formatEther(amount)} NIM of ${s.miner} (${s.reason}; tx ${tx.hash})`);
+      await this.evictIfBelowMinimum(s.miner);
     } catch (err) {
       if (!(err instanceof ChainTxError && err.errorName === 'InsufficientStake')) throw err;
       // slashed meanwhile for another check: take what is left (the amount was fixed; the stake is gone only by slashes within the cooldown)
@@ -306,14 +307,19 @@ export class Epochs {
     const now = this.now();
     if (now - this.stakesCheckedAt < (this.chain.stakeCheckMs ?? 10_000)) return;
     this.stakesCheckedAt = now;
-    for (const m of this.state.miners.list(true)) {
-      const { staked } = await readStake(this.chain.client, m.id as Address);
-      if (staked < min) {
-        const reason = `stake too low: ${m.id} has ${formatEther(staked)} NIM staked, this orchestrator requires ${formatEther(min)} NIM (nbcli stake add, then restart the miner)`;
-        this.log(`evicting ${m.name} (${m.id}): ${reason}`);
-        this.chain.evict(m.id, reason);
-      }
-    }
+    for (const m of this.state.miners.list(true)) await this.evictIfBelowMinimum(m.id);
+  }
+
+  /** Evicts a live miner whose stake is below the minimum (checked again right after a slash). */
+  private async evictIfBelowMinimum(minerId: string): Promise<void> {
+    const min = this.chain.minStake ?? 0n;
+    const m = this.state.miners.get(minerId);
+    if (min <= 0n || !this.chain.evict || !m?.alive) return;
+    const { staked } = await readStake(this.chain.client, minerId as Address);
+    if (staked >= min) return;
+    const reason = `stake too low: ${m.id} has ${formatEther(staked)} NIM staked, this orchestrator requires ${formatEther(min)} NIM (nbcli stake add, then restart the miner)`;
+    this.log(`evicting ${m.name} (${m.id}): ${reason}`);
+    this.chain.evict(m.id, reason);
   }
 
   /** Refuses a join from an address whose stake is below the minimum. */

@@ -20,7 +20,7 @@ import { NimbleError } from '../protocol/errors.ts';
 import type { MergeTask } from '../protocol/messages.ts';
 import type { BlobStore } from './blobs.ts';
 import { RECOMPUTED, type MergeChecks } from './merge-checks.ts';
-import type { Offences } from './offences.ts';
+import { OffenceError, type Offences } from './offences.ts';
 import type { OrchestratorState } from './state/index.ts';
 import type { MergeResult, MergeRoundRecord, RoundKey, RoundPlan, RoundRule } from './state/merge-rounds.ts';
 import type { RunRecord, StageRecord } from './state/runs.ts';
@@ -162,7 +162,8 @@ export class MergeRounds {
         // nobody left to merge: the stage keeps its last state
         this.finish(run, s, round.round, s.stateBlob);
       } else if (replicas.every(complete)) {
-        const vanished = new Set(round.replicas.filter((m) => !replicas.includes(m)));
+        // mergers no longer in the round (gone, timed out, or left it by an offence) are replaced
+        const vanished = new Set(plan.mergers.flat().filter((m) => !replicas.includes(m)));
         const mergers = vanished.size ? reassign(plan.mergers, vanished, replicas) : plan.mergers;
         this.state.mergeRounds.update(key, { status: 'merging', replicas, plan: { ...plan, mergers, phaseAt: now, rule: this.ruleOf(run, round, replicas) } });
       } else {
@@ -178,18 +179,18 @@ export class MergeRounds {
         const decision = this.settle(run, s, round, p, results, now - plan.phaseAt > MERGE_TIMEOUT_MS);
         if (decision) settled.set(p, decision);
         else if (!results.some((r) => r.partition === p)) {
-          for (const m of plan.mergers[p]) if (!alive.has(m) || now - plan.phaseAt > MERGE_TIMEOUT_MS) vanished.add(m);
+          for (const m of plan.mergers[p]) if (!alive.has(m) || !round.replicas.includes(m) || now - plan.phaseAt > MERGE_TIMEOUT_MS) vanished.add(m);
         }
       }
       let next = plan;
-      if (vanished.size && alive.size) {
+      if (vanished.size && replicas.length) {
         // slow mergers are replaced by replicas that are not; when every live replica is slow,
         // only the dead ones go and the live ones get a fresh timeout
-        let pool = [...alive].filter((m) => !vanished.has(m));
+        let pool = replicas.filter((m) => !vanished.has(m));
         let gone = vanished;
         if (pool.length === 0) {
-          pool = [...alive];
-          gone = new Set([...vanished].filter((m) => !alive.has(m)));
+          pool = replicas;
+          gone = new Set([...vanished].filter((m) => !replicas.includes(m)));
         }
         const reassigned = gone.size ? reassign(plan.mergers, gone, pool) : plan.mergers;
         // keep mergers of partitions with a result as they were
@@ -354,13 +355,31 @@ export class MergeRounds {
     const p = this.checks.partitions(run, s, round.partitions)[partition];
     if (!p) throw new NimbleError('invalid', `partition ${partition} outside 0..${round.partitions - 1}`);
     // shape, codec, checksum, finite values, and every value within AdamW's reach; the weight is the steps credited
-    const checked = await this.checks.checkUpload(run, s, k, p, minerId, samples, bytes);
+    const checked = await this.excludingOffender(k, minerId, () => this.checks.checkUpload(run, s, k, p, minerId, samples, bytes));
     const blob = await this.blobs.put(bytes);
     this.state.tx(() => {
       this.state.mergeRounds.putUpload(k, { minerId, partition, blob, samples: checked.samples, norm: checked.norm });
       this.state.runs.addCounters(k.runId, { bytes: bytes.length });
     });
     return blob;
+  }
+
+  /**
+   * Runs a check of what `minerId` sent; when it proves an offence, the miner
+   * leaves the round at once (it cannot finish it honestly, and the others
+   * need not wait for its timeout) and takes the next round's state.
+   */
+  private async excludingOffender<T>(k: RoundKey, minerId: string, check: () => Promise<T>): Promise<T> {
+    try {
+      return await check();
+    } catch (err) {
+      const round = err instanceof OffenceError ? this.state.mergeRounds.get(k) : undefined;
+      if (round && round.status !== 'done' && round.replicas.includes(minerId)) {
+        this.state.mergeRounds.update(k, { replicas: round.replicas.filter((m) => m !== minerId) });
+        this.log(`${minerId} leaves round ${k.round} of stage ${k.stage} of ${k.runId}: ${(err as Error).message}`);
+      }
+      throw err;
+    }
   }
 
   /** A merger's result for a partition: stored once (a repeat changes nothing), credited when the round settles on it. */
@@ -390,7 +409,7 @@ export class MergeRounds {
     if (info.from !== s.fromPart || info.to !== s.toPart || info.step !== k.round) {
       throw new NimbleError('invalid', `stage state holds parts [${info.from}, ${info.to}) round ${info.step}; expected [${s.fromPart}, ${s.toPart}) round ${k.round}`);
     }
-    await this.checks.checkState(run, s, round, bytes);
+    await this.excludingOffender(k, minerId, () => this.checks.checkState(run, s, round, bytes));
     const blob = await this.blobs.put(bytes);
     this.state.tx(() => {
       this.state.mergeRounds.update(k, { stateBlob: blob });

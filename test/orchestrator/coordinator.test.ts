@@ -22,6 +22,7 @@ import { COORDINATOR_DEFAULTS } from '../../src/orchestrator/coordinator.ts';
 import { RECOMPUTED } from '../../src/orchestrator/merge-checks.ts';
 import { OffenceError } from '../../src/orchestrator/offences.ts';
 import { APPLY_TIMEOUT_MS, MERGE_TIMEOUT_MS, UPLOAD_TIMEOUT_MS } from '../../src/orchestrator/merges.ts';
+import type { RoundKey } from '../../src/orchestrator/state/merge-rounds.ts';
 import type { RunRecord } from '../../src/orchestrator/state/runs.ts';
 import { signReceipt, verifyTicket } from '../../src/protocol/evidence.ts';
 import type { MergeTask, MicrobatchTask, WorkReport } from '../../src/protocol/messages.ts';
@@ -1202,7 +1203,7 @@ test('a round does not wait forever in applying: a replica that never applies, o
 
 // ---- 11. what a merge round checks ----------------------------------------------------
 
-test('a pseudo-gradient with a value further from zero than its inner AdamW steps can move that weight is refused with 400 and nothing of it is stored', async (t) => {
+test('a pseudo-gradient with a value further from zero than its inner AdamW steps can move that weight is refused with 400 as an offence, nothing of it is stored, and its sender leaves the round', async (t) => {
   const h = await harness(t);
   const run = runAtFirstMerge(h);
   const [a0, b0] = h.replicas(run.id, 0);
@@ -1222,18 +1223,45 @@ test('a pseudo-gradient with a value further from zero than its inner AdamW step
   const blobsBefore = await blobIds(h);
   const bytesBefore = h.run(run.id).bytesSent;
   for (const value of [-1.05 * limit, 1.05 * limit, 1]) {
-    await expectNimbleError(() => h.coordinator.merges.putPseudoGradient(a0.id, key, 1, 2, withValue(a0, 1, value)), 400, new RegExp(`at parameter ${i} is more than 2 AdamW steps`));
+    await expectOffence(h, key, a0, () => h.coordinator.merges.putPseudoGradient(a0.id, key, 1, 2, withValue(a0, 1, value)), new RegExp(`at parameter ${i} is more than 2 AdamW steps`));
   }
   assert.deepEqual(h.state.mergeRounds.uploads(key), [], 'no upload recorded');
   assert.deepEqual(await blobIds(h), blobsBefore, 'no blob stored');
   assert.equal(h.run(run.id).bytesSent, bytesBefore, 'no traffic counted');
-  assert.equal(taskOf(a0).upload, true, 'a0 is still asked for its pseudo-gradient');
+  assert.equal(taskOf(a0).upload, true, 'a0 (put back in the round) is asked for its pseudo-gradient again');
   // just within the reach: taken
   await h.coordinator.merges.putPseudoGradient(b0.id, key, 1, 2, withValue(b0, 2, -0.95 * limit));
   assert.deepEqual(h.state.mergeRounds.uploads(key).map((u) => [h.nameOf(u.minerId), u.partition, u.samples]), [[b0.name, 1, 2]]);
   // and a0's honest one after its refused ones
   await uploadPseudoGradient(h, a0, task, 1);
   assert.equal(h.state.mergeRounds.uploads(key).length, 5);
+});
+
+test('a replica whose upload proves an offence leaves the round at once: the round goes on with the others without waiting for the upload timeout, and the offender takes the new state', async (t) => {
+  const h = await harness(t);
+  const run = runAtFirstMerge(h);
+  const [a0, b0] = h.replicas(run.id, 0);
+  const key = { runId: run.id, stage: 0, round: 1 };
+  const task = taskOf(a0);
+  const pg = fakePseudoGradient(h, a0, 1, 2);
+  pg.fill(1);
+  await assert.rejects(() => h.coordinator.merges.putPseudoGradient(a0.id, key, 0, 2, pseudoGradientFrames(h, a0, task, 1, 2, pg)[0]), OffenceError);
+  assert.deepEqual(mergeRound(h, run.id, 0, 1).replicas, [b0.id]);
+  assert.equal(taskOf(a0).upload, false, 'a0 is asked for nothing more in this round');
+  await expectNimbleError(() => uploadPseudoGradient(h, a0, task, 1), 403, /not a replica in round 1/);
+  await uploadPseudoGradient(h, b0, taskOf(b0), 2);
+  for (const stage of [1]) await uploadAll(h, run, stage);
+  h.tick();
+  assert.equal(mergeRound(h, run.id, 0, 1).status, 'merging', 'no upload timeout waited for');
+  await mergeAll(h, run, 0);
+  await mergeAll(h, run, 1);
+  await tickSettled(h); // b0 merged alone: the orchestrator recomputes its partitions
+  await applyAll(h, run, 0, 1);
+  await applyAll(h, run, 1, 1);
+  h.tick();
+  assert.deepEqual(h.state.runs.stages(run.id).map((s) => [s.mode, s.round]), [['training', 1], ['training', 1]]);
+  const assignment = a0.beat().assignment!;
+  assert.deepEqual([assignment.stage, assignment.round, assignment.stateBlob], [0, 1, h.state.runs.stage(run.id, 0)!.stateBlob], 'a0 loads the state the round ended with');
 });
 
 test('inner steps claimed beyond those credited count only as credited: the upload is stored and merged with the credited weight, and its reach grows only to 2 × credited + 16 steps', async (t) => {
@@ -1248,7 +1276,7 @@ test('inner steps claimed beyond those credited count only as credited: the uplo
   // a0 was credited 2 inner steps: claiming 100 buys the reach of 2 × 2 + 16 = 20, no more
   const pg = fakePseudoGradient(h, a0, 1, 2);
   pg[i] = 1.2 * limit(20);
-  await expectNimbleError(() => h.coordinator.merges.putPseudoGradient(a0.id, key, 0, 100, pseudoGradientFrames(h, a0, task, 1, 100, pg)[0]), 400, /more than 20 AdamW steps/);
+  await expectOffence(h, key, a0, () => h.coordinator.merges.putPseudoGradient(a0.id, key, 0, 100, pseudoGradientFrames(h, a0, task, 1, 100, pg)[0]), /more than 20 AdamW steps/);
   pg[i] = 0.9 * limit(20);
   assert.ok(pg[i] > limit(2), 'beyond the reach of the 2 steps credited');
   await h.coordinator.merges.putPseudoGradient(a0.id, key, 0, 100, pseudoGradientFrames(h, a0, task, 1, 100, pg)[0]);
@@ -1342,7 +1370,7 @@ test('on a paid network each offence is one pending slash: a heartbeat of false 
   const task = taskOf(a0);
   const pg = fakePseudoGradient(h, a0, 1, 2);
   pg[task.partitions[1].start] = 1;
-  await assert.rejects(() => h.coordinator.merges.putPseudoGradient(a0.id, key, 1, 2, pseudoGradientFrames(h, a0, task, 1, 2, pg)[1]), (err: unknown) => err instanceof OffenceError && err.status === 400 && err.offence.key === `pseudo-gradient ${run.id}/0/1/1`);
+  await expectOffence(h, key, a0, () => h.coordinator.merges.putPseudoGradient(a0.id, key, 1, 2, pseudoGradientFrames(h, a0, task, 1, 2, pg)[1]), /more than 2 AdamW steps/, `pseudo-gradient ${run.id}/0/1/1`);
 
   // b0 merges partition 0 wrongly: when the round settles on the recomputation, a slash
   await uploadAll(h, run, 0);
@@ -1377,17 +1405,20 @@ test('a stage state that is not the outer step of the chosen partitions from the
   assert.equal(honest.outerStep, 1);
   const startWeights = (await h.coordinator.stageStates.at(run, 0, 0))!.weights;
   const i = 1234;
-  const cases: [string, (s: FakeStageState) => void, RegExp][] = [
-    ['one weight one float32 step off', (s) => void (s.weights[i] = nextFloat(s.weights[i])), /not the outer step of round 1's merged partitions/],
-    ['one weight NaN', (s) => void (s.weights[i] = NaN), /stage state: .*non-finite/],
-    ['the weights the round started from (not applied)', (s) => void s.weights.set(startWeights), /not the outer step of round 1's merged partitions/],
-    ['the outer step without momentum (plain SGD on the merged delta)', (s) => void s.momentum.fill(0), /outer momentum is not round 1's/],
-    ['a NaN in the outer momentum', (s) => void (s.momentum[i] = NaN), /stage state: the outer momentum is not finite/],
-    ['the outer step count not advanced', (s) => void (s.outerStep = 0), /outer momentum is not round 1's/],
+  // a state that decodes but is not the round's is an offence (the saver leaves the round; put back here to probe again); one that does not decode is malformed
+  const cases: [string, (s: FakeStageState) => void, RegExp, boolean][] = [
+    ['one weight one float32 step off', (s) => void (s.weights[i] = nextFloat(s.weights[i])), /not the outer step of round 1's merged partitions/, true],
+    ['one weight NaN', (s) => void (s.weights[i] = NaN), /stage state: .*non-finite/, false],
+    ['the weights the round started from (not applied)', (s) => void s.weights.set(startWeights), /not the outer step of round 1's merged partitions/, true],
+    ['the outer step without momentum (plain SGD on the merged delta)', (s) => void s.momentum.fill(0), /outer momentum is not round 1's/, true],
+    ['a NaN in the outer momentum', (s) => void (s.momentum[i] = NaN), /stage state: the outer momentum is not finite/, false],
+    ['the outer step count not advanced', (s) => void (s.outerStep = 0), /outer momentum is not round 1's/, true],
   ];
   const blobsBefore = await blobIds(h);
-  for (const [what, edit, message] of cases) {
-    await expectNimbleError(async () => h.coordinator.merges.putState(saver.id, key, await stageState(h, run.id, 0, 1, { edit })), 400, message);
+  for (const [what, edit, message, offence] of cases) {
+    const put = async (): Promise<unknown> => h.coordinator.merges.putState(saver.id, key, await stageState(h, run.id, 0, 1, { edit }));
+    if (offence) await expectOffence(h, key, saver, put, message);
+    else await expectNimbleError(put, 400, message);
     const round = mergeRound(h, run.id, 0, 1);
     assert.deepEqual([round.status, round.stateBlob], ['applying', null], what);
   }
@@ -1424,9 +1455,9 @@ test('a stage of one replica saves its own weights: refused with 400 when a weig
   // 2 steps credited: the reach is that of 2 × 2 + 16 = 20 steps (src/model/adamw.ts reach())
   const far = reach(start.weights[i], true, 20, run.options.lr);
   const moved = (by: number) => (s: FakeStageState): void => void (s.weights[i] = start.weights[i] + by);
-  await expectNimbleError(async () => h.coordinator.merges.putState(s0.id, key, await stageState(h, run.id, 0, 1, { edit: moved(1.05 * far) })), 400, new RegExp(`weight ${i} is further from the round's start than 20 AdamW steps reach`));
-  await expectNimbleError(async () => h.coordinator.merges.putState(s0.id, key, await stageState(h, run.id, 0, 1, { edit: (s) => void (s.momentum[3] = 1e-3) })), 400, /outer momentum changed without a merge/);
-  await expectNimbleError(async () => h.coordinator.merges.putState(s0.id, key, await stageState(h, run.id, 0, 1, { edit: (s) => void (s.outerStep = 1) })), 400, /outer momentum changed without a merge/);
+  await expectOffence(h, key, s0, async () => h.coordinator.merges.putState(s0.id, key, await stageState(h, run.id, 0, 1, { edit: moved(1.05 * far) })), new RegExp(`weight ${i} is further from the round's start than 20 AdamW steps reach`));
+  await expectOffence(h, key, s0, async () => h.coordinator.merges.putState(s0.id, key, await stageState(h, run.id, 0, 1, { edit: (s) => void (s.momentum[3] = 1e-3) })), /outer momentum changed without a merge/);
+  await expectOffence(h, key, s0, async () => h.coordinator.merges.putState(s0.id, key, await stageState(h, run.id, 0, 1, { edit: (s) => void (s.outerStep = 1) })), /outer momentum changed without a merge/);
   assert.equal(mergeRound(h, run.id, 0, 1).stateBlob, null);
   // just within the reach: taken
   await h.coordinator.merges.putState(s0.id, key, await stageState(h, run.id, 0, 1, { edit: moved(-0.95 * far) }));
@@ -1697,6 +1728,18 @@ test('a round that ends with all of a stage\'s replicas dropped keeps the stage 
 // ---- helpers of this file ---------------------------------------------------------------
 
 /** The fields of a microbatch the flow moves. */
+/**
+ * Expects `fn` to be refused with 400 as an offence of `m` (src/orchestrator/offences.ts), after which `m`
+ * has left the round; puts it back where it was (white-box) so that a test can probe the same check again.
+ */
+async function expectOffence(h: Harness, key: RoundKey, m: FakeMiner, fn: () => Promise<unknown>, message: RegExp, offenceKey?: string): Promise<void> {
+  const before = h.state.mergeRounds.get(key)!.replicas;
+  assert.ok(before.includes(m.id));
+  await assert.rejects(fn, (err: unknown) => err instanceof OffenceError && err.status === 400 && message.test(err.message) && (offenceKey === undefined || err.offence.key === offenceKey));
+  assert.deepEqual(h.state.mergeRounds.get(key)!.replicas, before.filter((x) => x !== m.id), 'the offender left the round');
+  h.state.mergeRounds.update(key, { replicas: before });
+}
+
 function pick(h: Harness, id: number): { status: string; minerId: string | null; path: (string | null)[]; progress: number; attempts: number } {
   const mb = h.state.microbatches.get(id);
   assert.ok(mb, `microbatch ${id} exists`);
