@@ -98,7 +98,8 @@ export class Coordinator {
       { domain, ticket: (t) => signTicket(key, domain, t), receiptKeysOf: (id) => this.sessionKeys.get(id) ?? [] },
       this.now,
     );
-    this.planner = new RunPlanner(state, this.options.slots, this.now);
+    // a miner the plan moves lets go of its microbatches: they are issued again, charging nobody
+    this.planner = new RunPlanner(state, this.options.slots, this.now, (runId, minerId) => this.microbatches.release(runId, minerId));
     // after a restart, give the miners that were alive a full timeout to re-attach, and open spot checks a full timeout to be answered
     const now = this.now();
     for (const m of state.miners.list()) {

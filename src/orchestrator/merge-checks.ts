@@ -27,6 +27,16 @@ import type { RunRecord, StageRecord } from './state/runs.ts';
 
 /** Steps a replica may have taken beyond those credited to it (microbatches whose later hops failed). */
 export const UNCREDITED_STEPS_SLACK = 16;
+/**
+ * Reach added to every upload for the int8 error feedback it carries from
+ * the replica's previous upload: that residual is at most half a quantization
+ * step, 1/254 of its block's largest value, so at most 1/253 of the previous
+ * round's reach (the feedback's own share included). 16 steps' reach covers
+ * a previous round bounded at 2 × 1,000 + 16 steps for lr up to 1e-2 (weight
+ * decay makes reach grow faster than the steps). Without it an honest
+ * replica that took no step since (samples 0) fails on its own residual.
+ */
+export const FEEDBACK_STEPS = 16;
 /** The miner id under which the orchestrator's own recomputation of a partition is stored. */
 export const RECOMPUTED = 'orchestrator';
 
@@ -63,10 +73,10 @@ export class MergeChecks {
     let norm2 = 0;
     for (let i = 0; i < slice.length; i++) {
       const at = p.start + i;
-      // quantization adds at most half a step of its block's scale; 1% covers it
-      const bound = adamMoveBound(start.weights[at], steps, lr, at < start.decaySize ? ADAMW_DEFAULTS.weightDecay : 0) * 1.01 + 1e-6;
+      // this round's quantization adds at most half a step of its block's scale (1% covers it); the previous round's residual FEEDBACK_STEPS
+      const bound = adamMoveBound(start.weights[at], steps + FEEDBACK_STEPS, lr, at < start.decaySize ? ADAMW_DEFAULTS.weightDecay : 0) * 1.01 + 1e-6;
       if (!(Math.abs(slice[i]) <= bound)) {
-        const message = `pseudo-gradient value ${slice[i]} at parameter ${at} is more than ${steps} AdamW steps at lr ${lr} can move it (${bound.toExponential(3)})`;
+        const message = `pseudo-gradient value ${slice[i]} at parameter ${at} is more than ${steps} AdamW steps at lr ${lr} (and the error feedback of ${FEEDBACK_STEPS} more) can move it (${bound.toExponential(3)})`;
         throw new OffenceError(message, { runId: run.id, stage: k.stage, key: `pseudo-gradient ${k.runId}/${k.stage}/${k.round}/${p.index}` });
       }
       norm2 += slice[i] * slice[i];

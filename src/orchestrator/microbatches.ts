@@ -249,12 +249,26 @@ export class MicrobatchFlow {
   dropAllOf(minerId: string, why: string): void {
     const now = this.now();
     for (const run of this.state.runs.active()) {
-      for (const mb of this.state.microbatches.byStatus(run.id, 'issued')) {
-        if (!this.owes(run, mb, minerId)) continue;
+      for (const mb of this.owedBy(run, minerId)) {
         this.state.ledger.logWork({ minerId, runId: run.id, kind: 'dropped', detail: `${why} holding microbatch ${mb.id}` }, now);
         this.state.microbatches.requeue(mb.id);
       }
     }
+  }
+
+  /**
+   * The orchestrator moved a miner off its stage of `runId`: every microbatch
+   * it still owed a hop of there goes back in the queue, charging nobody (the
+   * miners holding it are told to abandon it).
+   */
+  release(runId: string, minerId: string): void {
+    const run = this.state.runs.get(runId);
+    if (!run) return;
+    for (const mb of this.owedBy(run, minerId)) this.state.microbatches.requeue(mb.id);
+  }
+
+  private owedBy(run: RunRecord, minerId: string): MicrobatchRecord[] {
+    return this.state.microbatches.byStatus(run.id, 'issued').filter((mb) => this.owes(run, mb, minerId));
   }
 
   /** Whether `minerId` is on the microbatch's path with a hop of it not yet claimed. */

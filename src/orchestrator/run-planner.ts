@@ -30,6 +30,8 @@ export class RunPlanner {
     /** activation slots each miner keeps (the planner sizes activation memory with it) */
     private readonly slots: number,
     private readonly now: () => number,
+    /** a miner was moved off a stage of a run (or off the run): the work it held there is released */
+    private readonly onMoved: (runId: string, minerId: string) => void = () => {},
   ) {}
 
   /** Validates a request of `owner` and records the run, then plans it if enough miners are free. */
@@ -137,17 +139,23 @@ export class RunPlanner {
     return this.state.miners.list(true).filter((m) => !busy.has(m.id));
   }
 
-  /** Makes the assignments table say what the plan says. */
+  /** Makes the assignments table say what the plan says; a miner moved to another stage or off the run lets go of the work it held. */
   private writeAssignments(runId: string, plan: Plan, now: number): void {
     const current = new Map(this.state.runs.assignments(runId).map((a) => [a.minerId, a.stage]));
     const keep = new Set<string>();
     plan.stages.forEach((s, stage) => {
       for (const m of s.miners) {
         keep.add(m);
-        if (current.get(m) !== stage) this.state.runs.assign(runId, stage, m, now);
+        if (current.get(m) === stage) continue;
+        this.state.runs.assign(runId, stage, m, now);
+        if (current.has(m)) this.onMoved(runId, m);
       }
     });
-    for (const m of current.keys()) if (!keep.has(m)) this.state.runs.unassign(runId, m);
+    for (const m of current.keys()) {
+      if (keep.has(m)) continue;
+      this.state.runs.unassign(runId, m);
+      this.onMoved(runId, m);
+    }
   }
 }
 

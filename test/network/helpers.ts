@@ -10,9 +10,11 @@ import { createInterface } from 'node:readline';
 import { generatePrivateKey } from 'viem/accounts';
 import { OrchestratorClient } from '../../src/api/client.ts';
 import type { CreateRunRequest, EpochView, RunView } from '../../src/api/schemas.ts';
+import type { Kind } from '../helpers/byzantine.ts';
 
 const root = new URL('../..', import.meta.url).pathname;
 const MAIN = join(root, 'src/cli/main.ts');
+const BYZANTINE_MINER = join(root, 'test/helpers/byzantine-miner.ts');
 
 export interface Proc {
   child: ChildProcess;
@@ -29,7 +31,12 @@ export class Cluster {
   port = 0;
 
   spawnNbcli(args: string[], home: string): Proc {
-    const child = spawn(process.execPath, ['--import', 'tsx', MAIN, ...args, '--json'], {
+    return this.spawnScript(MAIN, [...args, '--json'], home);
+  }
+
+  /** Runs a TypeScript file of the project in a child process (through tsx), its output collected like nbcli's. */
+  spawnScript(script: string, args: string[], home: string): Proc {
+    const child = spawn(process.execPath, ['--import', 'tsx', script, ...args], {
       cwd: root,
       env: { ...process.env, NIMBLE_HOME: home },
       stdio: ['ignore', 'pipe', 'pipe'],
@@ -82,6 +89,13 @@ export class Cluster {
 
   async startMiner(name: string, extra: string[] = []): Promise<Proc> {
     const p = this.spawnNbcli(['miner', 'start', '--orchestrator', this.url, '--name', name, '--threads', '1', ...extra], join(this.dir, name));
+    await p.waitFor((v) => v.event === 'started');
+    return p;
+  }
+
+  /** Starts a miner of a Byzantine kind (test/helpers/byzantine.ts) in a process of its own, signing with <dir>/<name>/miner-key.json. */
+  async startByzantine(name: string, kind: Kind): Promise<Proc> {
+    const p = this.spawnScript(BYZANTINE_MINER, [this.url, join(this.dir, name), name, kind], join(this.dir, name));
     await p.waitFor((v) => v.event === 'started');
     return p;
   }

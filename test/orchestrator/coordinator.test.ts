@@ -19,7 +19,7 @@ import { adamMoveBound, ADAMW_DEFAULTS, reach } from '../../src/model/adamw.ts';
 import { checkpointInfo } from '../../src/model/checkpoint.ts';
 import { decodeSafetensors } from '../../src/model/safetensors.ts';
 import { COORDINATOR_DEFAULTS } from '../../src/orchestrator/coordinator.ts';
-import { RECOMPUTED } from '../../src/orchestrator/merge-checks.ts';
+import { FEEDBACK_STEPS, RECOMPUTED } from '../../src/orchestrator/merge-checks.ts';
 import { OffenceError } from '../../src/orchestrator/offences.ts';
 import { APPLY_TIMEOUT_MS, MERGE_TIMEOUT_MS, UPLOAD_TIMEOUT_MS } from '../../src/orchestrator/merges.ts';
 import type { RoundKey } from '../../src/orchestrator/state/merge-rounds.ts';
@@ -840,6 +840,32 @@ test('an evicted miner gets 403 with the reason on every heartbeat until it join
   assert.equal(h.run(run.id).message, null);
 });
 
+test('when the plan moves a miner to another stage, the microbatches it held are issued again and it is charged nothing; the evicted miner that caused the move is', async (t) => {
+  const h = await harness(t, { minerTimeoutMs: 120_000 });
+  h.joinMany('m', 3);
+  const run = h.createRun({ steps: 20 });
+  beatAll(...h.miners.values());
+  const stage0 = h.replicas(run.id, 0);
+  const [s1] = h.replicas(run.id, 1);
+  assert.equal(stage0.length, 2);
+  const [a, b] = stage0;
+  const [x] = a.take(1);
+  const [y] = b.take(1);
+  a.beat({ reports: [a.forward(x, { to: s1 })] });
+  // s1 goes: stage 1 has nobody, so the plan moves a stage-0 replica there
+  h.coordinator.evict(s1.id, 'stake too low');
+  const moved = [a, b].find((m) => h.state.runs.assignmentOf(m.id)?.stage === 1)!;
+  assert.ok(moved, 'a stage-0 replica moved to stage 1');
+  const owned = moved === a ? x : y;
+  assert.equal(pick(h, x).status, 'pending', 'x (on the evicted miner\'s path) is issued again');
+  assert.equal(pick(h, owned).status, 'pending', "the moved miner's microbatch is issued again");
+  assert.deepEqual(h.work(run.id), { [`${s1.name}/dropped`]: 1 }, 'only the evicted miner is charged (for x, which it held)');
+  assert.ok(moved.beat().abandon.includes(owned), 'the moved miner is told to let it go');
+  h.advance(60_000);
+  h.tick();
+  assert.equal(h.work(run.id)[`${moved.name}/dropped`], undefined, 'no deadline charges the moved miner later');
+});
+
 // ---- 8. a whole merge round -----------------------------------------------------------
 
 test('a merge round of 2 replicas per stage: drain, upload, merge, apply, save: the stages move to round 1 with a saved state', async (t) => {
@@ -1210,10 +1236,10 @@ test('a pseudo-gradient with a value further from zero than its inner AdamW step
   const key = { runId: run.id, stage: 0, round: 1 };
   const task = taskOf(a0);
   assert.deepEqual([a0.innerSteps, b0.innerSteps], [2, 2], 'each credited 2 backwards');
-  // the reach of 2 AdamW steps (with the 1% the check allows for int8 rounding) for one weight of partition 1, from the initial weights
+  // the reach of 2 AdamW steps (with the 1% the check allows for int8 rounding, and FEEDBACK_STEPS for the error feedback) for one weight of partition 1, from the initial weights
   const start = (await h.coordinator.stageStates.at(run, 0, 0))!;
   const i = task.partitions[1].start + 7;
-  const limit = adamMoveBound(start.weights[i], 2, run.options.lr, i < start.decaySize ? ADAMW_DEFAULTS.weightDecay : 0) * 1.01;
+  const limit = adamMoveBound(start.weights[i], 2 + FEEDBACK_STEPS, run.options.lr, i < start.decaySize ? ADAMW_DEFAULTS.weightDecay : 0) * 1.01;
   assert.ok(limit > 2 * run.options.lr, 'larger than what the honest fake moves a weight');
   const withValue = (m: FakeMiner, seed: number, value: number): Uint8Array => {
     const pg = fakePseudoGradient(h, m, seed, 2);
@@ -1235,6 +1261,20 @@ test('a pseudo-gradient with a value further from zero than its inner AdamW step
   // and a0's honest one after its refused ones
   await uploadPseudoGradient(h, a0, task, 1);
   assert.equal(h.state.mergeRounds.uploads(key).length, 5);
+});
+
+test("an upload claiming no inner step is still taken when its values are the error feedback of a round of 1,000 credited steps before: an honest replica is never charged for its own residual", async (t) => {
+  const h = await harness(t);
+  const run = runAtFirstMerge(h);
+  const [a0] = h.replicas(run.id, 0);
+  const key = { runId: run.id, stage: 0, round: 1 };
+  const task = taskOf(a0);
+  const start = (await h.coordinator.stageStates.at(run, 0, 0))!;
+  const pg = new Float32Array(fakePseudoGradient(h, a0, 1, 0).length);
+  // the largest residual int8 rounding can leave after a round of 2 × 1,000 + 16 steps: 1/253 of its reach, at every weight
+  for (let j = 0; j < pg.length; j++) pg[j] = ((j % 2 ? 1 : -1) * adamMoveBound(start.weights[j], 2016, run.options.lr, j < start.decaySize ? ADAMW_DEFAULTS.weightDecay : 0)) / 253;
+  for (const [p, frame] of pseudoGradientFrames(h, a0, task, 1, 0, pg).entries()) await h.coordinator.merges.putPseudoGradient(a0.id, key, p, 0, frame);
+  assert.deepEqual(h.state.mergeRounds.uploads(key).map((u) => u.samples), [0, 0, 0, 0]);
 });
 
 test('a replica whose upload proves an offence leaves the round at once: the round goes on with the others without waiting for the upload timeout, and the offender takes the new state', async (t) => {
@@ -1272,7 +1312,7 @@ test('inner steps claimed beyond those credited count only as credited: the uplo
   const task = taskOf(a0);
   const start = (await h.coordinator.stageStates.at(run, 0, 0))!;
   const i = task.partitions[0].start + 3;
-  const limit = (steps: number): number => adamMoveBound(start.weights[i], steps, run.options.lr, i < start.decaySize ? ADAMW_DEFAULTS.weightDecay : 0) * 1.01;
+  const limit = (steps: number): number => adamMoveBound(start.weights[i], steps + FEEDBACK_STEPS, run.options.lr, i < start.decaySize ? ADAMW_DEFAULTS.weightDecay : 0) * 1.01;
   // a0 was credited 2 inner steps: claiming 100 buys the reach of 2 × 2 + 16 = 20, no more
   const pg = fakePseudoGradient(h, a0, 1, 2);
   pg[i] = 1.2 * limit(20);
