@@ -149,10 +149,11 @@ export class Collector {
   private collectRounds(open: readonly SpotCheckRecord[], report: GcReport): string[] {
     const { batch } = this.options;
     // the round each open check's forward ran in: its state must stay until the check is decided
-    const needed = new Map<string, number[]>();
+    const needed = new Map<string, Set<number>>();
     for (const c of open) {
       const claim = this.state.claims.ofHop(c.microbatch, c.attempt, c.stage, 'forward').find((x) => x.minerId === c.minerId);
-      if (claim) needed.set(`${c.runId}/${c.stage}`, [...(needed.get(`${c.runId}/${c.stage}`) ?? []), claim.round]);
+      const key = `${c.runId}/${c.stage}`;
+      if (claim) needed.set(key, (needed.get(key) ?? new Set()).add(claim.round));
     }
     const blobs: string[] = [];
     for (const runId of this.state.mergeRounds.runIds()) {
@@ -163,8 +164,10 @@ export class Collector {
       for (const stage of this.state.mergeRounds.stagesOf(runId)) {
         const latest = stages.find((s) => s.stage === stage)?.round ?? 0;
         // an active stage keeps its latest round (the next round's uploads and state are checked from it) and its open round
-        const rounds = [...(needed.get(`${runId}/${stage}`) ?? []), ...(over ? [] : [latest])];
-        const from = rounds.length ? Math.min(...rounds.map((r) => this.firstRoundFor(runId, stage, r))) : Number.MAX_SAFE_INTEGER;
+        const rounds = new Set(needed.get(`${runId}/${stage}`));
+        if (!over) rounds.add(latest);
+        let from = Number.MAX_SAFE_INTEGER;
+        for (const r of rounds) from = Math.min(from, this.firstRoundFor(runId, stage, r));
         const deleted = this.state.mergeRounds.deleteRounds(runId, stage, { from, to: over ? latest : null }, batch);
         report.rounds += deleted.rounds;
         blobs.push(...deleted.blobs);
