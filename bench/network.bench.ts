@@ -17,6 +17,7 @@ import { Type } from '@sinclair/typebox';
 import { generatePrivateKey } from 'viem/accounts';
 import { OrchestratorClient } from '../src/api/client.ts';
 import type { CreateRunRequest, RunView } from '../src/api/schemas.ts';
+import { childEnv } from '../src/protocol/child-env.ts';
 import { parseJson } from '../src/protocol/messages.ts';
 import { heldoutLoss } from '../src/train/local.ts';
 import { gptChild } from './engine.bench.ts';
@@ -46,7 +47,7 @@ async function startNet(miners: { threads: number; throttle?: number }[]): Promi
   const orch = await startOrchestrator({ dataDir: join(dir, 'orch') });
   const children = miners.map((m, i) =>
     spawn(process.execPath, ['--import', 'tsx', MAIN, 'miner', 'start', '--orchestrator', orch.url, '--name', `m${i}`, '--threads', String(m.threads), '--throttle', String(m.throttle ?? 1)], {
-      env: { ...process.env, NIMBLE_HOME: join(dir, `m${i}`) },
+      env: childEnv({ NIMBLE_HOME: join(dir, `m${i}`) }),
       stdio: 'ignore',
     }),
   );

@@ -49,18 +49,20 @@ export type MergePhase = Static<typeof MergePhase>;
 
 export const CreateRunRequest = Type.Object(
   {
-    model: Type.String({ minLength: 1, maxLength: 64 }),
-    data: Type.String({ minLength: 1, maxLength: 1024 }),
+    model: Type.String({ minLength: 1, maxLength: 64, pattern: '^[A-Za-z0-9_.-]+$' }),
+    data: Type.String({ minLength: 1, maxLength: 1024, pattern: '^[^\\x00-\\x1f\\x7f]+$' }),
+    /** microbatches: 10 M of them is years of a small network's work */
     steps: Type.Integer({ minimum: 1, maximum: 10_000_000 }),
     stages: Type.Optional(Type.Integer({ minimum: 1, maximum: 1024 })),
     batchSize: Type.Optional(Type.Integer({ minimum: 1, maximum: 4096 })),
     mergeEvery: Type.Optional(Type.Integer({ minimum: 1, maximum: 1_000_000 })),
     seed: Type.Optional(Type.Integer({ minimum: 0, maximum: 2 ** 31 - 1 })),
-    lr: Type.Optional(Type.Number({ exclusiveMinimum: 0, maximum: 1 })),
+    /** AdamW's learning rate: below 1e-8 nothing moves in float32 */
+    lr: Type.Optional(Type.Number({ minimum: 1e-8, maximum: 1 })),
     codec: Type.Optional(ActivationCodec),
     aggregator: Type.Optional(Aggregator),
     minMiners: Type.Optional(Type.Integer({ minimum: 1, maximum: 100_000 })),
-    outerLr: Type.Optional(Type.Number({ exclusiveMinimum: 0, maximum: 10 })),
+    outerLr: Type.Optional(Type.Number({ minimum: 1e-6, maximum: 10 })),
     outerMomentum: Type.Optional(Type.Number({ minimum: 0, maximum: 0.999 })),
   },
   { additionalProperties: false },

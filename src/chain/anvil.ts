@@ -7,6 +7,7 @@ import { createRequire } from 'node:module';
 import { dirname, join } from 'node:path';
 import { gunzipSync } from 'node:zlib';
 import { Type, type Static, type TSchema } from '@sinclair/typebox';
+import { childEnv } from '../protocol/child-env.ts';
 import { NimbleError } from '../protocol/errors.ts';
 import { parse } from '../protocol/messages.ts';
 import { HexString } from './schemas.ts';
@@ -53,7 +54,8 @@ export async function startAnvil(opts: AnvilOptions): Promise<AnvilProcess> {
   const log = openSync(opts.logFile, 'w');
   let exited: { code: number | null; signal: NodeJS.Signals | null } | undefined;
   let exitWaiters: (() => void)[] = [];
-  const child = spawn(anvilBinary(), args, { stdio: ['ignore', log, log], detached: true });
+  // the node needs nothing of this process's environment but the basics (no keys, no passwords)
+  const child = spawn(anvilBinary(), args, { stdio: ['ignore', log, log], detached: true, env: childEnv() });
   closeSync(log);
   child.on('exit', (code, signal) => {
     exited = { code, signal };

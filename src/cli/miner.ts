@@ -47,6 +47,8 @@ export function registerMiner(program: Command): void {
     if (!Number.isInteger(port) || port < 0 || port > 65535) throw new NimbleError('invalid', `--port must be 0-65535, got '${flags.port}'`);
     const threads = flags.threads === undefined ? undefined : parsePositiveInt('--threads', flags.threads, 1);
     const slots = parsePositiveInt('--slots', flags.slots, 3);
+    // a heartbeat reports up to 2 × slots free (src/protocol/messages.ts allows 4096)
+    if (slots > 2048) throw new NimbleError('invalid', `--slots must be at most 2048, got ${slots}`);
     const dataDir = join(resolveDataDir(flags), 'miner');
     const log = (line: string): void => {
       if (flags.json) process.stdout.write(JSON.stringify({ event: 'log', message: line }) + '\n');

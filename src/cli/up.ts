@@ -1,6 +1,7 @@
 // nbcli up: a whole local network in one command: an orchestrator, N miner
 // child processes of different speeds, a gpt-tiny run on Moby Dick, progress,
 // and at the end the held-out loss and a generated sample.
+import { childEnv } from '../protocol/child-env.ts';
 import { NimbleError } from '../protocol/errors.ts';
 import { spawn, type ChildProcess } from 'node:child_process';
 import { createWriteStream, mkdirSync, writeFileSync } from 'node:fs';
@@ -122,7 +123,7 @@ export function registerUp(program: Command): void {
         const identity = chain ? ['--data-dir', dataDir, '--wallet.name', wallets[i].name] : ['--data-dir', join(root, 'miners', name)];
         const child = spawn(cmd, [...pre, 'miner', 'start', '--orchestrator', orch.url, ...identity, '--name', name, '--threads', String(threads), '--throttle', String(throttle)], {
           stdio: ['ignore', 'pipe', 'pipe'],
-          env: { ...process.env, NIMBLE_HOME: join(root, 'miners', name), NIMBLE_PASSWORD: password, NIMBLE_CHAIN_RPC: '' },
+          env: minerChildEnv(join(root, 'miners', name), chain ? password : null),
         });
         const log = createWriteStream(join(root, 'logs', `${name}.log`));
         child.stdout!.pipe(log);
@@ -185,6 +186,15 @@ export function registerUp(program: Command): void {
       if (!stopping) await stopAll();
     }
   });
+}
+
+/**
+ * A demo miner's environment: the allowlist of src/protocol/child-env.ts, its
+ * own data folder, and the wallet password only when it signs with a wallet
+ * (on the chain); nothing else of this process's environment.
+ */
+export function minerChildEnv(home: string, password: string | null, parent: NodeJS.ProcessEnv = process.env): NodeJS.ProcessEnv {
+  return childEnv({ NIMBLE_HOME: home, NIMBLE_PASSWORD: password ?? undefined }, parent);
 }
 
 function checkNim(flag: string, value: string): string {

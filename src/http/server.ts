@@ -5,13 +5,14 @@
 // handler that turns every error into the error contract of
 // src/protocol/errors.ts: HTTP status, `{ "error": message, "code": code }`.
 import type { IncomingMessage, ServerResponse } from 'node:http';
-import { TypeBoxValidatorCompiler, type TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
+import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import { Type, type Static, type TSchema } from '@sinclair/typebox';
 import { TypeCompiler, type TypeCheck } from '@sinclair/typebox/compiler';
 import Fastify, { type FastifyBaseLogger, type FastifyError, type FastifyInstance, type FastifyRequest, type RawServerDefault } from 'fastify';
 import type { Address } from 'viem';
 import { asNimbleError, AuthError, NimbleError } from '../protocol/errors.ts';
 import type { RequestVerifier, SignatureScheme, VerifiedRequest } from '../protocol/signing.ts';
+import { strictValidatorCompiler } from './validator.ts';
 
 /** A fastify instance whose route schemas type the handlers. */
 export type HttpServer = FastifyInstance<RawServerDefault, IncomingMessage, ServerResponse, FastifyBaseLogger, TypeBoxTypeProvider>;
@@ -67,7 +68,7 @@ export function createHttpServer(options: HttpServerOptions): HttpServer {
     requestTimeout: options.requestTimeoutMs ?? 60_000,
     connectionTimeout: options.requestTimeoutMs ?? 60_000,
   }).withTypeProvider<TypeBoxTypeProvider>();
-  app.setValidatorCompiler(TypeBoxValidatorCompiler);
+  app.setValidatorCompiler(strictValidatorCompiler);
   // every route's contract includes its error answers
   app.addHook('onRoute', (route) => {
     route.schema = { ...route.schema, response: { '4xx': ErrorBody, '5xx': ErrorBody, ...(route.schema?.response as Record<string, TSchema> | undefined) } };

@@ -68,8 +68,10 @@ export class MergeRounds {
   /** the last round whose pseudo-gradient this replica uploaded in full */
   uploadedRound = 0;
   private savedRound = 0;
-  /** partitions merged, by run/round/partition, so a repeated task does not merge them again */
-  private readonly merged = new Set<string>();
+  /** partitions merged in the round under way, so a repeated task does not merge them again (older rounds are let go: never asked again) */
+  private readonly merged = new Set<number>();
+  /** the run/stage/round `merged` is of */
+  private mergedRound = '';
   private running: Promise<void> | null = null;
 
   constructor(private readonly options: MergeRoundOptions) {}
@@ -86,6 +88,11 @@ export class MergeRounds {
     this.running = this.run(runner, task)
       .catch((err) => this.options.log(`merge round ${task.round} failed: ${(err as Error).message}`))
       .finally(() => (this.running = null));
+  }
+
+  /** Partitions remembered as merged (all of the round under way). */
+  get mergedKept(): number {
+    return this.merged.size;
   }
 
   /** Resolves when the round's work under way (if any) has ended. */
@@ -116,10 +123,14 @@ export class MergeRounds {
       this.uploadedRound = task.round;
     }
     if (task.merge.length && this.options.mergeDelayMs) await sleep(this.options.mergeDelayMs);
+    const round = `${at.runId}/${at.stage}/${at.round}`;
+    if (this.mergedRound !== round) {
+      this.merged.clear();
+      this.mergedRound = round;
+    }
     for (const m of task.merge) {
       if (this.options.stopped()) return;
-      const key = `${at.runId}/${at.round}/${m.partition}`;
-      if (this.merged.has(key)) continue;
+      if (this.merged.has(m.partition)) continue;
       const part = partitions[m.partition];
       const slices = [];
       for (const input of m.inputs) slices.push({ minerId: input.minerId, samples: input.samples, slice: decodePartitionFrame(await transport.getBlob(input.blob), part) });
@@ -127,7 +138,7 @@ export class MergeRounds {
       await transport.putMerged(at, m.partition, frame);
       stats.bytesSent += frame.length;
       stats.merges++;
-      this.merged.add(key);
+      this.merged.add(m.partition);
     }
     if (task.apply) {
       let delta: Float32Array | null = null;

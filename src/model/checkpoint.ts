@@ -88,11 +88,14 @@ export function checkpointInfo(file: SafetensorsFile): CheckpointInfo {
   return info;
 }
 
-/** A metadata value that must be a non-negative integer in decimal. */
+/** The largest part index or step a checkpoint names (a run has at most 10 M steps). */
+const MAX_META_INTEGER = 2 ** 31 - 1;
+
+/** A metadata value that must be a non-negative integer in decimal, at most MAX_META_INTEGER. */
 function metaInteger(m: Record<string, string>, key: string): number {
   const v = m[key];
-  const n = typeof v === 'string' && /^[0-9]{1,16}$/.test(v) ? Number(v) : NaN;
-  if (!Number.isSafeInteger(n)) throw new SafetensorsError(`checkpoint metadata '${key}' is ${v === undefined ? 'missing' : `'${v}'`}, not a non-negative integer`);
+  const n = typeof v === 'string' && /^[0-9]{1,10}$/.test(v) ? Number(v) : NaN;
+  if (!(n <= MAX_META_INTEGER)) throw new SafetensorsError(`checkpoint metadata '${key}' is ${v === undefined ? 'missing' : `'${v.slice(0, 40)}'`}, not a non-negative integer up to ${MAX_META_INTEGER}`);
   return n;
 }
 

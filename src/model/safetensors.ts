@@ -24,6 +24,9 @@ export class SafetensorsError extends NimbleError {
 }
 
 const MAX_HEADER = 100 * 1024 * 1024;
+/** Dimensions of a tensor, and the largest one: a model's tensors are matrices and vectors. */
+const MAX_RANK = 8;
+const MAX_DIM = 2 ** 31 - 1;
 
 /** Serialises tensors (in the given order) with optional string metadata. */
 export function encodeSafetensors(tensors: readonly NamedTensor[], metadata: Record<string, string> = {}): Uint8Array {
@@ -86,7 +89,9 @@ export function decodeSafetensors(bytes: Uint8Array): SafetensorsFile {
     }
     const e = entry as { dtype?: unknown; shape?: unknown; data_offsets?: unknown };
     if (e?.dtype !== 'F32') throw new SafetensorsError(`${name}: dtype ${String(e?.dtype)} is not supported (F32 only)`);
-    if (!Array.isArray(e.shape) || !e.shape.every((d) => Number.isSafeInteger(d) && d >= 0)) throw new SafetensorsError(`${name}: bad shape`);
+    if (!Array.isArray(e.shape) || e.shape.length > MAX_RANK || !e.shape.every((d) => Number.isSafeInteger(d) && d >= 0 && d <= MAX_DIM)) {
+      throw new SafetensorsError(`${name}: bad shape (at most ${MAX_RANK} dimensions of 0 … ${MAX_DIM})`);
+    }
     const off = e.data_offsets;
     if (!Array.isArray(off) || off.length !== 2 || !off.every((d) => Number.isSafeInteger(d) && d >= 0) || off[0] > off[1]) {
       throw new SafetensorsError(`${name}: bad data_offsets`);

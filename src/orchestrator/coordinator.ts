@@ -14,6 +14,7 @@ import type { HeartbeatReply, HeartbeatRequest, JoinReply, JoinRequest, Peer, St
 import { domainOf } from '../protocol/network.ts';
 import { SessionKey } from '../protocol/session-key.ts';
 import type { BlobStore } from './blobs.ts';
+import { Collector, type GcOptions } from './gc.ts';
 import { MergeChecks } from './merge-checks.ts';
 import { MergeRounds } from './merges.ts';
 import { MicrobatchFlow } from './microbatches.ts';
@@ -42,6 +43,8 @@ export interface CoordinatorOptions {
   log?: (line: string) => void;
   /** the network's key (default: a new one, for in-process use) */
   identity?: OrchestratorIdentity;
+  /** what is collected when (src/orchestrator/gc.ts) */
+  gc?: Partial<GcOptions>;
 }
 
 /** Session keys of a miner kept for checking receipts it signed before it restarted. */
@@ -61,6 +64,8 @@ export class Coordinator {
   readonly planner: RunPlanner;
   /** where provably false work is charged (penalty units, slashes) */
   readonly offences: Offences;
+  /** collects rows and blobs nobody needs any more */
+  readonly gc: Collector;
   private readonly options: CoordinatorOptions;
   private readonly now: () => number;
   private readonly log: (line: string) => void;
@@ -100,6 +105,23 @@ export class Coordinator {
     );
     // a miner the plan moves lets go of its microbatches: they are issued again, charging nobody
     this.planner = new RunPlanner(state, this.options.slots, this.now, (runId, minerId) => this.microbatches.release(runId, minerId));
+    this.gc = new Collector(
+      state,
+      blobs,
+      this.options.gc ?? {},
+      {
+        forgetRun: (runId) => {
+          this.microbatches.forget(runId);
+          this.merges.forget(runId);
+        },
+        forgetMiner: (minerId) => {
+          this.sessionKeys.delete(minerId);
+          this.queues.delete(minerId);
+        },
+      },
+      this.now,
+      this.log,
+    );
     // after a restart, give the miners that were alive a full timeout to re-attach, and open spot checks a full timeout to be answered
     const now = this.now();
     for (const m of state.miners.list()) {
@@ -255,6 +277,7 @@ export class Coordinator {
 
   /** Releases what verification holds (its stages, then its engine). */
   async close(): Promise<void> {
+    await this.gc.settled();
     await this.merges.settled();
     this.checks.close();
     this.stageStates.clear();
@@ -264,7 +287,7 @@ export class Coordinator {
 
   // ---- the clock -------------------------------------------------------------
 
-  /** Liveness, deadlines, run starts, merges and completion. Called a few times a second. */
+  /** Liveness, deadlines, run starts, merges and completion, and now and then a collection. Called a few times a second. */
   tick(): void {
     const now = this.now();
     this.checks.expire();
@@ -285,6 +308,12 @@ export class Coordinator {
       }
     }
     if (now - this.waitingTriedAt >= 1000) this.waitingTriedAt = now;
+    this.gc.tick();
+  }
+
+  /** Miners whose session keys are kept in memory (one per miner row). */
+  get sessionKeysKept(): number {
+    return this.sessionKeys.size;
   }
 
   private tickRun(run: RunRecord, now: number): void {

@@ -293,6 +293,16 @@ export class MergeRounds {
     entry.miners.add(minerId);
   }
 
+  /** The run has ended: what memory holds of its rounds is let go (src/orchestrator/gc.ts). */
+  forget(runId: string): void {
+    for (const key of this.applied.keys()) if (key.startsWith(`${runId}/`)) this.applied.delete(key);
+  }
+
+  /** Stages whose applied reports are kept in memory. */
+  get stagesTracked(): number {
+    return this.applied.size;
+  }
+
   /** What a replica should do for its stage's round, if one is running. */
   taskFor(run: RunRecord, stage: number, minerId: string): MergeTask | null {
     const s = this.state.runs.stage(run.id, stage);

@@ -295,6 +295,16 @@ export class MicrobatchFlow {
     }
   }
 
+  /** The run has ended: its completions are let go (src/orchestrator/gc.ts). */
+  forget(runId: string): void {
+    this.completions.delete(runId);
+  }
+
+  /** Runs whose recent completions are kept in memory. */
+  get runsTracked(): number {
+    return this.completions.size;
+  }
+
   /** Training tokens per second over the last RATE_WINDOW_MS. */
   tokensPerSecond(runId: string): number {
     const now = this.now();

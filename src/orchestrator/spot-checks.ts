@@ -106,13 +106,12 @@ export class SpotChecks {
     this.state.spotChecks.restartTimeouts(this.now());
   }
 
-  /** Checks not answered within the timeout of their delivery fail; old claims are let go. At most once a second. */
+  /** Checks not answered within the timeout of their delivery fail. At most once a second. */
   expire(): void {
     const now = this.now();
     if (now - this.expiredAt < 1000) return;
     this.expiredAt = now;
     for (const c of this.state.spotChecks.deliveredBefore(now - this.options.timeoutMs)) this.decide(c, { passed: false, cosine: null, normRatio: null, detail: 'not answered in time' });
-    this.state.claims.deleteBefore(now - Math.max(10 * 60_000, 2 * this.options.timeoutMs));
   }
 
   /** A miner's answer to a check: validates and verifies it, records the outcome. */

@@ -21,14 +21,15 @@ export const CHECK_MAGIC = 'NCHK';
 export const CHECK_VERSION = 1;
 const PREFIX = 20;
 
+const Count = Type.Integer({ minimum: 0, maximum: 2 ** 31 - 1 });
 export const CheckMeta = Type.Object({
-  runId: Type.String({ minLength: 1, maxLength: 64 }),
-  microbatch: Type.Integer({ minimum: 1 }),
-  stage: Type.Integer({ minimum: 0 }),
-  round: Type.Integer({ minimum: 0 }),
+  runId: Type.String({ minLength: 1, maxLength: 64, pattern: '^[A-Za-z0-9_.:-]+$' }),
+  microbatch: Type.Integer({ minimum: 1, maximum: 2 ** 31 - 1 }),
+  stage: Type.Integer({ minimum: 0, maximum: 1023 }),
+  round: Count,
   /** inner steps since the last merge when the forward ran */
-  samples: Type.Integer({ minimum: 0 }),
-  shard: Type.Integer({ minimum: 0 }),
+  samples: Count,
+  shard: Count,
 });
 export type CheckMeta = Static<typeof CheckMeta>;
 

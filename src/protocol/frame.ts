@@ -92,6 +92,8 @@ export function checkShape(shape: unknown, maxElements: number = DEFAULT_MAX_ELE
   let n = 1;
   for (const d of shape) {
     if (typeof d !== 'number' || !Number.isSafeInteger(d) || d < 0) throw new FrameError('bad_shape', `dimension ${JSON.stringify(d)} is not a non-negative integer`);
+    // a dimension alone past the element limit is refused even when another is 0 (the tensor is empty, the shape absurd)
+    if (d > maxElements) throw new FrameError('too_large', `dimension ${d} of shape [${shape.join(', ')}] exceeds ${maxElements} elements`);
     n *= d;
     if (n > maxElements) throw new FrameError('too_large', `shape [${shape.join(', ')}] has more than ${maxElements} elements`);
   }

@@ -12,6 +12,12 @@ const BlobId = Type.String({ pattern: '^[0-9a-f]{64}$' });
 const Url = Type.String({ minLength: 8, maxLength: 256, pattern: '^https?://[^\\s/]+(/[^\\s]*)?$' });
 const Count = Type.Integer({ minimum: 0, maximum: 2 ** 31 - 1 });
 const Positive = Type.Integer({ minimum: 1, maximum: 2 ** 31 - 1 });
+/** A stage index or count: a model is cut into at most 1024 stages. */
+const StageIndex = Type.Integer({ minimum: 0, maximum: 1023 });
+/** Microbatches in flight or queued at one miner. */
+const SlotCount = Type.Integer({ minimum: 0, maximum: 4096 });
+/** A name people read (dashboards, logs): no control characters. */
+const Name = Type.String({ minLength: 1, maxLength: 64, pattern: '^[^\\x00-\\x1f\\x7f]+$' });
 /** A mean cross-entropy in nats: a byte-level model starts near ln 256 ≈ 5.5. */
 const Loss = Type.Number({ minimum: 0, maximum: 100 });
 /** An Ed25519 public key or signature, base64url (src/protocol/session-key.ts). */
@@ -28,10 +34,11 @@ export type ActivationCodec = Static<typeof ActivationCodec>;
 export const Aggregator = Type.Union([Type.Literal('mean'), Type.Literal('trimmed-mean'), Type.Literal('median')]);
 export type Aggregator = Static<typeof Aggregator>;
 
+/** What a miner measured: far above any machine today, far below what breaks arithmetic (1 PiB, 10 PFLOP/s, 1024 threads). */
 export const Hardware = Type.Object({
   gflops: Type.Number({ exclusiveMinimum: 0, maximum: 1e7 }),
-  threads: Type.Integer({ minimum: 1, maximum: 4096 }),
-  memoryBytes: Type.Integer({ minimum: 1, maximum: 2 ** 53 - 1 }),
+  threads: Type.Integer({ minimum: 1, maximum: 1024 }),
+  memoryBytes: Type.Integer({ minimum: 1, maximum: 2 ** 50 }),
 });
 export type Hardware = Static<typeof Hardware>;
 
@@ -41,10 +48,11 @@ export type NetworkInfo = Static<typeof NetworkInfo>;
 
 /** Joining is signed with the wallet key; it binds `sessionKey`, which signs everything after. */
 export const JoinRequest = Type.Object({
-  name: Type.String({ minLength: 1, maxLength: 64 }),
+  name: Name,
   url: Url,
   hardware: Hardware,
-  bandwidthMbps: Type.Number({ minimum: 0, maximum: 1e7 }),
+  /** measured upload bandwidth: at most 1 Tbit/s */
+  bandwidthMbps: Type.Number({ minimum: 0, maximum: 1e6 }),
   sessionKey: PublicKey,
 });
 export type JoinRequest = Static<typeof JoinRequest>;
@@ -61,7 +69,7 @@ export const WorkReport = Type.Object({
   runId: Id,
   microbatch: Positive,
   attempt: Attempt,
-  stage: Count,
+  stage: StageIndex,
   phase: Type.Union([Type.Literal('forward'), Type.Literal('backward'), Type.Literal('dropped')]),
   /** the miner the frame went to: the next stage's (forward) or the previous stage's (backward) */
   next: Type.Optional(Address),
@@ -78,11 +86,11 @@ export const WorkReport = Type.Object({
 export type WorkReport = Static<typeof WorkReport>;
 
 export const HeartbeatRequest = Type.Object({
-  freeSlots: Count,
-  queue: Count,
+  freeSlots: SlotCount,
+  queue: Type.Integer({ minimum: 0, maximum: 65_536 }),
   /** the run and stage the miner holds, and the merge rounds it has applied */
   runId: Type.Optional(Id),
-  stage: Type.Optional(Count),
+  stage: Type.Optional(StageIndex),
   round: Type.Optional(Count),
   /** merge round whose pseudo-gradient the miner has uploaded in full */
   uploadedRound: Type.Optional(Count),
@@ -94,19 +102,19 @@ export type HeartbeatRequest = Static<typeof HeartbeatRequest>;
 
 export const StageAssignment = Type.Object({
   runId: Id,
-  stage: Count,
-  stageCount: Positive,
+  stage: StageIndex,
+  stageCount: Type.Integer({ minimum: 1, maximum: 1024 }),
   from: Count,
   to: Positive,
   model: Type.String({ maxLength: 64 }),
   data: Type.String({ maxLength: 1024 }),
-  batchSize: Positive,
+  batchSize: Type.Integer({ minimum: 1, maximum: 4096 }),
   seed: Count,
   /** merge rounds completed for this stage, and the state after the last */
   round: Count,
   stateBlob: Type.Union([BlobId, Type.Null()]),
   codec: ActivationCodec,
-  lr: Type.Number({ exclusiveMinimum: 0, maximum: 1 }),
+  lr: Type.Number({ minimum: 1e-8, maximum: 1 }),
 });
 export type StageAssignment = Static<typeof StageAssignment>;
 
@@ -172,13 +180,13 @@ export const ForwardMeta = Type.Object({
   shard: Count,
   step: Count,
   /** the receiver's stage */
-  stage: Count,
+  stage: StageIndex,
   /** the orchestrator's ticket for (run, microbatch, attempt, shard, step) */
   ticket: Signature,
 });
 export type ForwardMeta = Static<typeof ForwardMeta>;
 
-export const BackwardMeta = Type.Object({ runId: Id, microbatch: Positive, attempt: Attempt, stage: Count });
+export const BackwardMeta = Type.Object({ runId: Id, microbatch: Positive, attempt: Attempt, stage: StageIndex });
 export type BackwardMeta = Static<typeof BackwardMeta>;
 
 /** A peer's answer to an activation or gradient it accepted: its receipt of the frame. */

@@ -28,6 +28,11 @@ export class NonceCache {
     return this.expiries.size;
   }
 
+  /** Senders with a nonce held: never more than `size`, so at most `maxEntries` (a sender's count goes with its last nonce). */
+  get senders(): number {
+    return this.perSender.size;
+  }
+
   /** Live (or not yet swept) nonces of one sender. */
   countOf(sender: string): number {
     return this.perSender.get(sender) ?? 0;

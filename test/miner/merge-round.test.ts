@@ -185,6 +185,7 @@ test('two replicas end a merge round with the same weights: the outer step of th
   const requests = store.requests;
   await a.merges.run(a.runner, task(1, partitions, { upload: true, saveState: true }));
   assert.equal(store.requests, requests);
+  assert.equal(a.merges.mergedKept, 2, 'a merged partitions 0 and 2 of round 1');
 
   // a second round (with momentum and error feedback) keeps the replicas in lockstep
   train(a.runner, 1, 3);
@@ -193,5 +194,6 @@ test('two replicas end a merge round with the same weights: the outer step of th
   assert.deepEqual(a.runner.copyWeights(new Float32Array(n)), b.runner.copyWeights(new Float32Array(n)));
   assert.equal(b.runner.round, 2);
   assert.equal(decodeSafetensors(store.states[1].bytes).metadata.outerStep, '2');
+  assert.equal(a.merges.mergedKept, 2, "round 2's merges only: what it merged in round 1 is let go");
   for (const r of replicas) r.runner.dispose();
 });

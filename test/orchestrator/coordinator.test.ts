@@ -23,9 +23,8 @@ import { FEEDBACK_STEPS, RECOMPUTED } from '../../src/orchestrator/merge-checks.
 import { OffenceError } from '../../src/orchestrator/offences.ts';
 import { APPLY_TIMEOUT_MS, MERGE_TIMEOUT_MS, UPLOAD_TIMEOUT_MS } from '../../src/orchestrator/merges.ts';
 import type { RoundKey } from '../../src/orchestrator/state/merge-rounds.ts';
-import type { RunRecord } from '../../src/orchestrator/state/runs.ts';
 import { signReceipt, verifyTicket } from '../../src/protocol/evidence.ts';
-import type { MergeTask, MicrobatchTask, WorkReport } from '../../src/protocol/messages.ts';
+import type { MicrobatchTask, WorkReport } from '../../src/protocol/messages.ts';
 import { SessionKey } from '../../src/protocol/session-key.ts';
 import {
   appliedState,
@@ -49,6 +48,7 @@ import {
   type FakeMiner,
   type FakeStageState,
 } from './helpers.ts';
+import { applyAll, beatAll, blobIds, mergeAll, runAtFirstMerge, taskOf, tickSettled, trainMicrobatches, trainOneRound, trainToCompletion, uploadAll } from './flows.ts';
 
 
 /** A harness closed when the test ends. */
@@ -58,74 +58,13 @@ async function harness(t: { after: (fn: () => void) => void }, options: Paramete
   return h;
 }
 
-/** Each miner heartbeats once, so that it knows its assignment (and names it in its next heartbeat). */
-function beatAll(...miners: FakeMiner[]): void {
-  for (const m of miners) m.beat();
-}
 
-/** The merge task of a miner's next heartbeat (asserted present). */
-function taskOf(m: FakeMiner): MergeTask {
-  const task = m.beat().merge;
-  assert.ok(task, `${m.name} has a merge task`);
-  return task;
-}
 
-/**
- * Runs `count` microbatches through a 2-stage run: the stage-0 replicas take
- * them in turns, each goes on to the stage-1 replicas in turns. Returns their ids.
- */
-function trainMicrobatches(h: Harness, run: RunRecord, count: number): number[] {
-  const [s0, s1] = [h.replicas(run.id, 0), h.replicas(run.id, 1)];
-  const ids: number[] = [];
-  for (let i = 0; i < count; i++) {
-    const [mb] = s0[i % s0.length].take(1);
-    assert.ok(mb, `microbatch ${i} was issued`);
-    completeMicrobatch(run.id, mb, s0[i % s0.length], s1[i % s1.length], 5 - i / 10);
-    ids.push(mb);
-  }
-  return ids;
-}
 
-/** A run of 2 stages × 2 replicas (4 miners) with a merge due every 2 inner steps per replica, trained up to its first merge and ticked once (round 1 uploading). */
-function runAtFirstMerge(h: Harness): RunRecord {
-  h.joinMany('m', 4);
-  const run = h.createRun({ steps: 8, mergeEvery: 2 });
-  beatAll(...h.miners.values());
-  trainMicrobatches(h, run, 4);
-  h.tick();
-  assert.equal(h.run(run.id).status, 'merging');
-  return h.run(run.id);
-}
 
-/** Both replicas of `stage` upload their whole pseudo-gradient. */
-async function uploadAll(h: Harness, run: RunRecord, stage: number): Promise<void> {
-  for (const [i, m] of h.replicas(run.id, stage).entries()) await uploadPseudoGradient(h, m, taskOf(m), 100 * stage + i);
-}
 
-/** Every merger of `stage` merges what its task says. */
-async function mergeAll(h: Harness, run: RunRecord, stage: number): Promise<void> {
-  for (const m of h.replicas(run.id, stage)) await mergeAndUpload(h, m, taskOf(m));
-}
 
-/** A tick, then the orchestrator's recomputations of merged partitions it started (disputes, single mergers) end, then a tick to see them. */
-async function tickSettled(h: Harness): Promise<void> {
-  h.tick();
-  await h.coordinator.merges.settled();
-  h.tick();
-}
 
-/** The replica told to save the state uploads it; every replica reports the round applied. */
-async function applyAll(h: Harness, run: RunRecord, stage: number, round: number): Promise<string> {
-  let blob: string | null = null;
-  for (const m of h.replicas(run.id, stage)) {
-    const task = taskOf(m);
-    if (task.saveState) blob = await h.coordinator.merges.putState(m.id, roundKey(m, task), await stageState(h, run.id, stage, round));
-    m.applied = round;
-    m.beat();
-  }
-  assert.ok(blob, `a replica of stage ${stage} saved the state`);
-  return blob;
-}
 
 
 // ---- 1. planning ----------------------------------------------------------------------
@@ -1786,12 +1725,6 @@ function pick(h: Harness, id: number): { status: string; minerId: string | null;
   return { status: mb.status, minerId: mb.minerId, path: mb.path, progress: mb.progress, attempts: mb.attempts };
 }
 
-/** The ids of every blob stored. */
-async function blobIds(h: Harness): Promise<string[]> {
-  const out: string[] = [];
-  for await (const id of h.blobs.list()) out.push(id);
-  return out.sort();
-}
 
 /** The float32 next to `x`, away from zero. */
 function nextFloat(x: number): number {
@@ -1813,25 +1746,4 @@ function workDelta(before: Record<string, number>, after: Record<string, number>
 }
 
 
-/** One microbatch through a single-replica 2-stage run with a merge due after it, then its merge round (apply and save only). */
-async function trainOneRound(h: Harness, run: RunRecord, round: number): Promise<void> {
-  beatAll(...h.replicas(run.id, 0), ...h.replicas(run.id, 1));
-  trainMicrobatches(h, run, 1);
-  h.tick();
-  assert.equal(h.state.mergeRounds.get({ runId: run.id, stage: 0, round })?.status, 'applying');
-  await applyAll(h, run, 0, round);
-  await applyAll(h, run, 1, round);
-  h.tick();
-}
 
-/** Trains a single-replica 2-stage run to its end: every step, then the final merge (apply and save only). Returns the microbatch ids. */
-async function trainToCompletion(h: Harness, run: RunRecord): Promise<number[]> {
-  beatAll(...h.replicas(run.id, 0), ...h.replicas(run.id, 1));
-  const ids = trainMicrobatches(h, run, run.steps);
-  h.tick();
-  await applyAll(h, run, 0, 1);
-  await applyAll(h, run, 1, 1);
-  h.tick();
-  assert.equal(h.run(run.id).status, 'completed');
-  return ids;
-}

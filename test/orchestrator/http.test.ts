@@ -180,3 +180,24 @@ test('uploads are limited per route before they are buffered', async () => {
   assert.equal((await upload(await miner.sign('POST', url, Buffer.alloc(16)))).statusCode, 413);
   isError(await request('POST', '/miners/heartbeat', { raw: 'x'.repeat((1 << 20) + 1), contentType: 'application/json', signer: miner }), 413, 'too_large');
 });
+
+test('finite but absurd numbers get a 400 naming the field: 2^53 − 1 bytes of memory, 1e30 GFLOP/s, a queue of 1e30, epoch 2^53 − 1', async () => {
+  const fresh = new RequestSigner(generatePrivateKey(), { domain });
+  const joinWith = (hardware: Partial<typeof joinBody.hardware>, extra: Record<string, unknown> = {}): Promise<Answer> =>
+    request('POST', '/miners/join', { json: { ...joinBody, sessionKey: SessionKey.generate().publicKey, hardware: { ...joinBody.hardware, ...hardware }, ...extra }, signer: fresh });
+  isError(await joinWith({ memoryBytes: 2 ** 53 - 1 }), 400, 'invalid', /\/hardware\/memoryBytes/);
+  isError(await joinWith({ memoryBytes: 2 ** 53 }), 400, 'invalid', /\/hardware\/memoryBytes/);
+  isError(await joinWith({ gflops: 1e30 }), 400, 'invalid', /\/hardware\/gflops/);
+  isError(await joinWith({ threads: 2 ** 53 }), 400, 'invalid', /\/hardware\/threads/);
+  isError(await joinWith({}, { bandwidthMbps: 1e30 }), 400, 'invalid', /\/bandwidthMbps/);
+  valid(JoinReply, await joinWith({ memoryBytes: 2 ** 50, gflops: 1e7, threads: 1024 }, { bandwidthMbps: 1e6 }));
+  const beat = (json: unknown): Promise<Answer> => request('POST', '/miners/heartbeat', { json, signer: miner });
+  isError(await beat({ freeSlots: 0, queue: 1e30, reports: [] }), 400, 'invalid', /\/queue/);
+  isError(await beat({ freeSlots: 2 ** 53, queue: 0, reports: [] }), 400, 'invalid', /\/freeSlots/);
+  isError(await request('GET', `/epochs/${2 ** 53 - 1}`), 400, 'invalid', /params/);
+  isError(await request('GET', `/runs/${'a'.repeat(10)}%0A`), 400, 'invalid', /params/);
+  isError(await request('POST', '/runs/run-x/stages/1e30/rounds/1/state', { raw: new Uint8Array(8), signer: miner }), 400, 'invalid', /params/);
+  const dev = new RequestSigner(generatePrivateKey(), { domain });
+  isError(await request('POST', '/runs', { json: { model: 'gpt-micro', data: 'moby-dick', steps: 2 ** 53 }, signer: dev }), 400, 'invalid', /\/steps/);
+  isError(await request('POST', '/runs', { json: { model: 'gpt-micro', data: 'moby-dick', steps: 10, lr: 1e-30 }, signer: dev }), 400, 'invalid', /\/lr/);
+});

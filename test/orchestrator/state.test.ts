@@ -211,9 +211,11 @@ test('claims: one row per hop and claimant, written once; attempts kept apart', 
   assert.equal(state.claims.put({ ...claim, attempt: 2, at: 7 }), true);
   assert.deepEqual(state.claims.ofHop(3, 1, 1, 'forward').map((c) => [c.minerId, c.outputSha]), [['0xa', null], ['0xz', null]]);
   assert.deepEqual(state.claims.ofAttempt(3, 2).map((c) => c.at), [7]);
-  state.claims.deleteBefore(6);
+  state.claims.put({ ...claim, microbatch: 4, at: 1 });
+  assert.equal(state.claims.deleteBefore(6, [4], 100), 2, 'the claims of microbatch 4 are kept');
   assert.deepEqual(state.claims.ofAttempt(3, 1), []);
   assert.equal(state.claims.ofAttempt(3, 2).length, 1);
+  assert.equal(state.claims.ofAttempt(4, 1).length, 1);
 });
 
 test('spot checks: asked → passed | failed; the timeout counts from delivery and restarts; figures that are not finite stored as null', () => {

@@ -149,6 +149,16 @@ test("one sender's flood fills its own share of the nonce cache, not everyone's"
   assert.equal(cache.add('x', '4', 900, 501), 'ok', 'expired nonces give the quota back');
 });
 
+test('the nonce cache holds no more senders than nonces: a flood of distinct senders is refused past maxEntries, and expired senders are forgotten', () => {
+  const cache = new NonceCache(50, 100, 3);
+  const answers = Array.from({ length: 500 }, (_, i) => cache.add(`sender-${i}`, 'n', 1_000, 0));
+  assert.equal(answers.filter((a) => a === 'ok').length, 50);
+  assert.equal(answers.filter((a) => a === 'full').length, 450);
+  assert.deepEqual([cache.size, cache.senders], [50, 50]);
+  assert.equal(cache.add('late', 'n', 2_000, 1_001), 'ok', 'once the others expire there is room');
+  assert.deepEqual([cache.size, cache.senders], [1, 1], 'expired senders are forgotten, not just their nonces');
+});
+
 test('a session key signs for a wallet address; the verifier checks it against the key registered for that address', async () => {
   const session = SessionKey.generate();
   const keys = new Map<string, string>([[ADDR0, session.publicKey]]);

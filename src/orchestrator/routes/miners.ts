@@ -15,10 +15,11 @@ export const MAX_UPLOAD_BYTES = 256 << 20;
 const MAX_PROBE_BYTES = 2 << 20;
 
 const Count = Type.Integer({ minimum: 0, maximum: 2 ** 31 - 1 });
+const Stage = Type.Integer({ minimum: 0, maximum: 1023 });
 const RunId = Type.String({ minLength: 1, maxLength: 128, pattern: '^[A-Za-z0-9_.:-]+$' });
 const BlobId = Type.String({ pattern: '^[0-9a-f]{64}$' });
-const RoundParams = Type.Object({ runId: RunId, stage: Count, round: Count });
-const PartitionParams = Type.Object({ runId: RunId, stage: Count, round: Count, partition: Count });
+const RoundParams = Type.Object({ runId: RunId, stage: Stage, round: Count });
+const PartitionParams = Type.Object({ runId: RunId, stage: Stage, round: Count, partition: Count });
 const Stored = Type.Object({ blob: BlobId });
 /** Joining (and the bandwidth probe before it) is signed with the miner's wallet key; everything after with the session key it bound. */
 const wallet = { signed: 'wallet' } as const;

@@ -12,10 +12,10 @@ import { assembleCheckpoint } from '../checkpoint.ts';
 import type { Coordinator } from '../coordinator.ts';
 import { epochView, minerView, runView, workView } from '../views.ts';
 
-const RunParams = Type.Object({ id: Type.String({ minLength: 1, maxLength: 128 }) });
+const RunParams = Type.Object({ id: Type.String({ minLength: 1, maxLength: 128, pattern: '^[A-Za-z0-9_.:-]+$' }) });
 /** A developer's action: signed with the developer's wallet key. */
 const developer = { signed: 'wallet' } as const;
-const EpochParams = Type.Object({ id: Type.Integer({ minimum: 1, maximum: Number.MAX_SAFE_INTEGER }) });
+const EpochParams = Type.Object({ id: Type.Integer({ minimum: 1, maximum: 2 ** 31 - 1 }) });
 
 export function publicRoutes(app: HttpServer, c: Coordinator, paid: boolean): void {
   const { state } = c;

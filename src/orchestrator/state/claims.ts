@@ -3,7 +3,8 @@
 // changes nothing). Claims are evidence, not credit: the microbatch flow
 // credits a microbatch's hops once its whole attempt is in and agrees with
 // itself (src/orchestrator/microbatches.ts), and spot checks hold miners to
-// the frame hashes they committed to here. Kept for ten minutes.
+// the frame hashes they committed to here. Kept for ten minutes, and as long
+// as their microbatch is in flight or a spot check needs them (src/orchestrator/gc.ts).
 import { Type, type Static } from '@sinclair/typebox';
 import { all, rowReader, type Migrations, type StateDb } from './db.ts';
 
@@ -79,7 +80,15 @@ export class ClaimStore {
     return all(this.db, decode, `SELECT ${COLUMNS} FROM hop_claims WHERE microbatch = ? AND attempt = ? AND stage = ? AND phase = ? ORDER BY at`, microbatch, attempt, stage, phase);
   }
 
-  deleteBefore(at: number): void {
-    this.db.run('DELETE FROM hop_claims WHERE at < ?', at);
+  /** Deletes at most `limit` claims made before `at`, except the claims of the microbatches in `keep`; returns how many went. */
+  deleteBefore(at: number, keep: readonly number[], limit: number): number {
+    return this.db.run(
+      `DELETE FROM hop_claims WHERE rowid IN (
+         SELECT rowid FROM hop_claims WHERE at < ? AND microbatch NOT IN (SELECT value FROM json_each(?)) ORDER BY at LIMIT ?
+       )`,
+      at,
+      JSON.stringify(keep),
+      limit,
+    ).changes;
   }
 }

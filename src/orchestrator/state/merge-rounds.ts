@@ -97,6 +97,13 @@ const ResultRow = Type.Object({ partition: Int, minerId: Type.String(), blob: Bl
 export type MergeResult = Static<typeof ResultRow>;
 const decodeResult = rowReader(ResultRow, 'merge result');
 
+const decodeBlob = rowReader(Type.Object({ blob: Type.Union([BlobId, Type.Null()]) }), 'collected blob');
+const decodeRunId = rowReader(Type.Object({ runId: Type.String() }), 'run id');
+const decodeStage = rowReader(Type.Object({ stage: Int }), 'stage');
+const decodeFound = rowReader(Type.Object({ found: Int }), 'blob reference');
+/** The largest round number a SQL bound takes (rounds never get near it). */
+const NO_ROUND = Number.MAX_SAFE_INTEGER;
+
 /** Which round: a run's stage and round number. */
 export interface RoundKey {
   runId: string;
@@ -201,5 +208,94 @@ export class MergeRoundStore {
       k.stage,
       k.round,
     );
+  }
+
+  // ---- collection (src/orchestrator/gc.ts) ------------------------------------
+
+  /** Runs with rows kept here (rounds, uploads or results). */
+  runIds(): string[] {
+    return all(
+      this.db,
+      decodeRunId,
+      'SELECT run_id AS runId FROM merge_rounds UNION SELECT run_id FROM merge_uploads UNION SELECT run_id FROM merge_results ORDER BY runId',
+    ).map((r) => r.runId);
+  }
+
+  /** Stages of a run with rows kept here. */
+  stagesOf(runId: string): number[] {
+    return all(
+      this.db,
+      decodeStage,
+      `SELECT stage FROM merge_rounds WHERE run_id = ? UNION SELECT stage FROM merge_uploads WHERE run_id = ?
+       UNION SELECT stage FROM merge_results WHERE run_id = ? ORDER BY stage`,
+      runId,
+      runId,
+      runId,
+    ).map((r) => r.stage);
+  }
+
+  /**
+   * Deletes at most `limit` rounds of a stage outside rounds [keep.from,
+   * keep.to] (null: no upper end), with their uploads and results; returns
+   * how many rounds went and the blobs the deleted rows named (to be deleted
+   * once nothing else does).
+   */
+  deleteRounds(runId: string, stage: number, keep: { from: number; to: number | null }, limit: number): { rounds: number; blobs: string[] } {
+    const to = keep.to ?? NO_ROUND;
+    const rounds = all(
+      this.db,
+      decodeBlob,
+      `DELETE FROM merge_rounds WHERE rowid IN (
+         SELECT rowid FROM merge_rounds WHERE run_id = ? AND stage = ? AND (round < ? OR round > ?) ORDER BY round LIMIT ?
+       ) RETURNING state_blob AS blob`,
+      runId,
+      stage,
+      keep.from,
+      to,
+      limit,
+    );
+    const work = this.deleteWork(runId, stage, (round) => `(${round} < ? OR ${round} > ?)`, [keep.from, to], limit);
+    return { rounds: rounds.length, blobs: [...rounds.map((r) => r.blob), ...work].filter((b): b is string => b !== null) };
+  }
+
+  /** Deletes at most `limit` uploads and `limit` results of a stage's rounds before `round`; returns the blobs they named. */
+  deleteWorkBefore(runId: string, stage: number, round: number, limit: number): string[] {
+    return this.deleteWork(runId, stage, (col) => `${col} < ?`, [round], limit);
+  }
+
+  private deleteWork(runId: string, stage: number, where: (col: string) => string, bounds: number[], limit: number): string[] {
+    const out: string[] = [];
+    for (const table of ['merge_uploads', 'merge_results']) {
+      const rows = all(
+        this.db,
+        decodeBlob,
+        `DELETE FROM ${table} WHERE rowid IN (
+           SELECT rowid FROM ${table} WHERE run_id = ? AND stage = ? AND ${where('round')} ORDER BY round LIMIT ?
+         ) RETURNING blob`,
+        runId,
+        stage,
+        ...bounds,
+        limit,
+      );
+      for (const r of rows) if (r.blob !== null) out.push(r.blob);
+    }
+    return out;
+  }
+
+  /** Whether a kept row still needs `blob`: a round's state, an upload, a result, or a merged partition an open round applies. */
+  references(blob: string): boolean {
+    const found = one(
+      this.db,
+      decodeFound,
+      `SELECT EXISTS (SELECT 1 FROM merge_rounds WHERE state_blob = ?)
+         OR EXISTS (SELECT 1 FROM merge_uploads WHERE blob = ?)
+         OR EXISTS (SELECT 1 FROM merge_results WHERE blob = ?)
+         OR EXISTS (SELECT 1 FROM merge_rounds WHERE status != 'done' AND instr(assignment, ?) > 0) AS found`,
+      blob,
+      blob,
+      blob,
+      blob,
+    );
+    return found?.found === 1;
   }
 }

@@ -48,6 +48,7 @@ export interface MicrobatchRecord extends Omit<Static<typeof MicrobatchRow>, 'pa
   path: (string | null)[];
 }
 
+const decodeRunId = rowReader(Type.Object({ runId: Type.String() }), 'run id');
 const COLUMNS = 'id, run_id AS runId, shard, step, status, miner_id AS minerId, path, progress, issued_at AS issuedAt, deadline, attempts, loss';
 const readRow = rowReader(MicrobatchRow, 'microbatch');
 function decode(row: unknown): MicrobatchRecord {
@@ -105,5 +106,34 @@ export class MicrobatchStore {
   /** issued → done, with the path it took and its loss. */
   complete(id: number, progress: number, path: readonly string[], loss: number | null): void {
     this.db.run("UPDATE microbatches SET status = 'done', progress = ?, path = ?, loss = ? WHERE id = ?", progress, JSON.stringify(path), loss, id);
+  }
+
+  // ---- collection (src/orchestrator/gc.ts) ------------------------------------
+
+  /** Runs with microbatch rows kept. */
+  runIds(): string[] {
+    return all(this.db, decodeRunId, 'SELECT DISTINCT run_id AS runId FROM microbatches ORDER BY run_id').map((r) => r.runId);
+  }
+
+  /** Deletes at most `limit` done microbatches issued before `before`, except those in `keep`; the run's counters keep counting them. */
+  deleteDone(before: number, keep: readonly number[], limit: number): number {
+    return this.db.run(
+      `DELETE FROM microbatches WHERE id IN (
+         SELECT id FROM microbatches WHERE status = 'done' AND issued_at < ? AND id NOT IN (SELECT value FROM json_each(?)) ORDER BY id LIMIT ?
+       )`,
+      before,
+      JSON.stringify(keep),
+      limit,
+    ).changes;
+  }
+
+  /** Deletes at most `limit` microbatches of an ended run (whatever their status), except those in `keep`. */
+  deleteOfRun(runId: string, keep: readonly number[], limit: number): number {
+    return this.db.run(
+      'DELETE FROM microbatches WHERE id IN (SELECT id FROM microbatches WHERE run_id = ? AND id NOT IN (SELECT value FROM json_each(?)) ORDER BY id LIMIT ?)',
+      runId,
+      JSON.stringify(keep),
+      limit,
+    ).changes;
   }
 }

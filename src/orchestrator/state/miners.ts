@@ -53,6 +53,7 @@ export interface MinerRecord extends MinerProfile {
   evicted: string | null;
 }
 
+const decodeId = rowReader(Type.Object({ id: Type.String() }), 'miner id');
 const COLUMNS = 'id, name, url, gflops, threads, memory_bytes AS memoryBytes, bandwidth_mbps AS bandwidthMbps, session_key AS sessionKey, joined_at AS joinedAt, last_seen AS lastSeen, alive, evicted';
 const readRow = rowReader(MinerRow, 'miner');
 const decode = (row: unknown): MinerRecord => {
@@ -94,5 +95,27 @@ export class MinerStore {
   /** Refused (its heartbeats get 403 with `reason`) until it joins again. */
   evict(id: string, reason: string): void {
     this.db.run('UPDATE miners SET alive = 0, evicted = ? WHERE id = ?', reason.slice(0, 500), id);
+  }
+
+  /**
+   * Deletes at most `limit` miners gone (not alive), except those in `keep`:
+   * the ones last seen before `before`, and the ones beyond the `maxGone` most
+   * recently seen. Returns their ids. A deleted miner that comes back joins
+   * like a new one.
+   */
+  deleteGone(before: number, maxGone: number, keep: readonly string[], limit: number): string[] {
+    return all(
+      this.db,
+      decodeId,
+      `DELETE FROM miners WHERE id IN (
+         SELECT id FROM miners WHERE alive = 0 AND id NOT IN (SELECT value FROM json_each(?))
+           AND (last_seen < ? OR id NOT IN (SELECT id FROM miners WHERE alive = 0 ORDER BY last_seen DESC, id LIMIT ?))
+         ORDER BY last_seen LIMIT ?
+       ) RETURNING id`,
+      JSON.stringify(keep),
+      before,
+      maxGone,
+      limit,
+    ).map((r) => r.id);
   }
 }

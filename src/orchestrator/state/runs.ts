@@ -262,6 +262,11 @@ export class RunStore {
     this.db.run('UPDATE stages SET last_loss = ? WHERE run_id = ? AND stage = ?', loss, runId, stage);
   }
 
+  /** Whether a stage's latest state is `blob` (kept for good: the run's checkpoint is made of them). */
+  referencesBlob(blob: string): boolean {
+    return scalar(this.db, 'SELECT EXISTS (SELECT 1 FROM stages WHERE state_blob = ?) AS n', blob) === 1;
+  }
+
   /** A microbatch completed: one more inner step at every stage. */
   addInnerStep(runId: string): void {
     this.db.run('UPDATE stages SET inner_steps = inner_steps + 1 WHERE run_id = ?', runId);

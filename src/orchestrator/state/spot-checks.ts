@@ -4,7 +4,9 @@
 // (./claims.ts).
 //
 // A check is asked → passed | failed (answered and verified, or not answered
-// within the timeout counted from its delivery).
+// within the timeout counted from its delivery), or → skipped (its run ended
+// before any heartbeat reply named it). Decided checks are deleted after a
+// while; their counts per run, miner and status are kept (spot_check_totals).
 import { Type, type Static } from '@sinclair/typebox';
 import { all, one, rowReader, type Migrations, type StateDb } from './db.ts';
 
@@ -27,6 +29,11 @@ export const SPOT_CHECK_MIGRATIONS: Migrations = {
     `DROP TABLE IF EXISTS forward_commits;
     ALTER TABLE spot_checks ADD COLUMN attempt INTEGER NOT NULL DEFAULT 1;
     ALTER TABLE spot_checks ADD COLUMN delivered_at INTEGER`,
+    // decided checks are deleted after a while (src/orchestrator/gc.ts); their counts stay here
+    `CREATE TABLE IF NOT EXISTS spot_check_totals (
+      run_id TEXT NOT NULL, miner_id TEXT NOT NULL, status TEXT NOT NULL, n INTEGER NOT NULL,
+      PRIMARY KEY (run_id, miner_id, status)
+    )`,
   ],
 };
 
@@ -59,6 +66,7 @@ const decodeCheck = rowReader(CheckRow, 'spot check');
 const TotalRow = Type.Object({ minerId: Type.String(), status: SpotCheckStatus, n: Int });
 export type CheckTotal = Static<typeof TotalRow>;
 const decodeTotal = rowReader(TotalRow, 'spot check total');
+const decodeId = rowReader(Type.Object({ id: Int }), 'spot check id');
 
 /** How a check was decided. */
 export interface CheckDecision {
@@ -131,17 +139,46 @@ export class SpotCheckStore {
     );
   }
 
+  /** asked → skipped: the open checks of a run that no heartbeat reply named (its miner never heard of them); returns how many. */
+  skipUndelivered(runId: string, detail: string, now: number): number {
+    return this.db.run("UPDATE spot_checks SET status = 'skipped', decided_at = ?, detail = ? WHERE run_id = ? AND status = 'asked' AND delivered_at IS NULL", now, detail.slice(0, 500), runId)
+      .changes;
+  }
+
+  /** Every open check, oldest first. */
+  open(): SpotCheckRecord[] {
+    return all(this.db, decodeCheck, `SELECT ${CHECK_COLUMNS} FROM spot_checks WHERE status = 'asked' ORDER BY id`);
+  }
+
+  /** Deletes at most `limit` checks decided before `before`, adding them to the kept totals; returns how many went. */
+  deleteDecidedBefore(before: number, limit: number): number {
+    const ids = JSON.stringify(
+      all(this.db, decodeId, "SELECT id FROM spot_checks WHERE status != 'asked' AND decided_at < ? ORDER BY id LIMIT ?", before, limit).map((r) => r.id),
+    );
+    this.db.run(
+      `INSERT INTO spot_check_totals (run_id, miner_id, status, n)
+       SELECT run_id, miner_id, status, COUNT(*) FROM spot_checks WHERE id IN (SELECT value FROM json_each(?)) GROUP BY run_id, miner_id, status
+       ON CONFLICT (run_id, miner_id, status) DO UPDATE SET n = n + excluded.n`,
+      ids,
+    );
+    return this.db.run('DELETE FROM spot_checks WHERE id IN (SELECT value FROM json_each(?))', ids).changes;
+  }
+
   list(): SpotCheckRecord[] {
     return all(this.db, decodeCheck, `SELECT ${CHECK_COLUMNS} FROM spot_checks ORDER BY id`);
   }
 
-  /** Checks per miner and status, of one run or of all. */
+  /** Checks per miner and status, of one run or of all (the ones kept and the ones deleted after being decided). */
   totals(runId?: string): CheckTotal[] {
+    const where = runId ? 'WHERE run_id = ?' : '';
     return all(
       this.db,
       decodeTotal,
-      `SELECT miner_id AS minerId, status, COUNT(*) AS n FROM spot_checks ${runId ? 'WHERE run_id = ?' : ''} GROUP BY miner_id, status ORDER BY miner_id, status`,
-      ...(runId ? [runId] : []),
+      `SELECT minerId, status, SUM(n) AS n FROM (
+         SELECT miner_id AS minerId, status, COUNT(*) AS n FROM spot_checks ${where} GROUP BY miner_id, status
+         UNION ALL SELECT miner_id AS minerId, status, n FROM spot_check_totals ${where}
+       ) GROUP BY minerId, status ORDER BY minerId, status`,
+      ...(runId ? [runId, runId] : []),
     );
   }
 }
