@@ -50,6 +50,10 @@ export interface PipelineDeps {
   tamper?: Tamper;
 }
 
+/** Passes over the next-stage replicas before an activation is given up, and the wait before the second (then twice that). */
+const SEND_ROUNDS = 3;
+const SEND_RETRY_MS = 400;
+
 /** A microbatch between its forward and its backward here. */
 interface Held {
   attempt: number;
@@ -57,6 +61,8 @@ interface Held {
   upstream: string | null;
   /** who took its activation (receipted it), where its gradient comes from */
   downstream: string | null;
+  /** the replica its activation is being sent to: its gradient may come back before the answer to the send does */
+  sendingTo: string | null;
 }
 
 export class Pipeline {
@@ -108,7 +114,7 @@ export class Pipeline {
 
   expectsGradient(microbatch: number, attempt: number, sender: string): boolean {
     const h = this.held.get(microbatch);
-    return Boolean(h && h.attempt === attempt && h.downstream === sender && this.deps.runner()?.holds(microbatch));
+    return Boolean(h && h.attempt === attempt && (h.downstream === sender || h.sendingTo === sender) && this.deps.runner()?.holds(microbatch));
   }
 
   /** Queues a job; `pump()` starts it. */
@@ -224,7 +230,7 @@ export class Pipeline {
     const out = job.kind === 'start' ? runner.forwardFirst(w.id, w.shard) : runner.forwardMiddle(w.id, job.data);
     this.deps.stats.forward++;
     this.deps.tamper?.activation?.(out);
-    this.held.set(w.id, { attempt: w.attempt, upstream: w.upstream, downstream: null });
+    this.held.set(w.id, { attempt: w.attempt, upstream: w.upstream, downstream: null, sendingTo: null });
     const body = frame(runner, out, { runId: a.runId, microbatch: w.id, attempt: w.attempt, shard: w.shard, step: w.step, stage: a.stage + 1, ticket: w.ticket });
     const used = runner.forwardWeights(w.id)!;
     // the forward ran with weights predicted `predictedSteps` inner steps ahead
@@ -246,25 +252,38 @@ export class Pipeline {
     else this.deps.report({ ...hop, phase: 'backward', bytesSent: 0, inputSha: job.sha });
   }
 
-  /** Sends an activation frame to a next-stage replica chosen at random by weight; tries others if one refuses. */
+  /**
+   * Sends an activation frame to a next-stage replica chosen at random by
+   * weight; tries others if one refuses. When all refuse, tries again a
+   * heartbeat or two later (SEND_ROUNDS passes in all): a replica that has
+   * just taken its stage learns of this one as a neighbour on its own next
+   * heartbeat.
+   */
   private sendForward(runner: StageRunner, w: Work, body: Uint8Array): void {
-    const candidates = [...this.nextPeers];
     const a = runner.assignment;
     const commit = { outputSha: readFrameHeader(body).header.sha256, ...(w.input ? { inputSha: w.input.sha } : {}) };
     const attempt = async (): Promise<void> => {
-      while (candidates.length) {
-        const peer = pickWeighted(candidates);
-        candidates.splice(candidates.indexOf(peer), 1);
-        try {
-          const { receipt } = await this.deps.send(`${peer.url}/forward`, body);
-          const h = this.held.get(w.id);
-          if (!h || h.attempt !== w.attempt) return; // let go meanwhile
-          h.downstream = peer.id;
-          this.deps.stats.bytesSent += body.length;
-          this.deps.report({ runId: a.runId, microbatch: w.id, attempt: w.attempt, stage: a.stage, phase: 'forward', next: peer.id, receipt, bytesSent: body.length, ...commit });
-          return;
-        } catch (err) {
-          this.deps.log(`forward of microbatch ${w.id} to ${peer.url} failed: ${(err as Error).message}`);
+      for (let pass = 0; pass < SEND_ROUNDS; pass++) {
+        if (pass > 0) await new Promise((r) => setTimeout(r, SEND_RETRY_MS * pass));
+        const h = this.held.get(w.id);
+        if (!h || h.attempt !== w.attempt) return; // let go meanwhile
+        const candidates = [...this.nextPeers];
+        while (candidates.length) {
+          const peer = pickWeighted(candidates);
+          candidates.splice(candidates.indexOf(peer), 1);
+          try {
+            const sending = this.held.get(w.id);
+            if (sending) sending.sendingTo = peer.id;
+            const { receipt } = await this.deps.send(`${peer.url}/forward`, body);
+            const held = this.held.get(w.id);
+            if (!held || held.attempt !== w.attempt) return; // let go meanwhile
+            held.downstream = peer.id;
+            this.deps.stats.bytesSent += body.length;
+            this.deps.report({ runId: a.runId, microbatch: w.id, attempt: w.attempt, stage: a.stage, phase: 'forward', next: peer.id, receipt, bytesSent: body.length, ...commit });
+            return;
+          } catch (err) {
+            this.deps.log(`forward of microbatch ${w.id} to ${peer.url} failed: ${(err as Error).message}`);
+          }
         }
       }
       this.abandon(w.id, 'no next-stage replica accepted the activation');

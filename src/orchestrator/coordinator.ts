@@ -78,6 +78,8 @@ export class Coordinator {
   private waitingTriedAt = -Infinity;
   /** live queue lengths, from heartbeats (the router weighs replicas with them) */
   private readonly queues = new Map<string, number>();
+  /** the run/stage/round each miner's last heartbeat said it holds (loaded): only replicas at their stage's round are routed to */
+  private readonly holding = new Map<string, string>();
   /** each joined miner's session keys, newest first: the current one (also in the miners table) and a few before it, for receipts it signed before restarting */
   private readonly sessionKeys = new Map<string, string[]>();
 
@@ -93,7 +95,7 @@ export class Coordinator {
     const { key, domain } = this.identity;
     const engine = (): Promise<Engine> => (this.engine ??= Engine.create({ threads: 1 }));
     this.stageStates = new StageStates(state, blobs, engine);
-    this.offences = new Offences(state, this.options.slashing);
+    this.offences = new Offences(state, this.options.slashing, (minerId, reason, until) => this.evict(minerId, reason, until));
     this.merges = new MergeRounds(state, blobs, new MergeChecks(state, blobs, this.stageStates), this.offences, this.now, this.log);
     this.checks = new SpotChecks(state, this.stageStates, engine, this.offences, this.options.spotChecks, this.now);
     this.microbatches = new MicrobatchFlow(
@@ -117,6 +119,7 @@ export class Coordinator {
         forgetMiner: (minerId) => {
           this.sessionKeys.delete(minerId);
           this.queues.delete(minerId);
+          this.holding.delete(minerId);
         },
       },
       this.now,
@@ -139,6 +142,8 @@ export class Coordinator {
   // ---- miners ----------------------------------------------------------------
 
   join(minerId: string, req: JoinRequest): JoinReply {
+    const banned = this.state.miners.get(minerId);
+    if (banned?.bannedUntil && banned.bannedUntil > this.now()) throw new NimbleError('forbidden', banned.evicted ?? `evicted until ${new Date(banned.bannedUntil).toISOString()}`);
     const known = this.state.miners.get(minerId);
     this.state.miners.upsert(
       {
@@ -166,21 +171,27 @@ export class Coordinator {
     const now = this.now();
     this.state.miners.touch(minerId, now);
     this.queues.set(minerId, req.queue);
+    if (req.runId !== undefined && req.stage !== undefined) this.holding.set(minerId, `${req.runId}/${req.stage}/${req.round ?? 0}`);
+    else this.holding.delete(minerId);
     if (!miner.alive) this.planner.replanAll();
 
     const assignment = this.state.runs.assignmentOf(minerId);
     const lies: string[] = [];
     for (const report of req.reports) {
-      // work on a stage the miner does not hold (any more) earns nothing and costs nothing
-      const held = assignment && assignment.runId === report.runId && assignment.stage === report.stage ? this.state.runs.get(report.runId) : undefined;
-      const lie = held ? this.microbatches.applyReport(minerId, held, report) : null;
-      if (lie) lies.push(lie);
+      // a claim counts when its evidence chains up, whether or not the miner still holds that stage (the plan may have
+      // moved it since it did the work); a false claim is an offence only of the stage it holds
+      const run = this.state.runs.get(report.runId);
+      if (!run || FINAL_RUN_STATUSES.includes(run.status)) continue;
+      const lie = this.microbatches.applyReport(minerId, run, report);
+      if (lie && assignment?.runId === report.runId && assignment.stage === report.stage) lies.push(lie);
     }
     if (lies.length && assignment) {
       // one offence per heartbeat, however many false reports it carried
       const offence = { minerId, runId: assignment.runId, stage: assignment.stage, kind: 'invalid', units: lies.length } as const;
       const detail = `${lies.length} false report${lies.length > 1 ? 's' : ''}, the first: ${lies[0]}`;
       this.state.tx(() => this.offences.charge({ ...offence, detail, key: `false reports by ${minerId} at ${now}` }, now));
+      const evicted = this.state.miners.get(minerId)?.evicted;
+      if (evicted) throw new NimbleError('forbidden', evicted);
     }
     const held = req.held ?? [];
     const reply: HeartbeatReply = {
@@ -215,18 +226,26 @@ export class Coordinator {
     reply.merge = this.merges.taskFor(run, assignment.stage, minerId);
     if (assignment.stage + 1 < run.stageCount) reply.nextStage = this.peersOf(run.id, assignment.stage + 1);
     if (assignment.stage > 0) reply.previousStage = this.peersOf(run.id, assignment.stage - 1);
-    if (assignment.stage === 0 && current && reply.merge === null && (req.round ?? 0) === stage.round) {
+    // microbatches only when every later stage has a replica that holds it (has loaded it) to take them
+    const ready = run.stageCount === 1 || (assignment.stage === 0 && reply.nextStage.length > 0 && Array.from({ length: run.stageCount - 2 }, (_, i) => i + 2).every((s) => this.peersOf(run.id, s).length > 0));
+    if (assignment.stage === 0 && current && ready && reply.merge === null && (req.round ?? 0) === stage.round) {
       reply.microbatches = this.microbatches.unstartedOf(run, minerId, held);
       if (!this.merges.wantsDrain(run)) reply.microbatches.push(...this.microbatches.issue(run, minerId, Math.max(0, req.freeSlots - reply.microbatches.length)));
     }
     return reply;
   }
 
-  /** The live replicas of a stage, weighted by measured speed over current queue. */
+  /**
+   * The live replicas of a stage that hold it at its current round (their
+   * last heartbeat said so: one still loading the stage, or a newer merged
+   * state, would compute with other weights than the round's), weighted by
+   * measured speed over current queue.
+   */
   private peersOf(runId: string, stage: number): Peer[] {
     const out: Peer[] = [];
+    const holds = `${runId}/${stage}/${this.state.runs.stage(runId, stage)?.round ?? 0}`;
     for (const a of this.state.runs.assignments(runId)) {
-      if (a.stage !== stage) continue;
+      if (a.stage !== stage || this.holding.get(a.minerId) !== holds) continue;
       const m = this.state.miners.get(a.minerId);
       if (!m || !m.alive || !m.sessionKey) continue;
       out.push({ id: m.id, url: m.url, sessionKey: m.sessionKey, weight: m.gflops / (1 + (this.queues.get(m.id) ?? 0)) });
@@ -241,18 +260,21 @@ export class Coordinator {
       this.microbatches.dropAllOf(minerId, why);
     });
     this.queues.delete(minerId);
+    this.holding.delete(minerId);
   }
 
   /**
-   * Removes a live miner from the network until it joins again (its stake fell
-   * below the minimum): its heartbeats get 403 with `reason`, its work is
-   * re-issued, placement is recomputed.
+   * Removes a miner from the network until it joins again (its stake fell
+   * below the minimum), or not before `bannedUntil` (an offence): its
+   * heartbeats get 403 with `reason`, its work is re-issued, placement is
+   * recomputed.
    */
-  evict(minerId: string, reason: string): void {
-    if (!this.state.miners.get(minerId)?.alive) return;
+  evict(minerId: string, reason: string, bannedUntil: number | null = null): void {
+    const m = this.state.miners.get(minerId);
+    if (!m || (!m.alive && bannedUntil === null)) return;
     this.state.tx(() => {
-      this.markGone(minerId, 'miner evicted');
-      this.state.miners.evict(minerId, reason);
+      if (m.alive) this.markGone(minerId, 'miner evicted');
+      this.state.miners.evict(minerId, reason, bannedUntil);
     });
     this.planner.replanAll();
   }

@@ -49,7 +49,7 @@ export interface Evidence {
 }
 
 /** Where an attempt stands: complete (its path and loss), or stalled at a miner (null: not even issued). */
-type Evaluation = { complete: true; path: string[]; loss: number | null } | { complete: false; culprit: string | null; path: (string | null)[]; progress: number };
+type Evaluation = { complete: true; path: string[]; loss: number | null; bytes: number } | { complete: false; culprit: string | null; path: (string | null)[]; progress: number };
 
 export class MicrobatchFlow {
   /** recent completions per run, for tokens/s */
@@ -71,16 +71,19 @@ export class MicrobatchFlow {
   /** Gives a stage-0 replica up to `freeSlots` new microbatches: re-issues first, then new shards. */
   issue(run: RunRecord, minerId: string, freeSlots: number): MicrobatchTask[] {
     if (run.status !== 'started' && run.status !== 'executing') return [];
-    const assigned = new Set(this.state.runs.assignments(run.id).map((a) => a.stage));
-    if (assigned.size === 0 || this.state.runs.stages(run.id).some((s) => !assigned.has(s.stage))) return [];
+    const assignments = this.state.runs.assignments(run.id);
+    const replicas = this.state.runs.stages(run.id).map((s) => assignments.filter((a) => a.stage === s.stage).length);
+    if (replicas.length === 0 || replicas.some((n) => n === 0)) return [];
+    // the pipeline carries no more than its narrowest stage holds (two slots' worth per replica): deeper queues only miss deadlines
+    const room = 2 * this.options.slots * Math.min(...replicas);
     const now = this.now();
     const inFlight = this.state.microbatches.issuedTo(minerId).length;
-    // up to two slots' worth per miner: the ones it runs and the ones queued behind them
-    let want = Math.min(freeSlots, 2 * this.options.slots - inFlight);
+    // up to two slots' worth per miner (the ones it runs and the ones queued behind them), and its share of the room
+    let want = Math.min(freeSlots, Math.min(2 * this.options.slots, Math.ceil(room / replicas[0])) - inFlight);
     const issued: number[] = [];
     this.state.tx(() => {
-      const remaining = run.steps - run.microbatchesDone - this.state.microbatches.count(run.id, 'issued');
-      want = Math.min(want, remaining);
+      const runInFlight = this.state.microbatches.count(run.id, 'issued');
+      want = Math.min(want, run.steps - run.microbatchesDone - runInFlight, room - runInFlight);
       const issueOne = (id: number): void => {
         this.state.microbatches.issue(id, minerId, now, now + this.options.deadlineMs);
         issued.push(id);
@@ -171,10 +174,10 @@ export class MicrobatchFlow {
       loss: r.phase === 'forward' && r.stage === S - 1 ? (r.loss ?? null) : null,
       round: this.state.runs.stage(run.id, r.stage)?.round ?? 0,
       at: now,
+      bytes: nextId ? r.bytesSent : 0,
     };
     this.state.tx(() => {
       if (!this.state.claims.put(claim)) return; // a repeat
-      if (r.bytesSent) this.state.runs.addCounters(run.id, { bytes: r.bytesSent });
       if (r.phase === 'forward') this.checks.onForward(run, claim);
       this.settle(run, this.state.microbatches.get(mb.id)!);
     });
@@ -200,7 +203,7 @@ export class MicrobatchFlow {
       this.state.runs.recordStageLoss(run.id, S - 1, e.loss);
     }
     const tokens = run.batchSize * gptConfig(run.model).contextLength;
-    this.state.runs.addCounters(run.id, { microbatches: 1, tokens });
+    this.state.runs.addCounters(run.id, { microbatches: 1, tokens, bytes: e.bytes });
     this.state.runs.addInnerStep(run.id);
     let list = this.completions.get(run.id);
     if (!list) this.completions.set(run.id, (list = []));
@@ -238,7 +241,7 @@ export class MicrobatchFlow {
       backward.unshift(c);
       progress |= 1 << (S + s);
     }
-    return { complete: true, path, loss: forward[S - 1].loss };
+    return { complete: true, path, loss: forward[S - 1].loss, bytes: [...forward, ...backward].reduce((a, c) => a + c.bytes, 0) };
   }
 
   /**

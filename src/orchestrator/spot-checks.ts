@@ -111,7 +111,7 @@ export class SpotChecks {
     const now = this.now();
     if (now - this.expiredAt < 1000) return;
     this.expiredAt = now;
-    for (const c of this.state.spotChecks.deliveredBefore(now - this.options.timeoutMs)) this.decide(c, { passed: false, cosine: null, normRatio: null, detail: 'not answered in time' });
+    for (const c of this.state.spotChecks.deliveredBefore(now - this.options.timeoutMs)) this.decide(c, { passed: false, cosine: null, normRatio: null, detail: 'not answered in time' }, false);
   }
 
   /** A miner's answer to a check: validates and verifies it, records the outcome. */
@@ -171,7 +171,8 @@ export class SpotChecks {
     return { ...outcome, status: this.decide(check, outcome) };
   }
 
-  private decide(check: SpotCheckRecord, o: CheckOutcome): SpotCheckRecord['status'] {
+  /** Records the outcome; a failure is an offence, which evicts the miner unless the check was merely left unanswered (`evict` false). */
+  private decide(check: SpotCheckRecord, o: CheckOutcome, evict = true): SpotCheckRecord['status'] {
     const now = this.now();
     const status = o.passed ? 'passed' : 'failed';
     this.state.tx(() => {
@@ -186,6 +187,7 @@ export class SpotChecks {
           detail: `spot check of microbatch ${check.microbatch}: ${o.detail}`,
           key: `spot check ${check.runId}/${check.id}: microbatch ${check.microbatch} stage ${check.stage}`,
           checkId: check.id,
+          evict,
         },
         now,
       );

@@ -20,7 +20,7 @@ import { checkpointInfo } from '../../src/model/checkpoint.ts';
 import { decodeSafetensors } from '../../src/model/safetensors.ts';
 import { COORDINATOR_DEFAULTS } from '../../src/orchestrator/coordinator.ts';
 import { FEEDBACK_STEPS, RECOMPUTED } from '../../src/orchestrator/merge-checks.ts';
-import { OffenceError } from '../../src/orchestrator/offences.ts';
+import { BAN_MS, OffenceError } from '../../src/orchestrator/offences.ts';
 import { APPLY_TIMEOUT_MS, MERGE_TIMEOUT_MS, UPLOAD_TIMEOUT_MS } from '../../src/orchestrator/merges.ts';
 import type { RoundKey } from '../../src/orchestrator/state/merge-rounds.ts';
 import { signReceipt, verifyTicket } from '../../src/protocol/evidence.ts';
@@ -110,13 +110,17 @@ test('a run waits with a message naming how many miners are free, then is planne
     runId: run.id, stage: 0, stageCount: 2, from: 0, to: 3, model: 'gpt-micro', data: 'moby-dick', batchSize: 2,
     seed: 1337, round: 0, stateBlob: null, codec: 'f16', lr: 1e-3,
   });
-  assert.deepEqual(r0.nextStage, [{ id: s1.id, url: s1.url, sessionKey: s1.key.publicKey, weight: HARDWARE.gflops }]);
+  assert.deepEqual(r0.nextStage, [], 's1 has not said it holds stage 1 yet: nobody to send to');
   assert.deepEqual(r0.previousStage, [], 'stage 0 takes activations from nobody');
+  assert.deepEqual(s0.take(2), [], 'so no microbatch either');
   const r1 = s1.beat();
   assert.equal(r1.assignment!.stage, 1);
   assert.deepEqual([r1.assignment!.from, r1.assignment!.to], [3, 4]);
   assert.deepEqual(r1.nextStage, [], 'the last stage sends to nobody');
-  assert.deepEqual(r1.previousStage, [{ id: s0.id, url: s0.url, sessionKey: s0.key.publicKey, weight: HARDWARE.gflops }]);
+  assert.deepEqual(r1.previousStage, [{ id: s0.id, url: s0.url, sessionKey: s0.key.publicKey, weight: HARDWARE.gflops }], 's0 named its stage in its last heartbeat');
+  // once s1 has named its stage too, it is routed to
+  s1.beat();
+  assert.deepEqual(s0.beat().nextStage, [{ id: s1.id, url: s1.url, sessionKey: s1.key.publicKey, weight: HARDWARE.gflops }]);
 });
 
 test('a run for 4 miners is planned as 2 stages × 2 replicas when the fourth joins', async (t) => {
@@ -132,8 +136,9 @@ test('a run for 4 miners is planned as 2 stages × 2 replicas when the fourth jo
   const byStage = h.replicasByStage(run.id);
   assert.deepEqual(byStage.map((names) => names.length), [2, 2]);
   assert.deepEqual(byStage.flat().sort(), ['m0', 'm1', 'm2', 'm3']);
-  // a stage-0 replica sends to either stage-1 replica, weighted by speed over queue
+  // a stage-0 replica sends to either stage-1 replica (once they hold it), weighted by speed over queue
   const [s0] = h.replicas(run.id, 0);
+  beatAll(...h.miners.values());
   const next = s0.beat().nextStage;
   assert.deepEqual(next.map((p) => p.id).sort(), h.replicas(run.id, 1).map((m) => m.id).sort());
   assert.deepEqual(next.map((p) => p.sessionKey).sort(), h.replicas(run.id, 1).map((m) => m.key.publicKey).sort());
@@ -157,7 +162,10 @@ test('a microbatch is issued to stage 0 with a ticket, claimed hop by hop, and c
   // a heartbeat that does not yet name the run, stage and round it holds gets its assignment, no work
   assert.deepEqual(s0.beat({ freeSlots: 2 }).microbatches, []);
   assert.equal(h.run(run.id).status, 'started');
-  // naming them, with 2 free slots: 2 new microbatches, shards 0 and 1, first attempts
+  // naming them, but no stage-1 replica has said it holds its stage: nowhere to send an activation, no work
+  assert.deepEqual(s0.beat({ freeSlots: 2 }).microbatches, []);
+  beatAll(s1);
+  // now, with 2 free slots: 2 new microbatches, shards 0 and 1, first attempts
   const tasks = s0.beat({ freeSlots: 2 }).microbatches;
   assert.deepEqual(tasks.map((x) => [x.shard, x.step, x.attempt]), [
     [0, 0, 1],
@@ -243,40 +251,41 @@ test('a stage-0 replica is given at most two slots of microbatches in flight, an
   h.joinMany('m', 2);
   const run = h.createRun({ steps: 5 });
   const [s0] = h.replicas(run.id, 0);
-  s0.beat();
+  const [s1] = h.replicas(run.id, 1);
+  beatAll(s0, s1);
   assert.equal(s0.take(10).length, 4, '2 × slots');
   assert.equal(s0.take(10).length, 0, 'all 4 still in flight (and held: none is sent again)');
-  const [s1] = h.replicas(run.id, 1);
-  s1.beat();
   for (const mb of h.state.microbatches.byStatus(run.id, 'issued').map((m) => m.id)) completeMicrobatch(run.id, mb, s0, s1);
   assert.equal(h.run(run.id).microbatchesDone, 4);
   assert.deepEqual(s0.beat({ freeSlots: 10 }).microbatches.map((x) => x.shard), [4], 'one step left');
   assert.equal(h.run(run.id).microbatchesCreated, 5);
 });
 
-test('500 identical claims of a hop are credited once, at completion; a claim of a microbatch issued to another miner earns nothing and is an offence', async (t) => {
+test('the microbatches in flight are capped by the narrowest stage (two slots per replica of it), shared by the stage-0 replicas', async (t) => {
+  const h = await harness(t, { slots: 3 });
+  h.joinMany('m', 3);
+  const run = h.createRun({ steps: 100 });
+  beatAll(...h.miners.values());
+  const stage0 = h.replicas(run.id, 0);
+  assert.deepEqual([stage0.length, h.replicas(run.id, 1).length], [2, 1], 'the heavier stage 0 [0,3) gets two replicas');
+  const issued = stage0.map((m) => m.take(10).length);
+  assert.deepEqual(issued, [3, 3], 'one stage-1 replica takes 2 × 3 in flight, shared by the stage-0 replicas');
+});
+
+test('500 identical claims of a hop are credited once, at completion; a claim of a microbatch issued to another miner earns nothing, is an offence and evicts its claimant', async (t) => {
   const h = await harness(t);
   h.joinMany('m', 4);
   const run = h.createRun({ steps: 10 });
   beatAll(...h.miners.values());
   const [a0, b0] = h.replicas(run.id, 0);
   const [a1, b1] = h.replicas(run.id, 1);
-  const [x] = a0.take(1);
+  const [x, y] = a0.take(2);
 
   const forward = a0.forward(x, { to: a1 });
   a0.beat({ reports: Array(500).fill(forward) });
   assert.deepEqual(h.work(run.id), {}, 'not done: nothing credited');
-  assert.equal(h.run(run.id).bytesSent, FRAME_BYTES, 'its bytes counted once');
+  assert.equal(h.run(run.id).bytesSent, 0, 'its bytes count once the microbatch is done');
   assert.deepEqual(pick(h, x).path, [a0.id, a1.id]);
-
-  // b0 claims x's stage-0 forward too, with a genuine receipt of b1 (which took its frame), and carries it through
-  b0.beat({ reports: [b0.forward(x, { to: b1, attempt: 1 })] });
-  assert.deepEqual(pick(h, x).path, [a0.id, a1.id], 'x was issued to a0: b0 did not join its path');
-  b1.beat({ reports: [b1.last(x, { loss: 1 }), b1.backward(x)] });
-  b0.beat({ reports: [b0.backward(x, { attempt: 1 })] });
-  assert.equal(pick(h, x).status, 'issued');
-  const offence = { [`${b0.name}/invalid`]: 1 };
-  assert.deepEqual(h.work(run.id), offence, 'nothing earned off the path; the claim of a0\'s microbatch is an offence of b0, b1 is charged nothing');
   assert.equal(h.run(run.id).lastLoss, null);
 
   // a1 and a0 claim the rest 500 times each: one completion, one unit per hop
@@ -286,10 +295,12 @@ test('500 identical claims of a hop are credited once, at completion; a claim of
   const back = a0.backward(x);
   a0.beat({ reports: Array(500).fill(back) });
   assert.equal(pick(h, x).status, 'done');
-  const credited = { ...offence, [`${a0.name}/backward`]: 1, [`${a0.name}/forward`]: 1, [`${a1.name}/backward`]: 1, [`${a1.name}/forward`]: 1 };
+  const credited = { [`${a0.name}/backward`]: 1, [`${a0.name}/forward`]: 1, [`${a1.name}/backward`]: 1, [`${a1.name}/forward`]: 1 };
   assert.deepEqual(h.work(run.id), credited);
   assert.deepEqual([h.run(run.id).microbatchesDone, h.run(run.id).tokensDone, h.run(run.id).lastLoss], [1, 32, 4]);
   assert.deepEqual(h.state.runs.stages(run.id).map((s) => s.innerSteps), [1, 1]);
+  assert.equal(h.run(run.id).bytesSent, forward.bytesSent + lastHops[1].bytesSent, 'the activation and the gradient, once each');
+  assert.ok(forward.bytesSent === FRAME_BYTES && lastHops[1].bytesSent > 0);
 
   // and once more after it is done: nothing
   const bytes = h.run(run.id).bytesSent;
@@ -297,6 +308,16 @@ test('500 identical claims of a hop are credited once, at completion; a claim of
   a1.beat({ reports: Array.from({ length: 500 }, () => lastHops).flat() });
   assert.deepEqual(h.work(run.id), credited);
   assert.deepEqual([h.run(run.id).microbatchesDone, h.run(run.id).bytesSent, h.state.runs.stages(run.id)[0].innerSteps], [1, bytes, 1]);
+
+  // b0 claims y's stage-0 forward, issued to a0, even with a genuine receipt of b1: an offence; b0 is evicted and may not join again for a while
+  await expectNimbleError(() => b0.beat({ reports: [b0.forward(y, { to: b1, attempt: 1 })] }), 403, /^evicted until .* for an offence: 1 false report, the first: microbatch \d+ attempt 1 was issued to another miner$/);
+  assert.ok(!pick(h, y).path.includes(b0.id), 'b0 did not join its path');
+  assert.deepEqual(h.work(run.id), { ...credited, [`${b0.name}/invalid`]: 1 }, 'b1, whose receipt b0 showed, is charged nothing');
+  assert.equal(h.state.miners.get(b0.id)!.alive, false);
+  await expectNimbleError(() => b0.join(), 403, /^evicted until .* for an offence/);
+  h.advance(BAN_MS + 1);
+  b0.join();
+  assert.equal(h.state.miners.get(b0.id)!.alive, true, 'after the ban it may join again');
 });
 
 test('a stage-0 backward without the forwards does not complete a microbatch; claims arriving out of order complete it when the last one is in', async (t) => {
@@ -359,8 +380,6 @@ test('claims of a stage the miner does not hold, of a run it does not hold, of a
   s1.beat({ reports: [report(second.id, oldMb, 1, 'backward', { attempt: 1 })] });
   // a microbatch that does not exist
   s1.beat({ reports: [report(second.id, 999_999, 1, 'forward', { attempt: 1, loss: 3 })] });
-  // the microbatch in flight, of an attempt never issued
-  s1.beat({ reports: [{ ...s1.last(mb, { loss: 3 }), attempt: 2 }] });
   // the stage-0 forward again, twice
   s0.beat({ reports: [forward, forward] });
 
@@ -368,7 +387,7 @@ test('claims of a stage the miner does not hold, of a run it does not hold, of a
   assert.deepEqual(h.run(second.id), before.run, 'no loss, no counters');
   assert.deepEqual(h.run(first.id), before.firstRun);
   assert.equal(pick(h, oldMb).status, 'done');
-  assert.deepEqual(h.work(second.id), { [`${s1.name}/invalid`]: 1 }, 'only the claim of an attempt never issued costs anything');
+  assert.deepEqual(h.work(second.id), {}, 'not an invalid unit either');
   assert.deepEqual(h.work(first.id), before.first);
 
   // none of it got in the way of the honest claims
@@ -376,10 +395,17 @@ test('claims of a stage the miner does not hold, of a run it does not hold, of a
   s0.beat({ reports: [s0.backward(mb)] });
   assert.equal(pick(h, mb).status, 'done');
   assert.equal(h.run(second.id).lastLoss, 2.5);
-  assert.deepEqual(h.work(second.id), { [`${s0.name}/backward`]: 1, [`${s0.name}/forward`]: 1, [`${s1.name}/backward`]: 1, [`${s1.name}/forward`]: 1, [`${s1.name}/invalid`]: 1 });
+  const credited = { [`${s0.name}/backward`]: 1, [`${s0.name}/forward`]: 1, [`${s1.name}/backward`]: 1, [`${s1.name}/forward`]: 1 };
+  assert.deepEqual(h.work(second.id), credited);
+
+  // a claim of an attempt never issued is an offence: s1 is evicted
+  const [next] = s0.take(1);
+  s0.beat({ reports: [s0.forward(next, { to: s1 })] });
+  await expectNimbleError(() => s1.beat({ reports: [{ ...s1.last(next, { loss: 3 }), attempt: 2 }] }), 403, /for an offence: 1 false report, the first: microbatch \d+ attempt 2 was never issued/);
+  assert.deepEqual(h.work(second.id), { ...credited, [`${s1.name}/invalid`]: 1, [`${s1.name}/dropped`]: 1 }, 'and the microbatch it held is its drop');
 });
 
-test('a miner naming an honest next-stage miner without its valid receipt gets an invalid unit per claim; the named miner is charged nothing, even at the deadline', async (t) => {
+test('a miner naming an honest next-stage miner without its valid receipt commits an offence (an invalid unit per claim) and is evicted; the named miner is charged nothing, even at the deadline', async (t) => {
   const h = await harness(t, { microbatchDeadlineMs: 2_000 });
   h.joinMany('m', 2);
   const run = h.createRun({ steps: 10 });
@@ -401,22 +427,22 @@ test('a miner naming an honest next-stage miner without its valid receipt gets a
     ["s1's receipt on another network", signReceipt(s1.key, 'nimble:another-network', fields)],
     ['not a signature at all', 'A'.repeat(86)],
   ];
-  for (const [what, receipt] of forged) {
-    s0.beat({ reports: [claim(receipt)] });
-    assert.deepEqual(pick(h, x), { status: 'issued', minerId: s0.id, path: [s0.id], progress: 0, attempts: 1 }, what);
-  }
-  assert.deepEqual(h.work(run.id), { [`${s0.name}/invalid`]: forged.length });
-  assert.equal(h.run(run.id).bytesSent, 0, 'refused claims count no traffic');
   // z: the claim names s1 without a receipt at all: not proven, but not a forgery either
   s0.beat({ reports: [report(run.id, z, 0, 'forward', { attempt: 1, next: s1.id, outputSha: s0.frameSha(z, 1, 'forward') })] });
   assert.deepEqual(pick(h, z).path, [s0.id]);
-  assert.deepEqual(h.work(run.id), { [`${s0.name}/invalid`]: forged.length });
+  assert.deepEqual(h.work(run.id), {});
 
-  // at the deadline x and z stalled at s0 (its forward is not proven); y, really handed to s1 but never claimed by s0, too
+  // every forgery in one heartbeat: one offence of as many units; s0 is evicted, and x, y, z (which it held) go back in the queue at its charge
+  const bytes = h.run(run.id).bytesSent;
+  await expectNimbleError(() => s0.beat({ reports: forged.map(([, receipt]) => claim(receipt)) }), 403, new RegExp(`for an offence: ${forged.length} false reports, the first: microbatch ${x}: a receipt from ${s1.id} that does not verify`));
+  assert.equal(h.state.miners.get(s0.id)!.alive, false);
+  assert.deepEqual([pick(h, x).status, pick(h, y).status, pick(h, z).status], ['pending', 'pending', 'pending']);
+  assert.deepEqual(pick(h, x).path, [s0.id], 'no forged receipt put s1 on the path');
+  assert.equal(h.run(run.id).bytesSent, bytes, 'refused claims count no traffic');
+  assert.deepEqual(h.work(run.id), { [`${s0.name}/invalid`]: forged.length, [`${s0.name}/dropped`]: 3 }, 's1, which held y, is charged nothing');
   h.advance(2_001);
   h.tick();
-  assert.deepEqual([pick(h, x).status, pick(h, y).status, pick(h, z).status], ['pending', 'pending', 'pending']);
-  assert.deepEqual(h.work(run.id), { [`${s0.name}/invalid`]: forged.length, [`${s0.name}/dropped`]: 3 });
+  assert.deepEqual(h.work(run.id), { [`${s0.name}/invalid`]: forged.length, [`${s0.name}/dropped`]: 3 }, 'nor at the deadline');
 });
 
 // ---- 4. deadlines, dropped microbatches, abandon ------------------------------------------
@@ -531,7 +557,7 @@ test('at the deadline the miner charged is the first hop, in pipeline order, wit
   assert.deepEqual(h.work(run.id), { [`${s0.name}/dropped`]: 3, [`${s1.name}/dropped`]: 3 }, 'nothing credited');
 });
 
-test('a miner on the path that reports a microbatch dropped is charged and the microbatch requeued; the same report from a miner not on the path, or of another attempt, changes nothing', async (t) => {
+test('a miner on the path that reports a microbatch dropped is charged and the microbatch requeued; the same report from a miner not on the path, or of an earlier attempt, changes nothing', async (t) => {
   const h = await harness(t);
   h.joinMany('m', 2);
   const run = h.createRun({ steps: 10 });
@@ -541,22 +567,19 @@ test('a miner on the path that reports a microbatch dropped is charged and the m
   const [x] = s0.take(1);
   // before anyone handed x to s1, its word that it dropped x is not evidence of anything
   s1.beat({ reports: [report(run.id, x, 1, 'dropped', { attempt: 1, reason: 'queue full', bytesSent: 0 })] });
-  // s0 says it dropped an attempt of x never issued: a false claim, its own offence
-  s0.beat({ reports: [report(run.id, x, 0, 'dropped', { attempt: 2, reason: 'queue full', bytesSent: 0 })] });
   assert.deepEqual(pick(h, x), { status: 'issued', minerId: s0.id, path: [s0.id], progress: 0, attempts: 1 });
-  const lie = { [`${s0.name}/invalid`]: 1 };
-  assert.deepEqual(h.work(run.id), lie);
+  assert.deepEqual(h.work(run.id), {});
 
   s0.beat({ reports: [s0.forward(x, { to: s1 })] });
   // s1 is on the path now; it lets x go and says so
   const reply = s1.beat({ reports: [s1.dropped(x, 'queue full')] });
   assert.deepEqual(reply.abandon, [], 'it let go: nothing to tell it');
   assert.equal(pick(h, x).status, 'pending');
-  assert.deepEqual(h.work(run.id), { ...lie, [`${s1.name}/dropped`]: 1 }, "s0's forward is not credited: x was not done");
+  assert.deepEqual(h.work(run.id), { [`${s1.name}/dropped`]: 1 }, "s0's forward is not credited: x was not done");
   assert.deepEqual(s0.beat().abandon, [x]);
   // the same report again, from a miner that still names the dropped attempt in `held`: told to let go, not charged again
   assert.deepEqual(s1.beat({ reports: [report(run.id, x, 1, 'dropped', { attempt: 1, bytesSent: 0 })], held: [{ microbatch: x, attempt: 1 }] }).abandon, [x]);
-  assert.deepEqual(h.work(run.id), { ...lie, [`${s1.name}/dropped`]: 1 }, 'charged once');
+  assert.deepEqual(h.work(run.id), { [`${s1.name}/dropped`]: 1 }, 'charged once');
   // a late claim of the dropped attempt earns nothing and moves nothing
   s1.beat({ reports: [report(run.id, x, 1, 'forward', { attempt: 1, loss: 2, bytesSent: 0, inputSha: s0.frameSha(x, 1, 'forward') })] });
   assert.equal(pick(h, x).status, 'pending');
@@ -570,7 +593,7 @@ test('a miner on the path that reports a microbatch dropped is charged and the m
   assert.equal(pick(h, x).status, 'issued');
   s0.beat({ reports: [s0.dropped(x, 'shutting down')] });
   assert.equal(pick(h, x).status, 'pending');
-  assert.deepEqual(h.work(run.id), { ...lie, [`${s0.name}/dropped`]: 1, [`${s1.name}/dropped`]: 1 });
+  assert.deepEqual(h.work(run.id), { [`${s0.name}/dropped`]: 1, [`${s1.name}/dropped`]: 1 });
 });
 
 // ---- 5. lost replies and spot checks ---------------------------------------------------
@@ -733,10 +756,10 @@ test('a run whose last replica of a stage vanished stalls with a message, and re
   const fresh = h.join('fresh');
   assert.equal(h.run(run.id).message, null);
   assert.deepEqual(h.replicasByStage(run.id), [[s0.name], [fresh.name]]);
+  beatAll(fresh); // it takes the stage and says so
   const resumed = s0.beat({ freeSlots: 1 });
   assert.deepEqual(resumed.microbatches.map((m) => [m.id, m.attempt]), [[x, 2]]);
   assert.deepEqual(resumed.nextStage.map((p) => [p.id, p.sessionKey]), [[fresh.id, fresh.key.publicKey]]);
-  fresh.beat();
   completeMicrobatch(run.id, x, s0, fresh, 3);
   assert.equal(pick(h, x).status, 'done');
 });
@@ -1330,28 +1353,14 @@ test('two mergers that disagree on a partition: the round settles on the orchest
   assert.deepEqual(h.state.runs.stages(run.id).map((s) => [s.mode, s.round]), [['training', 1], ['training', 1]]);
 });
 
-test('on a paid network each offence is one pending slash: a heartbeat of false claims, a merged partition that is not the merge of its inputs; a poisoned pseudo-gradient is refused as an OffenceError', async (t) => {
+test('on a paid network each offence is one pending slash and an eviction: a heartbeat of false claims, a merged partition that is not the merge of its inputs', async (t) => {
   const h = await harness(t, { slashing: { enabled: true, fraction: 0.1 } });
   const run = runAtFirstMerge(h);
   const [a0, b0] = h.replicas(run.id, 0);
   const key = { runId: run.id, stage: 0, round: 1 };
   const done = h.state.microbatches.byStatus(run.id, 'done')[0].id;
-  // two claims of attempts never issued in one heartbeat: one offence of 2 units; another heartbeat: another
-  b0.beat({ reports: [report(run.id, done, 0, 'forward', { attempt: 7 }), report(run.id, done, 0, 'backward', { attempt: 8 })] });
-  assert.equal(h.work(run.id)[`${b0.name}/invalid`], 2);
-  h.advance(1);
-  b0.beat({ reports: [report(run.id, done, 0, 'forward', { attempt: 9 })] });
-  let slashes = h.state.ledger.slashes();
-  assert.deepEqual(slashes.map((x) => [h.nameOf(x.miner), x.fraction, x.checkId, x.status]), [[b0.name, 0.1, null, 'pending'], [b0.name, 0.1, null, 'pending']]);
-  assert.match(slashes[0].reason, new RegExp(`^nimble false reports by ${b0.id} at \\d+$`));
 
-  // a value no 2 AdamW steps reach: refused as an offence (src/orchestrator/http.ts charges its signer)
-  const task = taskOf(a0);
-  const pg = fakePseudoGradient(h, a0, 1, 2);
-  pg[task.partitions[1].start] = 1;
-  await expectOffence(h, key, a0, () => h.coordinator.merges.putPseudoGradient(a0.id, key, 1, 2, pseudoGradientFrames(h, a0, task, 1, 2, pg)[1]), /more than 2 AdamW steps/, `pseudo-gradient ${run.id}/0/1/1`);
-
-  // b0 merges partition 0 wrongly: when the round settles on the recomputation, a slash
+  // b0 merges partition 0 wrongly: when the round settles on the recomputation, a slash, and b0 is evicted
   await uploadAll(h, run, 0);
   await uploadAll(h, run, 1);
   h.tick();
@@ -1360,13 +1369,23 @@ test('on a paid network each offence is one pending slash: a heartbeat of false 
   const [job0, ...rest] = mine.merge;
   await h.coordinator.merges.putMerged(b0.id, key, 0, await mergedFrame(h, b0, mine, { ...job0, inputs: job0.inputs.filter((x) => x.minerId === b0.id) }));
   for (const job of rest) await h.coordinator.merges.putMerged(b0.id, key, job.partition, await mergedFrame(h, b0, mine, job));
-  h.tick();
-  await h.coordinator.merges.settled();
-  h.tick();
+  await tickSettled(h);
   assert.equal(mergeRound(h, run.id, 0, 1).status, 'applying');
+  let slashes = h.state.ledger.slashes();
+  assert.deepEqual(slashes.map((x) => [x.miner, x.fraction, x.checkId, x.status, x.reason]), [[b0.id, 0.1, null, 'pending', `nimble merged partition ${run.id}/0/1/0 by ${b0.id}`]]);
+  assert.equal(h.state.miners.get(b0.id)!.alive, false);
+  await expectNimbleError(() => b0.beat(), 403, /for an offence: merged partition 0 of round 1 is not the merge of its inputs/);
+
+  // after its ban, b0 joins again; two claims of attempts never issued in one heartbeat: one offence of 2 units, one slash
+  h.advance(BAN_MS + 1);
+  b0.join();
+  const held = h.state.runs.assignmentOf(b0.id);
+  assert.ok(held, 'placed again');
+  await expectNimbleError(() => b0.beat({ reports: [report(run.id, done, held.stage, 'forward', { attempt: 7 }), report(run.id, done, held.stage, 'backward', { attempt: 8 })] }), 403, /2 false reports/);
+  assert.equal(h.work(run.id)[`${b0.name}/invalid`], 3);
   slashes = h.state.ledger.slashes();
-  assert.equal(slashes.length, 3);
-  assert.equal(slashes[2].reason, `nimble merged partition ${run.id}/0/1/0 by ${b0.id}`);
+  assert.equal(slashes.length, 2);
+  assert.match(slashes[1].reason, new RegExp(`^nimble false reports by ${b0.id} at \\d+$`));
   assert.ok(slashes.every((x) => x.miner === b0.id), 'a0 did nothing wrong');
 });
 

@@ -6,9 +6,10 @@ import type { RunRecord } from '../../src/orchestrator/state/runs.ts';
 import type { MergeTask } from '../../src/protocol/messages.ts';
 import { completeMicrobatch, mergeAndUpload, roundKey, stageState, uploadPseudoGradient, type FakeMiner, type Harness } from './helpers.ts';
 
-/** Each miner heartbeats once, so that it knows its assignment (and names it in its next heartbeat). */
+/** Each miner heartbeats twice: it knows its assignment, and has named it (is routed to). */
 export function beatAll(...miners: FakeMiner[]): void {
-  for (const m of miners) m.beat();
+  // twice: the first reply brings each its assignment, the second heartbeat says it holds it (only then is it routed to)
+  for (let i = 0; i < 2; i++) for (const m of miners) m.beat();
 }
 
 /** The merge task of a miner's next heartbeat (asserted present). */

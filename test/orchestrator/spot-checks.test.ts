@@ -202,7 +202,7 @@ test('selection follows the rate; a check left unanswered fails and costs the mi
     const offences = new Offences(db, { enabled: true, fraction: 0.1 });
     const never = new SpotChecks(db, states, async () => engine, offences, { rate: 0 }, () => now);
     const always = new SpotChecks(db, states, async () => engine, offences, { rate: 1, timeoutMs: 5000 }, () => now);
-    const claim = { microbatch: 3, attempt: 1, stage: 0, phase: 'forward' as const, minerId: '0xminer', nextId: null, inputSha: null, outputSha: 'a'.repeat(64), loss: null, round: 0, at: now };
+    const claim = { microbatch: 3, attempt: 1, stage: 0, phase: 'forward' as const, minerId: '0xminer', nextId: null, inputSha: null, outputSha: 'a'.repeat(64), loss: null, round: 0, at: now, bytes: 0 };
     assert.equal(never.onForward(run, claim), false);
     assert.equal(always.onForward(run, claim), true);
     assert.deepEqual(always.deliver('0xminer'), [3], 'the next heartbeat reply names it');

@@ -204,7 +204,7 @@ test('the ledger: work totals, epochs open → settling → settled, rewards and
 test('claims: one row per hop and claimant, written once; attempts kept apart', () => {
   const { state } = fresh();
   const sha = 'c'.repeat(64);
-  const claim = { microbatch: 3, attempt: 1, stage: 1, phase: 'forward' as const, minerId: '0xa', nextId: '0xb', inputSha: sha, outputSha: null, loss: null, round: 2, at: 5 };
+  const claim = { microbatch: 3, attempt: 1, stage: 1, phase: 'forward' as const, minerId: '0xa', nextId: '0xb', inputSha: sha, outputSha: null, loss: null, round: 2, at: 5, bytes: 640 };
   assert.equal(state.claims.put(claim), true);
   assert.equal(state.claims.put({ ...claim, outputSha: 'd'.repeat(64), at: 6 }), false, 'a repeat changes nothing');
   assert.equal(state.claims.put({ ...claim, minerId: '0xz' }), true, 'another claimant of the same hop is its own row');

@@ -17,6 +17,8 @@ export const CLAIM_MIGRATIONS: Migrations = {
       PRIMARY KEY (microbatch, attempt, stage, phase, miner_id)
     );
     CREATE INDEX IF NOT EXISTS hop_claims_by_time ON hop_claims (at)`,
+    // the bytes the hop says it sent: the run's traffic counts those of the hops credited
+    'ALTER TABLE hop_claims ADD COLUMN bytes INTEGER NOT NULL DEFAULT 0',
   ],
 };
 
@@ -41,9 +43,11 @@ const ClaimRow = Type.Object({
   /** the stage's merge round when the hop was claimed: the weights it ran with start there */
   round: Int,
   at: Int,
+  /** bytes of the frame it sent on */
+  bytes: Int,
 });
 export type HopClaim = Static<typeof ClaimRow>;
-const COLUMNS = 'microbatch, attempt, stage, phase, miner_id AS minerId, next_id AS nextId, input_sha AS inputSha, output_sha AS outputSha, loss, round, at';
+const COLUMNS = 'microbatch, attempt, stage, phase, miner_id AS minerId, next_id AS nextId, input_sha AS inputSha, output_sha AS outputSha, loss, round, at, bytes';
 const decode = rowReader(ClaimRow, 'hop claim');
 
 export class ClaimStore {
@@ -53,8 +57,8 @@ export class ClaimStore {
   put(c: HopClaim): boolean {
     return (
       this.db.run(
-        `INSERT OR IGNORE INTO hop_claims (microbatch, attempt, stage, phase, miner_id, next_id, input_sha, output_sha, loss, round, at)
-         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+        `INSERT OR IGNORE INTO hop_claims (microbatch, attempt, stage, phase, miner_id, next_id, input_sha, output_sha, loss, round, at, bytes)
+         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
         c.microbatch,
         c.attempt,
         c.stage,
@@ -66,6 +70,7 @@ export class ClaimStore {
         c.loss,
         c.round,
         c.at,
+        c.bytes,
       ).changes === 1
     );
   }

@@ -14,6 +14,8 @@ export const MINER_MIGRATIONS: Migrations = {
     'ALTER TABLE miners ADD COLUMN evicted TEXT',
     // the Ed25519 key its wallet bound at join, which signs its requests and receipts
     "ALTER TABLE miners ADD COLUMN session_key TEXT NOT NULL DEFAULT ''",
+    // until when an eviction for an offence refuses its joins too (ms; null: it may join again at once)
+    'ALTER TABLE miners ADD COLUMN banned_until INTEGER',
   ],
 };
 
@@ -43,6 +45,7 @@ const MinerRow = Type.Object({
   lastSeen: Type.Integer(),
   alive: Type.Union([Type.Literal(0), Type.Literal(1)]),
   evicted: Type.Union([Type.String(), Type.Null()]),
+  bannedUntil: Type.Union([Type.Integer(), Type.Null()]),
 });
 
 export interface MinerRecord extends MinerProfile {
@@ -51,10 +54,12 @@ export interface MinerRecord extends MinerProfile {
   alive: boolean;
   /** why it is refused until it joins again (null: it is not) */
   evicted: string | null;
+  /** an eviction for an offence also refuses its joins until then (ms) */
+  bannedUntil: number | null;
 }
 
 const decodeId = rowReader(Type.Object({ id: Type.String() }), 'miner id');
-const COLUMNS = 'id, name, url, gflops, threads, memory_bytes AS memoryBytes, bandwidth_mbps AS bandwidthMbps, session_key AS sessionKey, joined_at AS joinedAt, last_seen AS lastSeen, alive, evicted';
+const COLUMNS = 'id, name, url, gflops, threads, memory_bytes AS memoryBytes, bandwidth_mbps AS bandwidthMbps, session_key AS sessionKey, joined_at AS joinedAt, last_seen AS lastSeen, alive, evicted, banned_until AS bannedUntil';
 const readRow = rowReader(MinerRow, 'miner');
 const decode = (row: unknown): MinerRecord => {
   const r: Static<typeof MinerRow> = readRow(row);
@@ -93,8 +98,8 @@ export class MinerStore {
   }
 
   /** Refused (its heartbeats get 403 with `reason`) until it joins again. */
-  evict(id: string, reason: string): void {
-    this.db.run('UPDATE miners SET alive = 0, evicted = ? WHERE id = ?', reason.slice(0, 500), id);
+  evict(id: string, reason: string, bannedUntil: number | null = null): void {
+    this.db.run('UPDATE miners SET alive = 0, evicted = ?, banned_until = ? WHERE id = ?', reason.slice(0, 500), bannedUntil, id);
   }
 
   /**
