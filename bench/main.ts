@@ -6,8 +6,9 @@ import { protocolBenches } from './protocol.bench.ts';
 import { mergeBenches } from './merge.bench.ts';
 import { networkBenches } from './network.bench.ts';
 import { spotCheckBenches } from './spot-check.bench.ts';
+import { floodBenches } from './flood.bench.ts';
 
-const registry: Bench[] = [...engineBenches, ...protocolBenches, ...chainBenches, ...mergeBenches, ...spotCheckBenches, ...networkBenches];
+const registry: Bench[] = [...engineBenches, ...protocolBenches, ...chainBenches, ...mergeBenches, ...spotCheckBenches, ...networkBenches, ...floodBenches];
 
 const args = process.argv.slice(2);
 const json = args.includes('--json');

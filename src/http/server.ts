@@ -4,7 +4,13 @@
 // (no coercion of bodies), one body parser per kind of body, and the one error
 // handler that turns every error into the error contract of
 // src/protocol/errors.ts: HTTP status, `{ "error": message, "code": code }`.
-import type { IncomingMessage, ServerResponse } from 'node:http';
+// It also keeps callers within limits before it works for them: timeouts for
+// slow clients, the rate of wallet signatures, the bytes of large bodies in
+// flight, and connections closed (lingering) on bodies refused unread
+// (docs/protocol.md, "HTTP limits").
+import { STATUS_CODES, type IncomingMessage, type ServerResponse } from 'node:http';
+import type { Socket } from 'node:net';
+import type { Duplex } from 'node:stream';
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import { Type, type Static, type TSchema } from '@sinclair/typebox';
 import { TypeCompiler, type TypeCheck } from '@sinclair/typebox/compiler';
@@ -12,6 +18,7 @@ import Fastify, { type FastifyBaseLogger, type FastifyError, type FastifyInstanc
 import type { Address } from 'viem';
 import { asNimbleError, AuthError, NimbleError } from '../protocol/errors.ts';
 import type { RequestVerifier, SignatureScheme, VerifiedRequest } from '../protocol/signing.ts';
+import { BodyBudget, TokenBucket } from './limits.ts';
 import { strictValidatorCompiler } from './validator.ts';
 
 /** A fastify instance whose route schemas type the handlers. */
@@ -46,13 +53,51 @@ export interface HttpServerOptions {
   onRefused?: (req: FastifyRequest, err: NimbleError) => void;
   /** a request that failed with a 5xx (log it) */
   onFailure?: (req: FastifyRequest, err: NimbleError) => void;
-  /** a client that sends nothing for this long is cut off (default 60 s) */
-  requestTimeoutMs?: number;
+  /** how long a client may take to send a request (DEFAULT_HTTP_TIMEOUTS; tests use short ones) */
+  timeouts?: Partial<HttpTimeouts>;
   /** checks the signature of routes declared with `config: { signed }` */
   verifier?: RequestVerifier;
   /** wallet-signed requests (costly to check) accepted per second at most, with this burst (default 20 and 100) */
   walletRate?: { perSecond: number; burst: number };
+  /**
+   * bodies over LARGE_BODY being received at once, in bytes as announced: for
+   * one signer, and in all (default: the largest body a route takes, and four
+   * times that); a body is held whole before it is checked, so this bounds the
+   * memory that uploads can take
+   */
+  bodyBudget?: { perSigner: number; total: number };
 }
+
+/**
+ * How long a client may take, so that slow or stalled clients (slowloris:
+ * headers or a body trickled in a byte at a time) cannot hold connections
+ * open. Every limit cuts the connection (a 408 answer when the request is
+ * still being read). docs/protocol.md, "HTTP limits", says why each value.
+ */
+export interface HttpTimeouts {
+  /** the whole request head (request line and headers) must arrive within this */
+  headersMs: number;
+  /** the whole request, body included, must arrive within this */
+  requestMs: number;
+  /** a connection on which nothing moves either way for this long is closed */
+  idleMs: number;
+  /** an idle keep-alive connection between two requests is closed after this */
+  keepAliveMs: number;
+  /** how often open connections are checked against headersMs and requestMs */
+  checkEveryMs: number;
+}
+
+/**
+ * The values a real deployment uses. Programs send a request head in one
+ * packet, so 10 s for it is generous and stops header trickling quickly. The
+ * largest body (a 256 MiB upload) arrives within 120 s at 18 Mbit/s and above;
+ * the bodies actually sent today are a few MB. 30 s of silence is also what
+ * our clients wait for an answer before giving up (src/http/client.ts).
+ * Miners send a heartbeat every 250 ms, so 10 s of keep-alive keeps their
+ * connections without holding idle ones long (fetch's client lets its own go
+ * a second before the server's announced 10 s).
+ */
+export const DEFAULT_HTTP_TIMEOUTS: HttpTimeouts = { headersMs: 10_000, requestMs: 120_000, idleMs: 30_000, keepAliveMs: 10_000, checkEveryMs: 1_000 };
 
 /** The JSON body of every error answer (part of every route's response schema). */
 export const ErrorBody = Type.Object({ error: Type.String(), code: Type.String({ pattern: '^[a-z_0-9]{1,64}$' }) });
@@ -62,16 +107,35 @@ export type ErrorBody = Static<typeof ErrorBody>;
 export const BINARY = 'application/octet-stream';
 
 export function createHttpServer(options: HttpServerOptions): HttpServer {
+  const t = { ...DEFAULT_HTTP_TIMEOUTS, ...options.timeouts };
   const app = Fastify({
     logger: false,
     bodyLimit: options.bodyLimit,
-    requestTimeout: options.requestTimeoutMs ?? 60_000,
-    connectionTimeout: options.requestTimeoutMs ?? 60_000,
+    requestTimeout: t.requestMs,
+    connectionTimeout: t.idleMs,
+    keepAliveTimeout: t.keepAliveMs,
+    http: { headersTimeout: Math.min(t.headersMs, t.requestMs), requestTimeout: t.requestMs, connectionsCheckingInterval: t.checkEveryMs },
+    clientErrorHandler: answerClientError,
+    // path params are limited by their schemas (which say why), not cut at the router's default of 100 characters
+    routerOptions: { maxParamLength: 1024 },
+    // a URL the router cannot decode, or a param past maxParamLength: answered in the error contract too
+    frameworkErrors: (err, req, reply) => {
+      const e = err.code === 'FST_ERR_MAX_PARAM_LENGTH' ? new NimbleError('too_large', 'a path segment is too long', 414) : new NimbleError('invalid', 'the URL is not valid (bad percent-encoding?)');
+      const json = JSON.stringify({ error: e.message, code: e.code } satisfies ErrorBody);
+      reply.raw.writeHead(e.status, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(json) });
+      reply.raw.end(req.method === 'HEAD' ? undefined : json);
+    },
   }).withTypeProvider<TypeBoxTypeProvider>();
   app.setValidatorCompiler(strictValidatorCompiler);
   // every route's contract includes its error answers
+  const routes: RouteSummary[] = [];
+  declared.set(app, routes);
   app.addHook('onRoute', (route) => {
     route.schema = { ...route.schema, response: { '4xx': ErrorBody, '5xx': ErrorBody, ...(route.schema?.response as Record<string, TSchema> | undefined) } };
+    const schema = route.schema as { params?: TSchema; querystring?: TSchema; body?: TSchema };
+    for (const method of [route.method].flat()) {
+      routes.push({ method, url: route.url, signed: route.config?.signed, bodyLimit: route.bodyLimit ?? options.bodyLimit, params: schema.params, querystring: schema.querystring, body: schema.body });
+    }
   });
   app.setSerializerCompiler(({ schema }) => responseSerializer(schema as TSchema));
   app.removeAllContentTypeParsers();
@@ -90,18 +154,30 @@ export function createHttpServer(options: HttpServerOptions): HttpServer {
   });
   // before the body is read: the signature, from the headers (which carry the body's signed sha256)
   const walletBucket = new TokenBucket(options.walletRate?.perSecond ?? 20, options.walletRate?.burst ?? 100);
+  let budget: BodyBudget | null = null;
   app.addHook('onRequest', async (req, reply) => {
     const scheme = req.routeOptions.config.signed;
     if (!scheme) return;
     if (!options.verifier) throw new NimbleError('internal', `${req.routeOptions.url} is signed but the server has no verifier`);
-    // a refused request's body is not read: the connection closes after the answer
-    if (req.headers['content-length'] !== '0' && (req.headers['content-length'] || req.headers['transfer-encoding'])) void reply.header('connection', 'close');
-    if (scheme === 'wallet' && !walletBucket.take()) throw new NimbleError('overloaded', 'too many wallet-signed requests; retry in a moment');
-    const verified = await options.verifier.verifyHeaders({ method: req.method, path: req.url, headers: req.headers });
-    if (verified.scheme !== scheme) throw new AuthError('bad_signature', `${req.routeOptions.url} must be signed with the ${scheme} key, not the ${verified.scheme} key`);
+    const verified = await options.verifier.verifyHeaders({
+      method: req.method,
+      path: req.url,
+      headers: req.headers,
+      // the right key for the route, then (wallet signatures being costly to check) a few a second; a request whose headers
+      // are missing, malformed, stale or of the wrong key costs nothing and takes no turn
+      beforeSignatureCheck: (given) => {
+        if (given !== scheme) throw new AuthError('bad_signature', `${req.routeOptions.url} must be signed with the ${scheme} key, not the ${given} key`);
+        if (given === 'wallet' && !walletBucket.take()) throw new NimbleError('rate_limited', 'too many wallet-signed requests; retry in a moment');
+      },
+    });
     req.verified = verified;
     req.signer = verified.signer;
-    void reply.removeHeader('connection');
+    // a large body is taken only within the signer's share of the bytes in flight
+    const size = announcedBodyBytes(req);
+    if (size > LARGE_BODY) {
+      budget ??= bodyBudgetOf(app, options);
+      reply.raw.once('close', budget.reserve(verified.signer, size));
+    }
   });
   // before the body is validated or used: the body against its signed hash, then whether it parsed
   app.addHook('preValidation', async (req) => {
@@ -109,15 +185,105 @@ export function createHttpServer(options: HttpServerOptions): HttpServer {
     if (req.body === NOT_JSON) throw new NimbleError('invalid', 'the body is not JSON');
   });
   app.setNotFoundHandler((req, reply) => {
-    void reply.status(404).send({ error: `no route ${req.method} ${req.url.split('?')[0]}`, code: 'not_found' } satisfies ErrorBody);
+    const path = req.url.split('?')[0];
+    void reply.status(404).send({ error: `no route ${req.method} ${path.length > 200 ? `${path.slice(0, 200)}…` : path}`, code: 'not_found' } satisfies ErrorBody);
   });
   app.setErrorHandler((raw: Error, req, reply) => {
     const err = toNimbleError(raw);
+    // a body refused before it was read (a bad signature, too large) is not read: the connection closes after the answer
+    if (req.rawBody === undefined && announcesBody(req)) {
+      void reply.header('connection', 'close');
+      lingerOnClose(req.raw.socket);
+    }
     if (err.isClientError) options.onRefused?.(req, err);
     else options.onFailure?.(req, err);
     void reply.status(err.status).send({ error: err.status >= 500 ? 'internal error' : err.message, code: err.code } satisfies ErrorBody);
   });
   return app;
+}
+
+/** A route a server declares: what a caller must send it (the schemas as declared, before fastify's conversions). */
+export interface RouteSummary {
+  method: string;
+  /** with its `:param` placeholders */
+  url: string;
+  signed: SignatureScheme | undefined;
+  bodyLimit: number;
+  params: TSchema | undefined;
+  querystring: TSchema | undefined;
+  body: TSchema | undefined;
+}
+
+const declared = new WeakMap<HttpServer, RouteSummary[]>();
+
+/** Every route declared on a server made by createHttpServer (HEAD routes included), in the order declared. */
+export function routesOf(app: HttpServer): readonly RouteSummary[] {
+  return declared.get(app) ?? [];
+}
+
+/**
+ * Errors found before a request reaches fastify (a request head too slow,
+ * too large or malformed), answered in the error contract on the raw socket,
+ * which then closes.
+ */
+function answerClientError(err: Error & { code?: string; rawPacket?: unknown }, socket: Duplex): void {
+  if (err.code === 'ECONNRESET' || socket.destroyed) return;
+  // the answer to a HEAD request has no body (a client would read one as the start of another answer)
+  const head = Buffer.isBuffer(err.rawPacket) && err.rawPacket.subarray(0, 5).toString('latin1') === 'HEAD ';
+  const [status, body]: [number, ErrorBody] =
+    err.code === 'ERR_HTTP_REQUEST_TIMEOUT'
+      ? [408, { error: 'the request did not arrive in time', code: 'timeout' }]
+      : err.code === 'HPE_HEADER_OVERFLOW'
+        ? [431, { error: 'the request head is larger than this server accepts', code: 'too_large' }]
+        : [400, { error: 'malformed HTTP request', code: 'invalid' }];
+  if (socket.writable) {
+    const json = JSON.stringify(body);
+    socket.write(`HTTP/1.1 ${status} ${STATUS_CODES[status]}\r\nContent-Length: ${Buffer.byteLength(json)}\r\nContent-Type: application/json\r\nConnection: close\r\n\r\n${head ? '' : json}`);
+  }
+  socket.destroy();
+}
+
+/** Bodies up to this size are not counted against the body budget (each route's limit bounds them). */
+export const LARGE_BODY = 1 << 20;
+
+/** The body budget of a server: as configured, or one largest body per signer and four in all. */
+function bodyBudgetOf(app: HttpServer, options: HttpServerOptions): BodyBudget {
+  const largest = Math.max(options.bodyLimit, ...routesOf(app).map((r) => r.bodyLimit));
+  return new BodyBudget(options.bodyBudget?.perSigner ?? largest, options.bodyBudget?.total ?? 4 * largest);
+}
+
+/** The body size a request announces: its content-length, or its route's limit when it is sent in chunks; 0 without a body. */
+function announcedBodyBytes(req: FastifyRequest): number {
+  const length = req.headers['content-length'];
+  if (length !== undefined) return Number(length) || 0;
+  return req.headers['transfer-encoding'] !== undefined ? (req.routeOptions.bodyLimit ?? 0) : 0;
+}
+
+/** Whether a request comes with a body (announced by its headers). */
+function announcesBody(req: FastifyRequest): boolean {
+  const length = req.headers['content-length'];
+  return (length !== undefined && length !== '0') || req.headers['transfer-encoding'] !== undefined;
+}
+
+/** How long a connection closed on a body refused unread goes on taking (and dropping) what the client still sends. */
+export const LINGER_MS = 2_000;
+
+/**
+ * Closes the connection after an answer given before the request's body was
+ * read, the way servers "linger": the answer and a FIN go out, whatever the
+ * client goes on sending is read and dropped (never kept) for LINGER_MS, then
+ * the connection is dropped. Closing at once would reset a connection with
+ * unread bytes in flight, and the client, still sending, could lose the
+ * answer to the reset. Node closes a `connection: close` answer's socket
+ * with destroySoon(); this socket's does the above instead.
+ */
+function lingerOnClose(socket: Socket): void {
+  socket.destroySoon = function (this: Socket): void {
+    this.end();
+    const timer = setTimeout(() => this.destroy(), LINGER_MS);
+    timer.unref();
+    this.once('close', () => clearTimeout(timer));
+  };
 }
 
 /** Any error a route can throw, as the error contract. */
@@ -152,26 +318,4 @@ function responseSerializer(schema: TSchema): (data: unknown) => string {
     }
     return JSON.stringify(data);
   };
-}
-
-/** A token bucket: `perSecond` tokens a second, at most `burst` saved. */
-class TokenBucket {
-  private tokens: number;
-  private at = Date.now();
-
-  constructor(
-    private readonly perSecond: number,
-    private readonly burst: number,
-  ) {
-    this.tokens = burst;
-  }
-
-  take(): boolean {
-    const now = Date.now();
-    this.tokens = Math.min(this.burst, this.tokens + ((now - this.at) / 1000) * this.perSecond);
-    this.at = now;
-    if (this.tokens < 1) return false;
-    this.tokens--;
-    return true;
-  }
 }

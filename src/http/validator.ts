@@ -12,7 +12,7 @@ import type { FastifySchemaCompiler } from 'fastify';
 const DECIMAL = /^-?(0|[1-9][0-9]*)(\.[0-9]+)?$/;
 
 /** The properties of a params or querystring object that the schema wants as numbers, converted when written in plain decimal. */
-function convertUrlPart(schema: TSchema, value: unknown): unknown {
+export function convertUrlPart(schema: TSchema, value: unknown): unknown {
   if (!TypeGuard.IsObject(schema) || typeof value !== 'object' || value === null) return value;
   const out: Record<string, unknown> = { ...(value as Record<string, unknown>) };
   for (const [key, prop] of Object.entries(schema.properties)) {

@@ -347,15 +347,20 @@ export class MergeRounds {
 
   // ---- uploads ---------------------------------------------------------------
 
-  /** The open round `k` in phase `phase`, with `minerId` among its replicas; else the reason it is not. */
-  private roundFor(k: RoundKey, minerId: string, phase: MergeRoundRecord['status']): { run: RunRecord; s: StageRecord; round: MergeRoundRecord } {
+  /** Throws unless round `k` is open with `minerId` among its replicas (in any phase): checked before an upload's body is read. */
+  expectReplica(minerId: string, k: RoundKey): void {
+    this.roundFor(k, minerId, null);
+  }
+
+  /** The open round `k` in phase `phase` (any, for null), with `minerId` among its replicas; else the reason it is not. */
+  private roundFor(k: RoundKey, minerId: string, phase: MergeRoundRecord['status'] | null): { run: RunRecord; s: StageRecord; round: MergeRoundRecord } {
     const run = this.state.runs.get(k.runId);
     if (!run) throw new NimbleError('not_found', `unknown run ${k.runId}`);
     const s = this.state.runs.stage(k.runId, k.stage);
     if (!s) throw new NimbleError('not_found', `run ${k.runId} has no stage ${k.stage}`);
     const round = this.state.mergeRounds.get(k);
     if (!round || round.status === 'done') throw new NimbleError('conflict', `round ${k.round} of stage ${k.stage} is not open`);
-    if (round.status !== phase) throw new NimbleError('conflict', `round ${k.round} of stage ${k.stage} is ${round.status}, not ${phase}`);
+    if (phase && round.status !== phase) throw new NimbleError('conflict', `round ${k.round} of stage ${k.stage} is ${round.status}, not ${phase}`);
     if (!round.replicas.includes(minerId)) throw new NimbleError('forbidden', `miner ${minerId} is not a replica in round ${k.round} of stage ${k.stage}`);
     return { run, s, round };
   }

@@ -21,6 +21,8 @@ export const GENERIC_STATUS = {
   /** valid, but not now: the state does not allow it */
   conflict: 409,
   too_large: 413,
+  /** this caller (or callers of this kind) sent too much too fast; retry later */
+  rate_limited: 429,
   /** stored data failed validation: the server's fault, not the caller's */
   corrupt: 500,
   internal: 500,
@@ -89,14 +91,15 @@ export type AuthErrorCode =
   | 'stale' // timestamp outside the replay window
   | 'replayed' // the (address, nonce) pair was already used within the window
   | 'unknown_signer' // a session signature from an address with no session key here (not joined, or not a peer)
-  | 'overloaded'; // the nonce cache (or the sender's share of it) is full of live nonces; try again later (HTTP 503)
+  | 'rate_limited' // the sender's share of the nonce cache is full of live nonces: it sent too many requests in the window (HTTP 429)
+  | 'overloaded'; // the nonce cache is full of live nonces; try again later (HTTP 503)
 
-/** A signed request failed verification: 503 for overloaded, else 401. */
+/** A signed request failed verification: 429 for rate_limited, 503 for overloaded, else 401. */
 export class AuthError extends NimbleError {
   override readonly name = 'AuthError';
   declare readonly code: AuthErrorCode;
 
   constructor(code: AuthErrorCode, message: string) {
-    super(code, `auth ${code}: ${message}`, code === 'overloaded' ? 503 : 401);
+    super(code, `auth ${code}: ${message}`, code === 'overloaded' ? 503 : code === 'rate_limited' ? 429 : 401);
   }
 }

@@ -147,6 +147,12 @@ export interface IncomingHeaders {
   /** Request target as received (Node: req.url). */
   path: string;
   headers: HeaderSource;
+  /**
+   * Called once the headers are well formed and fresh, just before the
+   * signature itself is checked (the costly part): a server's rate limit
+   * goes here, so that requests refused for free do not use it up. May throw.
+   */
+  beforeSignatureCheck?: (scheme: SignatureScheme) => void;
 }
 
 /** A request whose headers verified. */
@@ -164,7 +170,7 @@ export interface VerifierOptions {
   windowMs?: number;
   /** Most nonces remembered at once (default 200 000); beyond that requests get 'overloaded'. */
   maxNonces?: number;
-  /** Most live nonces of one sender (default 3 000); beyond that its requests get 'overloaded'. */
+  /** Most live nonces of one sender (default 3 000); beyond that its requests get 'rate_limited' (429). */
   maxNoncesPerSender?: number;
   /**
    * Requests signed before this time are refused (ms): a restarted server has
@@ -243,6 +249,7 @@ export class RequestVerifier {
     } catch (e) {
       throw new AuthError('bad_signature', (e as Error).message);
     }
+    req.beforeSignatureCheck?.(scheme);
     let signer: Address;
     if (scheme === 'session') {
       const key = this.sessionKeyOf(address as Address);
@@ -264,7 +271,7 @@ export class RequestVerifier {
 
     const seen = this.nonces.add(signer, nonce, timestamp + this.windowMs, now);
     if (seen === 'seen') throw new AuthError('replayed', `nonce ${nonce} was already used by ${signer}`);
-    if (seen === 'sender_full') throw new AuthError('overloaded', `${signer} sent too many requests in the replay window; retry later`);
+    if (seen === 'sender_full') throw new AuthError('rate_limited', `${signer} sent too many requests in the replay window; retry later`);
     if (seen === 'full') throw new AuthError('overloaded', 'too many requests in the replay window; retry later');
     return { signer, scheme, bodySha256: sha };
   }

@@ -142,8 +142,8 @@ test('miner routes are signed: unsigned or forged requests get 401 and count for
 });
 
 test('join and heartbeat answer their protocol messages', async () => {
-  // joining is signed with the wallet key, not a session key; after it the session key signs
-  isError(await request('POST', '/miners/join', { json: joinBody, signer: miner }), 401, 'unknown_signer');
+  // joining is signed with the wallet key, not a session key (refused before the signature is checked); after it the session key signs
+  isError(await request('POST', '/miners/join', { json: joinBody, signer: miner }), 401, 'bad_signature', /wallet key/);
   isError(await request('POST', '/miners/heartbeat', { json: { freeSlots: 0, queue: 0, reports: [] }, signer: wallet }), 401, 'bad_signature', /session key/);
   const joined = valid(JoinReply, await request('POST', '/miners/join', { json: joinBody, signer: wallet })) as { minerId: string };
   assert.equal(joined.minerId, miner.address);
@@ -200,4 +200,19 @@ test('finite but absurd numbers get a 400 naming the field: 2^53 − 1 bytes of 
   const dev = new RequestSigner(generatePrivateKey(), { domain });
   isError(await request('POST', '/runs', { json: { model: 'gpt-micro', data: 'moby-dick', steps: 2 ** 53 }, signer: dev }), 400, 'invalid', /\/steps/);
   isError(await request('POST', '/runs', { json: { model: 'gpt-micro', data: 'moby-dick', steps: 10, lr: 1e-30 }, signer: dev }), 400, 'invalid', /\/lr/);
+});
+
+test('an upload its signer has no part in is refused from its headers, before its body is read', async () => {
+  // announced at 100 MiB, 16 bytes sent: an answer that reads the body would be about the missing bytes
+  const upload = async (url: string): Promise<Answer> => {
+    const res = await app.inject({ method: 'POST', url, headers: { 'content-type': 'application/octet-stream', 'content-length': String(100 << 20), ...(await miner.sign('POST', url, Buffer.alloc(16))) }, payload: Buffer.alloc(16) });
+    return { status: res.statusCode, body: JSON.parse(res.body) as Answer['body'] };
+  };
+  isError(await upload('/runs/run-x/stages/0/rounds/1/state'), 404, 'not_found', /unknown run run-x/);
+  isError(await upload('/runs/run-x/stages/0/rounds/1/pseudo-gradients/0?samples=1'), 404, 'not_found', /unknown run run-x/);
+  isError(await upload('/runs/run-x/stages/0/rounds/1/merged/0'), 404, 'not_found', /unknown run run-x/);
+  isError(await upload('/runs/run-x/checks/5'), 409, 'conflict', /no open spot check of microbatch 5/);
+  // malformed params or query are still refused as such (and count as the signer's invalid work)
+  isError(await upload('/runs/run-x/stages/x/rounds/1/state'), 400, 'invalid', /params/);
+  isError(await upload('/runs/run-x/stages/0/rounds/1/pseudo-gradients/0?samples=-1'), 400, 'invalid', /querystring/);
 });

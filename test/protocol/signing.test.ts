@@ -141,7 +141,8 @@ test("one sender's flood fills its own share of the nonce cache, not everyone's"
   const loud = new RequestSigner(KEY0);
   const quiet = new RequestSigner(KEY1);
   for (let i = 0; i < 3; i++) await verifier.verify({ method: 'GET', path: '/p', headers: await loud.sign('GET', '/p') });
-  const e = await rejects(verifier.verify({ method: 'GET', path: '/p', headers: await loud.sign('GET', '/p') }), 'overloaded');
+  const e = await rejects(verifier.verify({ method: 'GET', path: '/p', headers: await loud.sign('GET', '/p') }), 'rate_limited');
+  assert.equal(e.status, 429);
   assert.match(e.message, new RegExp(loud.address));
   assert.equal(await verifier.verify({ method: 'GET', path: '/p', headers: await quiet.sign('GET', '/p') }), quiet.address);
   const cache = new NonceCache(10, 100, 2);

@@ -1,10 +1,16 @@
 // The miners' routes (signed): joining, heartbeats, the bandwidth probe,
 // blob downloads, merge-round uploads and spot-check answers. Message
 // contracts in src/protocol/messages.ts; binary bodies (tensor frames, stage
-// states, check bundles) are validated by their decoders.
-import { Type } from '@sinclair/typebox';
+// states, check bundles) are validated by their decoders. An upload (up to
+// 256 MiB, held whole until checked) is refused from its headers unless its
+// signer has a part in that merge round or was asked for that spot check.
+import { Type, type Static, type TSchema } from '@sinclair/typebox';
+import { Value } from '@sinclair/typebox/value';
+import type { FastifyRequest } from 'fastify';
 import { BINARY, type HttpServer } from '../../http/server.ts';
 import { signerOf } from '../../http/signed.ts';
+import { convertUrlPart } from '../../http/validator.ts';
+import { NimbleError } from '../../protocol/errors.ts';
 import { HeartbeatReply, HeartbeatRequest, JoinReply, JoinRequest } from '../../protocol/messages.ts';
 import type { Coordinator } from '../coordinator.ts';
 import type { Epochs } from '../epochs.ts';
@@ -20,6 +26,8 @@ const RunId = Type.String({ minLength: 1, maxLength: 128, pattern: '^[A-Za-z0-9_
 const BlobId = Type.String({ pattern: '^[0-9a-f]{64}$' });
 const RoundParams = Type.Object({ runId: RunId, stage: Stage, round: Count });
 const PartitionParams = Type.Object({ runId: RunId, stage: Stage, round: Count, partition: Count });
+const CheckParams = Type.Object({ runId: RunId, microbatch: Type.Integer({ minimum: 1, maximum: 2 ** 31 - 1 }) });
+const Samples = Type.Object({ samples: Count });
 const Stored = Type.Object({ blob: BlobId });
 /** Joining (and the bandwidth probe before it) is signed with the miner's wallet key; everything after with the session key it bound. */
 const wallet = { signed: 'wallet' } as const;
@@ -42,28 +50,37 @@ export function minerRoutes(app: HttpServer, c: Coordinator, epochs: Epochs | nu
     return Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength);
   });
 
-  const upload = { config: signed, bodyLimit: MAX_UPLOAD_BYTES };
+  // an upload is refused before its body is read when its signer is not a replica of that round (or was not asked for that check)
+  const roundUpload = (params: typeof RoundParams | typeof PartitionParams, query?: typeof Samples) => ({
+    config: signed,
+    bodyLimit: MAX_UPLOAD_BYTES,
+    onRequest: uploadGuard(params, query, (signer, { runId, stage, round }) => c.merges.expectReplica(signer, { runId, stage, round })),
+  });
   app.post(
     '/runs/:runId/stages/:stage/rounds/:round/pseudo-gradients/:partition',
-    { ...upload, schema: { params: PartitionParams, querystring: Type.Object({ samples: Count }), response: { 200: Stored } } },
+    { ...roundUpload(PartitionParams, Samples), schema: { params: PartitionParams, querystring: Samples, response: { 200: Stored } } },
     async (req) => {
       const { partition, ...key } = req.params;
       return { blob: await c.merges.putPseudoGradient(signerOf(req), key, partition, req.query.samples, binaryBody(req.rawBody)) };
     },
   );
-  app.post('/runs/:runId/stages/:stage/rounds/:round/merged/:partition', { ...upload, schema: { params: PartitionParams, response: { 200: Stored } } }, async (req) => {
+  app.post('/runs/:runId/stages/:stage/rounds/:round/merged/:partition', { ...roundUpload(PartitionParams), schema: { params: PartitionParams, response: { 200: Stored } } }, async (req) => {
     const { partition, ...key } = req.params;
     return { blob: await c.merges.putMerged(signerOf(req), key, partition, binaryBody(req.rawBody)) };
   });
-  app.post('/runs/:runId/stages/:stage/rounds/:round/state', { ...upload, schema: { params: RoundParams, response: { 200: Stored } } }, async (req) => ({
+  app.post('/runs/:runId/stages/:stage/rounds/:round/state', { ...roundUpload(RoundParams), schema: { params: RoundParams, response: { 200: Stored } } }, async (req) => ({
     blob: await c.merges.putState(signerOf(req), req.params, binaryBody(req.rawBody)),
   }));
   app.post(
     '/runs/:runId/checks/:microbatch',
     {
-      ...upload,
+      config: signed,
+      bodyLimit: MAX_UPLOAD_BYTES,
+      onRequest: uploadGuard(CheckParams, undefined, (signer, { runId, microbatch }) => {
+        if (!c.state.spotChecks.asked(signer, runId, microbatch)) throw new NimbleError('conflict', `no open spot check of microbatch ${microbatch} in run ${runId} for this miner`);
+      }),
       schema: {
-        params: Type.Object({ runId: RunId, microbatch: Type.Integer({ minimum: 1, maximum: 2 ** 31 - 1 }) }),
+        params: CheckParams,
         response: { 200: Type.Object({ status: Type.String(), detail: Type.String() }) },
       },
     },
@@ -76,4 +93,26 @@ export function minerRoutes(app: HttpServer, c: Coordinator, epochs: Epochs | nu
 
 function binaryBody(raw: Uint8Array | undefined): Uint8Array {
   return raw ?? new Uint8Array(0);
+}
+
+/**
+ * What an upload's headers must show before its body is read (after its
+ * signature): a size within the route's limit, valid path params and query
+ * (checked as fastify checks them afterwards), and a signer `allowed` to send
+ * it. The refusals are those the route would give after reading the body.
+ */
+function uploadGuard<P extends TSchema>(params: P, query: TSchema | undefined, allowed: (signer: string, p: Static<P>) => void): (req: FastifyRequest) => Promise<void> {
+  return async (req) => {
+    if (Number(req.headers['content-length']) > MAX_UPLOAD_BYTES) throw new NimbleError('too_large', 'the body is larger than this route accepts', 413);
+    const p = checked(params, req.params, 'params');
+    if (query) checked(query, req.query, 'querystring');
+    allowed(signerOf(req), p);
+  };
+}
+
+function checked<T extends TSchema>(schema: T, raw: unknown, what: string): Static<T> {
+  const value = convertUrlPart(schema, raw); // as the route's own validator will (src/http/validator.ts)
+  if (Value.Check(schema, value)) return value;
+  const first = Value.Errors(schema, value).First();
+  throw new NimbleError('invalid', `invalid ${what}: ${first?.path || '/'} ${first?.message ?? 'does not match the schema'}`);
 }
