@@ -87,6 +87,9 @@ export class JsonClient {
 }
 
 /** A client that signs every request with one key (a miner's wallet key to join, its session key after). */
+/** Times a signed request refused with 429 is sent again (pauses of about 0.25, 0.5, 1, 2 s). */
+const RATE_LIMIT_RETRIES = 4;
+
 export class SignedClient {
   constructor(
     readonly baseUrl: string,
@@ -98,12 +101,24 @@ export class SignedClient {
     return this.signer.address;
   }
 
-  /** Sends a signed request to `url` (absolute, or a path on the base URL); returns the body bytes. */
+  /**
+   * Sends a signed request to `url` (absolute, or a path on the base URL);
+   * returns the body bytes. A 429 (`rate_limited`: the server is taking
+   * signatures slower than they come) is sent again, signed afresh, after
+   * RATE_LIMIT_RETRIES growing pauses.
+   */
   async request(method: HttpMethod, pathOrUrl: string, body?: Uint8Array, contentType = 'application/octet-stream'): Promise<Uint8Array> {
     const url = new URL(pathOrUrl, this.baseUrl);
-    const headers: Record<string, string> = { ...(await this.signer.sign(method, url.pathname + url.search, body)) };
-    if (body) headers['content-type'] = contentType;
-    return httpRequest(url, { method, headers, body, timeoutMs: this.timeoutMs });
+    for (let attempt = 0; ; attempt++) {
+      const headers: Record<string, string> = { ...(await this.signer.sign(method, url.pathname + url.search, body)) };
+      if (body) headers['content-type'] = contentType;
+      try {
+        return await httpRequest(url, { method, headers, body, timeoutMs: this.timeoutMs });
+      } catch (err) {
+        if (!(err instanceof NimbleError && err.status === 429) || attempt >= RATE_LIMIT_RETRIES) throw err;
+        await new Promise((r) => setTimeout(r, 250 * 2 ** attempt * (0.5 + Math.random())));
+      }
+    }
   }
 
   /** POSTs JSON and validates the JSON reply. */

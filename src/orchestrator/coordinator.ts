@@ -132,6 +132,9 @@ export class Coordinator {
       if (m.alive) state.miners.touch(m.id, now);
     }
     this.checks.restarted();
+    // nor do microbatches or merge phases time out for the downtime
+    state.microbatches.extendDeadlines(now + this.options.microbatchDeadlineMs);
+    this.merges.restarted();
   }
 
   /** The session key a miner bound when it joined (what its requests and receipts are checked against). */

@@ -70,6 +70,17 @@ export class MergeRounds {
     return this.state.runs.stages(run.id).some((s) => this.current(run, s) !== undefined);
   }
 
+  /** The orchestrator restarted: every open round's phase starts its timeout again (the downtime is nobody's delay). */
+  restarted(): void {
+    const now = this.now();
+    for (const run of this.state.runs.active()) {
+      for (const s of this.state.runs.stages(run.id)) {
+        const round = this.current(run, s);
+        if (round) this.state.mergeRounds.update({ runId: run.id, stage: s.stage, round: round.round }, { plan: { ...round.plan, phaseAt: now } });
+      }
+    }
+  }
+
   /** A merge is due (or running): stop issuing microbatches so the pipeline drains. */
   wantsDrain(run: RunRecord): boolean {
     return this.active(run) || this.due(run);

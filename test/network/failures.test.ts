@@ -87,7 +87,7 @@ test('a merger killed during a merge round: every partition is still merged and 
   }
 });
 
-test('the orchestrator killed with SIGKILL and restarted mid-run: the run resumes and finishes', async () => {
+test('the orchestrator killed with SIGKILL and restarted mid-run: the run resumes and finishes, and no miner is charged for the downtime', async () => {
   const cluster = new Cluster();
   try {
     await cluster.startOrchestrator(FAST);
@@ -103,6 +103,9 @@ test('the orchestrator killed with SIGKILL and restarted mid-run: the run resume
     assert.equal(done.status, 'completed', JSON.stringify(done));
     assert.equal(done.microbatchesDone, 120);
     assert.ok(done.stages.every((s) => s.replicas.some((r) => r.alive)), 'the miners re-attached');
+    // heartbeats resent after the lost replies, deadlines and merge phases restarted: nobody is charged for the downtime
+    const charged = (await cluster.api.work()).filter((w) => ['dropped', 'invalid', 'failed_check'].includes(w.kind));
+    assert.deepEqual(charged, [], 'no miner was charged for the orchestrator being down');
   } finally {
     await cluster.stop();
   }

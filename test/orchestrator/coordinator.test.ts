@@ -1111,6 +1111,44 @@ test('an orchestrator restart gives the open spot checks their whole timeout aga
   assert.deepEqual(h.work(run.id), { [`${s0.name}/failed_check`]: 1 });
 });
 
+test('an orchestrator restart gives issued microbatches and an open merge phase their whole timeout again: nobody is charged for the downtime', async (t) => {
+  const h = await harness(t, { minerTimeoutMs: 60_000, microbatchDeadlineMs: 15_000 });
+  h.joinMany('m', 4);
+  const run = h.createRun({ steps: 100 });
+  beatAll(...h.miners.values());
+  const [a0] = h.replicas(run.id, 0);
+  const [x] = a0.take(1);
+  h.advance(10_000);
+  // down for 30 s, past x's deadline
+  h.advance(30_000);
+  await h.restart();
+  h.advance(14_000);
+  h.tick();
+  assert.equal(pick(h, x).status, 'issued', 'a whole deadline from the restart: not past it yet');
+  h.advance(1_001);
+  h.tick();
+  assert.equal(pick(h, x).status, 'pending');
+  assert.deepEqual(h.work(run.id), { [`${a0.name}/dropped`]: 1 }, 'charged only once its deadline passed with the orchestrator up');
+
+  // a merge round in 'uploading': the orchestrator is down past the upload timeout; after the restart the replicas get their whole timeout
+  const h2 = await harness(t, { minerTimeoutMs: 10 * UPLOAD_TIMEOUT_MS });
+  const run2 = runAtFirstMerge(h2);
+  assert.equal(mergeRound(h2, run2.id, 0, 1).status, 'uploading');
+  h2.advance(UPLOAD_TIMEOUT_MS - 1_000);
+  h2.tick();
+  h2.advance(2 * UPLOAD_TIMEOUT_MS); // down
+  await h2.restart();
+  h2.advance(UPLOAD_TIMEOUT_MS - 1_000);
+  h2.tick();
+  const round = mergeRound(h2, run2.id, 0, 1);
+  assert.deepEqual([round.status, round.replicas.length], ['uploading', 2], 'nobody left the round for the downtime');
+  assert.equal(Object.keys(h2.work(run2.id)).filter((k) => k.endsWith('/dropped')).length, 0);
+  h2.advance(2_000);
+  h2.tick();
+  assert.notEqual(mergeRound(h2, run2.id, 0, 1).status, 'uploading', 'a whole timeout after the restart, the replicas that did not upload are out');
+  assert.ok(Object.keys(h2.work(run2.id)).some((k) => k.endsWith('/dropped')));
+});
+
 test('after a restart during a merge round the round continues from its phase with the uploads already made', async (t) => {
   const h = await harness(t);
   const run = runAtFirstMerge(h);

@@ -82,6 +82,11 @@ export class MicrobatchStore {
   }
 
   /** pending → issued to a stage-0 miner, which is the start of its path. */
+  /** Issued microbatches get at least until `deadline` (the orchestrator was down: its downtime is nobody's delay). */
+  extendDeadlines(deadline: number): void {
+    this.db.run("UPDATE microbatches SET deadline = MAX(deadline, ?) WHERE status = 'issued'", deadline);
+  }
+
   issue(id: number, minerId: string, now: number, deadline: number): void {
     this.db.run(
       "UPDATE microbatches SET status = 'issued', miner_id = ?, path = ?, progress = 0, issued_at = ?, deadline = ?, attempts = attempts + 1 WHERE id = ?",
