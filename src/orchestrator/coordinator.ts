@@ -129,7 +129,11 @@ export class Coordinator {
     const now = this.now();
     for (const m of state.miners.list()) {
       if (m.sessionKey) this.sessionKeys.set(m.id, [m.sessionKey]);
-      if (m.alive) state.miners.touch(m.id, now);
+      if (!m.alive) continue;
+      state.miners.touch(m.id, now);
+      // until its first heartbeat says otherwise, it holds its stage at the stage's round (else its neighbours, told of no peer, drop what they hold)
+      const a = state.runs.assignmentOf(m.id);
+      if (a) this.holding.set(m.id, holds(a.runId, a.stage, state.runs.stage(a.runId, a.stage)?.round ?? 0));
     }
     this.checks.restarted();
     // nor do microbatches or merge phases time out for the downtime
@@ -174,7 +178,7 @@ export class Coordinator {
     const now = this.now();
     this.state.miners.touch(minerId, now);
     this.queues.set(minerId, req.queue);
-    if (req.runId !== undefined && req.stage !== undefined) this.holding.set(minerId, `${req.runId}/${req.stage}/${req.round ?? 0}`);
+    if (req.runId !== undefined && req.stage !== undefined) this.holding.set(minerId, holds(req.runId, req.stage, req.round ?? 0));
     else this.holding.delete(minerId);
     if (!miner.alive) this.planner.replanAll();
 
@@ -246,9 +250,9 @@ export class Coordinator {
    */
   private peersOf(runId: string, stage: number): Peer[] {
     const out: Peer[] = [];
-    const holds = `${runId}/${stage}/${this.state.runs.stage(runId, stage)?.round ?? 0}`;
+    const current = holds(runId, stage, this.state.runs.stage(runId, stage)?.round ?? 0);
     for (const a of this.state.runs.assignments(runId)) {
-      if (a.stage !== stage || this.holding.get(a.minerId) !== holds) continue;
+      if (a.stage !== stage || this.holding.get(a.minerId) !== current) continue;
       const m = this.state.miners.get(a.minerId);
       if (!m || !m.alive || !m.sessionKey) continue;
       out.push({ id: m.id, url: m.url, sessionKey: m.sessionKey, weight: m.gflops / (1 + (this.queues.get(m.id) ?? 0)) });
@@ -355,4 +359,9 @@ export class Coordinator {
       this.planner.replanAll(); // its miners are free for the runs that wait
     }
   }
+}
+
+/** What the `holding` map keeps of a miner: the run, stage and round whose weights it holds. */
+function holds(runId: string, stage: number, round: number): string {
+  return `${runId}/${stage}/${round}`;
 }

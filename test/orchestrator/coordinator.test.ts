@@ -1068,6 +1068,9 @@ test('after a restart mid-run the runs, stages, assignments, the miners\' keys a
   h.advance(3_999);
   h.tick();
   assert.equal(h.state.miners.list(true).length, 2);
+  // until its first heartbeat says otherwise, a miner alive before the restart is taken to hold its stage at the stage's round:
+  // s0 hears of s1 as its next stage before s1 has beaten again (else s0 would drop the activations it holds for want of a peer)
+  assert.deepEqual(s0.beat().nextStage.map((p) => p.id), [s1.id]);
   // s1's gradient hand-off is checked against s0's key as it joined before the restart: no invalid unit, and the microbatch completes
   s1.beat({ reports: [s1.last(inFlight, { loss: 3.5 }), s1.backward(inFlight)] });
   s0.beat({ reports: [s0.backward(inFlight)] });
