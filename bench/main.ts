@@ -7,8 +7,9 @@ import { mergeBenches } from './merge.bench.ts';
 import { networkBenches } from './network.bench.ts';
 import { spotCheckBenches } from './spot-check.bench.ts';
 import { floodBenches } from './flood.bench.ts';
+import { trustBenches } from './trust.bench.ts';
 
-const registry: Bench[] = [...engineBenches, ...protocolBenches, ...chainBenches, ...mergeBenches, ...spotCheckBenches, ...networkBenches, ...floodBenches];
+const registry: Bench[] = [...engineBenches, ...protocolBenches, ...chainBenches, ...mergeBenches, ...spotCheckBenches, ...networkBenches, ...floodBenches, ...trustBenches];
 
 const args = process.argv.slice(2);
 const json = args.includes('--json');

@@ -11,7 +11,7 @@
 // voice, so two replicas are not left to outvote each other) is scaled down
 // to it. Honest replicas of a stage train the same number of steps at the same
 // learning rate from the same weights, so their norms are close: the figure
-// `merge.honest_norm_spread` of `npm run bench -- --only trust` measures how
+// `merge.honest_norm_spread.*` of `npm run bench -- --only trust` measure how
 // close (docs/security.md).
 import { aggregate, type AggregatorName } from './aggregate.ts';
 import { MergeError } from './errors.ts';
