@@ -23,6 +23,7 @@ import { FEEDBACK_STEPS, RECOMPUTED } from '../../src/orchestrator/merge-checks.
 import { BAN_MS, OffenceError } from '../../src/orchestrator/offences.ts';
 import { APPLY_TIMEOUT_MS, MERGE_TIMEOUT_MS, UPLOAD_TIMEOUT_MS } from '../../src/orchestrator/merges.ts';
 import type { RoundKey } from '../../src/orchestrator/state/merge-rounds.ts';
+import type { RunRecord } from '../../src/orchestrator/state/runs.ts';
 import { signReceipt, verifyTicket } from '../../src/protocol/evidence.ts';
 import type { MicrobatchTask, WorkReport } from '../../src/protocol/messages.ts';
 import { SessionKey } from '../../src/protocol/session-key.ts';
@@ -51,21 +52,26 @@ import {
 import { applyAll, beatAll, blobIds, mergeAll, runAtFirstMerge, taskOf, tickSettled, trainMicrobatches, trainOneRound, trainToCompletion, uploadAll } from './flows.ts';
 
 
+type TestContext = { after: (fn: () => void) => void };
+type HarnessOptions = Parameters<typeof Harness.open>[0];
+
 /** A harness closed when the test ends. */
-async function harness(t: { after: (fn: () => void) => void }, options: Parameters<typeof Harness.open>[0] = {}): Promise<Harness> {
+async function harness(t: TestContext, options: HarnessOptions = {}): Promise<Harness> {
   const h = await Harness.open(options);
   t.after(() => h.close());
   return h;
 }
 
-
-
-
-
-
-
-
-
+/** Two miners holding a run of two stages, one replica each, both having beaten once (so each is routed to). */
+async function twoStages(t: TestContext, over: Parameters<Harness['createRun']>[0], options: HarnessOptions = {}): Promise<{ h: Harness; run: RunRecord; s0: FakeMiner; s1: FakeMiner }> {
+  const h = await harness(t, options);
+  h.joinMany('m', 2);
+  const run = h.createRun(over);
+  const [s0] = h.replicas(run.id, 0);
+  const [s1] = h.replicas(run.id, 1);
+  beatAll(s0, s1);
+  return { h, run, s0, s1 };
+}
 
 // ---- 1. planning ----------------------------------------------------------------------
 
@@ -247,12 +253,7 @@ test('the claims of a 3-stage pipeline chain through the middle stage: its forwa
 });
 
 test('a stage-0 replica is given at most two slots of microbatches in flight, and never more than the run has steps', async (t) => {
-  const h = await harness(t, { slots: 2 });
-  h.joinMany('m', 2);
-  const run = h.createRun({ steps: 5 });
-  const [s0] = h.replicas(run.id, 0);
-  const [s1] = h.replicas(run.id, 1);
-  beatAll(s0, s1);
+  const { h, run, s0, s1 } = await twoStages(t, { steps: 5 }, { slots: 2 });
   assert.equal(s0.take(10).length, 4, '2 × slots');
   assert.equal(s0.take(10).length, 0, 'all 4 still in flight (and held: none is sent again)');
   for (const mb of h.state.microbatches.byStatus(run.id, 'issued').map((m) => m.id)) completeMicrobatch(run.id, mb, s0, s1);
@@ -321,12 +322,7 @@ test('500 identical claims of a hop are credited once, at completion; a claim of
 });
 
 test('a stage-0 backward without the forwards does not complete a microbatch; claims arriving out of order complete it when the last one is in', async (t) => {
-  const h = await harness(t, { microbatchDeadlineMs: 2_000 });
-  h.joinMany('m', 2);
-  const run = h.createRun({ steps: 10 });
-  const [s0] = h.replicas(run.id, 0);
-  const [s1] = h.replicas(run.id, 1);
-  beatAll(s0, s1);
+  const { h, run, s0, s1 } = await twoStages(t, { steps: 10 }, { microbatchDeadlineMs: 2_000 });
   const [x, y] = s0.take(2);
 
   // x: s0 claims its backward and nothing else
@@ -406,12 +402,7 @@ test('claims of a stage the miner does not hold, of a run it does not hold, of a
 });
 
 test('a miner naming an honest next-stage miner without its valid receipt commits an offence (an invalid unit per claim) and is evicted; the named miner is charged nothing, even at the deadline', async (t) => {
-  const h = await harness(t, { microbatchDeadlineMs: 2_000 });
-  h.joinMany('m', 2);
-  const run = h.createRun({ steps: 10 });
-  const [s0] = h.replicas(run.id, 0);
-  const [s1] = h.replicas(run.id, 1);
-  beatAll(s0, s1);
+  const { h, run, s0, s1 } = await twoStages(t, { steps: 10 }, { microbatchDeadlineMs: 2_000 });
   const [x, y, z] = s0.take(3);
   const outputSha = s0.frameSha(x, 1, 'forward');
   const fields = { runId: run.id, microbatch: x, attempt: 1, stage: 1, phase: 'forward' as const, frameSha: outputSha };
@@ -448,12 +439,7 @@ test('a miner naming an honest next-stage miner without its valid receipt commit
 // ---- 4. deadlines, dropped microbatches, abandon ------------------------------------------
 
 test('a microbatch past its deadline is pending again, the miner the evidence says held it is charged a dropped unit, and miners naming the dead attempt in `held` are told to abandon it', async (t) => {
-  const h = await harness(t, { microbatchDeadlineMs: 2_000 });
-  h.joinMany('m', 2);
-  const run = h.createRun({ steps: 10 });
-  const [s0] = h.replicas(run.id, 0);
-  const [s1] = h.replicas(run.id, 1);
-  beatAll(s0, s1);
+  const { h, run, s0, s1 } = await twoStages(t, { steps: 10 }, { microbatchDeadlineMs: 2_000 });
   const first = s0.beat({ freeSlots: 2 }).microbatches;
   const [x, y] = first.map((m) => m.id);
   // x got to stage 1 (s1's receipt says so) and stalled there; y never left stage 0
@@ -501,12 +487,7 @@ test('a microbatch past its deadline is pending again, the miner the evidence sa
 });
 
 test('at the deadline the miner charged is the first hop, in pipeline order, without a valid claim', async (t) => {
-  const h = await harness(t, { microbatchDeadlineMs: 2_000, minerTimeoutMs: 60_000 });
-  h.joinMany('m', 2);
-  const run = h.createRun({ steps: 10 });
-  const [s0] = h.replicas(run.id, 0);
-  const [s1] = h.replicas(run.id, 1);
-  beatAll(s0, s1);
+  const { h, run, s0, s1 } = await twoStages(t, { steps: 10 }, { microbatchDeadlineMs: 2_000, minerTimeoutMs: 60_000 });
   const forward = (mb: number): void => void s0.beat({ reports: [s0.forward(mb, { to: s1 })] });
   const cases: [string, FakeMiner, (mb: number) => void][] = [
     ['nothing claimed: forward 0', s0, () => {}],
@@ -558,12 +539,7 @@ test('at the deadline the miner charged is the first hop, in pipeline order, wit
 });
 
 test('a miner on the path that reports a microbatch dropped is charged and the microbatch requeued; the same report from a miner not on the path, or of an earlier attempt, changes nothing', async (t) => {
-  const h = await harness(t);
-  h.joinMany('m', 2);
-  const run = h.createRun({ steps: 10 });
-  const [s0] = h.replicas(run.id, 0);
-  const [s1] = h.replicas(run.id, 1);
-  beatAll(s0, s1);
+  const { h, run, s0, s1 } = await twoStages(t, { steps: 10 });
   const [x] = s0.take(1);
   // before anyone handed x to s1, its word that it dropped x is not evidence of anything
   s1.beat({ reports: [report(run.id, x, 1, 'dropped', { attempt: 1, reason: 'queue full', bytesSent: 0 })] });
@@ -729,12 +705,7 @@ test('a miner silent past minerTimeoutMs is marked gone on tick, its microbatche
 });
 
 test('a run whose last replica of a stage vanished stalls with a message, and resumes when a miner joins', async (t) => {
-  const h = await harness(t, { minerTimeoutMs: 4_000 });
-  h.joinMany('m', 2);
-  const run = h.createRun({ steps: 20 });
-  const [s0] = h.replicas(run.id, 0);
-  const [s1] = h.replicas(run.id, 1);
-  beatAll(s0, s1);
+  const { h, run, s0, s1 } = await twoStages(t, { steps: 20 }, { minerTimeoutMs: 4_000 });
   const [x] = s0.take(1);
   s0.beat({ reports: [s0.forward(x, { to: s1 })] });
 
@@ -767,12 +738,7 @@ test('a run whose last replica of a stage vanished stalls with a message, and re
 // ---- 7. eviction ----------------------------------------------------------------------
 
 test('an evicted miner gets 403 with the reason on every heartbeat until it joins again; its work is re-issued', async (t) => {
-  const h = await harness(t);
-  h.joinMany('m', 2);
-  const run = h.createRun({ steps: 20 });
-  const [s0] = h.replicas(run.id, 0);
-  const [s1] = h.replicas(run.id, 1);
-  beatAll(s0, s1);
+  const { h, run, s0, s1 } = await twoStages(t, { steps: 20 });
   const [x] = s0.take(1);
   s0.beat({ reports: [s0.forward(x, { to: s1 })] });
   const seen = h.state.miners.get(s1.id)!.lastSeen;
@@ -1045,12 +1011,7 @@ test('a replica that goes silent while uploading is dropped from the round after
 // ---- 10. restart ----------------------------------------------------------------------
 
 test('after a restart mid-run the runs, stages, assignments, the miners\' keys and an in-flight microbatch continue where they were', async (t) => {
-  const h = await harness(t, { minerTimeoutMs: 4_000 });
-  h.joinMany('m', 2);
-  const run = h.createRun({ steps: 10 });
-  const [s0] = h.replicas(run.id, 0);
-  const [s1] = h.replicas(run.id, 1);
-  beatAll(s0, s1);
+  const { h, run, s0, s1 } = await twoStages(t, { steps: 10 }, { minerTimeoutMs: 4_000 });
   const [done, inFlight] = s0.take(2);
   completeMicrobatch(run.id, done, s0, s1, 4);
   s0.beat({ reports: [s0.forward(inFlight, { to: s1 })] });
@@ -1649,12 +1610,7 @@ test('an eviction survives a restart: the heartbeats of the evicted miner still 
 // A miner process that restarts joins with a new session key; a receipt it signed just before
 // still proves the hand-off (its recent keys are kept for receipts).
 test('a receipt signed just before its signer restarted (and joined with a new session key) still proves the hand-off: the sender is not charged, the restarted miner is', async (t) => {
-  const h = await harness(t, { microbatchDeadlineMs: 2_000 });
-  h.joinMany('m', 2);
-  const run = h.createRun({ steps: 10 });
-  const [s0] = h.replicas(run.id, 0);
-  const [s1] = h.replicas(run.id, 1);
-  beatAll(s0, s1);
+  const { h, run, s0, s1 } = await twoStages(t, { steps: 10 }, { microbatchDeadlineMs: 2_000 });
   const [x] = s0.take(1);
   const forward = s0.forward(x, { to: s1 });
   // s1 took x's activation, then its process restarted before s0's next heartbeat: it lost x and joined with a new key
@@ -1714,12 +1670,7 @@ test('a resent heartbeat still naming the dead attempt of a microbatch re-issued
 
 // A done microbatch keeps the whole path its claims proved and the loss of its last stage.
 test('a done microbatch keeps its whole path and the loss its last stage reported, whatever order its claims came in', async (t) => {
-  const h = await harness(t);
-  h.joinMany('m', 2);
-  const run = h.createRun({ steps: 10 });
-  const [s0] = h.replicas(run.id, 0);
-  const [s1] = h.replicas(run.id, 1);
-  beatAll(s0, s1);
+  const { h, run, s0, s1 } = await twoStages(t, { steps: 10 });
   const [x, y] = s0.take(2);
   completeMicrobatch(run.id, x, s0, s1, 4.25);
   const forward = s0.forward(y, { to: s1 });
