@@ -17,6 +17,7 @@ import type { BlobStore } from './blobs.ts';
 import { Collector, type GcOptions } from './gc.ts';
 import { MergeChecks } from './merge-checks.ts';
 import { MergeRounds } from './merges.ts';
+import { MergeUploads } from './merge-uploads.ts';
 import { MicrobatchFlow } from './microbatches.ts';
 import { Offences, type SlashingOptions } from './offences.ts';
 import { RunPlanner } from './run-planner.ts';
@@ -59,6 +60,7 @@ export const COORDINATOR_DEFAULTS: CoordinatorOptions = {
 
 export class Coordinator {
   readonly merges: MergeRounds;
+  readonly mergeUploads: MergeUploads;
   readonly checks: SpotChecks;
   readonly microbatches: MicrobatchFlow;
   readonly planner: RunPlanner;
@@ -96,7 +98,9 @@ export class Coordinator {
     const engine = (): Promise<Engine> => (this.engine ??= Engine.create({ threads: 1 }));
     this.stageStates = new StageStates(state, blobs, engine);
     this.offences = new Offences(state, this.options.slashing, (minerId, reason, until) => this.evict(minerId, reason, until));
-    this.merges = new MergeRounds(state, blobs, new MergeChecks(state, blobs, this.stageStates), this.offences, this.now, this.log);
+    const mergeChecks = new MergeChecks(state, blobs, this.stageStates);
+    this.merges = new MergeRounds(state, blobs, mergeChecks, this.offences, this.now, this.log);
+    this.mergeUploads = new MergeUploads(state, blobs, mergeChecks, this.log);
     this.checks = new SpotChecks(state, this.stageStates, engine, this.offences, this.options.spotChecks, this.now);
     this.microbatches = new MicrobatchFlow(
       state,

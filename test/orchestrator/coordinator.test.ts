@@ -841,11 +841,11 @@ test('a merge round of 2 replicas per stage: drain, upload, merge, apply, save: 
 
   // bad uploads: a non-replica (403), a partition out of range (400), the wrong partition's frame (400), a merged partition now (409)
   const frames = pseudoGradientFrames(h, a0, t0, 1);
-  await expectNimbleError(() => h.coordinator.merges.putPseudoGradient(a1.id, key0, 0, 2, frames[0]), 403, /is not a replica/);
-  await expectNimbleError(() => h.coordinator.merges.putPseudoGradient(a0.id, key0, 4, 2, frames[0]), 400, /partition 4 outside 0\.\.3/);
-  await expectNimbleError(() => h.coordinator.merges.putPseudoGradient(a0.id, key0, 1, 2, frames[0]), 400);
-  await expectNimbleError(() => h.coordinator.merges.putMerged(a0.id, key0, 0, frames[0]), 409, /is uploading, not merging/);
-  await expectNimbleError(() => h.coordinator.merges.putPseudoGradient(a0.id, { ...key0, round: 2 }, 0, 2, frames[0]), 409, /not open/);
+  await expectNimbleError(() => h.coordinator.mergeUploads.putPseudoGradient(a1.id, key0, 0, 2, frames[0]), 403, /is not a replica/);
+  await expectNimbleError(() => h.coordinator.mergeUploads.putPseudoGradient(a0.id, key0, 4, 2, frames[0]), 400, /partition 4 outside 0\.\.3/);
+  await expectNimbleError(() => h.coordinator.mergeUploads.putPseudoGradient(a0.id, key0, 1, 2, frames[0]), 400);
+  await expectNimbleError(() => h.coordinator.mergeUploads.putMerged(a0.id, key0, 0, frames[0]), 409, /is uploading, not merging/);
+  await expectNimbleError(() => h.coordinator.mergeUploads.putPseudoGradient(a0.id, { ...key0, round: 2 }, 0, 2, frames[0]), 409, /not open/);
   assert.deepEqual(h.state.mergeRounds.uploads(key0), []);
 
   await uploadPseudoGradient(h, a0, t0, 1);
@@ -872,7 +872,7 @@ test('a merge round of 2 replicas per stage: drain, upload, merge, apply, save: 
       );
     }
   }
-  await expectNimbleError(() => h.coordinator.merges.putPseudoGradient(a0.id, key0, 0, 2, frames[0]), 409, /is merging, not uploading/);
+  await expectNimbleError(() => h.coordinator.mergeUploads.putPseudoGradient(a0.id, key0, 0, 2, frames[0]), 409, /is merging, not uploading/);
   await mergeAll(h, run, 0);
   await mergeAll(h, run, 1);
   assert.deepEqual(taskOf(a0).merge, [], 'nothing left to merge');
@@ -896,9 +896,9 @@ test('a merge round of 2 replicas per stage: drain, upload, merge, apply, save: 
   assert.ok(scale > 0);
   for (let i = 0; i < merged.length; i++) assert.ok(Math.abs(merged[i] - (ins[0].x[i] * ins[0].w + ins[1].x[i] * ins[1].w) / 4) <= scale / 127, `merged value ${i}`);
 
-  await expectNimbleError(async () => h.coordinator.merges.putState(a0.id, key0, await stageState(h, run.id, 0, 1, { step: 2 })), 400, /round 2; expected \[0, 3\) round 1/);
-  await expectNimbleError(async () => h.coordinator.merges.putState(a0.id, key0, await stageState(h, run.id, 1, 1)), 400, /parts \[3, 4\)/);
-  const blob0 = await h.coordinator.merges.putState(a0.id, key0, await stageState(h, run.id, 0, 1));
+  await expectNimbleError(async () => h.coordinator.mergeUploads.putState(a0.id, key0, await stageState(h, run.id, 0, 1, { step: 2 })), 400, /round 2; expected \[0, 3\) round 1/);
+  await expectNimbleError(async () => h.coordinator.mergeUploads.putState(a0.id, key0, await stageState(h, run.id, 1, 1)), 400, /parts \[3, 4\)/);
+  const blob0 = await h.coordinator.mergeUploads.putState(a0.id, key0, await stageState(h, run.id, 0, 1));
   assert.equal(h.state.mergeRounds.get(key0)!.stateBlob, blob0);
   assert.equal(taskOf(a0).saveState, false, 'saved once');
   const info = checkpointInfo(decodeSafetensors(await h.blobs.get(blob0)));
@@ -995,7 +995,7 @@ test('a replica that goes silent while uploading is dropped from the round after
   const idle = taskOf(vanishes);
   assert.deepEqual([idle.upload, idle.merge, idle.apply, idle.saveState], [false, [], null, false]);
   assert.equal(taskOf(stays).saveState, true);
-  const state = await h.coordinator.merges.putState(stays.id, roundKey(stays, taskOf(stays)), await stageState(h, run.id, 0, 1));
+  const state = await h.coordinator.mergeUploads.putState(stays.id, roundKey(stays, taskOf(stays)), await stageState(h, run.id, 0, 1));
   stays.applied = 1;
   stays.beat();
   await applyAll(h, run, 1, 1);
@@ -1168,7 +1168,7 @@ test('a round does not wait forever in applying: a replica that never applies, o
   other.applied = 1;
   other.beat();
   const [b0, b1] = h.replicas(run.id, 1).sort((a, b) => (a.id < b.id ? -1 : 1));
-  await h.coordinator.merges.putState(b0.id, roundKey(b0, taskOf(b0)), await stageState(h, run.id, 1, 1));
+  await h.coordinator.mergeUploads.putState(b0.id, roundKey(b0, taskOf(b0)), await stageState(h, run.id, 1, 1));
   b0.applied = 1;
   b0.beat();
   b1.beat(); // alive, never applies
@@ -1184,7 +1184,7 @@ test('a round does not wait forever in applying: a replica that never applies, o
   // the one left in stage 0 is asked to save now, and the round finishes
   const task = taskOf(other);
   assert.equal(task.saveState, true);
-  await h.coordinator.merges.putState(other.id, roundKey(other, task), await stageState(h, run.id, 0, 1));
+  await h.coordinator.mergeUploads.putState(other.id, roundKey(other, task), await stageState(h, run.id, 0, 1));
   other.beat();
   h.tick();
   assert.equal(h.state.mergeRounds.get(key0)!.status, 'done');
@@ -1213,14 +1213,14 @@ test('a pseudo-gradient with a value further from zero than its inner AdamW step
   const blobsBefore = await blobIds(h);
   const bytesBefore = h.run(run.id).bytesSent;
   for (const value of [-1.05 * limit, 1.05 * limit, 1]) {
-    await expectOffence(h, key, a0, () => h.coordinator.merges.putPseudoGradient(a0.id, key, 1, 2, withValue(a0, 1, value)), new RegExp(`at parameter ${i} is more than 2 AdamW steps`));
+    await expectOffence(h, key, a0, () => h.coordinator.mergeUploads.putPseudoGradient(a0.id, key, 1, 2, withValue(a0, 1, value)), new RegExp(`at parameter ${i} is more than 2 AdamW steps`));
   }
   assert.deepEqual(h.state.mergeRounds.uploads(key), [], 'no upload recorded');
   assert.deepEqual(await blobIds(h), blobsBefore, 'no blob stored');
   assert.equal(h.run(run.id).bytesSent, bytesBefore, 'no traffic counted');
   assert.equal(taskOf(a0).upload, true, 'a0 (put back in the round) is asked for its pseudo-gradient again');
   // just within the reach: taken
-  await h.coordinator.merges.putPseudoGradient(b0.id, key, 1, 2, withValue(b0, 2, -0.95 * limit));
+  await h.coordinator.mergeUploads.putPseudoGradient(b0.id, key, 1, 2, withValue(b0, 2, -0.95 * limit));
   assert.deepEqual(h.state.mergeRounds.uploads(key).map((u) => [h.nameOf(u.minerId), u.partition, u.samples]), [[b0.name, 1, 2]]);
   // and a0's honest one after its refused ones
   await uploadPseudoGradient(h, a0, task, 1);
@@ -1237,7 +1237,7 @@ test("an upload claiming no inner step is still taken when its values are the er
   const pg = new Float32Array(fakePseudoGradient(h, a0, 1, 0).length);
   // the largest residual int8 rounding can leave after a round of 2 × 1,000 + 16 steps: 1/253 of its reach, at every weight
   for (let j = 0; j < pg.length; j++) pg[j] = ((j % 2 ? 1 : -1) * adamMoveBound(start.weights[j], 2016, run.options.lr, j < start.decaySize ? ADAMW_DEFAULTS.weightDecay : 0)) / 253;
-  for (const [p, frame] of pseudoGradientFrames(h, a0, task, 1, 0, pg).entries()) await h.coordinator.merges.putPseudoGradient(a0.id, key, p, 0, frame);
+  for (const [p, frame] of pseudoGradientFrames(h, a0, task, 1, 0, pg).entries()) await h.coordinator.mergeUploads.putPseudoGradient(a0.id, key, p, 0, frame);
   assert.deepEqual(h.state.mergeRounds.uploads(key).map((u) => u.samples), [0, 0, 0, 0]);
 });
 
@@ -1249,7 +1249,7 @@ test('a replica whose upload proves an offence leaves the round at once: the rou
   const task = taskOf(a0);
   const pg = fakePseudoGradient(h, a0, 1, 2);
   pg.fill(1);
-  await assert.rejects(() => h.coordinator.merges.putPseudoGradient(a0.id, key, 0, 2, pseudoGradientFrames(h, a0, task, 1, 2, pg)[0]), OffenceError);
+  await assert.rejects(() => h.coordinator.mergeUploads.putPseudoGradient(a0.id, key, 0, 2, pseudoGradientFrames(h, a0, task, 1, 2, pg)[0]), OffenceError);
   assert.deepEqual(mergeRound(h, run.id, 0, 1).replicas, [b0.id]);
   assert.equal(taskOf(a0).upload, false, 'a0 is asked for nothing more in this round');
   await expectNimbleError(() => uploadPseudoGradient(h, a0, task, 1), 403, /not a replica in round 1/);
@@ -1280,10 +1280,10 @@ test('inner steps claimed beyond those credited count only as credited: the uplo
   // a0 was credited 2 inner steps: claiming 100 buys the reach of 2 × 2 + 16 = 20, no more
   const pg = fakePseudoGradient(h, a0, 1, 2);
   pg[i] = 1.2 * limit(20);
-  await expectOffence(h, key, a0, () => h.coordinator.merges.putPseudoGradient(a0.id, key, 0, 100, pseudoGradientFrames(h, a0, task, 1, 100, pg)[0]), /more than 20 AdamW steps/);
+  await expectOffence(h, key, a0, () => h.coordinator.mergeUploads.putPseudoGradient(a0.id, key, 0, 100, pseudoGradientFrames(h, a0, task, 1, 100, pg)[0]), /more than 20 AdamW steps/);
   pg[i] = 0.9 * limit(20);
   assert.ok(pg[i] > limit(2), 'beyond the reach of the 2 steps credited');
-  await h.coordinator.merges.putPseudoGradient(a0.id, key, 0, 100, pseudoGradientFrames(h, a0, task, 1, 100, pg)[0]);
+  await h.coordinator.mergeUploads.putPseudoGradient(a0.id, key, 0, 100, pseudoGradientFrames(h, a0, task, 1, 100, pg)[0]);
   assert.deepEqual(h.state.mergeRounds.uploads(key).map((u) => [u.partition, u.samples]), [[0, 2]], 'stored with the 2 steps credited');
 
   // a0 says it took 5 inner steps (its pseudo-gradient as large as 5 steps make it), b0 the 2 it took
@@ -1328,8 +1328,8 @@ test('two mergers that disagree on a partition: the round settles on the orchest
   const [job0, ...rest] = task.merge;
   assert.equal(job0.partition, 0);
   const own = { ...job0, inputs: job0.inputs.filter((x) => x.minerId === b0.id) };
-  const wrong = await h.coordinator.merges.putMerged(b0.id, key, 0, await mergedFrame(h, b0, task, own));
-  for (const job of rest) await h.coordinator.merges.putMerged(b0.id, key, job.partition, await mergedFrame(h, b0, task, job));
+  const wrong = await h.coordinator.mergeUploads.putMerged(b0.id, key, 0, await mergedFrame(h, b0, task, own));
+  for (const job of rest) await h.coordinator.mergeUploads.putMerged(b0.id, key, job.partition, await mergedFrame(h, b0, task, job));
   await mergeAll(h, run, 1);
   const right = h.state.mergeRounds.results(key).find((r) => r.partition === 0 && r.minerId === a0.id)!.blob;
   assert.notEqual(wrong, right);
@@ -1369,8 +1369,8 @@ test('on a paid network each offence is one pending slash and an eviction: a hea
   await mergeAndUpload(h, a0, taskOf(a0));
   const mine = taskOf(b0);
   const [job0, ...rest] = mine.merge;
-  await h.coordinator.merges.putMerged(b0.id, key, 0, await mergedFrame(h, b0, mine, { ...job0, inputs: job0.inputs.filter((x) => x.minerId === b0.id) }));
-  for (const job of rest) await h.coordinator.merges.putMerged(b0.id, key, job.partition, await mergedFrame(h, b0, mine, job));
+  await h.coordinator.mergeUploads.putMerged(b0.id, key, 0, await mergedFrame(h, b0, mine, { ...job0, inputs: job0.inputs.filter((x) => x.minerId === b0.id) }));
+  for (const job of rest) await h.coordinator.mergeUploads.putMerged(b0.id, key, job.partition, await mergedFrame(h, b0, mine, job));
   await tickSettled(h);
   assert.equal(mergeRound(h, run.id, 0, 1).status, 'applying');
   let slashes = h.state.ledger.slashes();
@@ -1416,7 +1416,7 @@ test('a stage state that is not the outer step of the chosen partitions from the
   ];
   const blobsBefore = await blobIds(h);
   for (const [what, edit, message, offence] of cases) {
-    const put = async (): Promise<unknown> => h.coordinator.merges.putState(saver.id, key, await stageState(h, run.id, 0, 1, { edit }));
+    const put = async (): Promise<unknown> => h.coordinator.mergeUploads.putState(saver.id, key, await stageState(h, run.id, 0, 1, { edit }));
     if (offence) await expectOffence(h, key, saver, put, message);
     else await expectNimbleError(put, 400, message);
     const round = mergeRound(h, run.id, 0, 1);
@@ -1431,7 +1431,7 @@ test('a stage state that is not the outer step of the chosen partitions from the
   }
   h.tick();
   assert.equal(mergeRound(h, run.id, 0, 1).status, 'applying');
-  const blob = await h.coordinator.merges.putState(saver.id, key, await stageState(h, run.id, 0, 1));
+  const blob = await h.coordinator.mergeUploads.putState(saver.id, key, await stageState(h, run.id, 0, 1));
   h.tick();
   assert.equal(mergeRound(h, run.id, 0, 1).status, 'done');
   assert.equal(h.state.runs.stage(run.id, 0)!.stateBlob, blob);
@@ -1455,12 +1455,12 @@ test('a stage of one replica saves its own weights: refused with 400 when a weig
   // 2 steps credited: the reach is that of 2 × 2 + 16 = 20 steps (src/model/adamw.ts reach())
   const far = reach(start.weights[i], true, 20, run.options.lr);
   const moved = (by: number) => (s: FakeStageState): void => void (s.weights[i] = start.weights[i] + by);
-  await expectOffence(h, key, s0, async () => h.coordinator.merges.putState(s0.id, key, await stageState(h, run.id, 0, 1, { edit: moved(1.05 * far) })), new RegExp(`weight ${i} is further from the round's start than 20 AdamW steps reach`));
-  await expectOffence(h, key, s0, async () => h.coordinator.merges.putState(s0.id, key, await stageState(h, run.id, 0, 1, { edit: (s) => void (s.momentum[3] = 1e-3) })), /outer momentum changed without a merge/);
-  await expectOffence(h, key, s0, async () => h.coordinator.merges.putState(s0.id, key, await stageState(h, run.id, 0, 1, { edit: (s) => void (s.outerStep = 1) })), /outer momentum changed without a merge/);
+  await expectOffence(h, key, s0, async () => h.coordinator.mergeUploads.putState(s0.id, key, await stageState(h, run.id, 0, 1, { edit: moved(1.05 * far) })), new RegExp(`weight ${i} is further from the round's start than 20 AdamW steps reach`));
+  await expectOffence(h, key, s0, async () => h.coordinator.mergeUploads.putState(s0.id, key, await stageState(h, run.id, 0, 1, { edit: (s) => void (s.momentum[3] = 1e-3) })), /outer momentum changed without a merge/);
+  await expectOffence(h, key, s0, async () => h.coordinator.mergeUploads.putState(s0.id, key, await stageState(h, run.id, 0, 1, { edit: (s) => void (s.outerStep = 1) })), /outer momentum changed without a merge/);
   assert.equal(mergeRound(h, run.id, 0, 1).stateBlob, null);
   // just within the reach: taken
-  await h.coordinator.merges.putState(s0.id, key, await stageState(h, run.id, 0, 1, { edit: moved(-0.95 * far) }));
+  await h.coordinator.mergeUploads.putState(s0.id, key, await stageState(h, run.id, 0, 1, { edit: moved(-0.95 * far) }));
   s0.applied = 1;
   s0.beat();
   await applyAll(h, run, 1, 1);

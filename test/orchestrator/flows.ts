@@ -68,7 +68,7 @@ export async function applyAll(h: Harness, run: RunRecord, stage: number, round:
   let blob: string | null = null;
   for (const m of h.replicas(run.id, stage)) {
     const task = taskOf(m);
-    if (task.saveState) blob = await h.coordinator.merges.putState(m.id, roundKey(m, task), await stageState(h, run.id, stage, round));
+    if (task.saveState) blob = await h.coordinator.mergeUploads.putState(m.id, roundKey(m, task), await stageState(h, run.id, stage, round));
     m.applied = round;
     m.beat();
   }

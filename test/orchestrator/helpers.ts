@@ -509,7 +509,7 @@ export function pseudoGradientFrames(h: Harness, m: FakeMiner, task: MergeTask, 
 export async function uploadPseudoGradient(h: Harness, m: FakeMiner, task: MergeTask, seed: number, samples = m.innerSteps): Promise<string[]> {
   const frames = pseudoGradientFrames(h, m, task, seed, samples);
   const out: string[] = [];
-  for (const [p, frame] of frames.entries()) out.push(await h.coordinator.merges.putPseudoGradient(m.id, roundKey(m, task), p, samples, frame));
+  for (const [p, frame] of frames.entries()) out.push(await h.coordinator.mergeUploads.putPseudoGradient(m.id, roundKey(m, task), p, samples, frame));
   m.innerSteps = 0;
   return out;
 }
@@ -525,7 +525,7 @@ export async function mergedFrame(h: Harness, m: FakeMiner, task: MergeTask, job
 /** Merges what the task says, as a miner does, and uploads each result; returns the blob ids. */
 export async function mergeAndUpload(h: Harness, m: FakeMiner, task: MergeTask): Promise<string[]> {
   const out: string[] = [];
-  for (const job of task.merge) out.push(await h.coordinator.merges.putMerged(m.id, roundKey(m, task), job.partition, await mergedFrame(h, m, task, job)));
+  for (const job of task.merge) out.push(await h.coordinator.mergeUploads.putMerged(m.id, roundKey(m, task), job.partition, await mergedFrame(h, m, task, job)));
   return out;
 }
 

@@ -54,22 +54,22 @@ export function minerRoutes(app: HttpServer, c: Coordinator, epochs: Epochs | nu
   const roundUpload = (params: typeof RoundParams | typeof PartitionParams, query?: typeof Samples) => ({
     config: signed,
     bodyLimit: MAX_UPLOAD_BYTES,
-    onRequest: uploadGuard(params, query, (signer, { runId, stage, round }) => c.merges.expectReplica(signer, { runId, stage, round })),
+    onRequest: uploadGuard(params, query, (signer, { runId, stage, round }) => c.mergeUploads.expectReplica(signer, { runId, stage, round })),
   });
   app.post(
     '/runs/:runId/stages/:stage/rounds/:round/pseudo-gradients/:partition',
     { ...roundUpload(PartitionParams, Samples), schema: { params: PartitionParams, querystring: Samples, response: { 200: Stored } } },
     async (req) => {
       const { partition, ...key } = req.params;
-      return { blob: await c.merges.putPseudoGradient(signerOf(req), key, partition, req.query.samples, binaryBody(req.rawBody)) };
+      return { blob: await c.mergeUploads.putPseudoGradient(signerOf(req), key, partition, req.query.samples, binaryBody(req.rawBody)) };
     },
   );
   app.post('/runs/:runId/stages/:stage/rounds/:round/merged/:partition', { ...roundUpload(PartitionParams), schema: { params: PartitionParams, response: { 200: Stored } } }, async (req) => {
     const { partition, ...key } = req.params;
-    return { blob: await c.merges.putMerged(signerOf(req), key, partition, binaryBody(req.rawBody)) };
+    return { blob: await c.mergeUploads.putMerged(signerOf(req), key, partition, binaryBody(req.rawBody)) };
   });
   app.post('/runs/:runId/stages/:stage/rounds/:round/state', { ...roundUpload(RoundParams), schema: { params: RoundParams, response: { 200: Stored } } }, async (req) => ({
-    blob: await c.merges.putState(signerOf(req), req.params, binaryBody(req.rawBody)),
+    blob: await c.mergeUploads.putState(signerOf(req), req.params, binaryBody(req.rawBody)),
   }));
   app.post(
     '/runs/:runId/checks/:microbatch',
