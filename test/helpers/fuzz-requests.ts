@@ -192,10 +192,11 @@ export function mutate(rng: Rng, value: unknown, kind: string[]): unknown {
       if (at && typeof at === 'object' && !Array.isArray(at)) (at as Record<string, unknown>)[pick(rng, EXTRA_KEYS)] = badValue(rng);
       else set({ [pick(rng, EXTRA_KEYS)]: at });
     } else if (what === 'many') {
-      // many copies of something small (of nothing big: bodies stay within a few MB)
+      // many copies of something small (of nothing big: bodies stay within a few MB); copies, not one object many times
+      // over, or a later mutation inside it would be repeated in every copy (20,000 × 20,000 slots filled the heap)
       const item = Array.isArray(at) && at.length ? at[0] : at;
       const small = (JSON.stringify(item) ?? '').length <= 64 && (JSON.stringify(root.v) ?? '').length < 1 << 16;
-      set(Array.from({ length: pick(rng, [4097, 5000, 20_000]) }, () => (small ? item ?? 0 : 0)));
+      set(Array.from({ length: pick(rng, [4097, 5000, 20_000]) }, () => (small ? structuredClone(item ?? 0) : 0)));
     }
     else if (what === 'long') set('x'.repeat(pick(rng, [65, 129, 257, 1025, 100_000])));
     else set(JSON.parse('['.repeat(200) + ']'.repeat(200)));
