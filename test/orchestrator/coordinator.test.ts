@@ -575,12 +575,7 @@ test('a miner on the path that reports a microbatch dropped is charged and the m
 // ---- 5. lost replies and spot checks ---------------------------------------------------
 
 test('a heartbeat sent again after its reply was lost: no double credit, the microbatches the lost reply carried come back with the same attempt and ticket, the open checks are named again, nobody is charged', async (t) => {
-  const h = await harness(t, { slots: 1, spotChecks: { rate: 1 }, minerTimeoutMs: 60_000 });
-  h.joinMany('m', 2);
-  const run = h.createRun({ steps: 10 });
-  const [s0] = h.replicas(run.id, 0);
-  const [s1] = h.replicas(run.id, 1);
-  beatAll(s0, s1);
+  const { h, run, s0, s1 } = await twoStages(t, { steps: 10 }, { slots: 1, spotChecks: { rate: 1 }, minerTimeoutMs: 60_000 });
   const [x] = s0.take(1);
   assert.deepEqual(s0.beat({ reports: [s0.forward(x, { to: s1 })] }).checks, [x]);
 
@@ -625,12 +620,7 @@ test('a heartbeat sent again after its reply was lost: no double credit, the mic
 
 test("with spot checks on, every reply names all of the miner's open checks, and a check fails unanswered a timeout after the first reply that named it", async (t) => {
   const timeoutMs = 10_000;
-  const h = await harness(t, { spotChecks: { rate: 1, timeoutMs }, minerTimeoutMs: 60_000, microbatchDeadlineMs: 60_000 });
-  h.joinMany('m', 2);
-  const run = h.createRun({ steps: 10 });
-  const [s0] = h.replicas(run.id, 0);
-  const [s1] = h.replicas(run.id, 1);
-  beatAll(s0, s1);
+  const { h, run, s0, s1 } = await twoStages(t, { steps: 10 }, { spotChecks: { rate: 1, timeoutMs }, minerTimeoutMs: 60_000, microbatchDeadlineMs: 60_000 });
   const [x, y] = s0.take(2);
   const t0 = h.now;
   assert.deepEqual(s0.beat({ reports: [s0.forward(x, { to: s1 })] }).checks, [x], 'named in the reply to the claim');
@@ -1047,12 +1037,7 @@ test('after a restart mid-run the runs, stages, assignments, the miners\' keys a
 
 test('an orchestrator restart gives the open spot checks their whole timeout again: the downtime does not fail them', async (t) => {
   const timeoutMs = 10_000;
-  const h = await harness(t, { spotChecks: { rate: 1, timeoutMs }, minerTimeoutMs: 60_000, microbatchDeadlineMs: 120_000 });
-  h.joinMany('m', 2);
-  const run = h.createRun({ steps: 10 });
-  const [s0] = h.replicas(run.id, 0);
-  const [s1] = h.replicas(run.id, 1);
-  beatAll(s0, s1);
+  const { h, run, s0, s1 } = await twoStages(t, { steps: 10 }, { spotChecks: { rate: 1, timeoutMs }, minerTimeoutMs: 60_000, microbatchDeadlineMs: 120_000 });
   const [x] = s0.take(1);
   assert.deepEqual(s0.beat({ reports: [s0.forward(x, { to: s1 })] }).checks, [x]);
   h.advance(8_000);
