@@ -23,7 +23,6 @@ export class MergeUploads {
     private readonly log: (line: string) => void = () => {},
   ) {}
 
-
   /** Throws unless round `k` is open with `minerId` among its replicas (in any phase): checked before an upload's body is read. */
   expectReplica(minerId: string, k: RoundKey): void {
     this.roundFor(k, minerId, null);
