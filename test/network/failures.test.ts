@@ -105,18 +105,8 @@ test('the orchestrator killed with SIGKILL and restarted mid-run: the run resume
     assert.ok(done.stages.every((s) => s.replicas.some((r) => r.alive)), 'the miners re-attached');
     // heartbeats resent after the lost replies, deadlines and merge phases restarted: nobody is charged for the downtime
     const charged = (await cluster.api.work()).filter((w) => ['dropped', 'invalid', 'failed_check'].includes(w.kind));
-    assert.deepEqual(charged, [], `no miner was charged for the orchestrator being down: ${chargedDetails(cluster)}`);
+    assert.deepEqual(charged, [], `no miner was charged for the orchestrator being down: ${cluster.chargedDetails()}`);
   } finally {
     await cluster.stop();
   }
 });
-
-/** The charged entries of the work log with their reasons (a failed assertion's message). */
-function chargedDetails(cluster: Cluster): string {
-  const db = new Database(join(cluster.dir, 'orch', 'orchestrator', 'orchestrator.sqlite'), { readonly: true });
-  try {
-    return JSON.stringify(db.prepare("SELECT miner_id, kind, detail, at FROM work_log WHERE kind IN ('dropped', 'invalid', 'failed_check')").all());
-  } finally {
-    db.close();
-  }
-}

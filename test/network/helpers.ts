@@ -7,6 +7,7 @@ import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { createInterface } from 'node:readline';
+import Database from 'better-sqlite3';
 import { generatePrivateKey } from 'viem/accounts';
 import { OrchestratorClient } from '../../src/api/client.ts';
 import type { CreateRunRequest, EpochView, RunView } from '../../src/api/schemas.ts';
@@ -131,6 +132,17 @@ export class Cluster {
       if (v && pred(v)) return v;
       if (Date.now() > end) throw new Error(`run ${id} did not get there: ${JSON.stringify(v)}`);
       await new Promise((r) => setTimeout(r, 200));
+    }
+  }
+
+  /** The charged entries of the orchestrator's work log with their reasons, read from its SQLite file (for a failed assertion's message). */
+  chargedDetails(): string {
+    const db = new Database(join(this.dir, 'orch', 'orchestrator', 'orchestrator.sqlite'), { readonly: true });
+    try {
+      const rows = db.prepare("SELECT miner_id, kind, stage, detail, at FROM work_log WHERE kind IN ('dropped', 'invalid', 'failed_check') ORDER BY at").all();
+      return rows.map((r) => JSON.stringify(r)).join('\n');
+    } finally {
+      db.close();
     }
   }
 
