@@ -22,7 +22,8 @@ const LAYERS: Record<string, number> = {
   train: 4,
   miner: 4,
   orchestrator: 4,
-  cli: 5,
+  jobs: 5,
+  cli: 6,
 };
 
 function sources(dir: string): string[] {
