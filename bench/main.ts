@@ -8,8 +8,10 @@ import { networkBenches } from './network.bench.ts';
 import { spotCheckBenches } from './spot-check.bench.ts';
 import { floodBenches } from './flood.bench.ts';
 import { trustBenches } from './trust.bench.ts';
+import { spamBenches } from './jobs-spam.bench.ts';
+import { jobPlanBenches } from './jobs-plan.bench.ts';
 
-const registry: Bench[] = [...engineBenches, ...protocolBenches, ...chainBenches, ...mergeBenches, ...spotCheckBenches, ...networkBenches, ...floodBenches, ...trustBenches];
+const registry: Bench[] = [...engineBenches, ...protocolBenches, ...chainBenches, ...mergeBenches, ...spotCheckBenches, ...networkBenches, ...floodBenches, ...trustBenches, ...spamBenches, ...jobPlanBenches];
 
 const args = process.argv.slice(2);
 const json = args.includes('--json');

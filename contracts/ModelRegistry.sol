@@ -2,13 +2,23 @@
 pragma solidity ^0.8.24;
 
 import {AccessControl} from "@openzeppelin/contracts/access/AccessControl.sol";
+import {ECDSA} from "@openzeppelin/contracts/utils/cryptography/ECDSA.sol";
+import {EIP712} from "@openzeppelin/contracts/utils/cryptography/EIP712.sol";
 
 /// @title ModelRegistry: trained models by the sha256 of their checkpoint.
-/// @notice A model is published once per checkpoint hash, by its owner or by
-/// the orchestrator on the owner's behalf; the owner or the orchestrator then
+/// @notice A model is published once per checkpoint hash, by the orchestrator
+/// on the owner's behalf, or by the owner with the orchestrator's attestation:
+/// an EIP-712 signature by an ORCHESTRATOR_ROLE account over the checkpoint
+/// hash, the owner, name, metadata URI, price and a deadline. The orchestrator
+/// signs it only for the developer whose job produced the weights (or who
+/// first stored them), so a copy of a pending publish seen in the mempool
+/// cannot be published under another owner. The owner or the orchestrator then
 /// deploys it (miners serve it) or undeploys it.
-contract ModelRegistry is AccessControl {
+contract ModelRegistry is AccessControl, EIP712 {
     bytes32 public constant ORCHESTRATOR_ROLE = keccak256("ORCHESTRATOR_ROLE");
+    bytes32 public constant PUBLISH_TYPEHASH = keccak256(
+        "PublishAttestation(bytes32 checkpointSha256,address owner,string name,string metadataURI,uint256 pricePer1kTokens,uint256 deadline)"
+    );
 
     struct Model {
         bytes32 checkpointSha256;
@@ -42,23 +52,39 @@ contract ModelRegistry is AccessControl {
     error ZeroHash();
     error ZeroAddress();
     error AlreadyInState(uint256 modelId, bool deployed);
+    error MissingAttestation();
+    error AttestationExpired(uint256 deadline);
+    error InvalidAttestation(address signer);
 
-    constructor(address admin, address orchestrator) {
+    constructor(address admin, address orchestrator) EIP712("Nimble ModelRegistry", "1") {
         _grantRole(DEFAULT_ADMIN_ROLE, admin);
         _grantRole(ORCHESTRATOR_ROLE, orchestrator);
     }
 
+    /// Publishes a checkpoint for `owner`. An ORCHESTRATOR_ROLE caller needs no
+    /// attestation (`deadline` and `attestation` are ignored); any other caller
+    /// must be `owner` and carry the orchestrator's signature over exactly these
+    /// arguments, valid until `deadline` (unix seconds, inclusive).
     function publish(
         bytes32 checkpointSha256,
         string calldata name,
         string calldata metadataURI,
         address owner,
-        uint256 pricePer1kTokens
+        uint256 pricePer1kTokens,
+        uint256 deadline,
+        bytes calldata attestation
     ) external returns (uint256 modelId) {
         if (checkpointSha256 == bytes32(0)) revert ZeroHash();
         if (bytes(name).length == 0) revert EmptyName();
         if (owner == address(0)) revert ZeroAddress();
-        if (msg.sender != owner && !hasRole(ORCHESTRATOR_ROLE, msg.sender)) revert NotAllowed(msg.sender);
+        if (!hasRole(ORCHESTRATOR_ROLE, msg.sender)) {
+            if (msg.sender != owner) revert NotAllowed(msg.sender);
+            if (attestation.length == 0) revert MissingAttestation();
+            if (block.timestamp > deadline) revert AttestationExpired(deadline);
+            bytes32 digest = publishAttestationDigest(checkpointSha256, owner, name, metadataURI, pricePer1kTokens, deadline);
+            (address signer, ECDSA.RecoverError err,) = ECDSA.tryRecoverCalldata(digest, attestation);
+            if (err != ECDSA.RecoverError.NoError || !hasRole(ORCHESTRATOR_ROLE, signer)) revert InvalidAttestation(signer);
+        }
         uint256 existing = _idPlusOne[checkpointSha256];
         if (existing != 0) revert AlreadyPublished(checkpointSha256, existing - 1);
         modelId = _models.length;
@@ -67,6 +93,30 @@ contract ModelRegistry is AccessControl {
         );
         _idPlusOne[checkpointSha256] = modelId + 1;
         emit ModelPublished(modelId, checkpointSha256, owner, name, metadataURI, pricePer1kTokens);
+    }
+
+    /// The EIP-712 digest an orchestrator signs to let `owner` publish this checkpoint.
+    function publishAttestationDigest(
+        bytes32 checkpointSha256,
+        address owner,
+        string calldata name,
+        string calldata metadataURI,
+        uint256 pricePer1kTokens,
+        uint256 deadline
+    ) public view returns (bytes32) {
+        return _hashTypedDataV4(
+            keccak256(
+                abi.encode(
+                    PUBLISH_TYPEHASH,
+                    checkpointSha256,
+                    owner,
+                    keccak256(bytes(name)),
+                    keccak256(bytes(metadataURI)),
+                    pricePer1kTokens,
+                    deadline
+                )
+            )
+        );
     }
 
     function deploy(uint256 modelId) external {

@@ -17,13 +17,13 @@ const LAYERS: Record<string, number> = {
   merge: 1,
   chain: 1,
   planner: 2,
+  jobs: 2,
   http: 3,
   api: 3,
   train: 4,
   miner: 4,
   orchestrator: 4,
-  jobs: 5,
-  cli: 6,
+  cli: 5,
 };
 
 function sources(dir: string): string[] {

@@ -24,7 +24,7 @@ export interface OrchestratorClientOptions {
 }
 
 export class OrchestratorClient {
-  private readonly http: JsonClient;
+  readonly http: JsonClient;
   private developer: Promise<SignedClient> | null = null;
 
   constructor(
@@ -39,7 +39,7 @@ export class OrchestratorClient {
   }
 
   /** The client that signs as the developer, for the network the orchestrator proved. */
-  private signed(): Promise<SignedClient> {
+  signed(): Promise<SignedClient> {
     const wallet = this.options.wallet;
     if (!wallet) return Promise.reject(new NimbleError('invalid', 'this needs a developer key (a wallet) to sign with'));
     this.developer ??= findNetwork(this.url).then(({ domain }) => new SignedClient(this.url, new RequestSigner(wallet, { domain }), this.options.timeoutMs));

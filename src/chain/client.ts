@@ -13,13 +13,15 @@ import {
   type WalletClient,
 } from 'viem';
 
-/** Where the four contracts live on one chain (one entry of <data-dir>/chain/deployment.json). */
+/** Where the contracts live on one chain (one entry of <data-dir>/chain/deployment.json). */
 export interface Deployment {
   chainId: number;
   nim: Address;
   staking: Address;
   rewardDistributor: Address;
   modelRegistry: Address;
+  /** JobEscrow (developers' job budgets); absent in a deployment.json written before it existed (see deploy.ts) */
+  jobEscrow?: Address;
   /** admin of every contract */
   deployer: Address;
   /** holds ORCHESTRATOR_ROLE: settles epochs, slashes, manages the registry */

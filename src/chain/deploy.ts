@@ -1,12 +1,14 @@
-// Deploying the four contracts and recording where they are:
+// Deploying the contracts and recording where they are:
 // <data-dir>/chain/deployment.json = { "local": Deployment, "<chainId>": Deployment, ... }
 // "local" is the node nbcli runs itself; any other chain is found by its chain
 // id (so a remote anvil with the same chain id 31337 does not clash).
+// A deployment recorded before JobEscrow existed has no `jobEscrow`:
+// `upgradeDeployment` adds it (and the attested ModelRegistry) with the admin key.
 import { existsSync, mkdirSync } from 'node:fs';
 import { join } from 'node:path';
 import { Type } from '@sinclair/typebox';
 import { getAddress, keccak256, toHex, type Address, type Chain, type Hash, type Hex, type PublicClient, type Transport } from 'viem';
-import { modelRegistryAbi, nimAbi, rewardDistributorAbi, stakingAbi } from './abis.ts';
+import { jobEscrowAbi, modelRegistryAbi, nimAbi, rewardDistributorAbi, stakingAbi } from './abis.ts';
 import type { ChainClient, Deployment, SigningClient } from './client.ts';
 import { bytecodeOf, type ContractName } from './contracts.ts';
 import { chainDir, writeJsonAtomic } from './node.ts';
@@ -23,19 +25,27 @@ export interface DeployOptions {
   /** account allowed to mint NIM at will: only for a local chain */
   faucet?: Address;
   unstakeCooldownSeconds: number;
+  /** seconds after opening from which a job's owner may close its escrow itself (default 30 days) */
+  escrowRefundDelaySeconds?: number;
 }
+
+/** Default `JobEscrow.refundDelay`: a developer gets an unfinished job's NIM back alone after 30 days. */
+export const DEFAULT_ESCROW_REFUND_DELAY_SECONDS = 30 * 24 * 3600;
 
 type DeployTarget = Pick<ChainClient, 'chainId' | 'chain' | 'local'> & { public: PublicClient<Transport, Chain> };
 
-/** Deploys NIM, Staking, RewardDistributor, ModelRegistry and wires their roles. */
+/** The address of the contract created by transaction `hash`. */
+async function deployedAt(target: DeployTarget, name: ContractName, hash: Hash): Promise<Address> {
+  const receipt = await target.public.waitForTransactionReceipt({ hash });
+  if (receipt.status !== 'success' || !receipt.contractAddress) throw new Error(`deploying ${name} failed (${hash})`);
+  return getAddress(receipt.contractAddress);
+}
+
+/** Deploys NIM, Staking, RewardDistributor, ModelRegistry, JobEscrow and wires their roles. */
 export async function deployContracts(target: DeployTarget, deployer: SigningClient, opts: DeployOptions): Promise<Deployment> {
   const admin = deployer.account.address;
   const startBlock = await target.public.getBlockNumber();
-  const deployed = async (name: ContractName, hash: Hash): Promise<Address> => {
-    const receipt = await target.public.waitForTransactionReceipt({ hash });
-    if (receipt.status !== 'success' || !receipt.contractAddress) throw new Error(`deploying ${name} failed (${hash})`);
-    return getAddress(receipt.contractAddress);
-  };
+  const deployed = (name: ContractName, hash: Hash): Promise<Address> => deployedAt(target, name, hash);
   const nim = await deployed('NIM', await deployer.deployContract({ abi: nimAbi, bytecode: bytecodeOf('NIM'), args: [admin] }));
   const staking = await deployed(
     'Staking',
@@ -49,16 +59,14 @@ export async function deployContracts(target: DeployTarget, deployer: SigningCli
     'RewardDistributor',
     await deployer.deployContract({ abi: rewardDistributorAbi, bytecode: bytecodeOf('RewardDistributor'), args: [nim, staking, admin, opts.orchestrator] }),
   );
-  const modelRegistry = await deployed(
-    'ModelRegistry',
-    await deployer.deployContract({ abi: modelRegistryAbi, bytecode: bytecodeOf('ModelRegistry'), args: [admin, opts.orchestrator] }),
-  );
+  const modelRegistry = await deployModelRegistry(target, deployer, opts.orchestrator);
 
   const grantMinter = (account: Address): Promise<SentTx> =>
     sendContractTx(target, deployer, { address: nim, abi: nimAbi, functionName: 'grantRole', args: [MINTER_ROLE, account] });
   await grantMinter(rewardDistributor);
   if (opts.faucet) await grantMinter(opts.faucet);
   await sendContractTx(target, deployer, { address: staking, abi: stakingAbi, functionName: 'grantRole', args: [DISTRIBUTOR_ROLE, rewardDistributor] });
+  const jobEscrow = await deployJobEscrow(target, deployer, { nim, staking, orchestrator: opts.orchestrator }, opts.escrowRefundDelaySeconds);
 
   return {
     chainId: target.chainId,
@@ -66,6 +74,7 @@ export async function deployContracts(target: DeployTarget, deployer: SigningCli
     staking,
     rewardDistributor,
     modelRegistry,
+    jobEscrow,
     deployer: admin,
     orchestrator: opts.orchestrator,
     ...(opts.faucet ? { faucet: opts.faucet } : {}),
@@ -73,6 +82,50 @@ export async function deployContracts(target: DeployTarget, deployer: SigningCli
     unstakeCooldownSeconds: opts.unstakeCooldownSeconds,
     deployedAt: new Date().toISOString(),
   };
+}
+
+async function deployModelRegistry(target: DeployTarget, deployer: SigningClient, orchestrator: Address): Promise<Address> {
+  const hash = await deployer.deployContract({ abi: modelRegistryAbi, bytecode: bytecodeOf('ModelRegistry'), args: [deployer.account.address, orchestrator] });
+  return deployedAt(target, 'ModelRegistry', hash);
+}
+
+/**
+ * Deploys JobEscrow for the NIM and Staking of a deployment and lets it credit
+ * stakes (Staking's DISTRIBUTOR_ROLE: job payments land as stake like epoch
+ * rewards). The deployer must be the Staking admin.
+ */
+async function deployJobEscrow(
+  target: DeployTarget,
+  deployer: SigningClient,
+  at: Pick<Deployment, 'nim' | 'staking' | 'orchestrator'>,
+  refundDelaySeconds: number = DEFAULT_ESCROW_REFUND_DELAY_SECONDS,
+): Promise<Address> {
+  if (!Number.isInteger(refundDelaySeconds) || refundDelaySeconds < 0) throw new Error(`invalid escrow refund delay ${refundDelaySeconds}`);
+  const hash = await deployer.deployContract({
+    abi: jobEscrowAbi,
+    bytecode: bytecodeOf('JobEscrow'),
+    args: [at.nim, at.staking, deployer.account.address, at.orchestrator, BigInt(refundDelaySeconds)],
+  });
+  const jobEscrow = await deployedAt(target, 'JobEscrow', hash);
+  await sendContractTx(target, deployer, { address: at.staking, abi: stakingAbi, functionName: 'grantRole', args: [DISTRIBUTOR_ROLE, jobEscrow] });
+  return jobEscrow;
+}
+
+/**
+ * Brings a deployment recorded before JobEscrow up to date, with the admin
+ * key (`deployer`): deploys JobEscrow, and a new ModelRegistry, since the old
+ * one's `publish` took no orchestrator attestation (models published on the
+ * old registry stay there but are no longer listed). Returns the deployment
+ * unchanged when it already has a JobEscrow.
+ */
+export async function upgradeDeployment(target: DeployTarget, deployer: SigningClient, deployment: Deployment): Promise<Deployment> {
+  if (deployment.jobEscrow) return deployment;
+  if (getAddress(deployer.account.address) !== getAddress(deployment.deployer)) {
+    throw new Error(`upgrading the deployment on chain ${deployment.chainId} needs its admin ${deployment.deployer}, not ${deployer.account.address}`);
+  }
+  const modelRegistry = await deployModelRegistry(target, deployer, deployment.orchestrator);
+  const jobEscrow = await deployJobEscrow(target, deployer, deployment);
+  return { ...deployment, modelRegistry, jobEscrow };
 }
 
 export function deploymentFile(dataDir: string): string {
@@ -86,6 +139,7 @@ const DeploymentEntry = Type.Object({
   staking: AddressString,
   rewardDistributor: AddressString,
   modelRegistry: AddressString,
+  jobEscrow: Type.Optional(AddressString),
   deployer: AddressString,
   orchestrator: AddressString,
   faucet: Type.Optional(AddressString),

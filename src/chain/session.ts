@@ -6,7 +6,7 @@ import { privateKeyToAccount } from 'viem/accounts';
 import { NimbleError } from '../protocol/errors.ts';
 import { LOCAL_CHAIN_ID } from './anvil.ts';
 import { createChainPublicClient, chainDefinition, makeChainClient, signerFor, type ChainClient } from './client.ts';
-import { deployContracts, deploymentFile, LOCAL_DEPLOYMENT_KEY, readDeployments, saveDeployment } from './deploy.ts';
+import { deployContracts, deploymentFile, LOCAL_DEPLOYMENT_KEY, readDeployments, saveDeployment, upgradeDeployment } from './deploy.ts';
 import { openLocalNode, type LocalNode } from './node.ts';
 
 /**
@@ -55,8 +55,15 @@ async function ensureLocalDeployment(opts: OpenChainOptions, node: LocalNode): P
   const known = readDeployments(opts.dataDir)[LOCAL_DEPLOYMENT_KEY];
   const chain = chainDefinition(LOCAL_CHAIN_ID, node.rpcUrl, true);
   const pub = createChainPublicClient(chain, true);
-  if (known && (await hasCode(pub, known.nim))) return makeChainClient(node.rpcUrl, LOCAL_CHAIN_ID, true, known);
   const operator = localOperatorAccount();
+  if (known && (await hasCode(pub, known.nim))) {
+    if (known.jobEscrow) return makeChainClient(node.rpcUrl, LOCAL_CHAIN_ID, true, known);
+    // deployed before JobEscrow existed: add it (and the attested ModelRegistry), keep every balance
+    const upgraded = await upgradeDeployment({ chainId: LOCAL_CHAIN_ID, chain, local: true, public: pub }, signerFor({ chain, local: true }, operator), known);
+    saveDeployment(opts.dataDir, upgraded, LOCAL_DEPLOYMENT_KEY);
+    await node.dump();
+    return makeChainClient(node.rpcUrl, LOCAL_CHAIN_ID, true, upgraded);
+  }
   const cooldown = opts.unstakeCooldownSeconds ?? Number(process.env.NIMBLE_UNSTAKE_COOLDOWN ?? 0);
   if (!Number.isInteger(cooldown) || cooldown < 0) throw new NimbleError('invalid', `unstake cooldown must be a whole number of seconds, got ${cooldown}`);
   const deployment = await deployContracts({ chainId: LOCAL_CHAIN_ID, chain, local: true, public: pub }, signerFor({ chain, local: true }, operator), {

@@ -11,6 +11,8 @@ import { registerMiner } from './miner.ts';
 import { registerUp } from './up.ts';
 import { registerRewards } from './rewards.ts';
 import { registerRun } from './run.ts';
+import { registerJob } from './job.ts';
+import { registerCheckpoint } from './checkpoint.ts';
 
 export function buildProgram(): Command {
   const program = new Command('nbcli')
@@ -26,6 +28,8 @@ export function buildProgram(): Command {
   registerUp(program);
   registerRewards(program);
   registerRun(program);
+  registerJob(program);
+  registerCheckpoint(program);
   return program;
 }
 

@@ -3,6 +3,7 @@
 import { NimbleError } from '../protocol/errors.ts';
 import { join } from 'node:path';
 import type { Command } from 'commander';
+import { parseDuration } from '../jobs/duration.ts';
 import { startOrchestrator } from '../orchestrator/server.ts';
 import { emit, parsePositiveInt, resolveDataDir, withCommonOptions } from './common.ts';
 import { orchestratorChain, withOrchestratorChainOptions, type OrchestratorChainFlags } from './orchestrator-chain.ts';
@@ -14,6 +15,7 @@ interface Flags extends OrchestratorChainFlags {
   deadlineMs: string;
   checkRate: string;
   slashFraction: string;
+  checkpointRetention: string;
 }
 
 export function registerOrchestrator(program: Command): void {
@@ -27,6 +29,7 @@ export function registerOrchestrator(program: Command): void {
       .option('--miner-timeout-ms <ms>', 'a miner silent this long is gone', '4000')
       .option('--deadline-ms <ms>', 'a microbatch not finished this long after issue is re-issued elsewhere', '15000')
       .option('--check-rate <share>', 'share of forwards the orchestrator recomputes (spot checks; 0 disables)', '0.02')
+      .option('--checkpoint-retention <duration>', "how long an ended job's checkpoints are kept (e.g. 3d, 12h)", '3d')
       .option('--slash-fraction <share>', 'share of its stake a miner loses for each offence: a failed spot check, a forged receipt or claim, a poisoned merge (paid networks)', '0.05'),
   )).action(async (flags: Flags) => {
     const port = Number(flags.port);
@@ -38,6 +41,12 @@ export function registerOrchestrator(program: Command): void {
       spotChecks: { rate: parseShare('--check-rate', flags.checkRate) },
       slashing: { fraction: parseShare('--slash-fraction', flags.slashFraction) },
     };
+    let checkpointRetentionMs: number;
+    try {
+      checkpointRetentionMs = parseDuration(flags.checkpointRetention);
+    } catch (err) {
+      throw new NimbleError('invalid', `--checkpoint-retention: ${(err as Error).message}`);
+    }
     const log = (line: string): void => {
       if (flags.json) process.stdout.write(JSON.stringify({ event: 'log', message: line }) + '\n');
       else process.stderr.write(`orchestrator: ${line}\n`);
@@ -45,7 +54,7 @@ export function registerOrchestrator(program: Command): void {
     const chain = await orchestratorChain(flags, log);
     let orch;
     try {
-      orch = await startOrchestrator({ dataDir, host: flags.host, port, coordinator, chain: chain ?? undefined });
+      orch = await startOrchestrator({ dataDir, host: flags.host, port, coordinator, chain: chain ?? undefined, checkpointRetentionMs });
     } catch (err) {
       await chain?.close?.();
       throw err;

@@ -121,6 +121,23 @@ export class SignedClient {
     }
   }
 
+  /**
+   * Sends a signed GET and returns the response as it starts to arrive (its
+   * body a stream), with `headers` added (a Range); an error answer is thrown
+   * as the NimbleError it carries.
+   */
+  async open(pathOrUrl: string, headers: Record<string, string> = {}, signal?: AbortSignal): Promise<Response> {
+    const url = new URL(pathOrUrl, this.baseUrl);
+    let res: Response;
+    try {
+      res = await fetch(url, { method: 'GET', headers: { ...headers, ...(await this.signer.sign('GET', url.pathname + url.search)) }, signal });
+    } catch (err) {
+      throw new NimbleError('unreachable', `cannot reach ${url.origin}: ${(err as Error).message}`, 502, { cause: err });
+    }
+    if (!res.ok) throw errorOf(res.status, res.statusText, new Uint8Array(await res.arrayBuffer()), `GET ${url.pathname}`);
+    return res;
+  }
+
   /** POSTs JSON and validates the JSON reply. */
   async postJson<T extends TSchema>(path: string, value: unknown, reply: T, what: string): Promise<Static<T>> {
     const bytes = await this.request('POST', path, new TextEncoder().encode(JSON.stringify(value)), 'application/json');

@@ -83,6 +83,19 @@ export class Mlp {
     return L.crossEntropyForward(k, this.losses, this.probs, logits, this.targets, B, this.config.classes);
   }
 
+  /** The most likely class of each of B rows (argmax of the logits, the lowest class on a tie); forward only. */
+  predict(x: Float32Array, B: number): Int32Array {
+    const logits = this.forward(x, B) as Float32Array;
+    const C = this.config.classes;
+    const out = new Int32Array(B);
+    for (let b = 0; b < B; b++) {
+      let best = 0;
+      for (let c = 1; c < C; c++) if (logits[b * C + c] > logits[b * C + best]) best = c;
+      out[b] = best;
+    }
+    return out;
+  }
+
   /** Gradients of the last forward's mean loss, accumulated into grads. Returns d(input). */
   backward(): Float32Array {
     const k = this.engine.kernels;

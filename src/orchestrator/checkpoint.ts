@@ -9,7 +9,8 @@ import { NimbleError } from '../protocol/errors.ts';
 import type { BlobStore } from './blobs.ts';
 import type { OrchestratorState } from './state/index.ts';
 
-export async function assembleCheckpoint(state: OrchestratorState, blobs: BlobStore, runId: string): Promise<Uint8Array> {
+/** `extra`: more metadata to record (a job's id). */
+export async function assembleCheckpoint(state: OrchestratorState, blobs: BlobStore, runId: string, extra: Record<string, string> = {}): Promise<Uint8Array> {
   const run = state.runs.get(runId);
   if (!run) throw new NimbleError('not_found', `unknown run ${runId}`);
   const stages = state.runs.stages(runId);
@@ -22,5 +23,5 @@ export async function assembleCheckpoint(state: OrchestratorState, blobs: BlobSt
     round = Math.min(round, checkpointInfo(file).step);
     for (const t of file.tensors.values()) if (!t.name.startsWith('outer.')) tensors.push(t);
   }
-  return encodeCheckpoint(tensors, { config, range: { from: 0, to: partCount(config) }, step: run.microbatchesDone, extra: { run: run.id, rounds: String(round) } });
+  return encodeCheckpoint(tensors, { config, range: { from: 0, to: partCount(config) }, step: run.microbatchesDone, extra: { ...extra, run: run.id, rounds: String(round), tokens: String(run.tokensDone), trainLoss: String(run.lastLoss ?? '') } });
 }

@@ -25,6 +25,7 @@ import type { OrchestratorIdentity } from './identity.ts';
 import { SpotChecks, type SpotCheckOptions } from './spot-checks.ts';
 import { StageStates } from './stage-states.ts';
 import type { OrchestratorState } from './state/index.ts';
+import type { MinerRecord } from './state/miners.ts';
 import type { RunRecord } from './state/runs.ts';
 
 export interface CoordinatorOptions {
@@ -290,11 +291,26 @@ export class Coordinator {
     this.planner.replanAll();
   }
 
+  /** Activation slots each miner keeps (what a stage's memory is sized with). */
+  get slots(): number {
+    return this.options.slots;
+  }
+
   // ---- runs ------------------------------------------------------------------
 
   /** A developer's new run (the address that signed the request owns it). */
-  createRun(req: CreateRunRequest, owner: string): RunRecord {
-    return this.planner.create(req, owner);
+  createRun(req: CreateRunRequest, owner: string, pool?: readonly string[]): RunRecord {
+    return this.planner.create(req, owner, pool);
+  }
+
+  /** Limits a run to the miners of `pool` (null: any free miner), e.g. when a job's miner is gone. */
+  setRunPool(runId: string, pool: readonly string[] | null): void {
+    this.planner.setPool(runId, pool);
+  }
+
+  /** Alive miners that hold no stage of an active run. */
+  idleMiners(): MinerRecord[] {
+    return this.planner.idleMiners();
   }
 
   /** The owner ends a run: its miners are let go and planned onto the other runs. */
@@ -306,6 +322,17 @@ export class Coordinator {
     this.state.runs.cancel(runId, this.now());
     this.planner.replanAll();
     return this.state.runs.get(runId)!;
+  }
+
+  /** The orchestrator ends a run (a job's limit passed, or its job was cancelled): as a cancel, with the reason. */
+  stopRun(runId: string, reason: string): void {
+    const run = this.state.runs.get(runId);
+    if (!run || FINAL_RUN_STATUSES.includes(run.status)) return;
+    this.state.tx(() => {
+      this.state.runs.cancel(runId, this.now());
+      this.state.runs.setMessage(runId, reason);
+    });
+    this.planner.replanAll();
   }
 
   /** Releases what verification holds (its stages, then its engine). */

@@ -217,7 +217,7 @@ export class Collector {
     let deleted = 0;
     for (const blob of this.state.garbage.due(now - this.options.blobGraceMs, this.options.batch)) {
       // named again since (the same bytes uploaded anew, or still a stage's state): kept
-      if (!this.state.runs.referencesBlob(blob) && !this.state.mergeRounds.references(blob) && (await this.blobs.delete(blob))) deleted++;
+      if (!this.state.runs.referencesBlob(blob) && !this.state.mergeRounds.references(blob) && !this.state.jobs.referencesBlob(blob) && (await this.blobs.delete(blob))) deleted++;
       this.state.garbage.release(blob);
     }
     return deleted;

@@ -1,5 +1,6 @@
-// The orchestrator's HTTP API: the public routes (./routes/public.ts) and the
-// miners' signed routes (./routes/miners.ts) on the shared server of
+// The orchestrator's HTTP API: the public routes (./routes/public.ts), the
+// developers' job routes (./routes/jobs.ts) and the miners' signed routes
+// (./routes/miners.ts) on the shared server of
 // src/http/server.ts. A miner's malformed signed request (400, 413, 415)
 // counts as invalid work of its signer; one that proves it cheated is an
 // offence (src/orchestrator/offences.ts).
@@ -9,6 +10,8 @@ import { RequestVerifier } from '../protocol/signing.ts';
 import type { Coordinator } from './coordinator.ts';
 import type { Epochs } from './epochs.ts';
 import { OffenceError } from './offences.ts';
+import type { JobService } from './jobs.ts';
+import { jobRoutes } from './routes/jobs.ts';
 import { minerRoutes } from './routes/miners.ts';
 import { publicRoutes } from './routes/public.ts';
 
@@ -18,7 +21,7 @@ const MALFORMED = new Set([400, 413, 415]);
 /** Largest JSON body (a heartbeat with thousands of reports stays below it). */
 export const MAX_JSON_BYTES = 1 << 20;
 
-export function buildApi(coordinator: Coordinator, epochs: Epochs | null = null): HttpServer {
+export function buildApi(coordinator: Coordinator, epochs: Epochs | null = null, jobs: JobService | null = null): HttpServer {
   // requests are bound to this network, and (the nonces of earlier ones being forgotten) to this run of the server
   const verifier = new RequestVerifier({ domain: coordinator.identity.domain, notBefore: Date.now(), sessionKeyOf: (a) => coordinator.sessionKeyOf(a) });
   const app = createHttpServer({
@@ -39,5 +42,6 @@ export function buildApi(coordinator: Coordinator, epochs: Epochs | null = null)
   });
   publicRoutes(app, coordinator, epochs !== null);
   minerRoutes(app, coordinator, epochs);
+  if (jobs) jobRoutes(app, coordinator, jobs);
   return app;
 }

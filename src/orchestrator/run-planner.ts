@@ -34,8 +34,8 @@ export class RunPlanner {
     private readonly onMoved: (runId: string, minerId: string) => void = () => {},
   ) {}
 
-  /** Validates a request of `owner` and records the run, then plans it if enough miners are free. */
-  create(req: CreateRunRequest, owner: string): RunRecord {
+  /** Validates a request of `owner` and records the run, then plans it if enough miners are free (of `pool` only, when given). */
+  create(req: CreateRunRequest, owner: string, pool?: readonly string[]): RunRecord {
     if (this.state.runs.activeOf(owner).length >= MAX_ACTIVE_RUNS_PER_OWNER) {
       throw new NimbleError('too_many_runs', `${owner} has ${MAX_ACTIVE_RUNS_PER_OWNER} runs that have not ended; cancel one first`, 429);
     }
@@ -61,6 +61,7 @@ export class RunPlanner {
       outerLr: req.outerLr ?? DEFAULT_OUTER_LR,
       outerMomentum: req.outerMomentum ?? DEFAULT_OUTER_MOMENTUM,
       requestedStages: req.stages ?? null,
+      ...(pool ? { pool: [...pool] } : {}),
     };
     this.state.runs.insert(
       { id, owner, model: req.model, data: req.data, steps: req.steps, batchSize: req.batchSize ?? 12, mergeEvery: req.mergeEvery ?? DEFAULT_MERGE_EVERY, seed: req.seed ?? 1337, options },
@@ -100,6 +101,15 @@ export class RunPlanner {
     });
   }
 
+  /** Limits a run to `pool` (null: any free miner) and plans again. */
+  setPool(runId: string, pool: readonly string[] | null): void {
+    const run = this.state.runs.get(runId);
+    if (!run) return;
+    const { pool: _old, ...rest } = run.options;
+    this.state.runs.setOptions(runId, pool ? { ...rest, pool: [...pool] } : rest);
+    this.replanAll();
+  }
+
   /** Miners came or went: start waiting runs, rebalance running ones. */
   replanAll(): void {
     for (const run of this.state.runs.active()) {
@@ -129,13 +139,21 @@ export class RunPlanner {
     });
   }
 
-  /** Miners that are alive and not holding a stage of another active run. */
-  private freeMiners(exceptRun: string): MinerRecord[] {
+  /** Miners that are alive, not holding a stage of another active run, and in the run's pool if it has one. */
+  private freeMiners(runId: string): MinerRecord[] {
     const busy = new Set<string>();
     for (const r of this.state.runs.active()) {
-      if (r.id === exceptRun) continue;
+      if (r.id === runId) continue;
       for (const a of this.state.runs.assignments(r.id)) busy.add(a.minerId);
     }
+    const pool = this.state.runs.get(runId)?.options.pool;
+    const allowed = pool ? new Set(pool) : null;
+    return this.state.miners.list(true).filter((m) => !busy.has(m.id) && (!allowed || allowed.has(m.id)));
+  }
+
+  /** Alive miners holding no stage of an active run. */
+  idleMiners(): MinerRecord[] {
+    const busy = new Set(this.state.runs.active().flatMap((r) => this.state.runs.assignments(r.id).map((a) => a.minerId)));
     return this.state.miners.list(true).filter((m) => !busy.has(m.id));
   }
 

@@ -6,6 +6,7 @@ import { FsBlobStore } from './blobs.ts';
 import { Coordinator, type CoordinatorOptions } from './coordinator.ts';
 import { Epochs, type ChainOptions } from './epochs.ts';
 import { buildApi } from './http.ts';
+import { DEFAULT_CHECKPOINT_RETENTION_MS, JobService } from './jobs.ts';
 import { slashWindowMs } from './spot-checks.ts';
 import { loadOrCreateOrchestratorIdentity } from './identity.ts';
 import { OrchestratorState } from './state/index.ts';
@@ -19,11 +20,14 @@ export interface OrchestratorOptions {
   tickMs?: number;
   /** pay miners on this chain (epochs, settlement, minimum stake); without it the network runs unpaid */
   chain?: ChainOptions;
+  /** an ended job's checkpoints are kept this long (default 3 days) */
+  checkpointRetentionMs?: number;
 }
 
 export interface RunningOrchestrator {
   url: string;
   coordinator: Coordinator;
+  jobs: JobService;
   epochs: Epochs | null;
   /** Closes the epoch if due and settles what is settling, now (a no-op when unpaid). */
   settleNow(): Promise<void>;
@@ -47,7 +51,8 @@ export async function startOrchestrator(options: OrchestratorOptions): Promise<R
       throw err;
     }
   }
-  const app = buildApi(coordinator, epochs);
+  const jobs = new JobService(coordinator, { checkpointRetentionMs: options.checkpointRetentionMs ?? DEFAULT_CHECKPOINT_RETENTION_MS, slots: coordinator.slots });
+  const app = buildApi(coordinator, epochs, jobs);
   const host = options.host ?? '127.0.0.1';
   await app.listen({ host, port: options.port ?? 0 });
   const address = app.server.address();
@@ -55,6 +60,7 @@ export async function startOrchestrator(options: OrchestratorOptions): Promise<R
   const timer = setInterval(() => {
     try {
       coordinator.tick();
+      jobs.tick();
     } catch (err) {
       console.error('orchestrator: tick failed:', err);
     }
@@ -62,6 +68,7 @@ export async function startOrchestrator(options: OrchestratorOptions): Promise<R
   return {
     url: `http://${host.includes(':') ? `[${host}]` : host}:${port}`,
     coordinator,
+    jobs,
     epochs,
     async settleNow() {
       // a pass already under way may have started before the last work arrived
@@ -70,7 +77,9 @@ export async function startOrchestrator(options: OrchestratorOptions): Promise<R
     },
     async close() {
       clearInterval(timer);
+      jobs.closeStreams();
       await app.close();
+      await jobs.settled();
       await coordinator.close();
       if (epochs) {
         await epochs.stop();

@@ -4,11 +4,12 @@ import type { ByteCorpus } from '../data/corpus.ts';
 import { batchForShard } from '../data/batches.ts';
 import type { Engine } from '../engine/engine.ts';
 import { AdamW, ADAMW_DEFAULTS, type AdamWConfig } from '../model/adamw.ts';
-import { gptConfig } from '../model/config.ts';
+import { gptConfig, validateGptConfig, type GptConfig } from '../model/config.ts';
 import { GptStage, partCount } from '../model/gpt.ts';
 
 export interface LocalTrainOptions {
-  model: string;
+  /** a named config (src/model/config.ts), or the config itself */
+  model: string | GptConfig;
   corpus: ByteCorpus;
   steps: number;
   batchSize?: number;
@@ -51,7 +52,8 @@ export function heldoutLoss(stage: GptStage, corpus: ByteCorpus, batches: number
 }
 
 export function trainLocal(engine: Engine, options: LocalTrainOptions): LocalTrainResult {
-  const config = gptConfig(options.model);
+  const config = typeof options.model === 'string' ? gptConfig(options.model) : options.model;
+  validateGptConfig(config);
   const B = options.batchSize ?? 12;
   const T = config.contextLength;
   const seed = options.seed ?? 1337;

@@ -1,11 +1,11 @@
-// The four contracts against a real anvil node.
+// The contracts against a real anvil node (JobEscrow has its own file, escrow.test.ts).
 import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
-import { parseEventLogs, parseUnits, keccak256, toHex, type Abi, type Address } from 'viem';
+import { parseEventLogs, parseUnits, keccak256, toHex, type Abi, type Address, type Hex, type LocalAccount } from 'viem';
 import type { SigningClient } from '../../src/chain/client.ts';
 import { modelRegistryAbi, nimAbi, stakingAbi } from '../../src/chain/abis.ts';
 import { ABIS, type ContractName } from '../../src/chain/contracts.ts';
-import { listModels, publishModel, setModelDeployed } from '../../src/chain/registry.ts';
+import { listModels, publishAttestationDigest, publishModel, setModelDeployed, signPublishAttestation, type PublishAttestation } from '../../src/chain/registry.ts';
 import { readEpoch, rewardsDigest, settleEpoch } from '../../src/chain/rewards.ts';
 import { addStake, findSlash, readStake, removeStake, slashStake, withdrawIfReady } from '../../src/chain/staking.ts';
 import { transferNim } from '../../src/chain/token.ts';
@@ -24,7 +24,8 @@ after(async () => {
 
 function call(signer: SigningClient, name: ContractName, functionName: string, args: unknown[] = []) {
   const d = t.client.deployment;
-  const address = { NIM: d.nim, Staking: d.staking, RewardDistributor: d.rewardDistributor, ModelRegistry: d.modelRegistry }[name];
+  const address = { NIM: d.nim, Staking: d.staking, RewardDistributor: d.rewardDistributor, ModelRegistry: d.modelRegistry, JobEscrow: d.jobEscrow }[name];
+  assert.ok(address, `no ${name} in this deployment`);
   const abi: Abi = ABIS[name]; // any function by name: the tests also call what the library never does
   return sendContractTx(t.client, signer, { address, abi, functionName, args });
 }
@@ -136,19 +137,44 @@ test('RewardDistributor: forged and replayed settlements are rejected', async ()
   await rejects(post(t.operator, 3n, 0, 0), 'InvalidBatchCount');
 });
 
+/** The local operator (orchestrator) as a viem LocalAccount, to sign attestations with. */
+function orchestratorAccount(): LocalAccount {
+  const account = t.operator.account;
+  assert.equal(account.type, 'local');
+  return account as LocalAccount;
+}
+
+async function chainNow(): Promise<bigint> {
+  return (await t.client.public.getBlock({ blockTag: 'latest' })).timestamp;
+}
+
+/** An attestation for `owner` to publish `sha` as `name`, valid for an hour, signed by `by` (the orchestrator by default). */
+async function attest(
+  sha: Hex,
+  owner: Address,
+  name: string,
+  by: LocalAccount = orchestratorAccount(),
+  fields: Partial<PublishAttestation> = {},
+): Promise<PublishAttestation & { attestation: { deadline: bigint; signature: Hex } }> {
+  const a: PublishAttestation = { checkpointSha256: sha, owner, name, metadataURI: `blob://sha256/${sha.slice(2, 10)}`, pricePer1kTokens: NIM('0.01'), deadline: (await chainNow()) + 3600n, ...fields };
+  return { ...a, attestation: { deadline: a.deadline, signature: await signPublishAttestation(t.client, by, a) } };
+}
+
 test('ModelRegistry: publish once per checkpoint, deploy/undeploy by owner or orchestrator, list', async () => {
   const dev = t.signer(7);
   const stranger = t.signer(8);
   const sha = keccak256(toHex('checkpoint bytes'));
-  const { id, tx } = await publishModel(t.client, dev, { checkpointSha256: sha, name: 'gpt-tiny-moby', metadataURI: 'blob://sha256/abc', pricePer1kTokens: NIM('0.01') });
+  const att = await attest(sha, dev.account.address, 'gpt-tiny-moby', orchestratorAccount(), { metadataURI: 'blob://sha256/abc' });
+  const { id, tx } = await publishModel(t.client, dev, att);
   assert.equal(id, 0n);
   assert.equal(parseEventLogs({ abi: modelRegistryAbi, logs: tx.receipt.logs, eventName: 'ModelPublished' }).length, 1);
-  await rejects(publishModel(t.client, dev, { checkpointSha256: sha, name: 'again', metadataURI: '', pricePer1kTokens: 0n }), 'AlreadyPublished');
+  await rejects(publishModel(t.client, dev, att), 'AlreadyPublished');
+  await rejects(publishModel(t.client, t.operator, { checkpointSha256: sha, name: 'again', metadataURI: '', owner: dev.account.address, pricePer1kTokens: 0n }), 'AlreadyPublished');
   await rejects(
     publishModel(t.client, stranger, { checkpointSha256: keccak256(toHex('x')), name: 'squat', metadataURI: '', owner: dev.account.address, pricePer1kTokens: 0n }),
     'NotAllowed',
   );
-  // the orchestrator may publish on a developer's behalf
+  // the orchestrator may publish on a developer's behalf, with no attestation
   const second = await publishModel(t.client, t.operator, { checkpointSha256: keccak256(toHex('y')), name: 'mlp-spam', metadataURI: 'm', owner: dev.account.address, pricePer1kTokens: 5n });
   assert.equal(second.id, 1n);
 
@@ -171,6 +197,51 @@ test('ModelRegistry: publish once per checkpoint, deploy/undeploy by owner or or
   assert.deepEqual(await listModels(t.client, 7n, 5n), []);
 });
 
+test("ModelRegistry: an owner's publish is bound to the orchestrator's attestation (no front-running)", async () => {
+  const dev = t.signer(7);
+  const frontRunner = t.signer(8);
+  const sha = keccak256(toHex('weights the orchestrator saw dev store first'));
+  const att = await attest(sha, dev.account.address, 'dev-model');
+  const count = async (): Promise<bigint> =>
+    t.client.public.readContract({ address: t.client.deployment.modelRegistry, abi: modelRegistryAbi, functionName: 'modelCount' });
+  const before = await count();
+
+  // the contract hashes what viem signs
+  const onChain = await t.client.public.readContract({
+    address: t.client.deployment.modelRegistry,
+    abi: modelRegistryAbi,
+    functionName: 'publishAttestationDigest',
+    args: [att.checkpointSha256, att.owner, att.name, att.metadataURI, att.pricePer1kTokens, att.deadline],
+  });
+  assert.equal(onChain, publishAttestationDigest(t.client, att));
+
+  // without an attestation the owner alone cannot publish
+  await rejects(publishModel(t.client, dev, { ...att, attestation: undefined }), 'MissingAttestation');
+  // a front-runner replaying dev's pending transaction from its own address: as dev's model, or as its own
+  await rejects(publishModel(t.client, frontRunner, att), 'NotAllowed');
+  await rejects(publishModel(t.client, frontRunner, { ...att, owner: frontRunner.account.address }), 'InvalidAttestation');
+  // a copy with any signed field changed no longer matches the signature
+  await rejects(publishModel(t.client, dev, { ...att, pricePer1kTokens: 0n }), 'InvalidAttestation');
+  await rejects(publishModel(t.client, dev, { ...att, name: 'other name' }), 'InvalidAttestation');
+  await rejects(publishModel(t.client, dev, { ...att, attestation: { ...att.attestation, deadline: att.deadline + 1n } }), 'InvalidAttestation');
+  // a signer without ORCHESTRATOR_ROLE: the front-runner attesting for itself, or the developer for itself
+  const selfSigned = await attest(sha, frontRunner.account.address, 'dev-model', frontRunner.account as LocalAccount);
+  await rejects(publishModel(t.client, frontRunner, selfSigned), 'InvalidAttestation');
+  await rejects(publishModel(t.client, dev, await attest(sha, dev.account.address, 'dev-model', dev.account as LocalAccount)), 'InvalidAttestation');
+  await rejects(publishModel(t.client, dev, { ...att, attestation: { ...att.attestation, signature: '0x1234' } }), 'InvalidAttestation');
+  // an expired attestation
+  const expired = await attest(sha, dev.account.address, 'dev-model', orchestratorAccount(), { deadline: (await chainNow()) - 1n });
+  await rejects(publishModel(t.client, dev, expired), 'AttestationExpired');
+  assert.equal(await count(), before, 'nothing published so far');
+
+  // the legitimate owner, with the orchestrator's attestation
+  const { id } = await publishModel(t.client, dev, att);
+  const model = (await listModels(t.client, id, 1n))[0];
+  assert.deepEqual([model.checkpointSha256, model.owner, model.name, model.pricePer1kTokens], [sha, dev.account.address, 'dev-model', att.pricePer1kTokens]);
+  // and the attestation is spent: the checkpoint is taken
+  await rejects(publishModel(t.client, dev, att), 'AlreadyPublished');
+});
+
 test('conservation: supply = free + staked + unstaking + undistributed after a random sequence', async () => {
   const holders = [1, 2, 3, 4, 5, 6, 7, 8, 9].map((i) => t.signer(i));
   const addresses = [t.operator.account.address, ...holders.map((h) => h.account.address)];
@@ -179,7 +250,7 @@ test('conservation: supply = free + staked + unstaking + undistributed after a r
   let epoch = 100n;
   const check = async (step: string): Promise<void> => {
     const r = await supplyReport(t.client, addresses);
-    assert.equal(r.totalSupply, r.free + r.staked + r.unstaking + r.undistributed, step);
+    assert.equal(r.totalSupply, r.free + r.staked + r.unstaking + r.undistributed + r.escrowed, step);
     assert.equal(r.stakingBalance, r.totalStaked + r.totalUnstaking, step);
     assert.equal(r.staked, r.totalStaked, step);
     assert.equal(r.unstaking, r.totalUnstaking, step);

@@ -7,7 +7,7 @@ import type { Address } from 'viem';
 import { mnemonicToAccount } from 'viem/accounts';
 import { LOCAL_CHAIN_ID, rpc, RPC_ANY, startAnvil, type AnvilProcess } from '../../src/chain/anvil.ts';
 import { chainDefinition, createChainPublicClient, makeChainClient, signerFor, type ChainClient, type SigningClient } from '../../src/chain/client.ts';
-import { nimAbi, stakingAbi } from '../../src/chain/abis.ts';
+import { jobEscrowAbi, nimAbi, stakingAbi } from '../../src/chain/abis.ts';
 import { deployContracts } from '../../src/chain/deploy.ts';
 import { mulberry32 } from '../../src/model/init.ts';
 
@@ -28,7 +28,7 @@ export function tempDir(prefix: string): string {
   return mkdtempSync(join(tmpdir(), `nimble-${prefix}-`));
 }
 
-export async function startTestChain(opts: { cooldownSeconds?: number } = {}): Promise<TestChain> {
+export async function startTestChain(opts: { cooldownSeconds?: number; escrowRefundDelaySeconds?: number } = {}): Promise<TestChain> {
   const dir = tempDir('chain');
   let anvil: AnvilProcess | undefined;
   try {
@@ -39,7 +39,12 @@ export async function startTestChain(opts: { cooldownSeconds?: number } = {}): P
     const deployment = await deployContracts(
       { chainId: LOCAL_CHAIN_ID, chain, local: true, public: createChainPublicClient(chain, true) },
       operator,
-      { orchestrator: operator.account.address, faucet: operator.account.address, unstakeCooldownSeconds: opts.cooldownSeconds ?? 0 },
+      {
+        orchestrator: operator.account.address,
+        faucet: operator.account.address,
+        unstakeCooldownSeconds: opts.cooldownSeconds ?? 0,
+        escrowRefundDelaySeconds: opts.escrowRefundDelaySeconds,
+      },
     );
     const client = makeChainClient(anvil.rpcUrl, LOCAL_CHAIN_ID, true, deployment);
     const a = anvil;
@@ -73,14 +78,20 @@ export interface SupplyReport {
   staked: bigint;
   unstaking: bigint;
   undistributed: bigint;
+  /** NIM held by the JobEscrow for open jobs (0 when the deployment has none) */
+  escrowed: bigint;
 }
 
 /**
  * Conservation: total supply = free balances of `holders` + their stakes +
- * their unstaking tokens + tokens held by the distributor (undistributed).
- * Also checks the Staking contract's own books against the sums.
+ * their unstaking tokens + tokens held by the distributor (undistributed) +
+ * tokens held in job escrows. Also gives the Staking contract's and the
+ * JobEscrow's own books to check against the sums.
  */
-export async function supplyReport(client: ChainClient, holders: readonly Address[]): Promise<SupplyReport & { stakingBalance: bigint; totalStaked: bigint; totalUnstaking: bigint }> {
+export async function supplyReport(
+  client: ChainClient,
+  holders: readonly Address[],
+): Promise<SupplyReport & { stakingBalance: bigint; totalStaked: bigint; totalUnstaking: bigint; escrowTotalHeld: bigint }> {
   const d = client.deployment;
   const nim = { address: d.nim, abi: nimAbi } as const;
   const staking = { address: d.staking, abi: stakingAbi } as const;
@@ -99,6 +110,8 @@ export async function supplyReport(client: ChainClient, holders: readonly Addres
     staked,
     unstaking,
     undistributed: await balanceOf(d.rewardDistributor),
+    escrowed: d.jobEscrow ? await balanceOf(d.jobEscrow) : 0n,
+    escrowTotalHeld: d.jobEscrow ? await client.public.readContract({ address: d.jobEscrow, abi: jobEscrowAbi, functionName: 'totalHeld' }) : 0n,
     stakingBalance: await balanceOf(d.staking),
     totalStaked: await client.public.readContract({ ...staking, functionName: 'totalStaked' }),
     totalUnstaking: await client.public.readContract({ ...staking, functionName: 'totalUnstaking' }),

@@ -1,6 +1,7 @@
 // The local node of a data dir: started from saved state, deployed to once,
 // dumped and stopped after each command, shared while a persistent owner
-// lives, adopted when its owner died.
+// lives, adopted when its owner died; a deployment recorded before JobEscrow
+// is brought up to date in place.
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
 import { existsSync, readFileSync, rmSync } from 'node:fs';
@@ -9,7 +10,9 @@ import { after, test } from 'node:test';
 import { fileURLToPath } from 'node:url';
 import { parseUnits } from 'viem';
 import { isAlive, stopPid } from '../../src/chain/anvil.ts';
-import { readDeployments } from '../../src/chain/deploy.ts';
+import { stakingAbi } from '../../src/chain/abis.ts';
+import { DISTRIBUTOR_ROLE, LOCAL_DEPLOYMENT_KEY, readDeployments, saveDeployment } from '../../src/chain/deploy.ts';
+import { escrowTotalHeld } from '../../src/chain/escrow.ts';
 import { localNodePaths, openLocalNode, type LocalNodeFile } from '../../src/chain/node.ts';
 import { openChain, withChain } from '../../src/chain/session.ts';
 import { faucet, nimBalance } from '../../src/chain/token.ts';
@@ -100,4 +103,33 @@ test("a node whose owner died is adopted, its state saved, then stopped", async 
   assert.equal(isAlive(info.pid), false);
   assert.equal(await withChain({ dataDir }, (c) => nimBalance(c, ALICE)), 7n, 'the orphan’s transactions were saved');
   assert.ok(existsSync(join(dataDir, 'chain', 'state.json')));
+});
+
+test('a local deployment recorded before JobEscrow gets it (and the attested registry) in place, balances kept', async () => {
+  const dataDir = newDataDir();
+  const first = await openChain({ dataDir });
+  await faucet(first.client, ALICE, 9n);
+  const { jobEscrow, ...old } = first.client.deployment;
+  assert.ok(jobEscrow);
+  await first.close();
+  saveDeployment(dataDir, old, LOCAL_DEPLOYMENT_KEY); // as an older nbcli wrote it
+
+  const upgraded = await withChain({ dataDir }, async (client) => {
+    assert.ok(client.deployment.jobEscrow, 'JobEscrow added');
+    assert.notEqual(client.deployment.modelRegistry, old.modelRegistry, 'a registry whose publish takes attestations');
+    assert.equal(client.deployment.nim, old.nim);
+    assert.equal(client.deployment.staking, old.staking);
+    assert.equal(await nimBalance(client, ALICE), 9n, 'the same chain state');
+    assert.equal(await escrowTotalHeld(client), 0n);
+    const canCredit = await client.public.readContract({
+      address: client.deployment.staking,
+      abi: stakingAbi,
+      functionName: 'hasRole',
+      args: [DISTRIBUTOR_ROLE, client.deployment.jobEscrow],
+    });
+    assert.equal(canCredit, true, 'job payments can land as stake');
+    return client.deployment;
+  });
+  assert.deepEqual(readDeployments(dataDir).local, upgraded, 'recorded');
+  await withChain({ dataDir }, async (client) => assert.deepEqual(client.deployment, upgraded, 'upgraded once'));
 });

@@ -1,5 +1,5 @@
-// The plain MLP for tabular data: gradients by finite differences, and a
-// short training run that learns a non-linear rule.
+// The plain MLP for tabular data: gradients by finite differences, a short
+// training run that learns a non-linear rule, and predictions (argmax).
 import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
 import { Engine } from '../../src/engine/engine.ts';
@@ -52,5 +52,23 @@ test('learns XOR of two features', () => {
   assert.ok(first > 0.5 && last < 0.1, `loss ${first} -> ${last}`);
   assert.throws(() => mlp.forward(new Float32Array(2).fill(NaN), 1, new Int32Array(1)), /not finite/);
   opt.release();
+  mlp.release();
+});
+
+test('predict is the argmax of the logits, row by row', () => {
+  const mlp = new Mlp(engine, { inputs: 4, hidden: [6], classes: 3 }, 10, 2);
+  const x = fillRandom(new Float32Array(10 * 4), 8);
+  const logits = (mlp.forward(x, 10) as Float32Array).slice();
+  const predicted = mlp.predict(x, 10);
+  assert.equal(predicted.length, 10);
+  for (let b = 0; b < 10; b++) {
+    const row = Array.from(logits.subarray(b * 3, b * 3 + 3));
+    assert.equal(predicted[b], row.indexOf(Math.max(...row)));
+  }
+  assert.ok(new Set(predicted).size > 1, 'a random net should not give one class to every row');
+  // a tie goes to the lowest class: all-zero weights give equal logits
+  mlp.params.flat.data.fill(0);
+  assert.deepEqual(mlp.predict(x.subarray(0, 8), 2), Int32Array.from([0, 0]));
+  assert.throws(() => mlp.predict(x, 11), /up to 10 rows/);
   mlp.release();
 });

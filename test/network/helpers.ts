@@ -35,6 +35,22 @@ export class Cluster {
     return this.spawnScript(MAIN, [...args, '--json'], home);
   }
 
+  /** Runs an nbcli command to its end: its exit code, the JSON lines it printed, and its stderr. */
+  async nbcli(args: string[], home: string): Promise<{ code: number | null; out: Record<string, unknown>[]; stderr: string }> {
+    const p = this.spawnNbcli(args, home);
+    const code = await new Promise<number | null>((r) => (p.child.exitCode !== null ? r(p.child.exitCode) : p.child.once('exit', (c) => r(c))));
+    await new Promise((r) => setImmediate(r));
+    const out: Record<string, unknown>[] = [];
+    for (const line of p.lines.filter((l) => !l.startsWith('stderr: '))) {
+      try {
+        out.push(JSON.parse(line));
+      } catch {
+        // not JSON
+      }
+    }
+    return { code, out, stderr: p.lines.filter((l) => l.startsWith('stderr: ')).join('\n') };
+  }
+
   /** Runs a TypeScript file of the project in a child process (through tsx), its output collected like nbcli's. */
   spawnScript(script: string, args: string[], home: string): Proc {
     const child = spawn(process.execPath, ['--import', 'tsx', script, ...args], {

@@ -3,6 +3,7 @@
 import { ClaimStore, CLAIM_MIGRATIONS } from './claims.ts';
 import { StateDb } from './db.ts';
 import { BlobGarbage, GARBAGE_MIGRATIONS } from './garbage.ts';
+import { JobStore, JOB_MIGRATIONS } from './jobs.ts';
 import { Ledger, LEDGER_MIGRATIONS } from './ledger.ts';
 import { MergeRoundStore, MERGE_ROUND_MIGRATIONS } from './merge-rounds.ts';
 import { MicrobatchStore, MICROBATCH_MIGRATIONS } from './microbatches.ts';
@@ -10,7 +11,7 @@ import { MinerStore, MINER_MIGRATIONS } from './miners.ts';
 import { RunStore, RUN_MIGRATIONS } from './runs.ts';
 import { SpotCheckStore, SPOT_CHECK_MIGRATIONS } from './spot-checks.ts';
 
-export const MIGRATIONS = [MINER_MIGRATIONS, RUN_MIGRATIONS, MICROBATCH_MIGRATIONS, CLAIM_MIGRATIONS, MERGE_ROUND_MIGRATIONS, LEDGER_MIGRATIONS, SPOT_CHECK_MIGRATIONS, GARBAGE_MIGRATIONS];
+export const MIGRATIONS = [MINER_MIGRATIONS, RUN_MIGRATIONS, MICROBATCH_MIGRATIONS, CLAIM_MIGRATIONS, MERGE_ROUND_MIGRATIONS, LEDGER_MIGRATIONS, SPOT_CHECK_MIGRATIONS, GARBAGE_MIGRATIONS, JOB_MIGRATIONS];
 
 export class OrchestratorState {
   readonly miners: MinerStore;
@@ -21,6 +22,7 @@ export class OrchestratorState {
   readonly ledger: Ledger;
   readonly spotChecks: SpotCheckStore;
   readonly garbage: BlobGarbage;
+  readonly jobs: JobStore;
 
   private constructor(readonly db: StateDb) {
     this.miners = new MinerStore(db);
@@ -31,6 +33,7 @@ export class OrchestratorState {
     this.ledger = new Ledger(db);
     this.spotChecks = new SpotCheckStore(db);
     this.garbage = new BlobGarbage(db);
+    this.jobs = new JobStore(db);
   }
 
   /** Opens (creating or migrating) the state file; ':memory:' for a throwaway one. */

@@ -49,6 +49,8 @@ export const RunOptions = Type.Object({
   outerMomentum: Type.Number({ minimum: 0, maximum: 1 }),
   /** the stage count the developer asked for (null: the planner chooses) */
   requestedStages: Type.Union([Type.Integer({ minimum: 1 }), Type.Null()]),
+  /** the only miners the run may be placed on (a job's chosen miners; absent: any free miner) */
+  pool: Type.Optional(Type.Array(Type.String())),
 });
 export type RunOptions = Static<typeof RunOptions>;
 
@@ -193,6 +195,11 @@ export class RunStore {
       now,
       id,
     );
+  }
+
+  /** New training settings (the pool of miners a job's run may use). */
+  setOptions(id: string, options: RunOptions): void {
+    this.db.run('UPDATE runs SET options = ? WHERE id = ?', JSON.stringify(options), id);
   }
 
   /** A new plan after miners came or went (same stages). */

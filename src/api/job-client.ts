@@ -1,0 +1,86 @@
+// The job half of the orchestrator's public API (routes in
+// src/orchestrator/routes/jobs.ts, contracts in ./jobs.ts): submit, list,
+// follow (server-sent events), cancel, and checkpoints. What a developer does
+// is signed with their wallet key through the OrchestratorClient.
+import { Type } from '@sinclair/typebox';
+import type { JobSpec } from '../jobs/spec.ts';
+import { NimbleError } from '../protocol/errors.ts';
+import { parseJson } from '../protocol/messages.ts';
+import type { OrchestratorClient } from './client.ts';
+import { readEvents } from './event-stream.ts';
+import { CheckpointList, JobEvent, JobEventList, JobList, JobView, type CheckpointView } from './jobs.ts';
+
+/** What `follow` yields: a job event, or a progress update. */
+export type JobUpdate =
+  | { kind: 'event'; event: JobEvent }
+  | { kind: 'progress'; progress: JobProgress }
+  | { kind: 'end' };
+
+export const JobProgress = Type.Object({
+  status: Type.String(),
+  step: Type.Integer({ minimum: 0 }),
+  steps: Type.Integer({ minimum: 0 }),
+  tokens: Type.Integer({ minimum: 0 }),
+  loss: Type.Union([Type.Number(), Type.Null()]),
+  tokensPerSecond: Type.Number({ minimum: 0 }),
+  etaMs: Type.Union([Type.Integer({ minimum: 0 }), Type.Null()]),
+});
+export type JobProgress = typeof JobProgress.static;
+
+export class JobClient {
+  constructor(private readonly api: OrchestratorClient) {}
+
+  async submit(spec: JobSpec): Promise<JobView> {
+    return (await this.api.signed()).postJson('/jobs', { spec }, JobView, 'job');
+  }
+
+  list(owner?: string): Promise<JobView[]> {
+    return this.api.http.get(`/jobs${owner ? `?owner=${encodeURIComponent(owner)}` : ''}`, JobList, 'job list');
+  }
+
+  get(id: string): Promise<JobView> {
+    return this.api.http.get(`/jobs/${encodeURIComponent(id)}`, JobView, 'job');
+  }
+
+  /** The job's history after event `after`. */
+  events(id: string, after = 0): Promise<JobEvent[]> {
+    return this.api.http.get(`/jobs/${encodeURIComponent(id)}/events?after=${after}`, JobEventList, 'job events');
+  }
+
+  async cancel(id: string): Promise<JobView> {
+    return parseJson(JobView, await (await this.api.signed()).request('POST', `/jobs/${encodeURIComponent(id)}/cancel`), 'job');
+  }
+
+  checkpoints(id: string): Promise<CheckpointView[]> {
+    return this.api.http.get(`/jobs/${encodeURIComponent(id)}/checkpoints`, CheckpointList, 'checkpoint list');
+  }
+
+  /** Keeps the job's checkpoints `days` days from its end (or from now while it runs). */
+  async keep(id: string, days: number): Promise<CheckpointView[]> {
+    return (await this.api.signed()).postJson(`/jobs/${encodeURIComponent(id)}/checkpoints/keep`, { days }, CheckpointList, 'checkpoint list');
+  }
+
+  /** Opens a checkpoint's bytes from `offset` on (a resumed download asks for the rest). */
+  async openCheckpoint(id: string, step: number, offset = 0, signal?: AbortSignal): Promise<Response> {
+    return (await this.api.signed()).open(`/jobs/${encodeURIComponent(id)}/checkpoints/${step}`, offset > 0 ? { range: `bytes=${offset}-` } : {}, signal);
+  }
+
+  /** The job's events from `after` on, then each as it happens, with progress, until the job ends or `signal` aborts. */
+  async *follow(id: string, after = 0, signal?: AbortSignal): AsyncGenerator<JobUpdate> {
+    const url = new URL(`/jobs/${encodeURIComponent(id)}/events?after=${after}`, this.api.url);
+    let res: Response;
+    try {
+      res = await fetch(url, { headers: { accept: 'text/event-stream' }, signal });
+    } catch (err) {
+      throw new NimbleError('unreachable', `cannot reach the orchestrator at ${url.origin}: ${(err as Error).message}`, 502, { cause: err });
+    }
+    if (!res.ok) throw new NimbleError(res.status === 404 ? 'not_found' : `http_${res.status}`, `GET ${url.pathname}: ${res.status} ${(await res.text()).slice(0, 300)}`, res.status);
+    for await (const e of readEvents(res)) {
+      if (e.event === 'progress') yield { kind: 'progress', progress: parseJson(JobProgress, e.data, 'job progress') };
+      else if (e.event === 'end') {
+        yield { kind: 'end' };
+        return;
+      } else yield { kind: 'event', event: parseJson(JobEvent, e.data, 'job event') };
+    }
+  }
+}

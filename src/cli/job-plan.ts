@@ -1,0 +1,66 @@
+// nbcli job plan <file>: what a job needs (parameters, FLOPs, memory per
+// stage) and which live miners would train it, how fast, for how much NIM
+// (src/jobs/plan.ts). The miners come from the orchestrator's public miner
+// list; when it cannot be reached the plan says so and explains the model's
+// needs only.
+import { readFileSync } from 'node:fs';
+import type { Command } from 'commander';
+import { OrchestratorClient } from '../api/client.ts';
+import { DEFAULT_PRICING, formatJobPlan, planJob, type JobPlan, type PoolMiner } from '../jobs/plan.ts';
+import { JobSpecError, parseJobSpec, resolveJobSpec, type ResolvedJob } from '../jobs/spec.ts';
+import { NimbleError } from '../protocol/errors.ts';
+import { DEFAULT_ORCHESTRATOR, emit, withCommonOptions, type CommonOptions } from './common.ts';
+
+interface PlanFlags extends CommonOptions {
+  orchestrator: string;
+  price?: string;
+}
+
+/** Adds `plan <file>` to the `job` command. */
+export function registerJobPlan(job: Command): void {
+  withCommonOptions(
+    job
+      .command('plan <file>')
+      .description("what a job needs and which live miners would train it: layouts, speed, time, cost, and what an upgrade buys")
+      .option('--orchestrator <url>', 'the network whose live miners to plan on', DEFAULT_ORCHESTRATOR)
+      .option('--price <nim>', `NIM per petaflop of training (default ${DEFAULT_PRICING.nimPerPetaflop})`),
+  ).action(async (file: string, flags: PlanFlags) => {
+    const resolved = readResolvedJob(file);
+    const price = flags.price === undefined ? DEFAULT_PRICING.nimPerPetaflop : Number(flags.price);
+    if (!(Number.isFinite(price) && price > 0)) throw new NimbleError('invalid', `--price must be a positive number of NIM per PFLOP, got '${flags.price}'`);
+    const { miners, unreachable } = await liveMiners(flags.orchestrator);
+    const plan: JobPlan = planJob(resolved, miners, { nimPerPetaflop: price });
+    if (unreachable !== null) {
+      plan.explanation.unshift(`${unreachable.charAt(0).toUpperCase()}${unreachable.slice(1)}: planned against no miners, so this is the model's needs only.`);
+    }
+    emit(flags, plan, () => formatJobPlan(plan));
+  });
+}
+
+/** The spec in `file`, validated and with its defaults filled in; problems name their fields. */
+function readResolvedJob(file: string): ResolvedJob {
+  let text: string;
+  try {
+    text = readFileSync(file, 'utf8');
+  } catch (err) {
+    throw new NimbleError('invalid', `cannot read ${file}: ${(err as Error).message}`);
+  }
+  try {
+    return resolveJobSpec(parseJobSpec(text, file));
+  } catch (err) {
+    if (err instanceof JobSpecError) throw new NimbleError('invalid', err.message);
+    throw err;
+  }
+}
+
+/** The orchestrator's live miners as the planner sees them, or none and why when it cannot be reached. */
+async function liveMiners(url: string): Promise<{ miners: PoolMiner[]; unreachable: string | null }> {
+  try {
+    const list = await new OrchestratorClient(url, { timeoutMs: 5_000 }).miners();
+    const miners = list.filter((m) => m.alive).map((m) => ({ id: m.id, name: m.name, gflops: m.gflops, memoryBytes: m.memoryBytes, bandwidthMbps: m.bandwidthMbps }));
+    return { miners, unreachable: null };
+  } catch (err) {
+    if (err instanceof NimbleError && err.code === 'unreachable') return { miners: [], unreachable: err.message };
+    throw err;
+  }
+}

@@ -1,0 +1,153 @@
+// nbcli job: a developer's job from a spec file to a trained model
+// (docs/jobs.md). `init` writes a starter spec, `run --local` is the proof of
+// concept in this process, `plan` says what the job needs and which miners
+// would train it, `submit` puts it on the network; `status`, `list`, `follow`
+// and `cancel` follow it there. Signed with the developer's key
+// (--wallet.name, or <data-dir>/developer-key.json).
+import { existsSync, readFileSync, writeFileSync } from 'node:fs';
+import type { Command } from 'commander';
+import { OrchestratorClient } from '../api/client.ts';
+import { JobClient, type JobProgress } from '../api/job-client.ts';
+import type { JobView } from '../api/jobs.ts';
+import { formatDuration } from '../jobs/duration.ts';
+import { JobSpecError, parseJobSpec, type JobSpec } from '../jobs/spec.ts';
+import { JOB_TEMPLATES, type JobTemplate } from '../jobs/templates.ts';
+import { isFinalJobStatus } from '../jobs/status.ts';
+import { NimbleError } from '../protocol/errors.ts';
+import { DEFAULT_ORCHESTRATOR, emit, withCommonOptions, type CommonOptions } from './common.ts';
+import { registerJobPlan } from './job-plan.ts';
+import { runJobLocally } from './job-local.ts';
+import { DEVELOPER_KEY_FILE, signingKey } from './keys.ts';
+import { ProgressBar } from './progress.ts';
+
+interface Flags extends CommonOptions {
+  orchestrator: string;
+  'wallet.name'?: string;
+  follow?: boolean;
+  mine?: boolean;
+}
+
+/** Reads and validates a spec file; every problem is named with its field. */
+export function readJobSpec(file: string): JobSpec {
+  let text: string;
+  try {
+    text = readFileSync(file, 'utf8');
+  } catch (err) {
+    throw new NimbleError('invalid', `cannot read ${file}: ${(err as Error).message}`);
+  }
+  try {
+    return parseJobSpec(text, file);
+  } catch (err) {
+    if (err instanceof JobSpecError) throw new NimbleError('invalid', err.message);
+    throw err;
+  }
+}
+
+export function registerJob(program: Command): void {
+  const group = program.command('job').description("a developer's training job: write a spec, try it locally, plan it, submit it, follow it");
+  const common = (cmd: Command): Command =>
+    withCommonOptions(
+      cmd
+        .option('--orchestrator <url>', 'the network', DEFAULT_ORCHESTRATOR)
+        .option('--wallet.name <name>', 'sign as this wallet (default: <data-dir>/developer-key.json)'),
+    );
+  const api = async (flags: Flags): Promise<OrchestratorClient> => new OrchestratorClient(flags.orchestrator, { wallet: await signingKey(flags, DEVELOPER_KEY_FILE) });
+
+  withCommonOptions(
+    group
+      .command('init')
+      .description('write a starter nimble.job.json')
+      .option('--template <name>', `gpt or classifier`, 'gpt')
+      .option('--out <file>', 'where to write it', 'nimble.job.json')
+      .option('--force', 'overwrite the file if it exists'),
+  ).action((flags: CommonOptions & { template: string; out: string; force?: boolean }) => {
+    if (!(flags.template in JOB_TEMPLATES)) throw new NimbleError('invalid', `--template must be one of ${Object.keys(JOB_TEMPLATES).join(', ')}, got '${flags.template}'`);
+    if (existsSync(flags.out) && !flags.force) throw new NimbleError('conflict', `${flags.out} exists; use --force to overwrite it`);
+    const spec = JOB_TEMPLATES[flags.template as JobTemplate];
+    writeFileSync(flags.out, JSON.stringify(spec, null, 2) + '\n');
+    emit(flags, { event: 'written', path: flags.out, spec }, () => `wrote ${flags.out} (${flags.template}); try it with: nbcli job run ${flags.out} --local`);
+  });
+
+  withCommonOptions(
+    group
+      .command('run <file>')
+      .description('the proof of concept: the job in this process for a few steps, on the same code path as the network')
+      .option('--local', 'run in this process (the only way for now; `job submit` puts it on the network)')
+      .option('--steps <n>', 'steps to run (default: the spec\'s, at most 100)')
+      .option('--threads <n>', 'engine threads (default: every core)')
+      .option('--out <file>', 'checkpoint path (default: <data-dir>/checkpoints/<name>-local.safetensors)'),
+  ).action(async (file: string, flags: CommonOptions & { local?: boolean; steps?: string; threads?: string; out?: string }) => {
+    if (!flags.local) throw new NimbleError('invalid', 'job run needs --local (to put the job on the network: nbcli job submit FILE)');
+    await runJobLocally(readJobSpec(file), flags);
+  });
+
+  registerJobPlan(group);
+
+  common(group.command('submit <file>').description('put a job on the network').option('--follow', 'follow it until it ends')).action(async (file: string, flags: Flags) => {
+    const spec = readJobSpec(file);
+    const client = await api(flags);
+    const jobs = new JobClient(client);
+    const job = await jobs.submit(spec);
+    emit(flags, { event: 'submitted', id: job.id, status: job.status }, () => `${job.id} ${job.status}: ${job.message ?? ''}\nfollow it with: nbcli job follow ${job.id}`);
+    if (flags.follow) await follow(jobs, job.id, flags);
+  });
+
+  common(group.command('status <id>').description("a job's status, progress, checkpoints and history")).action(async (id: string, flags: Flags) => {
+    const jobs = new JobClient(new OrchestratorClient(flags.orchestrator));
+    const [job, events] = await Promise.all([jobs.get(id), jobs.events(id)]);
+    emit(flags, { ...job, events }, () =>
+      [
+        describeJob(job),
+        ...job.checkpoints.map((c) => `  checkpoint step ${c.step}: ${(c.bytes / 1e6).toFixed(1)} MB sha256 ${c.sha256.slice(0, 16)}…${c.expiresAt ? ` kept until ${new Date(c.expiresAt).toISOString()}` : ''}`),
+        ...events.map((e) => `  ${new Date(e.at).toISOString()} ${e.status.padEnd(12)} ${e.message}`),
+      ].join('\n'),
+    );
+  });
+
+  common(group.command('list').description('jobs on the network').option('--mine', 'only your jobs')).action(async (flags: Flags) => {
+    const client = flags.mine ? await api(flags) : new OrchestratorClient(flags.orchestrator);
+    const owner = flags.mine ? (await client.signed()).address : undefined;
+    const list = await new JobClient(client).list(owner);
+    emit(flags, list, () => (list.length ? list.map(describeJob).join('\n') : 'no jobs'));
+  });
+
+  common(group.command('follow <id>').description("a job's progress and messages until it ends")).action(async (id: string, flags: Flags) => {
+    await follow(new JobClient(new OrchestratorClient(flags.orchestrator)), id, flags);
+  });
+
+  common(group.command('cancel <id>').description('end one of your jobs; its last checkpoint is kept')).action(async (id: string, flags: Flags) => {
+    const job = await new JobClient(await api(flags)).cancel(id);
+    emit(flags, job, () => describeJob(job));
+  });
+}
+
+/** One line: id, name, status, progress, message. */
+export function describeJob(j: JobView): string {
+  const loss = j.loss === null ? '' : ` loss ${j.loss.toFixed(3)}`;
+  return `${j.id} ${j.name} ${j.status} step ${j.step}/${j.steps}${loss}${j.message ? `: ${j.message}` : ''}`;
+}
+
+/** Prints each event as a line and progress as a bar until the job ends. */
+async function follow(jobs: JobClient, id: string, flags: CommonOptions): Promise<void> {
+  const bar = new ProgressBar('job');
+  const started = Date.now();
+  let last: JobProgress | null = null;
+  for await (const u of jobs.follow(id)) {
+    if (u.kind === 'end') break;
+    if (flags.json) {
+      process.stdout.write(JSON.stringify(u.kind === 'event' ? { event: 'job', ...u.event } : { event: 'progress', ...u.progress }) + '\n');
+      continue;
+    }
+    if (u.kind === 'event') process.stderr.write(`\n${new Date(u.event.at).toISOString()} ${u.event.status}: ${u.event.message}\n`);
+    else {
+      last = u.progress;
+      const p = u.progress;
+      const eta = p.etaMs === null ? '' : ` eta ${formatDuration(p.etaMs)}`;
+      bar.update({ done: p.step, total: p.steps, elapsedMs: Date.now() - started, text: `${p.status}${p.loss === null ? '' : ` loss ${p.loss.toFixed(4)}`} ${Math.round(p.tokensPerSecond).toLocaleString('en-US')} tok/s${eta}` });
+    }
+  }
+  const job = await jobs.get(id);
+  emit(flags, { event: 'ended', id: job.id, status: job.status, step: job.step, loss: job.loss, message: job.message }, () => `\n${describeJob(job)}`);
+  if (!isFinalJobStatus(job.status)) throw new NimbleError('unreachable', `the event stream of ${id} closed before the job ended (${job.status}, step ${last?.step ?? job.step}); follow it again`, 502);
+  if (job.status !== 'completed') process.exitCode = 1;
+}

@@ -1,0 +1,280 @@
+// Developers' jobs on the network (docs/jobs.md): a job is submitted with its
+// spec, trained by a run (src/orchestrator/run-planner.ts) that starts on one
+// miner holding the whole model (the smallest idle one that fits), followed
+// on every tick (status, progress, checkpoints), and ended by its limits: past
+// its wall-clock timeout it is `timed_out`, after its idle limit without a
+// step it is `idle_stopped`; its checkpoints are kept for the retention
+// period after it ends, then collected. Every status change and message is a
+// job event (src/orchestrator/state/jobs.ts), so a restart loses none.
+import { EventEmitter } from 'node:events';
+import { randomBytes } from 'node:crypto';
+import { jobSpecProblems, resolveJobSpec, type JobSpec, type ResolvedJob } from '../jobs/spec.ts';
+import { canMove, isFinalJobStatus, type JobStatus } from '../jobs/status.ts';
+import { formatDuration } from '../jobs/duration.ts';
+import { stageCost } from '../planner/cost.ts';
+import { partCount } from '../model/gpt.ts';
+import { NimbleError } from '../protocol/errors.ts';
+import { assembleCheckpoint } from './checkpoint.ts';
+import type { Coordinator } from './coordinator.ts';
+import type { JobRecord } from './state/jobs.ts';
+import type { RunRecord } from './state/runs.ts';
+
+/** Jobs one developer may have that have not ended. */
+export const MAX_ACTIVE_JOBS_PER_OWNER = 4;
+/** Jobs waiting for miners, network-wide. */
+export const MAX_WAITING_JOBS = 64;
+/** Checkpoints of an ended job are kept this long by default (`--checkpoint-retention`). */
+export const DEFAULT_CHECKPOINT_RETENTION_MS = 3 * 86_400_000;
+/** How often expired checkpoints are looked for. */
+const COLLECT_EVERY_MS = 10_000;
+
+export interface JobServiceOptions {
+  checkpointRetentionMs: number;
+  /** activation slots per miner (sizes a stage's memory, as the run planner does) */
+  slots: number;
+}
+
+/** What a job's run is asked to train. */
+function runRequest(job: ResolvedJob): Parameters<Coordinator['createRun']>[0] {
+  return {
+    model: job.model.kind === 'gpt' && job.model.name ? job.model.name : 'unsupported',
+    data: job.data,
+    steps: job.steps,
+    stages: 1,
+    batchSize: job.batchSize,
+    mergeEvery: job.mergeEvery,
+    seed: job.seed,
+    lr: job.learningRate,
+    minMiners: 1,
+  };
+}
+
+export class JobService {
+  /** emits the id of a job whose events or progress changed */
+  readonly changes = new EventEmitter();
+  private collectedAt = 0;
+  /** per job: the merge round of the stages' states last kept as a checkpoint */
+  private readonly keptRound = new Map<string, number>();
+  private readonly saving = new Set<string>();
+  private readonly pending = new Set<Promise<void>>();
+
+  constructor(
+    private readonly c: Coordinator,
+    private readonly options: JobServiceOptions,
+    private readonly now: () => number = Date.now,
+  ) {
+    this.changes.setMaxListeners(0);
+  }
+
+  private get state(): Coordinator['state'] {
+    return this.c.state;
+  }
+
+  /** Validates a spec of `owner`'s and records the job; its run starts when a miner is free. */
+  submit(spec: JobSpec, owner: string): JobRecord {
+    const problems = jobSpecProblems(spec);
+    if (problems.length) throw new NimbleError('invalid', `the job spec is not valid: ${problems.map((p) => `${p.path}: ${p.message}`).join('; ')}`);
+    const job = resolveJobSpec(spec);
+    if (job.model.kind !== 'gpt' || !job.model.name) throw new NimbleError('invalid', 'the network trains named GPT models for now (gpt-micro, gpt-tiny, gpt-small); run this job with --local');
+    if (job.data !== 'moby-dick') throw new NimbleError('invalid', `the network's miners load 'moby-dick' for now; '${job.data}' runs with --local`);
+    if (this.state.jobs.countActiveOf(owner) >= MAX_ACTIVE_JOBS_PER_OWNER) {
+      throw new NimbleError('too_many_runs', `${owner} has ${MAX_ACTIVE_JOBS_PER_OWNER} jobs that have not ended; cancel one first`, 429);
+    }
+    if (this.state.jobs.countWaiting() >= MAX_WAITING_JOBS) throw new NimbleError('overloaded', `${MAX_WAITING_JOBS} jobs are waiting for miners; try again later`);
+    const id = `job-${randomBytes(8).toString('hex')}`;
+    const now = this.now();
+    this.state.jobs.insert(
+      { id, owner, spec, steps: job.steps, timeoutMs: job.timeoutMs, idleTimeoutMs: job.idleTimeoutMs, checkpointEvery: job.checkpointEvery, retentionMs: this.options.checkpointRetentionMs },
+      now,
+    );
+    this.ensureRun(this.state.jobs.get(id)!, now);
+    this.changed(id);
+    return this.state.jobs.get(id)!;
+  }
+
+  /** The owner ends a job: its run stops, its checkpoints are kept for the retention period. */
+  cancel(id: string, by: string): JobRecord {
+    const job = this.state.jobs.get(id);
+    if (!job) throw new NimbleError('not_found', `unknown job ${id}`);
+    if (job.owner !== by) throw new NimbleError('forbidden', `job ${id} is not ${by}'s`);
+    if (isFinalJobStatus(job.status)) throw new NimbleError('conflict', `job ${id} has ended (${job.status})`);
+    this.end(job, 'cancelled', 'cancelled by its owner');
+    return this.state.jobs.get(id)!;
+  }
+
+  /** Follows every active job; collects expired checkpoints now and then. Called on the orchestrator's clock. */
+  tick(): void {
+    const now = this.now();
+    for (const job of this.state.jobs.active()) {
+      try {
+        this.tickJob(job, now);
+      } catch (err) {
+        console.error(`job ${job.id}: tick failed: ${(err as Error).message}`);
+      }
+    }
+    if (now - this.collectedAt >= COLLECT_EVERY_MS) {
+      this.collectedAt = now;
+      this.collect(now);
+    }
+  }
+
+  /** Deletes expired checkpoints; their blobs go to the collector (deleted unless something else still names them). */
+  collect(now: number): number {
+    const blobs = this.state.jobs.deleteExpiredCheckpoints(now, 1000);
+    if (blobs.length) this.state.garbage.condemn(blobs, now);
+    return blobs.length;
+  }
+
+  /** Keeps an ended job's checkpoints at least until `until`. */
+  keepCheckpoints(id: string, by: string, until: number): JobRecord {
+    const job = this.state.jobs.get(id);
+    if (!job) throw new NimbleError('not_found', `unknown job ${id}`);
+    if (job.owner !== by) throw new NimbleError('forbidden', `job ${id} is not ${by}'s`);
+    this.state.jobs.extendRetention(id, until);
+    return job;
+  }
+
+  /** Ends every open event stream (the server is closing). */
+  closeStreams(): void {
+    this.changes.emit('close');
+  }
+
+  /** Resolves once the checkpoints being written are stored. */
+  async settled(): Promise<void> {
+    while (this.pending.size) await Promise.allSettled([...this.pending]);
+  }
+
+  private tickJob(job: JobRecord, now: number): void {
+    const run = this.ensureRun(job, now);
+    if (!run) return;
+    this.state.jobs.setProgress(job.id, { step: run.microbatchesDone, tokens: run.tokensDone, loss: run.lastLoss }, now);
+    if (run.microbatchesDone !== job.step) this.changed(job.id);
+    const fresh = this.state.jobs.get(job.id)!;
+    if (run.status !== 'completed') this.keepCheckpoint(fresh, run, false);
+    switch (run.status) {
+      case 'completed':
+        // the final merged state becomes the last checkpoint before the job completes
+        if (this.keepCheckpoint(fresh, run, true) === 'kept') this.end(fresh, 'completed', `trained ${run.microbatchesDone} steps`);
+        return;
+      case 'failed':
+        this.end(fresh, 'failed', run.message ?? 'its run failed');
+        return;
+      case 'cancelled':
+        this.end(fresh, 'cancelled', run.message ?? 'its run was cancelled');
+        return;
+    }
+    if (now >= fresh.timeoutAt) {
+      this.end(fresh, 'timed_out', `past its wall-clock limit (${formatDuration(fresh.timeoutAt - fresh.createdAt)}) at step ${fresh.step} of ${fresh.steps}; its last checkpoint is kept`);
+      return;
+    }
+    if (now - fresh.lastProgressAt >= fresh.idleTimeoutMs) {
+      const why = run.message ?? (run.status === 'waiting' ? 'no miner' : 'stalled');
+      this.end(fresh, 'idle_stopped', `no progress for ${formatDuration(fresh.idleTimeoutMs)} (${why}); its miners are freed`);
+      return;
+    }
+    if (run.status === 'waiting') this.placeWaiting(fresh, run);
+    const status: JobStatus = run.status === 'waiting' ? 'waiting' : run.status === 'started' ? 'started' : 'executing';
+    if (status !== fresh.status && canMove(fresh.status, status)) {
+      this.state.jobs.move(job.id, status, statusReason(status, run), now);
+      this.changed(job.id);
+    } else if (run.message && run.message !== fresh.message && status === fresh.status) {
+      this.state.jobs.note(job.id, run.message, now);
+      this.changed(job.id);
+    }
+  }
+
+  /** The job's run, created if a crash came between recording the job and creating it. */
+  private ensureRun(job: JobRecord, now: number): RunRecord | null {
+    if (job.runId) return this.state.runs.get(job.runId) ?? null;
+    const resolved = resolveJobSpec(job.spec);
+    const miner = this.smallestFit(resolved);
+    const run = this.c.createRun(runRequest(resolved), job.owner, miner ? [miner] : []);
+    this.state.jobs.setRun(job.id, run.id);
+    this.state.jobs.note(job.id, miner ? `placed on miner ${this.minerName(miner)}, the smallest idle miner that holds the whole model` : 'waiting for an idle miner that holds the whole model', now);
+    return this.state.runs.get(run.id) ?? null;
+  }
+
+  /** A waiting job whose miner is gone (or had none) is offered the smallest idle miner that fits. */
+  private placeWaiting(job: JobRecord, run: RunRecord): void {
+    const pool = run.options.pool ?? [];
+    const alive = new Set(this.c.idleMiners().map((m) => m.id));
+    if (pool.some((m) => alive.has(m))) return;
+    const miner = this.smallestFit(resolveJobSpec(job.spec));
+    if (!miner) return;
+    this.state.jobs.note(job.id, `placed on miner ${this.minerName(miner)}, the smallest idle miner that holds the whole model`, this.now());
+    this.c.setRunPool(run.id, [miner]);
+  }
+
+  /** The idle miner with the least memory that holds the whole model (the slower of equals), if any. */
+  private smallestFit(job: ResolvedJob): string | null {
+    if (job.model.kind !== 'gpt') return null;
+    const need = stageCost(job.model.config, { from: 0, to: partCount(job.model.config) }, job.batchSize, this.options.slots).memoryBytes.total;
+    const fits = this.c.idleMiners().filter((m) => m.memoryBytes >= need);
+    fits.sort((a, b) => a.memoryBytes - b.memoryBytes || a.gflops - b.gflops || a.id.localeCompare(b.id));
+    return fits[0]?.id ?? null;
+  }
+
+  private minerName(id: string): string {
+    return this.state.miners.get(id)?.name ?? id;
+  }
+
+  private end(job: JobRecord, status: JobStatus, reason: string): void {
+    const now = this.now();
+    // what was merged last is kept (a timed-out job keeps its last checkpoint)
+    const run = job.runId ? this.state.runs.get(job.runId) : undefined;
+    if (run && status !== 'completed') this.keepCheckpoint(job, run, true);
+    this.state.jobs.move(job.id, status, reason, now);
+    if (run) this.c.stopRun(run.id, `its job ended: ${reason}`);
+    this.keptRound.delete(job.id);
+    this.changed(job.id);
+  }
+
+  /**
+   * Keeps the stages' latest merged states as a whole-model checkpoint when
+   * `checkpointEvery` steps passed since the last one (or now, when `final`),
+   * once per merge round, in the background. Says whether the latest merged
+   * state is kept ('kept': already, or there is none), being kept, or not due.
+   */
+  private keepCheckpoint(job: JobRecord, run: RunRecord, final: boolean): 'kept' | 'saving' | 'not due' {
+    if (this.saving.has(job.id)) return 'saving';
+    const stages = this.state.runs.stages(run.id);
+    if (stages.length === 0 || stages.some((s) => !s.stateBlob)) return 'kept';
+    const round = Math.min(...stages.map((s) => s.round));
+    if (round === 0 || this.keptRound.get(job.id) === round) return 'kept';
+    const last = this.state.jobs.checkpoints(job.id).at(-1);
+    if (!final && last && run.microbatchesDone - last.step < job.checkpointEvery) return 'not due';
+    if (!final && !last && run.microbatchesDone < job.checkpointEvery) return 'not due';
+    this.saving.add(job.id);
+    const step = run.microbatchesDone;
+    const task = (async () => {
+      try {
+        const bytes = await assembleCheckpoint(this.state, this.c.blobs, run.id, { job: job.id });
+        const blob = await this.c.blobs.put(bytes);
+        const kept = this.state.jobs.addCheckpoint({ jobId: job.id, step, tokens: run.tokensDone, loss: run.lastLoss, blob, bytes: bytes.length }, this.now());
+        this.state.garbage.release(blob);
+        if (kept) {
+          this.state.jobs.note(job.id, `checkpoint at step ${step} kept (${(bytes.length / 1e6).toFixed(1)} MB, merge round ${round})`, this.now(), 'checkpoint');
+        }
+        this.keptRound.set(job.id, round);
+        this.changed(job.id);
+      } catch (err) {
+        console.error(`job ${job.id}: checkpoint at step ${step} failed: ${(err as Error).message}`);
+      } finally {
+        this.saving.delete(job.id);
+      }
+    })();
+    this.pending.add(task);
+    void task.finally(() => this.pending.delete(task));
+    return 'saving';
+  }
+
+  private changed(id: string): void {
+    this.changes.emit('change', id);
+  }
+}
+
+function statusReason(status: JobStatus, run: RunRecord): string {
+  if (status === 'waiting') return run.message ?? 'waiting for miners';
+  if (status === 'started') return `placed on ${run.plan?.stages.flatMap((s) => s.miners).length ?? 0} miner(s) in ${run.stageCount} stage(s)`;
+  return 'microbatches are flowing';
+}

@@ -1,0 +1,153 @@
+// The job routes (docs/jobs.md): submit, list, follow (server-sent events),
+// cancel, and the job's checkpoints (list; download by its owner, with HTTP
+// ranges so an interrupted download resumes). Contracts in src/api/jobs.ts.
+import { Type } from '@sinclair/typebox';
+import { CheckpointList, JobEventList, JobId, JobView, SubmitJobRequest, type CheckpointView, type JobEvent } from '../../api/jobs.ts';
+import type { HttpServer } from '../../http/server.ts';
+import { signerOf } from '../../http/signed.ts';
+import { NimbleError } from '../../protocol/errors.ts';
+import type { Coordinator } from '../coordinator.ts';
+import type { JobService } from '../jobs.ts';
+import type { JobCheckpointRecord, JobRecord } from '../state/jobs.ts';
+
+const developer = { signed: 'wallet' } as const;
+const Params = Type.Object({ id: JobId });
+const CheckpointParams = Type.Object({ id: JobId, step: Type.Integer({ minimum: 0, maximum: Number.MAX_SAFE_INTEGER }) });
+const Owner = Type.Object({ owner: Type.Optional(Type.String({ pattern: '^0x[0-9a-fA-F]{40}$' })) });
+const After = Type.Object({ after: Type.Optional(Type.Integer({ minimum: 0, maximum: Number.MAX_SAFE_INTEGER })) });
+const KeepRequest = Type.Object({ days: Type.Integer({ minimum: 1, maximum: 3650 }) }, { additionalProperties: false });
+/** A comment line keeps an idle event stream open through proxies and the server's idle timeout. */
+const KEEPALIVE_MS = 15_000;
+/** Progress events at most this often per stream. */
+const PROGRESS_EVERY_MS = 1000;
+
+export function checkpointView(c: JobCheckpointRecord): CheckpointView {
+  return { jobId: c.jobId, step: c.step, tokens: c.tokens, loss: c.loss, sha256: c.blob, bytes: c.bytes, createdAt: c.createdAt, expiresAt: c.expiresAt };
+}
+
+export function jobView(c: Coordinator, job: JobRecord): JobView {
+  const run = job.runId ? c.state.runs.get(job.runId) : undefined;
+  const rate = run && !['completed', 'failed', 'cancelled'].includes(run.status) ? c.microbatches.tokensPerSecond(run.id) : 0;
+  const tokensPerStep = job.step > 0 ? job.tokens / job.step : 0;
+  const etaMs = rate > 0 && tokensPerStep > 0 ? Math.round((((job.steps - job.step) * tokensPerStep) / rate) * 1000) : null;
+  return {
+    id: job.id,
+    name: job.name,
+    owner: job.owner,
+    status: job.status,
+    spec: job.spec,
+    runId: job.runId,
+    steps: job.steps,
+    step: job.step,
+    tokens: job.tokens,
+    loss: job.loss,
+    tokensPerSecond: rate,
+    etaMs,
+    message: job.message,
+    createdAt: job.createdAt,
+    startedAt: job.startedAt,
+    endedAt: job.endedAt,
+    lastProgressAt: job.lastProgressAt,
+    timeoutAt: job.timeoutAt,
+    idleTimeoutMs: job.idleTimeoutMs,
+    checkpoints: c.state.jobs.checkpoints(job.id).map(checkpointView),
+  };
+}
+
+export function jobRoutes(app: HttpServer, c: Coordinator, jobs: JobService): void {
+  const find = (id: string): JobRecord => {
+    const job = c.state.jobs.get(id);
+    if (!job) throw new NimbleError('not_found', `unknown job ${id}`);
+    return job;
+  };
+
+  app.post('/jobs', { config: developer, schema: { body: SubmitJobRequest, response: { 201: JobView } } }, async (req, reply) => {
+    const job = jobs.submit(req.body.spec, signerOf(req));
+    void reply.status(201);
+    return jobView(c, job);
+  });
+  app.get('/jobs', { schema: { querystring: Owner, response: { 200: Type.Array(JobView) } } }, async (req) => c.state.jobs.list(req.query.owner).map((j) => jobView(c, j)));
+  app.get('/jobs/:id', { schema: { params: Params, response: { 200: JobView } } }, async (req) => jobView(c, find(req.params.id)));
+  app.post('/jobs/:id/cancel', { config: developer, schema: { params: Params, response: { 200: JobView } } }, async (req) => jobView(c, jobs.cancel(req.params.id, signerOf(req))));
+  app.get('/jobs/:id/checkpoints', { schema: { params: Params, response: { 200: CheckpointList } } }, async (req) => c.state.jobs.checkpoints(find(req.params.id).id).map(checkpointView));
+  app.post('/jobs/:id/checkpoints/keep', { config: developer, schema: { params: Params, body: KeepRequest, response: { 200: CheckpointList } } }, async (req) => {
+    const job = find(req.params.id);
+    const from = job.endedAt ?? Date.now();
+    jobs.keepCheckpoints(job.id, signerOf(req), from + req.body.days * 86_400_000);
+    return c.state.jobs.checkpoints(job.id).map(checkpointView);
+  });
+
+  // a checkpoint is its owner's; a Range request resumes a download
+  app.get('/jobs/:id/checkpoints/:step', { config: developer, schema: { params: CheckpointParams } }, async (req, reply) => {
+    const job = find(req.params.id);
+    if (job.owner !== signerOf(req)) throw new NimbleError('forbidden', `the checkpoints of ${job.id} are its owner's`);
+    const cp = c.state.jobs.checkpoints(job.id).find((x) => x.step === req.params.step);
+    if (!cp) throw new NimbleError('not_found', `job ${job.id} has no checkpoint at step ${req.params.step}`);
+    const range = parseRange(req.headers.range, cp.bytes);
+    void reply.header('content-type', 'application/octet-stream').header('accept-ranges', 'bytes').header('etag', `"${cp.blob}"`).header('x-content-sha256', cp.blob);
+    if (!range) return Buffer.from(await c.blobs.get(cp.blob));
+    const bytes = await c.blobs.getRange(cp.blob, range.start, range.end);
+    void reply.status(206).header('content-range', `bytes ${range.start}-${range.end - 1}/${cp.bytes}`);
+    return Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength);
+  });
+
+  // the history, then every new event as it happens: text/event-stream when asked for, else the history as JSON
+  app.get('/jobs/:id/events', { schema: { params: Params, querystring: After } }, async (req, reply) => {
+    const job = find(req.params.id);
+    let after = req.query.after ?? 0;
+    if (!String(req.headers.accept ?? '').includes('text/event-stream')) {
+      const list: JobEvent[] = c.state.jobs.events(job.id, after);
+      return reply.type('application/json').send(JSON.stringify(list satisfies typeof JobEventList.static));
+    }
+    reply.hijack();
+    const res = reply.raw;
+    res.writeHead(200, { 'content-type': 'text/event-stream', 'cache-control': 'no-store', connection: 'keep-alive' });
+    let progressAt = 0;
+    let timer: NodeJS.Timeout | null = null;
+    const send = (): void => {
+      for (const e of c.state.jobs.events(job.id, after)) {
+        res.write(`id: ${e.seq}\nevent: ${e.kind}\ndata: ${JSON.stringify(e)}\n\n`);
+        after = e.seq;
+      }
+      const now = Date.now();
+      const fresh = c.state.jobs.get(job.id);
+      if (fresh && now - progressAt >= PROGRESS_EVERY_MS) {
+        progressAt = now;
+        const v = jobView(c, fresh);
+        res.write(`event: progress\ndata: ${JSON.stringify({ status: v.status, step: v.step, steps: v.steps, tokens: v.tokens, loss: v.loss, tokensPerSecond: v.tokensPerSecond, etaMs: v.etaMs })}\n\n`);
+      }
+      if (fresh && ['completed', 'failed', 'timed_out', 'cancelled', 'idle_stopped'].includes(fresh.status)) {
+        res.write('event: end\ndata: {}\n\n');
+        close();
+      }
+    };
+    const onChange = (id: string): void => {
+      if (id !== job.id) return;
+      // progress comes often: coalesce it into one write per PROGRESS_EVERY_MS
+      if (!timer) timer = setTimeout(() => ((timer = null), send()), Math.max(0, PROGRESS_EVERY_MS - (Date.now() - progressAt)));
+    };
+    const keepalive = setInterval(() => res.write(': keepalive\n\n'), KEEPALIVE_MS);
+    const close = (): void => {
+      jobs.changes.off('change', onChange);
+      jobs.changes.off('close', close);
+      clearInterval(keepalive);
+      if (timer) clearTimeout(timer);
+      res.end();
+    };
+    jobs.changes.on('change', onChange);
+    jobs.changes.on('close', close);
+    res.on('close', close);
+    send();
+  });
+}
+
+/** `bytes=START-` or `bytes=START-END` within `size` (one range), else null (the whole body). */
+export function parseRange(header: string | undefined, size: number): { start: number; end: number } | null {
+  if (!header) return null;
+  const m = /^bytes=(\d+)-(\d*)$/.exec(header.trim());
+  if (!m) throw new NimbleError('invalid', `unsupported range '${header.slice(0, 60)}' (use bytes=START- or bytes=START-END)`);
+  const start = Number(m[1]);
+  const end = m[2] === '' ? size : Math.min(size, Number(m[2]) + 1);
+  if (!(start < end)) throw new NimbleError('range_not_satisfiable', `range ${header.slice(0, 60)} is outside the ${size} bytes`, 416);
+  return { start, end };
+}

@@ -1,0 +1,261 @@
+// Developers' jobs (src/orchestrator/jobs.ts drives them): the job, its
+// history of status changes and messages (job_events, in order, never
+// rewritten), and the whole-model checkpoints kept for it (job_checkpoints,
+// each a blob, deleted by the collector after its expiry).
+import { Type, type Static } from '@sinclair/typebox';
+import { JobSpec } from '../../jobs/spec.ts';
+import { FINAL_JOB_STATUSES, JobStatus } from '../../jobs/status.ts';
+import { all, jsonColumn, one, rowReader, scalar, type Migrations, type StateDb } from './db.ts';
+
+export const JOB_MIGRATIONS: Migrations = {
+  store: 'jobs',
+  steps: [
+    `CREATE TABLE IF NOT EXISTS jobs (
+      id TEXT PRIMARY KEY, owner TEXT NOT NULL, name TEXT NOT NULL, spec TEXT NOT NULL, status TEXT NOT NULL,
+      run_id TEXT, steps INTEGER NOT NULL, step INTEGER NOT NULL DEFAULT 0, tokens INTEGER NOT NULL DEFAULT 0, loss REAL,
+      message TEXT, created_at INTEGER NOT NULL, started_at INTEGER, ended_at INTEGER,
+      last_progress_at INTEGER NOT NULL, timeout_at INTEGER NOT NULL, idle_timeout_ms INTEGER NOT NULL,
+      checkpoint_every INTEGER NOT NULL, retention_ms INTEGER NOT NULL
+    );
+    CREATE INDEX IF NOT EXISTS jobs_owner ON jobs (owner, created_at);
+    CREATE TABLE IF NOT EXISTS job_events (
+      job_id TEXT NOT NULL, seq INTEGER NOT NULL, at INTEGER NOT NULL, kind TEXT NOT NULL, status TEXT NOT NULL, message TEXT NOT NULL,
+      PRIMARY KEY (job_id, seq)
+    );
+    CREATE TABLE IF NOT EXISTS job_checkpoints (
+      job_id TEXT NOT NULL, step INTEGER NOT NULL, tokens INTEGER NOT NULL, loss REAL, blob TEXT NOT NULL, bytes INTEGER NOT NULL,
+      created_at INTEGER NOT NULL, expires_at INTEGER,
+      PRIMARY KEY (job_id, step)
+    );
+    CREATE INDEX IF NOT EXISTS job_checkpoints_blob ON job_checkpoints (blob)`,
+  ],
+};
+
+const Int = Type.Integer({ minimum: 0 });
+const NullableInt = Type.Union([Int, Type.Null()]);
+const NullableText = Type.Union([Type.String(), Type.Null()]);
+
+const JobRow = Type.Object({
+  id: Type.String(),
+  owner: Type.String(),
+  name: Type.String(),
+  spec: Type.String(),
+  status: JobStatus,
+  runId: NullableText,
+  steps: Int,
+  step: Int,
+  tokens: Int,
+  loss: Type.Union([Type.Number(), Type.Null()]),
+  message: NullableText,
+  createdAt: Int,
+  startedAt: NullableInt,
+  endedAt: NullableInt,
+  lastProgressAt: Int,
+  timeoutAt: Int,
+  idleTimeoutMs: Int,
+  checkpointEvery: Int,
+  retentionMs: Int,
+});
+export interface JobRecord extends Omit<Static<typeof JobRow>, 'spec'> {
+  spec: JobSpec;
+}
+const JOB_COLUMNS = `id, owner, name, spec, status, run_id AS runId, steps, step, tokens, loss, message, created_at AS createdAt,
+  started_at AS startedAt, ended_at AS endedAt, last_progress_at AS lastProgressAt, timeout_at AS timeoutAt,
+  idle_timeout_ms AS idleTimeoutMs, checkpoint_every AS checkpointEvery, retention_ms AS retentionMs`;
+const readJob = rowReader(JobRow, 'job');
+function decodeJob(row: unknown): JobRecord {
+  const r = readJob(row);
+  return { ...r, spec: jsonColumn(JobSpec, r.spec, `spec of ${r.id}`) };
+}
+
+const EventRow = Type.Object({ seq: Int, at: Int, kind: Type.Union([Type.Literal('status'), Type.Literal('message'), Type.Literal('checkpoint')]), status: JobStatus, message: Type.String() });
+export type JobEventRecord = Static<typeof EventRow>;
+const decodeEvent = rowReader(EventRow, 'job event');
+
+const CheckpointRow = Type.Object({
+  jobId: Type.String(),
+  step: Int,
+  tokens: Int,
+  loss: Type.Union([Type.Number(), Type.Null()]),
+  blob: Type.String({ pattern: '^[0-9a-f]{64}$' }),
+  bytes: Int,
+  createdAt: Int,
+  expiresAt: NullableInt,
+});
+export type JobCheckpointRecord = Static<typeof CheckpointRow>;
+const CHECKPOINT_COLUMNS = 'job_id AS jobId, step, tokens, loss, blob, bytes, created_at AS createdAt, expires_at AS expiresAt';
+const decodeCheckpoint = rowReader(CheckpointRow, 'job checkpoint');
+
+/** What a new job is created with. */
+export interface NewJob {
+  id: string;
+  owner: string;
+  spec: JobSpec;
+  steps: number;
+  timeoutMs: number;
+  idleTimeoutMs: number;
+  checkpointEvery: number;
+  retentionMs: number;
+}
+
+/** Progress read from the job's run. */
+export interface JobProgress {
+  step: number;
+  tokens: number;
+  loss: number | null;
+}
+
+const ENDED = `(${FINAL_JOB_STATUSES.map((s) => `'${s}'`).join(', ')})`;
+
+export class JobStore {
+  constructor(private readonly db: StateDb) {}
+
+  insert(j: NewJob, now: number): void {
+    this.db.tx(() => {
+      this.db.run(
+        `INSERT INTO jobs (id, owner, name, spec, status, steps, created_at, last_progress_at, timeout_at, idle_timeout_ms, checkpoint_every, retention_ms)
+         VALUES (?, ?, ?, ?, 'waiting', ?, ?, ?, ?, ?, ?, ?)`,
+        j.id,
+        j.owner,
+        j.spec.name,
+        JSON.stringify(j.spec),
+        j.steps,
+        now,
+        now,
+        now + j.timeoutMs,
+        j.idleTimeoutMs,
+        j.checkpointEvery,
+        j.retentionMs,
+      );
+      this.addEvent(j.id, now, 'status', 'waiting', 'submitted');
+    });
+  }
+
+  get(id: string): JobRecord | undefined {
+    return one(this.db, decodeJob, `SELECT ${JOB_COLUMNS} FROM jobs WHERE id = ?`, id);
+  }
+
+  /** Every job, newest first (of one owner when given). */
+  list(owner?: string): JobRecord[] {
+    return owner
+      ? all(this.db, decodeJob, `SELECT ${JOB_COLUMNS} FROM jobs WHERE LOWER(owner) = LOWER(?) ORDER BY created_at DESC, id`, owner)
+      : all(this.db, decodeJob, `SELECT ${JOB_COLUMNS} FROM jobs ORDER BY created_at DESC, id`);
+  }
+
+  /** Jobs that have not ended, oldest first. */
+  active(): JobRecord[] {
+    return all(this.db, decodeJob, `SELECT ${JOB_COLUMNS} FROM jobs WHERE status NOT IN ${ENDED} ORDER BY created_at, id`);
+  }
+
+  countActiveOf(owner: string): number {
+    return scalar(this.db, `SELECT COUNT(*) AS n FROM jobs WHERE owner = ? AND status NOT IN ${ENDED}`, owner);
+  }
+
+  countWaiting(): number {
+    return scalar(this.db, "SELECT COUNT(*) AS n FROM jobs WHERE status = 'waiting'");
+  }
+
+  setRun(id: string, runId: string): void {
+    this.db.run('UPDATE jobs SET run_id = ? WHERE id = ?', runId, id);
+  }
+
+  /** Moves the job to `status` and records why, in one transaction. */
+  move(id: string, status: JobStatus, reason: string, now: number): void {
+    const final = FINAL_JOB_STATUSES.includes(status);
+    this.db.tx(() => {
+      this.db.run(
+        `UPDATE jobs SET status = ?, message = ?, started_at = CASE WHEN ? = 'started' AND started_at IS NULL THEN ? ELSE started_at END,
+          ended_at = CASE WHEN ? THEN ? ELSE ended_at END WHERE id = ?`,
+        status,
+        reason,
+        status,
+        now,
+        final ? 1 : 0,
+        now,
+        id,
+      );
+      this.addEvent(id, now, 'status', status, reason);
+      // the checkpoints of an ended job are kept for its retention from now
+      if (final) this.db.run('UPDATE job_checkpoints SET expires_at = ? + (SELECT retention_ms FROM jobs WHERE id = ?) WHERE job_id = ? AND expires_at IS NULL', now, id, id);
+    });
+  }
+
+  /** Records a message about the job's progress (its status unchanged). */
+  note(id: string, message: string, now: number, kind: 'message' | 'checkpoint' = 'message'): void {
+    const job = this.get(id);
+    if (!job) return;
+    this.db.tx(() => {
+      this.db.run('UPDATE jobs SET message = ? WHERE id = ?', message, id);
+      this.addEvent(id, now, kind, job.status, message);
+    });
+  }
+
+  /** The run's counters; the time of progress moves only when the step count does. */
+  setProgress(id: string, p: JobProgress, now: number): void {
+    this.db.run(
+      'UPDATE jobs SET last_progress_at = CASE WHEN step <> ? THEN ? ELSE last_progress_at END, step = ?, tokens = ?, loss = ? WHERE id = ?',
+      p.step,
+      now,
+      p.step,
+      p.tokens,
+      p.loss,
+      id,
+    );
+  }
+
+  /** The job's history from `afterSeq` on, in order. */
+  events(id: string, afterSeq = 0): JobEventRecord[] {
+    return all(this.db, decodeEvent, 'SELECT seq, at, kind, status, message FROM job_events WHERE job_id = ? AND seq > ? ORDER BY seq', id, afterSeq);
+  }
+
+  private addEvent(id: string, at: number, kind: JobEventRecord['kind'], status: JobStatus, message: string): void {
+    const seq = scalar(this.db, 'SELECT COALESCE(MAX(seq), 0) + 1 AS n FROM job_events WHERE job_id = ?', id);
+    this.db.run('INSERT INTO job_events (job_id, seq, at, kind, status, message) VALUES (?, ?, ?, ?, ?, ?)', id, seq, at, kind, status, message);
+  }
+
+  // ---- checkpoints -----------------------------------------------------------------
+
+  /**
+   * Keeps a checkpoint (a second one of the same step replaces nothing);
+   * one kept after its job ended expires with the job's others. Returns
+   * whether it was new.
+   */
+  addCheckpoint(c: Omit<JobCheckpointRecord, 'expiresAt' | 'createdAt'>, now: number): boolean {
+    const r = this.db.run(
+      `INSERT OR IGNORE INTO job_checkpoints (job_id, step, tokens, loss, blob, bytes, created_at, expires_at)
+       VALUES (?, ?, ?, ?, ?, ?, ?, (SELECT CASE WHEN ended_at IS NULL THEN NULL ELSE ended_at + retention_ms END FROM jobs WHERE id = ?))`,
+      c.jobId,
+      c.step,
+      c.tokens,
+      c.loss,
+      c.blob,
+      c.bytes,
+      now,
+      c.jobId,
+    );
+    return r.changes > 0;
+  }
+
+  checkpoints(jobId: string): JobCheckpointRecord[] {
+    return all(this.db, decodeCheckpoint, `SELECT ${CHECKPOINT_COLUMNS} FROM job_checkpoints WHERE job_id = ? ORDER BY step`, jobId);
+  }
+
+  /** Keeps the job's checkpoints until `until` at least (never shortens). */
+  extendRetention(jobId: string, until: number): void {
+    this.db.run('UPDATE job_checkpoints SET expires_at = MAX(expires_at, ?) WHERE job_id = ? AND expires_at IS NOT NULL', until, jobId);
+  }
+
+  /** Deletes checkpoints expired by `now` (at most `limit`); returns their blobs. */
+  deleteExpiredCheckpoints(now: number, limit: number): string[] {
+    return this.db.tx(() => {
+      const due = all(this.db, decodeCheckpoint, `SELECT ${CHECKPOINT_COLUMNS} FROM job_checkpoints WHERE expires_at IS NOT NULL AND expires_at <= ? ORDER BY expires_at LIMIT ?`, now, limit);
+      for (const c of due) this.db.run('DELETE FROM job_checkpoints WHERE job_id = ? AND step = ?', c.jobId, c.step);
+      return due.map((c) => c.blob);
+    });
+  }
+
+  /** Whether a kept checkpoint is this blob. */
+  referencesBlob(blob: string): boolean {
+    return scalar(this.db, 'SELECT COUNT(*) AS n FROM job_checkpoints WHERE blob = ?', blob) > 0;
+  }
+}
