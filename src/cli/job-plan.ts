@@ -3,13 +3,13 @@
 // (src/jobs/plan.ts). The miners come from the orchestrator's public miner
 // list; when it cannot be reached the plan says so and explains the model's
 // needs only.
-import { readFileSync } from 'node:fs';
 import type { Command } from 'commander';
 import { OrchestratorClient } from '../api/client.ts';
 import { DEFAULT_PRICING, formatJobPlan, planJob, type JobPlan, type PoolMiner } from '../jobs/plan.ts';
-import { JobSpecError, parseJobSpec, resolveJobSpec, type ResolvedJob } from '../jobs/spec.ts';
+import { resolveJobSpec } from '../jobs/spec.ts';
 import { NimbleError } from '../protocol/errors.ts';
 import { DEFAULT_ORCHESTRATOR, emit, withCommonOptions, type CommonOptions } from './common.ts';
+import { readJobSpec } from './job-spec-file.ts';
 
 interface PlanFlags extends CommonOptions {
   orchestrator: string;
@@ -25,7 +25,7 @@ export function registerJobPlan(job: Command): void {
       .option('--orchestrator <url>', 'the network whose live miners to plan on', DEFAULT_ORCHESTRATOR)
       .option('--price <nim>', `NIM per petaflop of training (default ${DEFAULT_PRICING.nimPerPetaflop})`),
   ).action(async (file: string, flags: PlanFlags) => {
-    const resolved = readResolvedJob(file);
+    const resolved = resolveJobSpec(readJobSpec(file));
     const price = flags.price === undefined ? DEFAULT_PRICING.nimPerPetaflop : Number(flags.price);
     if (!(Number.isFinite(price) && price > 0)) throw new NimbleError('invalid', `--price must be a positive number of NIM per PFLOP, got '${flags.price}'`);
     const { miners, unreachable } = await liveMiners(flags.orchestrator);
@@ -35,22 +35,6 @@ export function registerJobPlan(job: Command): void {
     }
     emit(flags, plan, () => formatJobPlan(plan));
   });
-}
-
-/** The spec in `file`, validated and with its defaults filled in; problems name their fields. */
-function readResolvedJob(file: string): ResolvedJob {
-  let text: string;
-  try {
-    text = readFileSync(file, 'utf8');
-  } catch (err) {
-    throw new NimbleError('invalid', `cannot read ${file}: ${(err as Error).message}`);
-  }
-  try {
-    return resolveJobSpec(parseJobSpec(text, file));
-  } catch (err) {
-    if (err instanceof JobSpecError) throw new NimbleError('invalid', err.message);
-    throw err;
-  }
 }
 
 /** The orchestrator's live miners as the planner sees them, or none and why when it cannot be reached. */

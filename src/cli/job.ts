@@ -4,18 +4,18 @@
 // would train it, `submit` puts it on the network; `status`, `list`, `follow`
 // and `cancel` follow it there. Signed with the developer's key
 // (--wallet.name, or <data-dir>/developer-key.json).
-import { existsSync, readFileSync, writeFileSync } from 'node:fs';
+import { existsSync, writeFileSync } from 'node:fs';
 import type { Command } from 'commander';
 import { OrchestratorClient } from '../api/client.ts';
 import { JobClient, type JobProgress } from '../api/job-client.ts';
 import type { JobView } from '../api/jobs.ts';
 import { formatDuration } from '../jobs/duration.ts';
-import { JobSpecError, parseJobSpec, type JobSpec } from '../jobs/spec.ts';
 import { JOB_TEMPLATES, type JobTemplate } from '../jobs/templates.ts';
 import { isFinalJobStatus } from '../jobs/status.ts';
 import { NimbleError } from '../protocol/errors.ts';
 import { DEFAULT_ORCHESTRATOR, emit, withCommonOptions, type CommonOptions } from './common.ts';
 import { registerJobPlan } from './job-plan.ts';
+import { readJobSpec } from './job-spec-file.ts';
 import { runJobLocally } from './job-local.ts';
 import { DEVELOPER_KEY_FILE, signingKey } from './keys.ts';
 import { ProgressBar } from './progress.ts';
@@ -25,22 +25,6 @@ interface Flags extends CommonOptions {
   'wallet.name'?: string;
   follow?: boolean;
   mine?: boolean;
-}
-
-/** Reads and validates a spec file; every problem is named with its field. */
-export function readJobSpec(file: string): JobSpec {
-  let text: string;
-  try {
-    text = readFileSync(file, 'utf8');
-  } catch (err) {
-    throw new NimbleError('invalid', `cannot read ${file}: ${(err as Error).message}`);
-  }
-  try {
-    return parseJobSpec(text, file);
-  } catch (err) {
-    if (err instanceof JobSpecError) throw new NimbleError('invalid', err.message);
-    throw err;
-  }
 }
 
 export function registerJob(program: Command): void {
