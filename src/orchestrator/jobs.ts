@@ -34,10 +34,10 @@ export interface JobServiceOptions {
   slots: number;
 }
 
-/** What a job's run is asked to train. */
-function runRequest(job: ResolvedJob): Parameters<Coordinator['createRun']>[0] {
+/** What a job's run is asked to train (a named GPT: `submit` refuses the rest). */
+function runRequest(job: ResolvedJob, model: string): Parameters<Coordinator['createRun']>[0] {
   return {
-    model: job.model.kind === 'gpt' && job.model.name ? job.model.name : 'unsupported',
+    model,
     data: job.data,
     steps: job.steps,
     stages: 1,
@@ -187,8 +187,9 @@ export class JobService {
   private ensureRun(job: JobRecord, now: number): RunRecord | null {
     if (job.runId) return this.state.runs.get(job.runId) ?? null;
     const resolved = resolveJobSpec(job.spec);
+    if (resolved.model.kind !== 'gpt' || !resolved.model.name) throw new NimbleError('corrupt', `job ${job.id} is not a named GPT`);
     const miner = this.smallestFit(resolved);
-    const run = this.c.createRun(runRequest(resolved), job.owner, miner ? [miner] : []);
+    const run = this.c.createRun(runRequest(resolved, resolved.model.name), job.owner, miner ? [miner] : []);
     this.state.jobs.setRun(job.id, run.id);
     this.state.jobs.note(job.id, miner ? `placed on miner ${this.minerName(miner)}, the smallest idle miner that holds the whole model` : 'waiting for an idle miner that holds the whole model', now);
     return this.state.runs.get(run.id) ?? null;

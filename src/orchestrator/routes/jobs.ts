@@ -2,8 +2,10 @@
 // cancel, and the job's checkpoints (list; download by its owner, with HTTP
 // ranges so an interrupted download resumes). Contracts in src/api/jobs.ts.
 import { Type } from '@sinclair/typebox';
-import { CheckpointList, JobEventList, JobId, JobView, SubmitJobRequest, type CheckpointView, type JobEvent } from '../../api/jobs.ts';
+import { CheckpointList, JobId, JobView, SubmitJobRequest, type CheckpointView, type JobEvent } from '../../api/jobs.ts';
+import { FINAL_RUN_STATUSES } from '../../api/schemas.ts';
 import type { HttpServer } from '../../http/server.ts';
+import { isFinalJobStatus } from '../../jobs/status.ts';
 import { signerOf } from '../../http/signed.ts';
 import { NimbleError } from '../../protocol/errors.ts';
 import type { Coordinator } from '../coordinator.ts';
@@ -18,6 +20,8 @@ const After = Type.Object({ after: Type.Optional(Type.Integer({ minimum: 0, maxi
 const KeepRequest = Type.Object({ days: Type.Integer({ minimum: 1, maximum: 3650 }) }, { additionalProperties: false });
 /** A comment line keeps an idle event stream open through proxies and the server's idle timeout. */
 const KEEPALIVE_MS = 15_000;
+/** Event streams open at once, all jobs together: past it a new one is refused (503) rather than each holding memory and a listener. */
+export const MAX_EVENT_STREAMS = 256;
 /** Progress events at most this often per stream. */
 const PROGRESS_EVERY_MS = 1000;
 
@@ -27,7 +31,7 @@ export function checkpointView(c: JobCheckpointRecord): CheckpointView {
 
 export function jobView(c: Coordinator, job: JobRecord): JobView {
   const run = job.runId ? c.state.runs.get(job.runId) : undefined;
-  const rate = run && !['completed', 'failed', 'cancelled'].includes(run.status) ? c.microbatches.tokensPerSecond(run.id) : 0;
+  const rate = run && !FINAL_RUN_STATUSES.includes(run.status) ? c.microbatches.tokensPerSecond(run.id) : 0;
   const tokensPerStep = job.step > 0 ? job.tokens / job.step : 0;
   const etaMs = rate > 0 && tokensPerStep > 0 ? Math.round((((job.steps - job.step) * tokensPerStep) / rate) * 1000) : null;
   return {
@@ -55,6 +59,7 @@ export function jobView(c: Coordinator, job: JobRecord): JobView {
 }
 
 export function jobRoutes(app: HttpServer, c: Coordinator, jobs: JobService): void {
+  let streams = 0;
   const find = (id: string): JobRecord => {
     const job = c.state.jobs.get(id);
     if (!job) throw new NimbleError('not_found', `unknown job ${id}`);
@@ -97,8 +102,10 @@ export function jobRoutes(app: HttpServer, c: Coordinator, jobs: JobService): vo
     let after = req.query.after ?? 0;
     if (!String(req.headers.accept ?? '').includes('text/event-stream')) {
       const list: JobEvent[] = c.state.jobs.events(job.id, after);
-      return reply.type('application/json').send(JSON.stringify(list satisfies typeof JobEventList.static));
+      return reply.type('application/json').send(JSON.stringify(list));
     }
+    if (streams >= MAX_EVENT_STREAMS) throw new NimbleError('overloaded', `${MAX_EVENT_STREAMS} event streams are open; try again later`, 503);
+    streams++;
     reply.hijack();
     const res = reply.raw;
     res.writeHead(200, { 'content-type': 'text/event-stream', 'cache-control': 'no-store', connection: 'keep-alive' });
@@ -116,7 +123,7 @@ export function jobRoutes(app: HttpServer, c: Coordinator, jobs: JobService): vo
         const v = jobView(c, fresh);
         res.write(`event: progress\ndata: ${JSON.stringify({ status: v.status, step: v.step, steps: v.steps, tokens: v.tokens, loss: v.loss, tokensPerSecond: v.tokensPerSecond, etaMs: v.etaMs })}\n\n`);
       }
-      if (fresh && ['completed', 'failed', 'timed_out', 'cancelled', 'idle_stopped'].includes(fresh.status)) {
+      if (fresh && isFinalJobStatus(fresh.status)) {
         res.write('event: end\ndata: {}\n\n');
         close();
       }
@@ -127,7 +134,11 @@ export function jobRoutes(app: HttpServer, c: Coordinator, jobs: JobService): vo
       if (!timer) timer = setTimeout(() => ((timer = null), send()), Math.max(0, PROGRESS_EVERY_MS - (Date.now() - progressAt)));
     };
     const keepalive = setInterval(() => res.write(': keepalive\n\n'), KEEPALIVE_MS);
+    let closed = false;
     const close = (): void => {
+      if (closed) return;
+      closed = true;
+      streams--;
       jobs.changes.off('change', onChange);
       jobs.changes.off('close', close);
       clearInterval(keepalive);
