@@ -63,6 +63,14 @@ interface Held {
   downstream: string | null;
   /** the replica its activation is being sent to: its gradient may come back before the answer to the send does */
   sendingTo: string | null;
+  /**
+   * Its backward ran before the answer to its activation's send came (the
+   * receiver computed and sent the gradient back first). It stays held until
+   * that answer's receipt goes into this hop's forward report: without that
+   * report the orchestrator would see the microbatch neither held nor started
+   * here, send it again, and the hops' evidence would no longer chain up.
+   */
+  backwardDone: boolean;
 }
 
 export class Pipeline {
@@ -114,7 +122,7 @@ export class Pipeline {
 
   expectsGradient(microbatch: number, attempt: number, sender: string): boolean {
     const h = this.held.get(microbatch);
-    return Boolean(h && h.attempt === attempt && (h.downstream === sender || h.sendingTo === sender) && this.deps.runner()?.holds(microbatch));
+    return Boolean(h && h.attempt === attempt && !h.backwardDone && (h.downstream === sender || h.sendingTo === sender) && this.deps.runner()?.holds(microbatch));
   }
 
   /** Queues a job; `pump()` starts it. */
@@ -230,7 +238,7 @@ export class Pipeline {
     const out = job.kind === 'start' ? runner.forwardFirst(w.id, w.shard) : runner.forwardMiddle(w.id, job.data);
     this.deps.stats.forward++;
     this.deps.tamper?.activation?.(out);
-    this.held.set(w.id, { attempt: w.attempt, upstream: w.upstream, downstream: null, sendingTo: null });
+    this.held.set(w.id, { attempt: w.attempt, upstream: w.upstream, downstream: null, sendingTo: null, backwardDone: false });
     const body = frame(runner, out, { runId: a.runId, microbatch: w.id, attempt: w.attempt, shard: w.shard, step: w.step, stage: a.stage + 1, ticket: w.ticket });
     const used = runner.forwardWeights(w.id)!;
     // the forward ran with weights predicted `predictedSteps` inner steps ahead
@@ -245,7 +253,9 @@ export class Pipeline {
     const id = job.meta.microbatch;
     const h = this.held.get(id);
     const dInput = runner.backward(id, job.data);
-    this.held.delete(id);
+    // the answer to the activation's send still to come: its forward report waits for the receipt in it
+    if (h && h.downstream === null && h.sendingTo !== null) h.backwardDone = true;
+    else this.held.delete(id);
     this.deps.stats.backward++;
     const hop = { runId: a.runId, microbatch: id, attempt: job.meta.attempt, stage: a.stage };
     if (dInput && a.stage > 0) this.sendBackward(runner, h?.upstream ?? null, { ...hop, stage: a.stage - 1 }, dInput, job.sha);
@@ -280,9 +290,12 @@ export class Pipeline {
             held.downstream = peer.id;
             this.deps.stats.bytesSent += body.length;
             this.deps.report({ runId: a.runId, microbatch: w.id, attempt: w.attempt, stage: a.stage, phase: 'forward', next: peer.id, receipt, bytesSent: body.length, ...commit });
+            if (held.backwardDone) this.held.delete(w.id);
             return;
           } catch (err) {
             this.deps.log(`forward of microbatch ${w.id} to ${peer.url} failed: ${(err as Error).message}`);
+            // its gradient came back, yet the send's answer (and the receipt in it) was lost: nothing to report the forward with
+            if (this.held.get(w.id)?.backwardDone) return this.abandon(w.id, 'the answer to the activation was lost after its gradient came back');
           }
         }
       }

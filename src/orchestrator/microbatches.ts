@@ -110,7 +110,8 @@ export class MicrobatchFlow {
     const out: MicrobatchTask[] = [];
     for (const mb of this.state.microbatches.issuedTo(minerId)) {
       if (mb.runId !== run.id || holds.has(`${mb.id}/${mb.attempts}`)) continue;
-      if (this.state.claims.ofHop(mb.id, mb.attempts, 0, 'forward').some((c) => c.minerId === minerId)) continue;
+      // any claim of its stage-0 hops (a backward may be reported before the forward's receipt came) says it started it
+      if (this.state.claims.ofAttempt(mb.id, mb.attempts).some((c) => c.stage === 0 && c.minerId === minerId)) continue;
       out.push(this.task(run, mb));
       if (out.length >= PER_REPLY) break;
     }

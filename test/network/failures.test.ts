@@ -94,9 +94,11 @@ test('the orchestrator killed with SIGKILL and restarted mid-run: the run resume
     await Promise.all(['a', 'b', 'c'].map((n) => cluster.startMiner(n)));
     const run = await cluster.createRun({ model: 'gpt-micro', data: 'moby-dick', steps: 120, stages: 2, mergeEvery: 10, batchSize: 8, minMiners: 3 });
     const before = await cluster.waitRun(run.id, (v) => v.microbatchesDone >= 40);
+    const killedAt = Date.now();
     cluster.orchestrator!.child.kill('SIGKILL');
     await new Promise((r) => cluster.orchestrator!.child.once('exit', r));
     await cluster.startOrchestrator(FAST); // same port, same data dir
+    const restartedAt = Date.now();
     const resumed = await cluster.run(run.id);
     assert.ok(resumed.microbatchesDone >= before.microbatchesDone, 'nothing committed was lost');
     const done = await cluster.waitRun(run.id, (v) => v.status === 'completed' || v.status === 'failed', 180_000);
@@ -105,7 +107,10 @@ test('the orchestrator killed with SIGKILL and restarted mid-run: the run resume
     assert.ok(done.stages.every((s) => s.replicas.some((r) => r.alive)), 'the miners re-attached');
     // heartbeats resent after the lost replies, deadlines and merge phases restarted: nobody is charged for the downtime
     const charged = (await cluster.api.work()).filter((w) => ['dropped', 'invalid', 'failed_check'].includes(w.kind));
-    assert.deepEqual(charged, [], `no miner was charged for the orchestrator being down: ${cluster.chargedDetails()}`);
+    if (charged.length) {
+      const miners = cluster.procs.slice(1).map((p) => p.lines.filter((l) => !l.includes('"event":"progress"')).slice(-40).join('\n'));
+      assert.deepEqual(charged, [], `no miner was charged for the orchestrator being down (killed at ${killedAt}, listening again at ${restartedAt}):\n${cluster.chargedDetails()}\n${miners.join('\n---\n')}`);
+    }
   } finally {
     await cluster.stop();
   }

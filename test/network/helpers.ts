@@ -155,8 +155,17 @@ export class Cluster {
   chargedDetails(): string {
     const db = new Database(join(this.dir, 'orch', 'orchestrator', 'orchestrator.sqlite'), { readonly: true });
     try {
-      const rows = db.prepare("SELECT miner_id, kind, stage, detail, at FROM work_log WHERE kind IN ('dropped', 'invalid', 'failed_check') ORDER BY at").all();
-      return rows.map((r) => JSON.stringify(r)).join('\n');
+      const rows = db.prepare("SELECT miner_id, kind, stage, detail, at FROM work_log WHERE kind IN ('dropped', 'invalid', 'failed_check') ORDER BY at").all() as { detail: string | null }[];
+      const out: string[] = [];
+      for (const r of rows) {
+        out.push(JSON.stringify(r));
+        // a microbatch's story: its row and every hop claimed of it
+        const id = /microbatch (\d+)/.exec(r.detail ?? '')?.[1];
+        if (!id) continue;
+        out.push(`  microbatch: ${JSON.stringify(db.prepare('SELECT * FROM microbatches WHERE id = ?').get(Number(id)))}`);
+        for (const c of db.prepare('SELECT attempt, stage, phase, miner_id, next_id, at FROM hop_claims WHERE microbatch = ? ORDER BY attempt, at').all(Number(id))) out.push(`  claim: ${JSON.stringify(c)}`);
+      }
+      return out.join('\n');
     } finally {
       db.close();
     }

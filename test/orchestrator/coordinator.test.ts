@@ -1743,3 +1743,18 @@ function workDelta(before: Record<string, number>, after: Record<string, number>
 
 
 
+
+// A stage-0 miner's backward can be reported a heartbeat before its forward (the gradient came
+// back before the answer to the activation's send): the microbatch is not held there any more,
+// but it was started, so it is not sent to it again, and the forward's claim still completes it.
+test('a backward reported before its forward: the microbatch is not sent again, and the late forward completes it', async (t) => {
+  const { h, s0, s1 } = await twoStages(t, { steps: 10 });
+  const [x] = s0.take(1);
+  const forward = s0.forward(x, { to: s1 });
+  s1.beat({ reports: [s1.last(x, { loss: 3 }), s1.backward(x)] });
+  const reply = s0.beat({ reports: [s0.backward(x)], held: [], freeSlots: 0 });
+  assert.deepEqual(reply.microbatches.map((m) => m.id), [], 'nothing sent again');
+  assert.equal(pick(h, x).status, 'issued');
+  s0.beat({ reports: [forward], held: [] });
+  assert.equal(pick(h, x).status, 'done');
+});

@@ -1,0 +1,110 @@
+// The pipeline's hand-off of an activation whose gradient comes back before
+// the answer to its send does (the receiver computes and sends the gradient
+// first): the forward is still reported, with the receipt, and the microbatch
+// stays held until then, so the orchestrator neither sends it again nor sees
+// evidence that does not chain up.
+import assert from 'node:assert/strict';
+import { after, before, test } from 'node:test';
+import { Engine } from '../../src/engine/engine.ts';
+import { ForwardRecords } from '../../src/miner/forward-records.ts';
+import { Pipeline } from '../../src/miner/pipeline.ts';
+import { StageRunner } from '../../src/miner/stage-runner.ts';
+import { Throttle } from '../../src/miner/throttle.ts';
+import { gptConfig } from '../../src/model/config.ts';
+import { splitEvenly } from '../../src/model/gpt.ts';
+import type { PeerAccepted, StageAssignment, WorkReport } from '../../src/protocol/messages.ts';
+
+let engine: Engine;
+before(async () => {
+  engine = await Engine.create({ threads: 1 });
+});
+after(async () => {
+  await engine.close();
+});
+
+const model = 'gpt-micro';
+const B = 2;
+const NEXT = '0x' + '2'.repeat(40);
+const RECEIPT = '0x' + 'ab'.repeat(65);
+
+function stage0(): StageRunner {
+  const range = splitEvenly(gptConfig(model), 2)[0];
+  const a: StageAssignment = { runId: 'r1', stage: 0, stageCount: 2, from: range.from, to: range.to, model, data: 'moby-dick', batchSize: B, seed: 7, round: 0, stateBlob: null, codec: 'f16', lr: 1e-2 };
+  return new StageRunner(engine, a, 2);
+}
+
+/** A stage-0 pipeline whose next stage is `send`; returns it with the reports it made. */
+function pipelineWith(runner: StageRunner, send: (url: string, body: Uint8Array) => Promise<PeerAccepted>): { pipeline: Pipeline; reports: WorkReport[]; sends: Promise<unknown>[] } {
+  const reports: WorkReport[] = [];
+  const sends: Promise<unknown>[] = [];
+  const pipeline = new Pipeline({
+    runner: () => runner,
+    paused: () => false,
+    send,
+    throttle: new Throttle(1),
+    records: new ForwardRecords(),
+    stats: { forward: 0, backward: 0, bytesSent: 0 },
+    report: (r) => reports.push(r),
+    track: (p) => sends.push(p),
+    log: () => {},
+  });
+  pipeline.setPeers([], [{ id: NEXT, url: 'http://127.0.0.1:1', sessionKey: '0x02' + '3'.repeat(64), weight: 1 }]);
+  return { pipeline, reports, sends };
+}
+
+const task = { id: 5, attempt: 1, shard: 4, step: 4, ticket: '0x' + '11'.repeat(65) };
+
+test('a gradient back before the answer to its activation: the forward is still reported with its receipt, and the microbatch is held until then', async () => {
+  const runner = stage0();
+  try {
+    let answer!: () => void;
+    let heldBetween: { microbatch: number; attempt: number }[] = [];
+    // the next stage takes the activation, computes, and its gradient arrives here before its answer does
+    const { pipeline, reports, sends } = pipelineWith(runner, async (_url, body) => {
+      assert.ok(pipeline.expectsGradient(task.id, task.attempt, NEXT));
+      const grad = new Float32Array(B * gptConfig(model).contextLength * gptConfig(model).channels).fill(1e-3);
+      pipeline.push({ kind: 'backward', meta: { runId: 'r1', microbatch: task.id, attempt: task.attempt, stage: 0 }, data: grad, sha: 'c'.repeat(64) });
+      await pipeline.idle();
+      await new Promise<void>((r) => (answer = r));
+      assert.ok(body.length > 0);
+      return { queued: 0, receipt: RECEIPT };
+    });
+    pipeline.push({ kind: 'start', task });
+    await pipeline.idle();
+    for (let i = 0; i < 100 && !answer; i++) await new Promise((r) => setTimeout(r, 5));
+    // the backward ran: reported, but the microbatch is still held (its forward is not reported yet)
+    assert.deepEqual(reports.map((r) => r.phase), ['backward']);
+    heldBetween = pipeline.heldWork();
+    assert.deepEqual(heldBetween, [{ microbatch: task.id, attempt: task.attempt }]);
+    assert.equal(pipeline.expectsGradient(task.id, task.attempt, NEXT), false, 'a second gradient for it is not taken');
+    answer();
+    await Promise.all(sends);
+    const forward = reports.find((r) => r.phase === 'forward');
+    assert.ok(forward, 'the forward is reported once the answer comes');
+    assert.equal(forward.next, NEXT);
+    assert.equal(forward.receipt, RECEIPT);
+    assert.deepEqual(pipeline.heldWork(), [], 'and then let go');
+  } finally {
+    runner.dispose();
+  }
+});
+
+test('a gradient back, then the answer to its activation lost: the microbatch is reported dropped, not left held', async () => {
+  const runner = stage0();
+  try {
+    const { pipeline, reports, sends } = pipelineWith(runner, async () => {
+      const grad = new Float32Array(B * gptConfig(model).contextLength * gptConfig(model).channels).fill(1e-3);
+      pipeline.push({ kind: 'backward', meta: { runId: 'r1', microbatch: task.id, attempt: task.attempt, stage: 0 }, data: grad, sha: 'c'.repeat(64) });
+      await pipeline.idle();
+      throw new Error('connection reset');
+    });
+    pipeline.push({ kind: 'start', task });
+    await pipeline.idle();
+    for (let i = 0; i < 100 && sends.length === 0; i++) await new Promise((r) => setTimeout(r, 5));
+    await Promise.all(sends);
+    assert.deepEqual(reports.map((r) => r.phase), ['backward', 'dropped']);
+    assert.deepEqual(pipeline.heldWork(), []);
+  } finally {
+    runner.dispose();
+  }
+});
