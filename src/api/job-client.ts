@@ -3,6 +3,7 @@
 // follow (server-sent events), cancel, and checkpoints. What a developer does
 // is signed with their wallet key through the OrchestratorClient.
 import { Type } from '@sinclair/typebox';
+import type { JobLayout } from '../jobs/layout.ts';
 import type { JobSpec } from '../jobs/spec.ts';
 import { NimbleError } from '../protocol/errors.ts';
 import { parseJson } from '../protocol/messages.ts';
@@ -53,6 +54,11 @@ export class JobClient {
 
   checkpoints(id: string): Promise<CheckpointView[]> {
     return this.api.http.get(`/jobs/${encodeURIComponent(id)}/checkpoints`, CheckpointList, 'checkpoint list');
+  }
+
+  /** Moves the job onto `layout` (stages × replicas; absent: the orchestrator's choice) from the checkpoint its current run ends with. */
+  async upgrade(id: string, layout?: JobLayout): Promise<JobView> {
+    return (await this.api.signed()).postJson(`/jobs/${encodeURIComponent(id)}/upgrade`, layout ?? {}, JobView, 'job');
   }
 
   /** Keeps the job's checkpoints `days` days from its end (or from now while it runs). */

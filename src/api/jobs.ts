@@ -2,6 +2,7 @@
 // dashboards read and send): TypeBox schemas shared by the server
 // (src/orchestrator/routes/jobs.ts) and the client (./client.ts).
 import { Type, type Static, type TSchema } from '@sinclair/typebox';
+import { JobLayout } from '../jobs/layout.ts';
 import { JobSpec } from '../jobs/spec.ts';
 import { JobStatus } from '../jobs/status.ts';
 
@@ -66,9 +67,15 @@ export const JobView = Type.Object({
   lastProgressAt: Ms,
   timeoutAt: Ms,
   idleTimeoutMs: Ms,
+  /** an upgrade asked for and not yet made (the current run is finishing) */
+  upgrade: Nullable(JobLayout),
   checkpoints: Type.Array(CheckpointView),
 });
 export type JobView = Static<typeof JobView>;
+
+/** POST /jobs/:id/upgrade: the group to move to (empty: the orchestrator's default, src/jobs/layout.ts). */
+export const UpgradeJobRequest = Type.Object({ stages: Type.Optional(JobLayout.properties.stages), replicas: Type.Optional(JobLayout.properties.replicas) }, { additionalProperties: false });
+export type UpgradeJobRequest = Static<typeof UpgradeJobRequest>;
 
 export const JobList = Type.Array(JobView);
 export const JobEventList = Type.Array(JobEvent);

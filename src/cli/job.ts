@@ -99,6 +99,16 @@ export function registerJob(program: Command): void {
     await follow(new JobClient(new OrchestratorClient(flags.orchestrator)), id, flags);
   });
 
+  common(group.command('upgrade <id>').description('move one of your jobs onto pipeline stages × replicas from the checkpoint its current run ends with'))
+    .option('--stages <n>', 'pipeline stages (with --replicas; default: the orchestrator chooses)', parsePositive)
+    .option('--replicas <n>', 'replicas of each stage (with --stages)', parsePositive)
+    .action(async (id: string, flags: Flags & { stages?: number; replicas?: number }) => {
+      if ((flags.stages === undefined) !== (flags.replicas === undefined)) throw new NimbleError('invalid', 'give both --stages and --replicas, or neither');
+      const layout = flags.stages !== undefined && flags.replicas !== undefined ? { stages: flags.stages, replicas: flags.replicas } : undefined;
+      const job = await new JobClient(await api(flags)).upgrade(id, layout);
+      emit(flags, job, () => describeJob(job));
+    });
+
   common(group.command('cancel <id>').description('end one of your jobs; its last checkpoint is kept')).action(async (id: string, flags: Flags) => {
     const job = await new JobClient(await api(flags)).cancel(id);
     emit(flags, job, () => describeJob(job));
@@ -134,4 +144,10 @@ async function follow(jobs: JobClient, id: string, flags: CommonOptions): Promis
   emit(flags, { event: 'ended', id: job.id, status: job.status, step: job.step, loss: job.loss, message: job.message }, () => `\n${describeJob(job)}`);
   if (!isFinalJobStatus(job.status)) throw new NimbleError('unreachable', `the event stream of ${id} closed before the job ended (${job.status}, step ${last?.step ?? job.step}); follow it again`, 502);
   if (job.status !== 'completed') process.exitCode = 1;
+}
+
+function parsePositive(v: string): number {
+  const n = Number(v);
+  if (!Number.isInteger(n) || n < 1 || n > 1024) throw new NimbleError('invalid', `'${v}' is not a whole number from 1 to 1024`);
+  return n;
 }

@@ -261,6 +261,11 @@ export class Miner {
         this.runner.round = a.round;
         this.merges.reset(a.round);
         this.log(`holding stage ${a.stage} [${a.from}, ${a.to}) of ${a.runId}`);
+        if (!a.stateBlob && a.init) {
+          // a job's later run: the stage starts from its parts of the checkpoint the earlier run ended with
+          this.runner.loadInitial(await this.client.request('GET', `/blobs/${a.init}`));
+          this.log(`loaded its initial weights from checkpoint ${a.init.slice(0, 12)}`);
+        }
       }
       if (a.stateBlob) {
         const bytes = await this.client.request('GET', `/blobs/${a.stateBlob}`);

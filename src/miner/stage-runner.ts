@@ -283,6 +283,14 @@ export class StageRunner {
     });
   }
 
+  /** Loads the stage's parts of a whole-model checkpoint as its initial weights (before the first merge round). */
+  loadInitial(bytes: Uint8Array): void {
+    loadStageFrom(this.stage, decodeSafetensors(bytes));
+    this.thetaStart = this.stage.params.flat.data.slice();
+    this.feedback.reset();
+    this.samples = 0;
+  }
+
   /** Loads a stage state saved by a replica (a new or stale replica catching up). */
   loadState(bytes: Uint8Array, round: number): void {
     const file = decodeSafetensors(bytes);

@@ -9,8 +9,18 @@ import { NimbleError } from '../protocol/errors.ts';
 import type { BlobStore } from './blobs.ts';
 import type { OrchestratorState } from './state/index.ts';
 
-/** `extra`: more metadata to record (a job's id). */
-export async function assembleCheckpoint(state: OrchestratorState, blobs: BlobStore, runId: string, extra: Record<string, string> = {}): Promise<Uint8Array> {
+/**
+ * `extra`: more metadata to record (a job's id); `progress`: the step and
+ * tokens to record (a job's, counting the runs before this one), by default
+ * the run's.
+ */
+export async function assembleCheckpoint(
+  state: OrchestratorState,
+  blobs: BlobStore,
+  runId: string,
+  extra: Record<string, string> = {},
+  progress?: { step: number; tokens: number },
+): Promise<Uint8Array> {
   const run = state.runs.get(runId);
   if (!run) throw new NimbleError('not_found', `unknown run ${runId}`);
   const stages = state.runs.stages(runId);
@@ -23,5 +33,6 @@ export async function assembleCheckpoint(state: OrchestratorState, blobs: BlobSt
     round = Math.min(round, checkpointInfo(file).step);
     for (const t of file.tensors.values()) if (!t.name.startsWith('outer.')) tensors.push(t);
   }
-  return encodeCheckpoint(tensors, { config, range: { from: 0, to: partCount(config) }, step: run.microbatchesDone, extra: { ...extra, run: run.id, rounds: String(round), tokens: String(run.tokensDone), trainLoss: String(run.lastLoss ?? '') } });
+  const at = progress ?? { step: run.microbatchesDone, tokens: run.tokensDone };
+  return encodeCheckpoint(tensors, { config, range: { from: 0, to: partCount(config) }, step: at.step, extra: { ...extra, run: run.id, rounds: String(round), tokens: String(at.tokens), trainLoss: String(run.lastLoss ?? '') } });
 }

@@ -230,6 +230,7 @@ export class Coordinator {
       seed: run.seed,
       round: stage.round,
       stateBlob: stage.stateBlob,
+      ...(run.options.init ? { init: run.options.init } : {}),
       codec: run.options.codec,
       lr: run.options.lr,
     } satisfies StageAssignment;
@@ -299,8 +300,21 @@ export class Coordinator {
   // ---- runs ------------------------------------------------------------------
 
   /** A developer's new run (the address that signed the request owns it). */
-  createRun(req: CreateRunRequest, owner: string, pool?: readonly string[]): RunRecord {
-    return this.planner.create(req, owner, pool);
+  createRun(req: CreateRunRequest, owner: string, pool?: readonly string[], from?: { init: string | null; shardBase: number }): RunRecord {
+    return this.planner.create(req, owner, pool, from);
+  }
+
+  /**
+   * The run ends early, with nothing lost: no new microbatches, those issued
+   * finish, then the final merge saves every stage's state and the run
+   * completes (a job's upgrade moves on from there).
+   */
+  finishRunEarly(runId: string): RunRecord {
+    const run = this.state.runs.get(runId);
+    if (!run) throw new NimbleError('not_found', `unknown run ${runId}`);
+    if (FINAL_RUN_STATUSES.includes(run.status)) throw new NimbleError('conflict', `run ${runId} has ended (${run.status})`);
+    this.state.runs.setSteps(runId, run.microbatchesCreated);
+    return this.state.runs.get(runId)!;
   }
 
   /** Limits a run to the miners of `pool` (null: any free miner), e.g. when a job's miner is gone. */

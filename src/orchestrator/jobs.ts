@@ -6,6 +6,12 @@
 // step it is `idle_stopped`; its checkpoints are kept for the retention
 // period after it ends, then collected. Every status change and message is a
 // job event (src/orchestrator/state/jobs.ts), so a restart loses none.
+//
+// An upgrade moves a job onto a group (stages × replicas): its run finishes
+// early (the microbatches issued complete, the final merge saves every
+// stage), that state is kept as a checkpoint, and a new run of the remaining
+// steps starts from it on the group, its shards going on where the first
+// run's stopped. The job's step and tokens count every run it had.
 import { EventEmitter } from 'node:events';
 import { randomBytes } from 'node:crypto';
 import { jobSpecProblems, resolveJobSpec, type JobSpec, type ResolvedJob } from '../jobs/spec.ts';
@@ -16,6 +22,7 @@ import { partCount } from '../model/gpt.ts';
 import { NimbleError } from '../protocol/errors.ts';
 import { assembleCheckpoint } from './checkpoint.ts';
 import type { Coordinator } from './coordinator.ts';
+import { defaultUpgrade, layoutWords as shape, type JobLayout } from '../jobs/layout.ts';
 import type { JobRecord } from './state/jobs.ts';
 import type { RunRecord } from './state/runs.ts';
 
@@ -34,26 +41,27 @@ export interface JobServiceOptions {
   slots: number;
 }
 
-/** What a job's run is asked to train (a named GPT: `submit` refuses the rest). */
-function runRequest(job: ResolvedJob, model: string): Parameters<Coordinator['createRun']>[0] {
+/** What a job's run is asked to train (a named GPT: `submit` refuses the rest): `steps` of it on `layout` (default: one miner). */
+function runRequest(job: ResolvedJob, model: string, steps: number = job.steps, layout: JobLayout = { stages: 1, replicas: 1 }): Parameters<Coordinator['createRun']>[0] {
   return {
     model,
     data: job.data,
-    steps: job.steps,
-    stages: 1,
+    steps,
+    stages: layout.stages,
     batchSize: job.batchSize,
     mergeEvery: job.mergeEvery,
     seed: job.seed,
     lr: job.learningRate,
-    minMiners: 1,
+    minMiners: layout.stages * layout.replicas,
   };
 }
+
 
 export class JobService {
   /** emits the id of a job whose events or progress changed */
   readonly changes = new EventEmitter();
   private collectedAt = 0;
-  /** per job: the merge round of the stages' states last kept as a checkpoint */
+  /** per run of a job: the merge round of the stages' states last kept as a checkpoint */
   private readonly keptRound = new Map<string, number>();
   private readonly saving = new Set<string>();
   private readonly pending = new Set<Promise<void>>();
@@ -102,6 +110,41 @@ export class JobService {
     return this.state.jobs.get(id)!;
   }
 
+  /**
+   * The owner moves a job onto `layout` (stages × replicas; by default
+   * `defaultUpgrade`): its run finishes early and the job goes on from the
+   * checkpoint it ends with, on the group. Refused when the alive miners
+   * cannot make the group.
+   */
+  upgrade(id: string, by: string, layout?: JobLayout): JobRecord {
+    const job = this.state.jobs.get(id);
+    if (!job) throw new NimbleError('not_found', `unknown job ${id}`);
+    if (job.owner !== by) throw new NimbleError('forbidden', `job ${id} is not ${by}'s`);
+    if (isFinalJobStatus(job.status)) throw new NimbleError('conflict', `job ${id} has ended (${job.status})`);
+    if (job.upgrade) throw new NimbleError('conflict', `job ${id} is already being upgraded to ${shape(job.upgrade)}`);
+    const resolved = resolveJobSpec(job.spec);
+    if (resolved.model.kind !== 'gpt') throw new NimbleError('conflict', `job ${id} is not a GPT`);
+    const parts = partCount(resolved.model.config);
+    const alive = this.state.miners.list(true).length;
+    const to = layout ?? defaultUpgrade(parts, alive);
+    if (to.stages > parts) throw new NimbleError('invalid', `${resolved.model.name ?? 'the model'} has ${parts} parts; it cannot be cut into ${to.stages} stages`);
+    if (to.stages * to.replicas > alive) throw new NimbleError('conflict', `${shape(to)} needs ${to.stages * to.replicas} miners and ${alive} are alive`);
+    const run = job.runId ? this.state.runs.get(job.runId) : undefined;
+    const now = this.now();
+    if (!run || run.microbatchesCreated === 0) {
+      // nothing trained in this run yet: the group takes it over at once, from the last checkpoint (if any)
+      if (run) this.c.stopRun(run.id, `its job was upgraded to ${shape(to)}`);
+      this.state.jobs.requestUpgrade(id, to, `upgrade to ${shape(to)}: nothing trained in the current run yet, the group starts now`, now);
+      this.moveOn(this.state.jobs.get(id)!, run ?? null);
+    } else {
+      this.c.finishRunEarly(run.id);
+      const at = job.stepBase + run.microbatchesCreated;
+      this.state.jobs.requestUpgrade(id, to, `upgrade to ${shape(to)}: the current run stops at step ${at}, merges, and the job goes on from that checkpoint`, now);
+    }
+    this.changed(id);
+    return this.state.jobs.get(id)!;
+  }
+
   /** Follows every active job; collects expired checkpoints now and then. Called on the orchestrator's clock. */
   tick(): void {
     const now = this.now();
@@ -147,14 +190,17 @@ export class JobService {
   private tickJob(job: JobRecord, now: number): void {
     const run = this.ensureRun(job, now);
     if (!run) return;
-    this.state.jobs.setProgress(job.id, { step: run.microbatchesDone, tokens: run.tokensDone, loss: run.lastLoss }, now);
-    if (run.microbatchesDone !== job.step) this.changed(job.id);
+    const step = job.stepBase + run.microbatchesDone;
+    this.state.jobs.setProgress(job.id, { step, tokens: job.tokenBase + run.tokensDone, loss: run.lastLoss }, now);
+    if (step !== job.step) this.changed(job.id);
     const fresh = this.state.jobs.get(job.id)!;
     if (run.status !== 'completed') this.keepCheckpoint(fresh, run, false);
     switch (run.status) {
       case 'completed':
-        // the final merged state becomes the last checkpoint before the job completes
-        if (this.keepCheckpoint(fresh, run, true) === 'kept') this.end(fresh, 'completed', `trained ${run.microbatchesDone} steps`);
+        // the final merged state becomes the last checkpoint before the job completes, or goes on upgraded
+        if (this.keepCheckpoint(fresh, run, true) !== 'kept') return;
+        if (fresh.upgrade && step < fresh.steps) this.moveOn(fresh, run);
+        else this.end(fresh, 'completed', `trained ${step} steps`);
         return;
       case 'failed':
         this.end(fresh, 'failed', run.message ?? 'its run failed');
@@ -172,7 +218,7 @@ export class JobService {
       this.end(fresh, 'idle_stopped', `no progress for ${formatDuration(fresh.idleTimeoutMs)} (${why}); its miners are freed`);
       return;
     }
-    if (run.status === 'waiting') this.placeWaiting(fresh, run);
+    if (run.status === 'waiting' && run.options.pool) this.placeWaiting(fresh, run);
     const status: JobStatus = run.status === 'waiting' ? 'waiting' : run.status === 'started' ? 'started' : 'executing';
     if (status !== fresh.status && canMove(fresh.status, status)) {
       this.state.jobs.move(job.id, status, statusReason(status, run), now);
@@ -193,6 +239,25 @@ export class JobService {
     this.state.jobs.setRun(job.id, run.id);
     this.state.jobs.note(job.id, miner ? `placed on miner ${this.minerName(miner)}, the smallest idle miner that holds the whole model` : 'waiting for an idle miner that holds the whole model', now);
     return this.state.runs.get(run.id) ?? null;
+  }
+
+  /**
+   * The upgrade asked for is made: a run of the remaining steps on the group,
+   * starting from the job's last checkpoint (the one `finished` ended with).
+   */
+  private moveOn(job: JobRecord, finished: RunRecord | null): void {
+    const layout = job.upgrade!;
+    const resolved = resolveJobSpec(job.spec);
+    if (resolved.model.kind !== 'gpt' || !resolved.model.name) throw new NimbleError('corrupt', `job ${job.id} is not a named GPT`);
+    if (finished) this.keptRound.delete(finished.id);
+    const stepBase = job.stepBase + (finished?.microbatchesDone ?? 0);
+    const tokenBase = job.tokenBase + (finished?.tokensDone ?? 0);
+    const last = this.state.jobs.checkpoints(job.id).at(-1);
+    const request = runRequest(resolved, resolved.model.name, job.steps - stepBase, layout);
+    const run = this.c.createRun(request, job.owner, undefined, { init: last?.blob ?? null, shardBase: stepBase });
+    const from = last ? `the checkpoint at step ${last.step}` : 'the start';
+    this.state.jobs.moveOn(job.id, run.id, stepBase, tokenBase, `upgraded to ${shape(layout)}: ${job.steps - stepBase} steps left, from ${from}`, this.now());
+    this.changed(job.id);
   }
 
   /** A waiting job whose miner is gone (or had none) is offered the smallest idle miner that fits. */
@@ -226,7 +291,7 @@ export class JobService {
     if (run && status !== 'completed') this.keepCheckpoint(job, run, true);
     this.state.jobs.move(job.id, status, reason, now);
     if (run) this.c.stopRun(run.id, `its job ended: ${reason}`);
-    this.keptRound.delete(job.id);
+    if (run) this.keptRound.delete(run.id);
     this.changed(job.id);
   }
 
@@ -241,22 +306,22 @@ export class JobService {
     const stages = this.state.runs.stages(run.id);
     if (stages.length === 0 || stages.some((s) => !s.stateBlob)) return 'kept';
     const round = Math.min(...stages.map((s) => s.round));
-    if (round === 0 || this.keptRound.get(job.id) === round) return 'kept';
+    if (round === 0 || this.keptRound.get(run.id) === round) return 'kept';
     const last = this.state.jobs.checkpoints(job.id).at(-1);
-    if (!final && last && run.microbatchesDone - last.step < job.checkpointEvery) return 'not due';
-    if (!final && !last && run.microbatchesDone < job.checkpointEvery) return 'not due';
+    const step = job.stepBase + run.microbatchesDone;
+    const tokens = job.tokenBase + run.tokensDone;
+    if (!final && step - (last?.step ?? 0) < job.checkpointEvery) return 'not due';
     this.saving.add(job.id);
-    const step = run.microbatchesDone;
     const task = (async () => {
       try {
-        const bytes = await assembleCheckpoint(this.state, this.c.blobs, run.id, { job: job.id });
+        const bytes = await assembleCheckpoint(this.state, this.c.blobs, run.id, { job: job.id }, { step, tokens });
         const blob = await this.c.blobs.put(bytes);
-        const kept = this.state.jobs.addCheckpoint({ jobId: job.id, step, tokens: run.tokensDone, loss: run.lastLoss, blob, bytes: bytes.length }, this.now());
+        const kept = this.state.jobs.addCheckpoint({ jobId: job.id, step, tokens, loss: run.lastLoss, blob, bytes: bytes.length }, this.now());
         this.state.garbage.release(blob);
         if (kept) {
           this.state.jobs.note(job.id, `checkpoint at step ${step} kept (${(bytes.length / 1e6).toFixed(1)} MB, merge round ${round})`, this.now(), 'checkpoint');
         }
-        this.keptRound.set(job.id, round);
+        this.keptRound.set(run.id, round);
         this.changed(job.id);
       } catch (err) {
         console.error(`job ${job.id}: checkpoint at step ${step} failed: ${(err as Error).message}`);

@@ -91,7 +91,7 @@ export class MicrobatchFlow {
       for (const mb of this.state.microbatches.byStatus(run.id, 'pending', Math.max(0, want))) issueOne(mb.id);
       let created = run.microbatchesCreated;
       while (issued.length < want && created < run.steps) {
-        issueOne(this.state.microbatches.insert(run.id, created, created));
+        issueOne(this.state.microbatches.insert(run.id, (run.options.shardBase ?? 0) + created, created));
         created++;
       }
       if (created !== run.microbatchesCreated) this.state.runs.setCreated(run.id, created);

@@ -35,7 +35,8 @@ export class RunPlanner {
   ) {}
 
   /** Validates a request of `owner` and records the run, then plans it if enough miners are free (of `pool` only, when given). */
-  create(req: CreateRunRequest, owner: string, pool?: readonly string[]): RunRecord {
+  /** `from`: where a job's later run starts (the whole-model checkpoint blob, the shards already trained). */
+  create(req: CreateRunRequest, owner: string, pool?: readonly string[], from?: { init: string | null; shardBase: number }): RunRecord {
     if (this.state.runs.activeOf(owner).length >= MAX_ACTIVE_RUNS_PER_OWNER) {
       throw new NimbleError('too_many_runs', `${owner} has ${MAX_ACTIVE_RUNS_PER_OWNER} runs that have not ended; cancel one first`, 429);
     }
@@ -62,6 +63,8 @@ export class RunPlanner {
       outerMomentum: req.outerMomentum ?? DEFAULT_OUTER_MOMENTUM,
       requestedStages: req.stages ?? null,
       ...(pool ? { pool: [...pool] } : {}),
+      ...(from?.init ? { init: from.init } : {}),
+      ...(from?.shardBase ? { shardBase: from.shardBase } : {}),
     };
     this.state.runs.insert(
       { id, owner, model: req.model, data: req.data, steps: req.steps, batchSize: req.batchSize ?? 12, mergeEvery: req.mergeEvery ?? DEFAULT_MERGE_EVERY, seed: req.seed ?? 1337, options },

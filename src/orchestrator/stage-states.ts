@@ -72,14 +72,17 @@ export class StageStates {
   /**
    * A stage state's bytes (a checkpoint of the stage's parts with its outer
    * momentum), checked and read: config, parts, shapes, finite values.
-   * Without bytes, the stage's initial state.
+   * Without bytes, the stage's initial state: its parts of the checkpoint the
+   * run starts from, or the model's seeded init.
    */
   async decode(run: RunRecord, stage: number, bytes: Uint8Array | null): Promise<StageState> {
     const s = this.state.runs.stage(run.id, stage);
     if (!s) throw new SafetensorsError(`run ${run.id} has no stage ${stage}`);
+    const init = !bytes && run.options.init ? decodeSafetensors(await this.blobs.get(run.options.init)) : null;
     const g = new GptStage(await this.engine(), gptConfig(run.model), { from: s.fromPart, to: s.toPart }, { batchSize: 1, seed: run.seed });
     try {
       const decaySize = g.layout.decaySize;
+      if (init) loadStageFrom(g, init);
       if (!bytes) return { weights: g.params.flat.data.slice(), momentum: new Float32Array(g.paramCount), outerStep: 0, decaySize };
       const file = decodeSafetensors(bytes);
       const info = loadStageFrom(g, file);

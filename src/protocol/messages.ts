@@ -113,6 +113,8 @@ export const StageAssignment = Type.Object({
   /** merge rounds completed for this stage, and the state after the last */
   round: Count,
   stateBlob: Type.Union([BlobId, Type.Null()]),
+  /** before the first merge round: the whole-model checkpoint the stage's weights come from (null: the seeded init) */
+  init: Type.Optional(Type.Union([BlobId, Type.Null()])),
   codec: ActivationCodec,
   lr: Type.Number({ minimum: 1e-8, maximum: 1 }),
 });

@@ -2,7 +2,7 @@
 // cancel, and the job's checkpoints (list; download by its owner, with HTTP
 // ranges so an interrupted download resumes). Contracts in src/api/jobs.ts.
 import { Type } from '@sinclair/typebox';
-import { CheckpointList, JobId, JobView, SubmitJobRequest, type CheckpointView, type JobEvent } from '../../api/jobs.ts';
+import { CheckpointList, JobId, JobView, SubmitJobRequest, UpgradeJobRequest, type CheckpointView, type JobEvent } from '../../api/jobs.ts';
 import { FINAL_RUN_STATUSES } from '../../api/schemas.ts';
 import type { HttpServer } from '../../http/server.ts';
 import { isFinalJobStatus } from '../../jobs/status.ts';
@@ -54,6 +54,7 @@ export function jobView(c: Coordinator, job: JobRecord): JobView {
     lastProgressAt: job.lastProgressAt,
     timeoutAt: job.timeoutAt,
     idleTimeoutMs: job.idleTimeoutMs,
+    upgrade: job.upgrade,
     checkpoints: c.state.jobs.checkpoints(job.id).map(checkpointView),
   };
 }
@@ -74,6 +75,12 @@ export function jobRoutes(app: HttpServer, c: Coordinator, jobs: JobService): vo
   app.get('/jobs', { schema: { querystring: Owner, response: { 200: Type.Array(JobView) } } }, async (req) => c.state.jobs.list(req.query.owner).map((j) => jobView(c, j)));
   app.get('/jobs/:id', { schema: { params: Params, response: { 200: JobView } } }, async (req) => jobView(c, find(req.params.id)));
   app.post('/jobs/:id/cancel', { config: developer, schema: { params: Params, response: { 200: JobView } } }, async (req) => jobView(c, jobs.cancel(req.params.id, signerOf(req))));
+  app.post('/jobs/:id/upgrade', { config: developer, schema: { params: Params, body: UpgradeJobRequest, response: { 200: JobView } } }, async (req) => {
+    const { stages, replicas } = req.body;
+    if ((stages === undefined) !== (replicas === undefined)) throw new NimbleError('invalid', 'give both stages and replicas, or neither (the orchestrator chooses)');
+    const layout = stages !== undefined && replicas !== undefined ? { stages, replicas } : undefined;
+    return jobView(c, jobs.upgrade(req.params.id, signerOf(req), layout));
+  });
   app.get('/jobs/:id/checkpoints', { schema: { params: Params, response: { 200: CheckpointList } } }, async (req) => c.state.jobs.checkpoints(find(req.params.id).id).map(checkpointView));
   app.post('/jobs/:id/checkpoints/keep', { config: developer, schema: { params: Params, body: KeepRequest, response: { 200: CheckpointList } } }, async (req) => {
     const job = find(req.params.id);

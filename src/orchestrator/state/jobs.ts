@@ -3,6 +3,7 @@
 // rewritten), and the whole-model checkpoints kept for it (job_checkpoints,
 // each a blob, deleted by the collector after its expiry).
 import { Type, type Static } from '@sinclair/typebox';
+import { JobLayout } from '../../jobs/layout.ts';
 import { JobSpec } from '../../jobs/spec.ts';
 import { FINAL_JOB_STATUSES, JobStatus } from '../../jobs/status.ts';
 import { all, jsonColumn, one, rowReader, scalar, type Migrations, type StateDb } from './db.ts';
@@ -28,8 +29,14 @@ export const JOB_MIGRATIONS: Migrations = {
       PRIMARY KEY (job_id, step)
     );
     CREATE INDEX IF NOT EXISTS job_checkpoints_blob ON job_checkpoints (blob)`,
+    // a job trained by several runs in turn (upgrades): the steps and tokens of the runs before the current one,
+    // and the layout an upgrade asked for, taken when the current run has finished
+    `ALTER TABLE jobs ADD COLUMN step_base INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE jobs ADD COLUMN token_base INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE jobs ADD COLUMN upgrade TEXT`,
   ],
 };
+
 
 const Int = Type.Integer({ minimum: 0 });
 const NullableInt = Type.Union([Int, Type.Null()]);
@@ -55,17 +62,23 @@ const JobRow = Type.Object({
   idleTimeoutMs: Int,
   checkpointEvery: Int,
   retentionMs: Int,
+  stepBase: Int,
+  tokenBase: Int,
+  upgrade: NullableText,
 });
-export interface JobRecord extends Omit<Static<typeof JobRow>, 'spec'> {
+export interface JobRecord extends Omit<Static<typeof JobRow>, 'spec' | 'upgrade'> {
   spec: JobSpec;
+  /** an upgrade asked for and not yet made */
+  upgrade: JobLayout | null;
 }
 const JOB_COLUMNS = `id, owner, name, spec, status, run_id AS runId, steps, step, tokens, loss, message, created_at AS createdAt,
   started_at AS startedAt, ended_at AS endedAt, last_progress_at AS lastProgressAt, timeout_at AS timeoutAt,
-  idle_timeout_ms AS idleTimeoutMs, checkpoint_every AS checkpointEvery, retention_ms AS retentionMs`;
+  idle_timeout_ms AS idleTimeoutMs, checkpoint_every AS checkpointEvery, retention_ms AS retentionMs,
+  step_base AS stepBase, token_base AS tokenBase, upgrade`;
 const readJob = rowReader(JobRow, 'job');
 function decodeJob(row: unknown): JobRecord {
   const r = readJob(row);
-  return { ...r, spec: jsonColumn(JobSpec, r.spec, `spec of ${r.id}`) };
+  return { ...r, spec: jsonColumn(JobSpec, r.spec, `spec of ${r.id}`), upgrade: r.upgrade === null ? null : jsonColumn(JobLayout, r.upgrade, `upgrade of ${r.id}`) };
 }
 
 const EventRow = Type.Object({ seq: Int, at: Int, kind: Type.Union([Type.Literal('status'), Type.Literal('message'), Type.Literal('checkpoint')]), status: JobStatus, message: Type.String() });
@@ -157,6 +170,22 @@ export class JobStore {
 
   setRun(id: string, runId: string): void {
     this.db.run('UPDATE jobs SET run_id = ? WHERE id = ?', runId, id);
+  }
+
+  /** An upgrade to `layout` is asked for: made when the current run has finished. */
+  requestUpgrade(id: string, layout: JobLayout, message: string, now: number): void {
+    this.db.tx(() => {
+      this.db.run('UPDATE jobs SET upgrade = ? WHERE id = ?', JSON.stringify(layout), id);
+      this.note(id, message, now);
+    });
+  }
+
+  /** The job goes on in a new run, after `stepBase` steps and `tokenBase` tokens of the runs before it; the upgrade is made. */
+  moveOn(id: string, runId: string, stepBase: number, tokenBase: number, message: string, now: number): void {
+    this.db.tx(() => {
+      this.db.run('UPDATE jobs SET run_id = ?, step_base = ?, token_base = ?, upgrade = NULL WHERE id = ?', runId, stepBase, tokenBase, id);
+      this.note(id, message, now);
+    });
   }
 
   /** Moves the job to `status` and records why, in one transaction. */
@@ -252,6 +281,12 @@ export class JobStore {
       for (const c of due) this.db.run('DELETE FROM job_checkpoints WHERE job_id = ? AND step = ?', c.jobId, c.step);
       return due.map((c) => c.blob);
     });
+  }
+
+  /** The owners of the jobs that kept this blob as a checkpoint. */
+  checkpointOwners(blob: string): string[] {
+    const rows = this.db.statement('SELECT DISTINCT j.owner AS owner FROM job_checkpoints c JOIN jobs j ON j.id = c.job_id WHERE c.blob = ?').all(blob) as { owner: string }[];
+    return rows.map((r) => r.owner);
   }
 
   /** Whether a kept checkpoint is this blob. */

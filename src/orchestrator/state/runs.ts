@@ -51,6 +51,10 @@ export const RunOptions = Type.Object({
   requestedStages: Type.Union([Type.Integer({ minimum: 1 }), Type.Null()]),
   /** the only miners the run may be placed on (a job's chosen miners; absent: any free miner) */
   pool: Type.Optional(Type.Array(Type.String())),
+  /** the whole-model checkpoint (blob id) its stages start from, with no outer momentum (absent: the model's seeded init) */
+  init: Type.Optional(Type.String({ pattern: '^[0-9a-f]{64}$' })),
+  /** its microbatch n trains on shard shardBase + n (a job's later run goes on where the earlier ones stopped) */
+  shardBase: Type.Optional(Type.Integer({ minimum: 0 })),
 });
 export type RunOptions = Static<typeof RunOptions>;
 
@@ -223,6 +227,11 @@ export class RunStore {
   }
 
   /** Microbatches created so far (shard ids 0 … n − 1). */
+  /** The run is to end after `steps` microbatches (at least those created: they are issued or done). */
+  setSteps(id: string, steps: number): void {
+    this.db.run('UPDATE runs SET steps = MAX(?, microbatches_created, 1) WHERE id = ?', steps, id);
+  }
+
   setCreated(id: string, n: number): void {
     this.db.run('UPDATE runs SET microbatches_created = ? WHERE id = ?', n, id);
   }
@@ -271,7 +280,9 @@ export class RunStore {
 
   /** Whether a stage's latest state is `blob` (kept for good: the run's checkpoint is made of them). */
   referencesBlob(blob: string): boolean {
-    return scalar(this.db, 'SELECT EXISTS (SELECT 1 FROM stages WHERE state_blob = ?) AS n', blob) === 1;
+    if (scalar(this.db, 'SELECT EXISTS (SELECT 1 FROM stages WHERE state_blob = ?) AS n', blob) === 1) return true;
+    // the checkpoint an active run's stages start from
+    return scalar(this.db, `SELECT EXISTS (SELECT 1 FROM runs WHERE status NOT IN ${ENDED} AND json_extract(options, '$.init') = ?) AS n`, blob) === 1;
   }
 
   /** A microbatch completed: one more inner step at every stage. */
