@@ -77,7 +77,8 @@ export class MicrobatchFlow {
     // the pipeline carries no more than its narrowest stage holds (two slots' worth per replica): deeper queues only miss deadlines
     const room = 2 * this.options.slots * Math.min(...replicas);
     const now = this.now();
-    const inFlight = this.state.microbatches.issuedTo(minerId).length;
+    // its microbatches of this run (those of a run that ended meanwhile are not in its pipeline any more)
+    const inFlight = this.state.microbatches.issuedTo(minerId).filter((mb) => mb.runId === run.id).length;
     // up to two slots' worth per miner (the ones it runs and the ones queued behind them), and its share of the room
     let want = Math.min(freeSlots, Math.min(2 * this.options.slots, Math.ceil(room / replicas[0])) - inFlight);
     const issued: number[] = [];

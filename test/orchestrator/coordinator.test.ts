@@ -48,6 +48,7 @@ import {
   uploadPseudoGradient,
   type FakeMiner,
   type FakeStageState,
+  OWNER,
 } from './helpers.ts';
 import { applyAll, beatAll, blobIds, mergeAll, runAtFirstMerge, taskOf, tickSettled, trainMicrobatches, trainOneRound, trainToCompletion, uploadAll } from './flows.ts';
 
@@ -1757,4 +1758,17 @@ test('a backward reported before its forward: the microbatch is not sent again, 
   assert.equal(pick(h, x).status, 'issued');
   s0.beat({ reports: [forward], held: [] });
   assert.equal(pick(h, x).status, 'done');
+});
+
+// A run cancelled while its microbatches are in flight leaves them issued (its rows are collected
+// later): they are not the miners' work any more, and do not keep the next run's microbatches away.
+test('microbatches of a cancelled run do not count against what its miners are given in the next run', async (t) => {
+  const { h, run, s0, s1 } = await twoStages(t, { steps: 100 });
+  assert.ok(s0.take(6).length > 0);
+  h.coordinator.cancelRun(run.id, OWNER);
+  beatAll(s0, s1);
+  const next = h.createRun({ steps: 100 });
+  const [n0] = h.replicas(next.id, 0);
+  beatAll(...h.miners.values());
+  assert.ok(n0.take(6).length > 0, 'the next run gets microbatches at once');
 });
