@@ -10,8 +10,9 @@ import { floodBenches } from './flood.bench.ts';
 import { trustBenches } from './trust.bench.ts';
 import { spamBenches } from './jobs-spam.bench.ts';
 import { jobPlanBenches } from './jobs-plan.bench.ts';
+import { jobSubmitBenches } from './jobs-submit.bench.ts';
 
-const registry: Bench[] = [...engineBenches, ...protocolBenches, ...chainBenches, ...mergeBenches, ...spotCheckBenches, ...networkBenches, ...floodBenches, ...trustBenches, ...spamBenches, ...jobPlanBenches];
+const registry: Bench[] = [...engineBenches, ...protocolBenches, ...chainBenches, ...mergeBenches, ...spotCheckBenches, ...networkBenches, ...floodBenches, ...trustBenches, ...spamBenches, ...jobPlanBenches, ...jobSubmitBenches];
 
 const args = process.argv.slice(2);
 const json = args.includes('--json');

@@ -34,7 +34,8 @@ const MAIN = new URL('../src/cli/main.ts', import.meta.url).pathname;
  */
 export const CONVERGENCE_RUN = { batchSize: 6, steps: 4000, lr: 2e-3, outerLr: 1, outerMomentum: 0 };
 
-interface Net {
+/** An orchestrator in this process and miner child processes, on 127.0.0.1. */
+export interface Net {
   orch: RunningOrchestrator;
   /** the developer's client (its runs, their checkpoints) */
   api: OrchestratorClient;
@@ -42,7 +43,7 @@ interface Net {
   dir: string;
 }
 
-async function startNet(miners: { threads: number; throttle?: number }[]): Promise<Net> {
+export async function startNet(miners: { threads: number; throttle?: number }[]): Promise<Net> {
   const dir = mkdtempSync(join(tmpdir(), 'nimble-bench-'));
   const orch = await startOrchestrator({ dataDir: join(dir, 'orch') });
   const children = miners.map((m, i) =>
@@ -54,7 +55,7 @@ async function startNet(miners: { threads: number; throttle?: number }[]): Promi
   return { orch, children, dir, api: new OrchestratorClient(orch.url, { wallet: generatePrivateKey() }) };
 }
 
-async function stopNet(net: Net): Promise<void> {
+export async function stopNet(net: Net): Promise<void> {
   await Promise.all(
     net.children.map((c) => new Promise<void>((resolve) => {
       if (c.exitCode !== null || c.signalCode !== null) return resolve();

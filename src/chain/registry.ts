@@ -1,7 +1,7 @@
 // The ModelRegistry contract: publish a trained checkpoint by its sha256
 // (by the orchestrator, or by its owner with the orchestrator's EIP-712
 // attestation, signed here by signPublishAttestation), deploy / undeploy it
-// for serving, list what is published.
+// for serving, list what is published, find a model by its hash.
 import { getAddress, hashTypedData, parseEventLogs, type Address, type Hex, type LocalAccount, type TypedDataDefinition, type TypedDataDomain } from 'viem';
 import { modelRegistryAbi } from './abis.ts';
 import type { ChainClient, SigningClient } from './client.ts';
@@ -142,4 +142,17 @@ export async function listModels(client: ChainClient, offset = 0n, limit = 1000n
     args: [offset, limit],
   });
   return page.map((m, i) => ({ ...m, id: offset + BigInt(i), publishedAt: Number(m.publishedAt) }));
+}
+
+/** The model published for this checkpoint hash (0x + 64 hex digits), or null. */
+export async function modelOfSha256(client: ChainClient, checkpointSha256: Hex): Promise<PublishedModel | null> {
+  const [found, id] = await client.public.readContract({
+    address: client.deployment.modelRegistry,
+    abi: modelRegistryAbi,
+    functionName: 'modelIdOf',
+    args: [checkpointSha256],
+  });
+  if (!found) return null;
+  const m = await client.public.readContract({ address: client.deployment.modelRegistry, abi: modelRegistryAbi, functionName: 'getModel', args: [id] });
+  return { ...m, id, publishedAt: Number(m.publishedAt) };
 }

@@ -7,18 +7,15 @@
 import { existsSync, writeFileSync } from 'node:fs';
 import type { Command } from 'commander';
 import { OrchestratorClient } from '../api/client.ts';
-import { JobClient, type JobProgress } from '../api/job-client.ts';
-import type { JobView } from '../api/jobs.ts';
-import { formatDuration } from '../jobs/duration.ts';
+import { JobClient } from '../api/job-client.ts';
 import { JOB_TEMPLATES, type JobTemplate } from '../jobs/templates.ts';
-import { isFinalJobStatus } from '../jobs/status.ts';
 import { NimbleError } from '../protocol/errors.ts';
 import { DEFAULT_ORCHESTRATOR, emit, withCommonOptions, type CommonOptions } from './common.ts';
+import { describeJob, followJob } from './job-follow.ts';
 import { registerJobPlan } from './job-plan.ts';
 import { readJobSpec } from './job-spec-file.ts';
 import { runJobLocally } from './job-local.ts';
 import { DEVELOPER_KEY_FILE, signingKey } from './keys.ts';
-import { ProgressBar } from './progress.ts';
 
 interface Flags extends CommonOptions {
   orchestrator: string;
@@ -67,13 +64,19 @@ export function registerJob(program: Command): void {
 
   registerJobPlan(group);
 
-  common(group.command('submit <file>').description('put a job on the network').option('--follow', 'follow it until it ends')).action(async (file: string, flags: Flags) => {
-    const spec = readJobSpec(file);
+  common(
+    group
+      .command('submit <file>')
+      .description('put a job on the network')
+      .option('--follow', 'follow it until it ends')
+      .option('--auto-upgrade', "let the orchestrator upgrade it onto stages × replicas when one miner cannot meet its deadline or hold the model (the spec's autoUpgrade)"),
+  ).action(async (file: string, flags: Flags & { autoUpgrade?: boolean }) => {
+    const spec = { ...readJobSpec(file), ...(flags.autoUpgrade ? { autoUpgrade: true } : {}) };
     const client = await api(flags);
     const jobs = new JobClient(client);
     const job = await jobs.submit(spec);
     emit(flags, { event: 'submitted', id: job.id, status: job.status }, () => `${job.id} ${job.status}: ${job.message ?? ''}\nfollow it with: nbcli job follow ${job.id}`);
-    if (flags.follow) await follow(jobs, job.id, flags);
+    if (flags.follow) await followJob(jobs, job.id, flags);
   });
 
   common(group.command('status <id>').description("a job's status, progress, checkpoints and history")).action(async (id: string, flags: Flags) => {
@@ -96,7 +99,7 @@ export function registerJob(program: Command): void {
   });
 
   common(group.command('follow <id>').description("a job's progress and messages until it ends")).action(async (id: string, flags: Flags) => {
-    await follow(new JobClient(new OrchestratorClient(flags.orchestrator)), id, flags);
+    await followJob(new JobClient(new OrchestratorClient(flags.orchestrator)), id, flags);
   });
 
   common(group.command('upgrade <id>').description('move one of your jobs onto pipeline stages × replicas from the checkpoint its current run ends with'))
@@ -113,37 +116,6 @@ export function registerJob(program: Command): void {
     const job = await new JobClient(await api(flags)).cancel(id);
     emit(flags, job, () => describeJob(job));
   });
-}
-
-/** One line: id, name, status, progress, message. */
-export function describeJob(j: JobView): string {
-  const loss = j.loss === null ? '' : ` loss ${j.loss.toFixed(3)}`;
-  return `${j.id} ${j.name} ${j.status} step ${j.step}/${j.steps}${loss}${j.message ? `: ${j.message}` : ''}`;
-}
-
-/** Prints each event as a line and progress as a bar until the job ends. */
-async function follow(jobs: JobClient, id: string, flags: CommonOptions): Promise<void> {
-  const bar = new ProgressBar('job');
-  const started = Date.now();
-  let last: JobProgress | null = null;
-  for await (const u of jobs.follow(id)) {
-    if (u.kind === 'end') break;
-    if (flags.json) {
-      process.stdout.write(JSON.stringify(u.kind === 'event' ? { event: 'job', ...u.event } : { event: 'progress', ...u.progress }) + '\n');
-      continue;
-    }
-    if (u.kind === 'event') process.stderr.write(`\n${new Date(u.event.at).toISOString()} ${u.event.status}: ${u.event.message}\n`);
-    else {
-      last = u.progress;
-      const p = u.progress;
-      const eta = p.etaMs === null ? '' : ` eta ${formatDuration(p.etaMs)}`;
-      bar.update({ done: p.step, total: p.steps, elapsedMs: Date.now() - started, text: `${p.status}${p.loss === null ? '' : ` loss ${p.loss.toFixed(4)}`} ${Math.round(p.tokensPerSecond).toLocaleString('en-US')} tok/s${eta}` });
-    }
-  }
-  const job = await jobs.get(id);
-  emit(flags, { event: 'ended', id: job.id, status: job.status, step: job.step, loss: job.loss, message: job.message }, () => `\n${describeJob(job)}`);
-  if (!isFinalJobStatus(job.status)) throw new NimbleError('unreachable', `the event stream of ${id} closed before the job ended (${job.status}, step ${last?.step ?? job.step}); follow it again`, 502);
-  if (job.status !== 'completed') process.exitCode = 1;
 }
 
 function parsePositive(v: string): number {

@@ -13,6 +13,7 @@ import { registerRewards } from './rewards.ts';
 import { registerRun } from './run.ts';
 import { registerJob } from './job.ts';
 import { registerCheckpoint } from './checkpoint.ts';
+import { registerModel } from './model.ts';
 
 export function buildProgram(): Command {
   const program = new Command('nbcli')
@@ -30,6 +31,7 @@ export function buildProgram(): Command {
   registerRun(program);
   registerJob(program);
   registerCheckpoint(program);
+  registerModel(program);
   return program;
 }
 

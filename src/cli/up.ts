@@ -1,12 +1,14 @@
 // nbcli up: a whole local network in one command: an orchestrator, N miner
 // child processes of different speeds, a gpt-tiny run on Moby Dick, progress,
-// and at the end the held-out loss and a generated sample.
+// and at the end the held-out loss and a generated sample. With --job FILE
+// the network trains that job instead (./up-job.ts).
 import { childEnv } from '../protocol/child-env.ts';
 import { NimbleError } from '../protocol/errors.ts';
 import { spawn, type ChildProcess } from 'node:child_process';
 import { createWriteStream, mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import type { Command } from 'commander';
+import type { Hex } from 'viem';
 import { loadCorpus } from '../data/corpus.ts';
 import { Engine } from '../engine/engine.ts';
 import { loadStageFrom } from '../model/checkpoint.ts';
@@ -27,11 +29,13 @@ import { loadWalletFile, saveWallet, unlockWallet, walletsDir } from '../chain/w
 import type { ChainOptions } from '../orchestrator/epochs.ts';
 import { emit, parsePositiveInt, resolveDataDir, withCommonOptions } from './common.ts';
 import { describeRun, followRun } from './follow.ts';
+import { readJobSpec } from './job-spec-file.ts';
 import { DEVELOPER_KEY_FILE } from './keys.ts';
 import { waitForSignal } from './orchestrator.ts';
 import { orchestratorChain, withOrchestratorChainOptions, type OrchestratorChainFlags } from './orchestrator-chain.ts';
 import { describeEpoch } from './rewards.ts';
 import { nbcliArgv } from './self.ts';
+import { trainUpJob } from './up-job.ts';
 
 /** Password of the demo miners' wallets when $NIMBLE_PASSWORD is not set (local chain only). */
 export const UP_DEMO_PASSWORD = 'nimble-up-demo';
@@ -44,7 +48,11 @@ interface Flags extends OrchestratorChainFlags {
   model: string;
   mergeEvery?: string;
   evalBatches: string;
+  job?: string;
 }
+
+/** Options of the demo run, which --job replaces. */
+const RUN_OPTIONS = ['steps', 'stages', 'model', 'mergeEvery', 'evalBatches'] as const;
 
 /** Throttles of the demo miners, so the network is heterogeneous. */
 const THROTTLES = [1, 0.8, 0.6, 0.45, 0.9, 0.7, 0.5, 0.35];
@@ -54,7 +62,8 @@ export function registerUp(program: Command): void {
   withCommonOptions(withOrchestratorChainOptions(
     program
       .command('up')
-      .description('start a local network (orchestrator + miners) and train gpt-tiny on Moby Dick')
+      .description('start a local network (orchestrator + miners) and train gpt-tiny on Moby Dick, or a job (--job FILE)')
+      .option('--job <file>', 'train this job spec (nimble.job.json) instead: submit it, follow it, print how to download its checkpoints, keep serving')
       .option('--miners <n>', 'miner child processes', '4')
       .option('--steps <n>', `microbatches to train; exit when done (without: ${DEFAULT_STEPS}, then keep serving until Ctrl+C)`)
       .option('--stages <n>', 'pipeline stages', '2')
@@ -62,13 +71,16 @@ export function registerUp(program: Command): void {
       .option('--merge-every <h>', 'inner steps per replica between merges')
       .option('--eval-batches <n>', 'held-out batches for the final loss', '200')
       .option('--stake <nim>', "faucet and stake this much NIM in each demo miner's wallet (default: --min-stake)"),
-  )).action(async (flags: Flags) => {
+  )).action(async (flags: Flags, cmd: Command) => {
     const minerCount = parsePositiveInt('--miners', flags.miners, 4);
+    const spec = flags.job === undefined ? null : readJobSpec(flags.job);
+    const given = RUN_OPTIONS.filter((o) => cmd.getOptionValueSource(o) === 'cli');
+    if (spec && given.length) throw new NimbleError('invalid', `--job trains the job as its spec says; ${given.map((o) => `--${o.replace(/[A-Z]/g, (c) => `-${c.toLowerCase()}`)}`).join(', ')} ${given.length === 1 ? 'is' : 'are'} for the demo run only`);
     const steps = parsePositiveInt('--steps', flags.steps, DEFAULT_STEPS);
     const stages = parsePositiveInt('--stages', flags.stages, 2);
     const evalBatches = parsePositiveInt('--eval-batches', flags.evalBatches, 200);
-    const config = gptConfig(flags.model);
-    if (stages > minerCount) throw new NimbleError('invalid', `--stages ${stages} needs at least ${stages} miners`);
+    if (!spec) gptConfig(flags.model); // an unknown model fails before anything starts
+    if (!spec && stages > minerCount) throw new NimbleError('invalid', `--stages ${stages} needs at least ${stages} miners`);
     const root = join(resolveDataDir(flags), 'up');
     const say = (event: Record<string, unknown>, human: string): void => emit(flags, event, () => human);
     if (flags.chainRpc || process.env.NIMBLE_CHAIN_RPC) throw new NimbleError('invalid', 'nbcli up runs on the local chain; use orchestrator start --chain-rpc for another one');
@@ -134,37 +146,10 @@ export function registerUp(program: Command): void {
         children.push(child);
         say({ event: 'miner', name, throttle, pid: child.pid }, `started ${name} (throttle ${throttle}, ${threads} thread${threads > 1 ? 's' : ''}, log ${join(root, 'logs', `${name}.log`)})`);
       }
-      // the run is the demo developer's: its key in the data dir signs it and downloads its checkpoint
-      const api = new OrchestratorClient(orch.url, { wallet: loadOrCreateKeyFile(join(root, DEVELOPER_KEY_FILE)).privateKey });
-      const run = await api.createRun({
-        model: flags.model,
-        data: 'moby-dick',
-        steps,
-        stages,
-        minMiners: minerCount,
-        ...(flags.mergeEvery ? { mergeEvery: parsePositiveInt('--merge-every', flags.mergeEvery, 50) } : {}),
-      });
-      say({ event: 'run', id: run.id }, `run ${run.id}: ${flags.model} on moby-dick, ${steps} steps of ${run.batchSize}×${config.contextLength} tokens, ${stages} stages`);
-      const done = await followRun(api, run.id, Boolean(flags.json));
-      if (done.status !== 'completed') throw new Error(`run ${done.id} ${done.status}: ${done.message ?? ''}`);
-      const bytes = await api.checkpoint(run.id);
-      const ckpt = join(root, `${run.id}.safetensors`);
-      writeFileSync(ckpt, bytes);
-      const engine = await Engine.create();
-      try {
-        const model = new GptStage(engine, config, { from: 0, to: partCount(config) }, { batchSize: 12 });
-        loadStageFrom(model, decodeSafetensors(bytes));
-        const loss = heldoutLoss(model, loadCorpus('moby-dick'), evalBatches, 12);
-        const prompt = new TextEncoder().encode('Call me Ishmael. ');
-        const sample = bytesToText(prompt) + bytesToText(generateBytes(model, prompt, { length: 200, seed: 1 }));
-        say(
-          { event: 'done', id: run.id, heldoutLoss: loss, checkpoint: ckpt, sample, tokensDone: done.tokensDone, mergesDone: done.mergesDone, bytesSent: done.bytesSent },
-          `${describeRun(done)}\nheld-out loss ${loss.toFixed(4)} nats/byte (${evalBatches} batches)\ncheckpoint: ${ckpt}\nsample:\n${sample}`,
-        );
-        model.release();
-      } finally {
-        await engine.close();
-      }
+      // the run or job is the demo developer's: its key in the data dir signs it and downloads its checkpoints
+      const api = new OrchestratorClient(orch.url, { wallet: developerKey(root) });
+      if (spec) await trainUpJob(api, spec, { miners: minerCount, keyDir: root, flags });
+      else await trainDemoRun(api, { steps, stages, minerCount, evalBatches, root, model: flags.model, mergeEvery: flags.mergeEvery }, flags);
       if (orch.epochs) {
         // the run's last epoch closes when it completes; wait for it to settle
         await orch.settleNow();
@@ -186,6 +171,59 @@ export function registerUp(program: Command): void {
       if (!stopping) await stopAll();
     }
   });
+}
+
+/** What the demo run trains. */
+interface DemoRun {
+  steps: number;
+  stages: number;
+  minerCount: number;
+  evalBatches: number;
+  /** <data-dir>/up: where its checkpoint is written */
+  root: string;
+  model: string;
+  mergeEvery?: string;
+}
+
+/** up's developer key (<data-dir>/up/developer-key.json, made on first use). */
+function developerKey(root: string): Hex {
+  return loadOrCreateKeyFile(join(root, DEVELOPER_KEY_FILE)).privateKey;
+}
+
+/** The demo run: trains it, writes its checkpoint, prints the held-out loss and a sample. */
+async function trainDemoRun(api: OrchestratorClient, o: DemoRun, flags: Flags): Promise<void> {
+  const say = (event: Record<string, unknown>, human: string): void => emit(flags, event, () => human);
+  const config = gptConfig(o.model);
+  const { steps, stages, minerCount, evalBatches, root } = o;
+  const run = await api.createRun({
+    model: o.model,
+    data: 'moby-dick',
+    steps,
+    stages,
+    minMiners: minerCount,
+    ...(o.mergeEvery ? { mergeEvery: parsePositiveInt('--merge-every', o.mergeEvery, 50) } : {}),
+  });
+  say({ event: 'run', id: run.id }, `run ${run.id}: ${o.model} on moby-dick, ${steps} steps of ${run.batchSize}×${config.contextLength} tokens, ${stages} stages`);
+  const done = await followRun(api, run.id, Boolean(flags.json));
+  if (done.status !== 'completed') throw new Error(`run ${done.id} ${done.status}: ${done.message ?? ''}`);
+  const bytes = await api.checkpoint(run.id);
+  const ckpt = join(root, `${run.id}.safetensors`);
+  writeFileSync(ckpt, bytes);
+  const engine = await Engine.create();
+  try {
+    const model = new GptStage(engine, config, { from: 0, to: partCount(config) }, { batchSize: 12 });
+    loadStageFrom(model, decodeSafetensors(bytes));
+    const loss = heldoutLoss(model, loadCorpus('moby-dick'), evalBatches, 12);
+    const prompt = new TextEncoder().encode('Call me Ishmael. ');
+    const sample = bytesToText(prompt) + bytesToText(generateBytes(model, prompt, { length: 200, seed: 1 }));
+    say(
+      { event: 'done', id: run.id, heldoutLoss: loss, checkpoint: ckpt, sample, tokensDone: done.tokensDone, mergesDone: done.mergesDone, bytesSent: done.bytesSent },
+      `${describeRun(done)}\nheld-out loss ${loss.toFixed(4)} nats/byte (${evalBatches} batches)\ncheckpoint: ${ckpt}\nsample:\n${sample}`,
+    );
+    model.release();
+  } finally {
+    await engine.close();
+  }
 }
 
 /**

@@ -37,7 +37,7 @@ export async function httpRequest(url: URL, req: HttpRequest): Promise<Uint8Arra
 }
 
 /** The NimbleError an error answer carries. */
-function errorOf(status: number, statusText: string, bytes: Uint8Array, what: string): NimbleError {
+export function errorOf(status: number, statusText: string, bytes: Uint8Array, what: string): NimbleError {
   let message = `${status} ${statusText}`;
   let code = `http_${status}`;
   try {

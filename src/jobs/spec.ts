@@ -78,6 +78,8 @@ export const JobSpec = Type.Object(
     ),
     /** the most NIM the developer will pay (escrowed when the job is submitted) */
     budget: Type.Optional(Nim),
+    /** the orchestrator upgrades the job itself (once) when one miner cannot meet its deadline, or none holds the whole model */
+    autoUpgrade: Type.Optional(Type.Boolean()),
   },
   { additionalProperties: false },
 );

@@ -1,5 +1,6 @@
 // The orchestrator's HTTP API: the public routes (./routes/public.ts), the
-// developers' job routes (./routes/jobs.ts) and the miners' signed routes
+// developers' job routes (./routes/jobs.ts), the model store
+// (./routes/models.ts) and the miners' signed routes
 // (./routes/miners.ts) on the shared server of
 // src/http/server.ts. A miner's malformed signed request (400, 413, 415)
 // counts as invalid work of its signer; one that proves it cheated is an
@@ -13,6 +14,7 @@ import { OffenceError } from './offences.ts';
 import type { JobService } from './jobs.ts';
 import { jobRoutes } from './routes/jobs.ts';
 import { minerRoutes } from './routes/miners.ts';
+import { modelRoutes } from './routes/models.ts';
 import { publicRoutes } from './routes/public.ts';
 
 /** Refusals that count as the signer's invalid work: a malformed, oversized or mistyped request. */
@@ -43,5 +45,6 @@ export function buildApi(coordinator: Coordinator, epochs: Epochs | null = null,
   publicRoutes(app, coordinator, epochs !== null);
   minerRoutes(app, coordinator, epochs);
   if (jobs) jobRoutes(app, coordinator, jobs);
+  modelRoutes(app, coordinator, epochs?.chain ?? null);
   return app;
 }

@@ -116,7 +116,7 @@ export class JobService {
    * checkpoint it ends with, on the group. Refused when the alive miners
    * cannot make the group.
    */
-  upgrade(id: string, by: string, layout?: JobLayout): JobRecord {
+  upgrade(id: string, by: string, layout?: JobLayout, why?: string): JobRecord {
     const job = this.state.jobs.get(id);
     if (!job) throw new NimbleError('not_found', `unknown job ${id}`);
     if (job.owner !== by) throw new NimbleError('forbidden', `job ${id} is not ${by}'s`);
@@ -134,12 +134,12 @@ export class JobService {
     if (!run || run.microbatchesCreated === 0) {
       // nothing trained in this run yet: the group takes it over at once, from the last checkpoint (if any)
       if (run) this.c.stopRun(run.id, `its job was upgraded to ${shape(to)}`);
-      this.state.jobs.requestUpgrade(id, to, `upgrade to ${shape(to)}: nothing trained in the current run yet, the group starts now`, now);
+      this.state.jobs.requestUpgrade(id, to, `${why ? `auto-upgrade (${why}): ` : ''}upgrade to ${shape(to)}: nothing trained in the current run yet, the group starts now`, now);
       this.moveOn(this.state.jobs.get(id)!, run ?? null);
     } else {
       this.c.finishRunEarly(run.id);
       const at = job.stepBase + run.microbatchesCreated;
-      this.state.jobs.requestUpgrade(id, to, `upgrade to ${shape(to)}: the current run stops at step ${at}, merges, and the job goes on from that checkpoint`, now);
+      this.state.jobs.requestUpgrade(id, to, `${why ? `auto-upgrade (${why}): ` : ''}upgrade to ${shape(to)}: the current run stops at step ${at}, merges, and the job goes on from that checkpoint`, now);
     }
     this.changed(id);
     return this.state.jobs.get(id)!;
@@ -218,6 +218,7 @@ export class JobService {
       this.end(fresh, 'idle_stopped', `no progress for ${formatDuration(fresh.idleTimeoutMs)} (${why}); its miners are freed`);
       return;
     }
+    if (this.autoUpgrade(fresh, run, now)) return;
     if (run.status === 'waiting' && run.options.pool) this.placeWaiting(fresh, run);
     const status: JobStatus = run.status === 'waiting' ? 'waiting' : run.status === 'started' ? 'started' : 'executing';
     if (status !== fresh.status && canMove(fresh.status, status)) {
@@ -260,6 +261,32 @@ export class JobService {
     this.changed(job.id);
   }
 
+  /**
+   * A job that asked for it (`autoUpgrade`) is upgraded to the default group,
+   * once, from its one-miner start: when no alive miner holds the whole
+   * model, or when at its measured speed it would end past its deadline.
+   */
+  private autoUpgrade(job: JobRecord, run: RunRecord, now: number): boolean {
+    if (!job.spec.autoUpgrade || job.upgrade || !run.options.pool || job.stepBase > 0) return false;
+    const resolved = resolveJobSpec(job.spec);
+    if (resolved.model.kind !== 'gpt') return false;
+    const layout = defaultUpgrade(partCount(resolved.model.config), this.state.miners.list(true).length);
+    if (layout.stages * layout.replicas <= 1) return false;
+    let why: string | null = null;
+    if (run.status === 'waiting' && !this.state.miners.list(true).some((m) => m.memoryBytes >= wholeModelBytes(resolved, this.options.slots))) {
+      why = 'no miner holds the whole model';
+    } else if (run.status === 'executing' && run.mergesDone >= 1) {
+      const rate = this.c.microbatches.tokensPerSecond(run.id);
+      const tokensPerStep = resolved.batchSize * resolved.model.config.contextLength;
+      const etaMs = rate > 0 ? (((job.steps - job.step) * tokensPerStep) / rate) * 1000 : 0;
+      const deadline = job.createdAt + resolved.deadlineMs;
+      if (rate > 0 && now + etaMs > deadline) why = `at ${Math.round(rate)} tokens/s on one miner it would end ${formatDuration(now + etaMs - deadline)} past its deadline`;
+    }
+    if (!why) return false;
+    this.upgrade(job.id, job.owner, layout, why);
+    return true;
+  }
+
   /** A waiting job whose miner is gone (or had none) is offered the smallest idle miner that fits. */
   private placeWaiting(job: JobRecord, run: RunRecord): void {
     const pool = run.options.pool ?? [];
@@ -274,7 +301,7 @@ export class JobService {
   /** The idle miner with the least memory that holds the whole model (the slower of equals), if any. */
   private smallestFit(job: ResolvedJob): string | null {
     if (job.model.kind !== 'gpt') return null;
-    const need = stageCost(job.model.config, { from: 0, to: partCount(job.model.config) }, job.batchSize, this.options.slots).memoryBytes.total;
+    const need = wholeModelBytes(job, this.options.slots);
     const fits = this.c.idleMiners().filter((m) => m.memoryBytes >= need);
     fits.sort((a, b) => a.memoryBytes - b.memoryBytes || a.gflops - b.gflops || a.id.localeCompare(b.id));
     return fits[0]?.id ?? null;
@@ -337,6 +364,12 @@ export class JobService {
   private changed(id: string): void {
     this.changes.emit('change', id);
   }
+}
+
+/** The memory a miner needs to train the whole of a GPT job alone. */
+function wholeModelBytes(job: ResolvedJob, slots: number): number {
+  if (job.model.kind !== 'gpt') return Infinity;
+  return stageCost(job.model.config, { from: 0, to: partCount(job.model.config) }, job.batchSize, slots).memoryBytes.total;
 }
 
 function statusReason(status: JobStatus, run: RunRecord): string {

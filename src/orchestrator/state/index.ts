@@ -8,10 +8,11 @@ import { Ledger, LEDGER_MIGRATIONS } from './ledger.ts';
 import { MergeRoundStore, MERGE_ROUND_MIGRATIONS } from './merge-rounds.ts';
 import { MicrobatchStore, MICROBATCH_MIGRATIONS } from './microbatches.ts';
 import { MinerStore, MINER_MIGRATIONS } from './miners.ts';
+import { ModelStore, MODEL_MIGRATIONS } from './models.ts';
 import { RunStore, RUN_MIGRATIONS } from './runs.ts';
 import { SpotCheckStore, SPOT_CHECK_MIGRATIONS } from './spot-checks.ts';
 
-export const MIGRATIONS = [MINER_MIGRATIONS, RUN_MIGRATIONS, MICROBATCH_MIGRATIONS, CLAIM_MIGRATIONS, MERGE_ROUND_MIGRATIONS, LEDGER_MIGRATIONS, SPOT_CHECK_MIGRATIONS, GARBAGE_MIGRATIONS, JOB_MIGRATIONS];
+export const MIGRATIONS = [MINER_MIGRATIONS, RUN_MIGRATIONS, MICROBATCH_MIGRATIONS, CLAIM_MIGRATIONS, MERGE_ROUND_MIGRATIONS, LEDGER_MIGRATIONS, SPOT_CHECK_MIGRATIONS, GARBAGE_MIGRATIONS, JOB_MIGRATIONS, MODEL_MIGRATIONS];
 
 export class OrchestratorState {
   readonly miners: MinerStore;
@@ -23,6 +24,7 @@ export class OrchestratorState {
   readonly spotChecks: SpotCheckStore;
   readonly garbage: BlobGarbage;
   readonly jobs: JobStore;
+  readonly models: ModelStore;
 
   private constructor(readonly db: StateDb) {
     this.miners = new MinerStore(db);
@@ -34,6 +36,7 @@ export class OrchestratorState {
     this.spotChecks = new SpotCheckStore(db);
     this.garbage = new BlobGarbage(db);
     this.jobs = new JobStore(db);
+    this.models = new ModelStore(db);
   }
 
   /** Opens (creating or migrating) the state file; ':memory:' for a throwaway one. */

@@ -1,0 +1,58 @@
+// The model store half of the orchestrator's public API (routes in
+// src/orchestrator/routes/models.ts, contracts in ./models.ts): store a
+// checkpoint to publish it (signed with the developer's wallet key through the
+// OrchestratorClient) and get the orchestrator's attestation; list the stored
+// models; open a model's file (public) from an offset.
+import { errorOf } from '../http/client.ts';
+import { NimbleError } from '../protocol/errors.ts';
+import type { OrchestratorClient } from './client.ts';
+import { PublishTicket, StoredModelList, StoredModelView } from './models.ts';
+
+/** What the attestation will say besides the hash and the owner. */
+export interface PublishTermsInput {
+  name: string;
+  /** NIM base units per 1,000 generated tokens */
+  pricePer1kTokens: bigint;
+  /** default: the orchestrator's `GET /models/:sha256` */
+  metadataURI?: string;
+}
+
+export class ModelClient {
+  constructor(private readonly api: OrchestratorClient) {}
+
+  /** Stores a checkpoint of one of the developer's jobs (the last one unless `step`). */
+  async storeFromJob(job: string, step: number | undefined, terms: PublishTermsInput): Promise<PublishTicket> {
+    return (await this.api.signed()).postJson('/models', { job, ...(step === undefined ? {} : { step }), ...wireTerms(terms) }, PublishTicket, 'publish ticket');
+  }
+
+  /** Uploads a whole-model safetensors file. */
+  async storeFile(bytes: Uint8Array, terms: PublishTermsInput): Promise<PublishTicket> {
+    const query = new URLSearchParams(wireTerms(terms));
+    return (await this.api.signed()).postBytes(`/models/file?${query}`, bytes, PublishTicket, 'publish ticket');
+  }
+
+  list(owner?: string): Promise<StoredModelView[]> {
+    return this.api.http.get(`/models${owner ? `?owner=${encodeURIComponent(owner)}` : ''}`, StoredModelList, 'model list');
+  }
+
+  get(sha256: string): Promise<StoredModelView> {
+    return this.api.http.get(`/models/${encodeURIComponent(sha256)}`, StoredModelView, 'stored model');
+  }
+
+  /** Opens a model's file from `offset` on (a resumed download asks for the rest). */
+  async openFile(sha256: string, offset = 0, signal?: AbortSignal): Promise<Response> {
+    const url = new URL(`/models/${encodeURIComponent(sha256)}/file`, this.api.url);
+    let res: Response;
+    try {
+      res = await fetch(url, { headers: offset > 0 ? { range: `bytes=${offset}-` } : {}, signal });
+    } catch (err) {
+      throw new NimbleError('unreachable', `cannot reach the orchestrator at ${url.origin}: ${(err as Error).message}`, 502, { cause: err });
+    }
+    if (!res.ok) throw errorOf(res.status, res.statusText, new Uint8Array(await res.arrayBuffer()), `GET ${url.pathname}`);
+    return res;
+  }
+}
+
+function wireTerms(t: PublishTermsInput): { name: string; pricePer1kTokens: string; metadataURI?: string } {
+  return { name: t.name, pricePer1kTokens: t.pricePer1kTokens.toString(), ...(t.metadataURI === undefined ? {} : { metadataURI: t.metadataURI }) };
+}

@@ -1,0 +1,76 @@
+// The model store's contracts (what `nbcli model` sends and reads): storing a
+// whole-model checkpoint to publish it, from a job's checkpoint or an uploaded
+// file, with the orchestrator's publish attestation in the answer; the stored
+// models and their files. Routes in src/orchestrator/routes/models.ts,
+// client in ./model-client.ts.
+import { Type, type Static, type TSchema } from '@sinclair/typebox';
+import { GptConfig } from '../model/config.ts';
+import { JobId } from './jobs.ts';
+
+const Count = Type.Integer({ minimum: 0, maximum: Number.MAX_SAFE_INTEGER });
+const Ms = Type.Integer({ minimum: 0, maximum: Number.MAX_SAFE_INTEGER });
+const Address = Type.String({ pattern: '^0x[0-9a-fA-F]{40}$' });
+const Nullable = <T extends TSchema>(t: T) => Type.Union([t, Type.Null()]);
+
+export const Sha256 = Type.String({ pattern: '^[0-9a-f]{64}$' });
+/** A uint256 in decimal (base units of NIM, seconds). */
+export const Uint256 = Type.String({ pattern: '^(0|[1-9][0-9]{0,77})$' });
+/** A model's name on the registry: letters, digits, `_ . -`, up to 64 (as a job's name). */
+export const ModelName = Type.String({ minLength: 1, maxLength: 64, pattern: '^[A-Za-z0-9][A-Za-z0-9_.-]*$' });
+/** Where the model's metadata is: printable ASCII without spaces, up to 512 characters. */
+export const MetadataUri = Type.String({ minLength: 1, maxLength: 512, pattern: '^[!-~]+$' });
+
+/** What the attestation will say besides the hash and the owner. */
+const terms = {
+  name: ModelName,
+  /** NIM base units per 1,000 generated tokens */
+  pricePer1kTokens: Uint256,
+  /** default: this orchestrator's `GET /models/:sha256` */
+  metadataURI: Type.Optional(MetadataUri),
+};
+
+/** `POST /models`: store a checkpoint of one of the signer's jobs (its last one unless `step`). */
+export const StoreFromJobRequest = Type.Object({ job: JobId, step: Type.Optional(Count), ...terms }, { additionalProperties: false });
+export type StoreFromJobRequest = Static<typeof StoreFromJobRequest>;
+
+/** `POST /models/file?…`: the query of an upload (the body is the safetensors file). */
+export const StoreFileQuery = Type.Object(terms, { additionalProperties: false });
+export type StoreFileQuery = Static<typeof StoreFileQuery>;
+
+export const StoredModelView = Type.Object({
+  /** of the file's bytes: its id in the store and its hash on the registry */
+  sha256: Sha256,
+  /** who stored it first: the only address the orchestrator attests for */
+  owner: Address,
+  name: ModelName,
+  bytes: Count,
+  config: GptConfig,
+  /** the job whose checkpoint it is (null: uploaded) */
+  jobId: Nullable(JobId),
+  /** the training step its checkpoint records */
+  step: Count,
+  createdAt: Ms,
+});
+export type StoredModelView = Static<typeof StoredModelView>;
+export const StoredModelList = Type.Array(StoredModelView);
+
+/** The orchestrator's EIP-712 publish attestation (ModelRegistry's PublishAttestation) and where it holds. */
+export const AttestationView = Type.Object({
+  chainId: Count,
+  registry: Address,
+  /** the ORCHESTRATOR_ROLE account that signed */
+  signer: Address,
+  checkpointSha256: Type.String({ pattern: '^0x[0-9a-f]{64}$' }),
+  owner: Address,
+  name: ModelName,
+  metadataURI: MetadataUri,
+  pricePer1kTokens: Uint256,
+  /** unix seconds (chain time), inclusive */
+  deadline: Uint256,
+  signature: Type.String({ pattern: '^0x[0-9a-fA-F]{130}$' }),
+});
+export type AttestationView = Static<typeof AttestationView>;
+
+/** What storing answers: the model as stored, and the attestation that lets its owner publish it. */
+export const PublishTicket = Type.Object({ model: StoredModelView, attestation: AttestationView });
+export type PublishTicket = Static<typeof PublishTicket>;

@@ -1,0 +1,100 @@
+// The model store's rows (src/orchestrator/models.ts fills it): whole-model
+// checkpoints developers stored to publish, by sha256 (which is also their
+// blob's id: the blob store is content-addressed). A row is never collected:
+// its blob is not subject to checkpoint retention (src/orchestrator/gc.ts
+// asks referencesBlob). The first owner to store a sha256 keeps it.
+import { Type, type Static } from '@sinclair/typebox';
+import { GptConfig } from '../../model/config.ts';
+import { all, jsonColumn, one, rowReader, scalar, type Migrations, type StateDb } from './db.ts';
+
+export const MODEL_MIGRATIONS: Migrations = {
+  store: 'models',
+  steps: [
+    `CREATE TABLE IF NOT EXISTS models (
+      sha256 TEXT PRIMARY KEY, owner TEXT NOT NULL, name TEXT NOT NULL, bytes INTEGER NOT NULL, config TEXT NOT NULL,
+      job_id TEXT, step INTEGER NOT NULL, created_at INTEGER NOT NULL
+    );
+    CREATE INDEX IF NOT EXISTS models_owner ON models (owner, created_at)`,
+  ],
+};
+
+const Int = Type.Integer({ minimum: 0 });
+const ModelRow = Type.Object({
+  sha256: Type.String({ pattern: '^[0-9a-f]{64}$' }),
+  owner: Type.String(),
+  name: Type.String(),
+  bytes: Int,
+  config: Type.String(),
+  jobId: Type.Union([Type.String(), Type.Null()]),
+  step: Int,
+  createdAt: Int,
+});
+export interface ModelRecord extends Omit<Static<typeof ModelRow>, 'config'> {
+  config: GptConfig;
+}
+const COLUMNS = 'sha256, owner, name, bytes, config, job_id AS jobId, step, created_at AS createdAt';
+const readRow = rowReader(ModelRow, 'model');
+function decode(row: unknown): ModelRecord {
+  const r = readRow(row);
+  return { ...r, config: jsonColumn(GptConfig, r.config, `config of model ${r.sha256}`) };
+}
+
+/** What storing a model records. */
+export type NewModel = Omit<ModelRecord, 'createdAt'>;
+
+export class ModelStore {
+  constructor(private readonly db: StateDb) {}
+
+  /**
+   * Records `m` unless its sha256 is stored already. Returns the row as it is
+   * now, and whether it is new: `m`'s, or (the same owner storing it again)
+   * the first row with the new name, or another owner's row, left untouched:
+   * the caller refuses it.
+   */
+  claim(m: NewModel, now: number): { record: ModelRecord; created: boolean } {
+    return this.db.tx(() => {
+      const held = this.get(m.sha256);
+      if (held && held.owner.toLowerCase() !== m.owner.toLowerCase()) return { record: held, created: false };
+      if (held) this.db.run('UPDATE models SET name = ? WHERE sha256 = ?', m.name, m.sha256);
+      else {
+        this.db.run(
+          'INSERT INTO models (sha256, owner, name, bytes, config, job_id, step, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)',
+          m.sha256,
+          m.owner,
+          m.name,
+          m.bytes,
+          JSON.stringify(m.config),
+          m.jobId,
+          m.step,
+          now,
+        );
+      }
+      return { record: this.get(m.sha256)!, created: !held };
+    });
+  }
+
+  /** Drops a row whose bytes could not be stored. */
+  forget(sha256: string): void {
+    this.db.run('DELETE FROM models WHERE sha256 = ?', sha256);
+  }
+
+  get(sha256: string): ModelRecord | undefined {
+    return one(this.db, decode, `SELECT ${COLUMNS} FROM models WHERE sha256 = ?`, sha256);
+  }
+
+  /** Every stored model, newest first (of one owner when given). */
+  list(owner?: string): ModelRecord[] {
+    return owner
+      ? all(this.db, decode, `SELECT ${COLUMNS} FROM models WHERE LOWER(owner) = LOWER(?) ORDER BY created_at DESC, sha256`, owner)
+      : all(this.db, decode, `SELECT ${COLUMNS} FROM models ORDER BY created_at DESC, sha256`);
+  }
+
+  countOf(owner: string): number {
+    return scalar(this.db, 'SELECT COUNT(*) AS n FROM models WHERE LOWER(owner) = LOWER(?)', owner);
+  }
+
+  /** Whether a stored model is this blob (then the collector never deletes it). */
+  referencesBlob(blob: string): boolean {
+    return scalar(this.db, 'SELECT COUNT(*) AS n FROM models WHERE sha256 = ?', blob) > 0;
+  }
+}
