@@ -132,13 +132,15 @@ test('limits: past its wall-clock timeout a job ends timed_out; with every miner
 
   // an outsider cannot hold event streams without bound: past the cap a new one is refused, and closing frees them
   const aborts: AbortController[] = [];
+  // the responses are kept: fetch closes the connection of a response that is garbage-collected unread
+  const responses: Response[] = [];
   const open = (): Promise<number> => {
     const a = new AbortController();
     aborts.push(a);
-    return fetch(`${cluster.url}/jobs/${busy[0].id}/events`, { headers: { accept: 'text/event-stream' }, signal: a.signal }).then((r) => r.status);
+    return fetch(`${cluster.url}/jobs/${busy[0].id}/events`, { headers: { accept: 'text/event-stream' }, signal: a.signal }).then((r) => (responses.push(r), r.status));
   };
   const answers = await Promise.all(Array.from({ length: MAX_EVENT_STREAMS + 1 }, open));
-  assert.deepEqual([answers.filter((x) => x === 200).length, answers.filter((x) => x === 503).length], [MAX_EVENT_STREAMS, 1]);
+  assert.deepEqual([answers.filter((x) => x === 200).length, answers.filter((x) => x === 503).length], [MAX_EVENT_STREAMS, 1], `the streams of ${JSON.stringify(await jobs.get(busy[0].id))}`);
   for (const a of aborts) a.abort();
   await new Promise((r) => setTimeout(r, 1000));
   assert.equal(await open(), 200, 'closed streams are freed');
