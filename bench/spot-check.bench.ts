@@ -5,13 +5,17 @@
 // activation crosses the wire as fp16 or int8-row. Also what two cheats look
 // like (weights left at the merged state, 1% noise), and the cost of one check
 // (on CHECK_ROWS sequences, as for a stage before the last, and on the whole batch).
+// And the MLP classifier's loss (its run has one stage), miner against
+// orchestrator as above, along a training run: MLP_LOSS_TOLERANCE.
 import { loadCorpus } from '../src/data/corpus.ts';
+import { loadSpamDataset, spamBatch } from '../src/data/spam.ts';
 import { batchForShard } from '../src/data/batches.ts';
 import { Engine } from '../src/engine/engine.ts';
 import { AdamW, ADAMW_DEFAULTS } from '../src/model/adamw.ts';
 import { gptConfig } from '../src/model/config.ts';
 import { GptStage, splitEvenly } from '../src/model/gpt.ts';
 import { mulberry32 } from '../src/model/init.ts';
+import { Mlp } from '../src/model/mlp.ts';
 import { decodeCheckBundle, encodeCheckBundle } from '../src/protocol/check-bundle.ts';
 import type { Codec } from '../src/protocol/codec.ts';
 import { decodeFrame, encodeFrame, readFrameHeader } from '../src/protocol/frame.ts';
@@ -21,6 +25,51 @@ import { median, type Bench, type BenchResult } from './harness.ts';
 const B = 12;
 const CHECKS = 40;
 const TRAIN_STEPS = 60;
+
+/**
+ * The spam classifier (4096→64→2, batch 64, lr 0.01) trained on the miner's
+ * engine; at each of MLP_AT steps, MLP_CHECKS batches' loss on the miner's
+ * engine and on the verifier's from the same weights: the largest relative
+ * and absolute deviations, and the smallest loss seen.
+ */
+const MLP_AT = [0, 20, 200, 1000, 2000];
+const MLP_CHECKS = 200;
+function mlpLossDeviation(miner: Engine, verifier: Engine, log: (line: string) => void): { relative: number; absolute: number; minLoss: number } {
+  const dataset = loadSpamDataset();
+  const config = { inputs: dataset.features, hidden: [64], classes: 2 };
+  const Bm = 64;
+  const m = new Mlp(miner, config, Bm, 1);
+  const r = new Mlp(verifier, config, Bm, 1);
+  const opt = new AdamW(miner, m.params, m.grads, { ...ADAMW_DEFAULTS, lr: 0.01 });
+  let relative = 0, absolute = 0, minLoss = Infinity;
+  let step = 0;
+  for (const at of MLP_AT) {
+    for (; step < at; step++) {
+      const b = spamBatch(dataset, 1, step, Bm);
+      m.zeroGrad();
+      m.forward(b.x, Bm, b.y);
+      m.backward();
+      opt.update();
+    }
+    r.params.flat.data.set(m.params.flat.data);
+    let rel = 0, abs = 0;
+    for (let i = 0; i < MLP_CHECKS; i++) {
+      const b = spamBatch(dataset, 1, 100_000 + i, Bm);
+      const honest = m.forward(b.x, Bm, b.y) as number;
+      const recomputed = r.forward(b.x, Bm, b.y) as number;
+      abs = Math.max(abs, Math.abs(honest - recomputed));
+      rel = Math.max(rel, Math.abs(honest - recomputed) / recomputed);
+      minLoss = Math.min(minLoss, recomputed);
+    }
+    log(`mlp after ${at} steps: max relative loss deviation ${rel.toExponential(3)}, max absolute ${abs.toExponential(3)}`);
+    relative = Math.max(relative, rel);
+    absolute = Math.max(absolute, abs);
+  }
+  opt.release();
+  m.release();
+  r.release();
+  return { relative, absolute, minLoss };
+}
 
 export const spotCheckBenches: Bench[] = [
   {
@@ -117,6 +166,12 @@ export const spotCheckBenches: Bench[] = [
         { bench: 'spot_check.verify_ms', value: timeCheck([3, 7].slice(0, CHECK_ROWS)), unit: 'ms' },
         { bench: 'spot_check.verify_full_batch_ms', value: timeCheck(null), unit: 'ms' },
         { bench: 'spot_check.bundle_bytes', value: bundle.length, unit: 'bytes' },
+      );
+      const mlp = mlpLossDeviation(miner, verifier, o.log);
+      o.log(`mlp: honest loss deviation at most ${mlp.relative.toExponential(3)} relative, ${mlp.absolute.toExponential(3)} absolute (smallest loss ${mlp.minLoss.toExponential(3)})`);
+      results.push(
+        { bench: 'spot_check.mlp.honest_max_loss_rel_dev', value: mlp.relative, unit: 'ratio' },
+        { bench: 'spot_check.mlp.honest_max_loss_abs_dev', value: mlp.absolute, unit: 'nats' },
       );
       for (const s of [s0, s1, ref0, ref1, stale]) s.release();
       o0.release();

@@ -9,7 +9,7 @@ import { NimbleError } from '../protocol/errors.ts';
 import { parseJson } from '../protocol/messages.ts';
 import type { OrchestratorClient } from './client.ts';
 import { readEvents } from './event-stream.ts';
-import { CheckpointList, JobEvent, JobEventList, JobList, JobView, type CheckpointView } from './jobs.ts';
+import { CheckpointList, EscrowRelease, JobCheck, JobEvent, JobEventList, JobList, JobTerms, JobView, KeepQuote, type CheckpointView } from './jobs.ts';
 
 /** What `follow` yields: a job event, or a progress update. */
 export type JobUpdate =
@@ -31,8 +31,24 @@ export type JobProgress = typeof JobProgress.static;
 export class JobClient {
   constructor(private readonly api: OrchestratorClient) {}
 
-  async submit(spec: JobSpec): Promise<JobView> {
-    return (await this.api.signed()).postJson('/jobs', { spec }, JobView, 'job');
+  /** Submits a job; on a paid network with the id of the escrow holding its budget (see `terms`, `check`). */
+  async submit(spec: JobSpec, escrow?: string): Promise<JobView> {
+    return (await this.api.signed()).postJson('/jobs', escrow ? { spec, escrow } : { spec }, JobView, 'job');
+  }
+
+  /** Whether the orchestrator would take this spec, and what to escrow for it (nothing is recorded). */
+  async check(spec: JobSpec): Promise<JobCheck> {
+    return (await this.api.signed()).postJson('/jobs/check', { spec }, JobCheck, 'job check');
+  }
+
+  /** How this network is paid (null: it is not). */
+  terms(): Promise<JobTerms> {
+    return this.api.http.get('/jobs/terms', JobTerms, 'payment terms');
+  }
+
+  /** Gets back an escrow of ours that pays for no job (a submission that failed after it was opened). */
+  async release(escrowId: string): Promise<EscrowRelease> {
+    return (await this.api.signed()).postJson(`/escrows/${escrowId}/release`, {}, EscrowRelease, 'escrow release');
   }
 
   list(owner?: string): Promise<JobView[]> {
@@ -61,9 +77,14 @@ export class JobClient {
     return (await this.api.signed()).postJson(`/jobs/${encodeURIComponent(id)}/upgrade`, layout ?? {}, JobView, 'job');
   }
 
-  /** Keeps the job's checkpoints `days` days from its end (or from now while it runs). */
-  async keep(id: string, days: number): Promise<CheckpointView[]> {
-    return (await this.api.signed()).postJson(`/jobs/${encodeURIComponent(id)}/checkpoints/keep`, { days }, CheckpointList, 'checkpoint list');
+  /** What keeping an ended job's checkpoints until `days` after its end adds and costs. */
+  keepQuote(id: string, days: number): Promise<KeepQuote> {
+    return this.api.http.get(`/jobs/${encodeURIComponent(id)}/checkpoints/keep?days=${days}`, KeepQuote, 'keep quote');
+  }
+
+  /** Keeps an ended job's checkpoints until `days` after its end; `payment`: the hash of the NIM transfer that paid the quote. */
+  async keep(id: string, days: number, payment?: string): Promise<CheckpointView[]> {
+    return (await this.api.signed()).postJson(`/jobs/${encodeURIComponent(id)}/checkpoints/keep`, payment ? { days, payment } : { days }, CheckpointList, 'checkpoint list');
   }
 
   /** Opens a checkpoint's bytes from `offset` on (a resumed download asks for the rest). */

@@ -15,8 +15,73 @@ const Nullable = <T extends TSchema>(t: T) => Type.Union([t, Type.Null()]);
 export const JOB_ID_PATTERN = '^job-[0-9a-f]{16}$';
 export const JobId = Type.String({ pattern: JOB_ID_PATTERN });
 
-export const SubmitJobRequest = Type.Object({ spec: JobSpec }, { additionalProperties: false });
+const Hex32 = Type.String({ pattern: '^0x[0-9a-fA-F]{64}$' });
+const Wei = Type.String({ pattern: '^[0-9]{1,78}$' });
+
+/** POST /jobs: the spec, and on a paid network the JobEscrow id holding its budget (opened by the developer first). */
+export const SubmitJobRequest = Type.Object({ spec: JobSpec, escrow: Type.Optional(Hex32) }, { additionalProperties: false });
 export type SubmitJobRequest = Static<typeof SubmitJobRequest>;
+
+/** POST /jobs/check: would this spec be taken (nothing recorded)? */
+export const CheckJobRequest = Type.Object({ spec: JobSpec }, { additionalProperties: false });
+export const JobCheck = Type.Object({
+  steps: Count,
+  /** wei to escrow before submitting (null: the job pays nothing: no budget, or an unpaid network) */
+  escrow: Nullable(Wei),
+});
+export type JobCheck = Static<typeof JobCheck>;
+
+/** GET /jobs/terms: how this network is paid (null: it is not). */
+export const PaymentTermsView = Type.Object({
+  chainId: Type.Integer({ minimum: 1 }),
+  jobEscrow: Address,
+  /** storage payments go to this account */
+  payee: Address,
+  nimPerPetaflop: Type.Number({ minimum: 0 }),
+  storageNimPerGbDay: Type.Number({ minimum: 0 }),
+});
+export type PaymentTermsView = Static<typeof PaymentTermsView>;
+export const JobTerms = Type.Object({ payment: Nullable(PaymentTermsView) });
+export type JobTerms = Static<typeof JobTerms>;
+
+/** POST /escrows/:id/release: an escrow that pays for no job goes back to its owner. */
+export const EscrowRelease = Type.Object({ escrowId: Hex32, refunded: Wei, alreadyClosed: Type.Boolean(), tx: Nullable(Hex32) });
+export type EscrowRelease = Static<typeof EscrowRelease>;
+
+/** POST /jobs/:id/checkpoints/keep: keep an ended job's checkpoints until `days` after it ended; on a paid network with the hash of the NIM transfer that paid for it. */
+export const KeepRequest = Type.Object({ days: Type.Integer({ minimum: 1, maximum: 3650 }), payment: Type.Optional(Hex32) }, { additionalProperties: false });
+export type KeepRequest = Static<typeof KeepRequest>;
+/** GET /jobs/:id/checkpoints/keep?days=N: what keeping them that long adds and costs. */
+export const KeepQuote = Type.Object({
+  days: Count,
+  /** when they would expire */
+  until: Ms,
+  /** of the job's checkpoints */
+  bytes: Count,
+  /** GB-days added beyond their current expiry */
+  gbDays: Type.Number({ minimum: 0 }),
+  /** wei (0: nothing to pay) */
+  price: Wei,
+  /** where to pay it (null: an unpaid network) */
+  payee: Nullable(Address),
+});
+export type KeepQuote = Static<typeof KeepQuote>;
+
+/** How a job is paid for. */
+export const JobPaymentView = Type.Object({
+  escrowId: Hex32,
+  /** wei escrowed: the budget */
+  budget: Wei,
+  /** wei owed to its miners so far (paid, or being paid) */
+  committed: Wei,
+  /** wei refunded when the escrow closed (null: open) */
+  refunded: Nullable(Wei),
+  status: Type.Union([Type.Literal('open'), Type.Literal('ending'), Type.Literal('closed')]),
+  nimPerPetaflop: Type.Number({ minimum: 0 }),
+  /** the budget ran out: the job was stopped */
+  spent: Type.Boolean(),
+});
+export type JobPaymentView = Static<typeof JobPaymentView>;
 
 /** One line of a job's history: a status change, or a message about its progress. */
 export const JobEvent = Type.Object({
@@ -70,6 +135,8 @@ export const JobView = Type.Object({
   /** an upgrade asked for and not yet made (the current run is finishing) */
   upgrade: Nullable(JobLayout),
   checkpoints: Type.Array(CheckpointView),
+  /** its escrow (null: the job pays nothing) */
+  payment: Type.Optional(Nullable(JobPaymentView)),
 });
 export type JobView = Static<typeof JobView>;
 

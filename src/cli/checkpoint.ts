@@ -11,6 +11,10 @@ import { NimbleError } from '../protocol/errors.ts';
 import { DEFAULT_ORCHESTRATOR, emit, parsePositiveInt, resolveDataDir, withCommonOptions, type CommonOptions } from './common.ts';
 import { DEVELOPER_KEY_FILE, signingKey } from './keys.ts';
 import { ProgressBar } from './progress.ts';
+import { withChainOption } from './chain-options.ts';
+import { keepCheckpoints } from './job-escrow.ts';
+import { formatNim } from '../chain/amounts.ts';
+import { STORAGE_NIM_PER_GB_DAY } from '../jobs/plan-constants.ts';
 
 interface Flags extends CommonOptions {
   orchestrator: string;
@@ -58,8 +62,12 @@ export function registerCheckpoint(program: Command): void {
     emit(flags, { event: 'downloaded', job, step: cp.step, ...r }, () => `${r.path}: ${r.bytes} bytes, sha256 ${r.sha256} (checked)${r.resumedFrom ? `, resumed at byte ${r.resumedFrom}` : ''}`);
   });
 
-  common(group.command('keep <job>').description("keep a job's checkpoints N days after it ended").requiredOption('--days <n>', 'days')).action(async (job: string, flags: Flags) => {
-    const list = await (await jobs(flags)).keep(job, parsePositiveInt('--days', flags.days, 3));
-    emit(flags, list, () => list.map((c) => `step ${c.step} kept until ${c.expiresAt ? new Date(c.expiresAt).toISOString() : 'the job ends'}`).join('\n') || `${job} has no checkpoint`);
+  withChainOption(
+    common(group.command('keep <job>').description(`keep an ended job's checkpoints N days after it ended (on a paid network: ${STORAGE_NIM_PER_GB_DAY} NIM per GB-day added, paid first)`).requiredOption('--days <n>', 'days')),
+  ).action(async (job: string, flags: Flags & { chainRpc?: string }) => {
+    const key = await signingKey(flags, DEVELOPER_KEY_FILE);
+    const client = new JobClient(new OrchestratorClient(flags.orchestrator, { wallet: key }));
+    const { list, paid } = await keepCheckpoints(flags, client, job, parsePositiveInt('--days', flags.days, 3), key);
+    emit(flags, list, () => [...list.map((c) => `step ${c.step} kept until ${c.expiresAt ? new Date(c.expiresAt).toISOString() : 'the job ends'}`), ...(paid > 0n ? [`paid ${formatNim(paid)} NIM`] : [])].join('\n') || `${job} has no checkpoint`);
   });
 }

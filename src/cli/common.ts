@@ -38,5 +38,16 @@ export function parsePositiveInt(name: string, value: string | undefined, fallba
   return n;
 }
 
+const BYTE_UNITS: Record<string, number> = { '': 1, b: 1, kb: 1e3, mb: 1e6, gb: 1e9, tb: 1e12, kib: 2 ** 10, mib: 2 ** 20, gib: 2 ** 30, tib: 2 ** 40 };
+
+/** Parses an amount of memory such as `512MB`, `2GiB` or `1000000` (bytes) or throws an 'invalid' NimbleError naming the flag. */
+export function parseBytes(name: string, value: string): number {
+  const m = /^([0-9]+(?:\.[0-9]+)?)\s*([a-zA-Z]*)$/.exec(value.trim());
+  const unit = m ? BYTE_UNITS[m[2].toLowerCase()] : undefined;
+  const n = m && unit ? Math.floor(Number(m[1]) * unit) : NaN;
+  if (!(n >= 1 && n <= 2 ** 50)) throw new NimbleError('invalid', `${name} must be an amount of memory such as 512MB or 2GiB (at least 1 byte, at most 1 PiB), got '${value}'`);
+  return n;
+}
+
 /** The orchestrator commands talk to unless told: $NIMBLE_ORCHESTRATOR, else the default port on this machine. */
 export const DEFAULT_ORCHESTRATOR = process.env.NIMBLE_ORCHESTRATOR ?? 'http://127.0.0.1:7070';

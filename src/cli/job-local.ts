@@ -3,8 +3,8 @@
 // checkpoint format): a GPT on its corpus with a held-out loss and a
 // checkpoint, or the spam classifier with held-out accuracy beside its
 // logistic-regression baseline.
-import { join } from 'node:path';
-import { loadCorpus } from '../data/corpus.ts';
+import { dirname, join } from 'node:path';
+import { loadLocalCorpus } from '../data/dataset.ts';
 import { Engine } from '../engine/engine.ts';
 import { resolveJobSpec, type JobSpec } from '../jobs/spec.ts';
 import { saveStage } from '../model/checkpoint.ts';
@@ -21,6 +21,8 @@ export interface LocalFlags extends CommonOptions {
   steps?: string;
   threads?: string;
   out?: string;
+  /** the spec file: a relative data path is taken from its folder (default: the current folder) */
+  specFile?: string;
 }
 
 export async function runJobLocally(spec: JobSpec, flags: LocalFlags): Promise<void> {
@@ -50,9 +52,10 @@ export async function runJobLocally(spec: JobSpec, flags: LocalFlags): Promise<v
     }
     let corpus;
     try {
-      corpus = loadCorpus(job.data);
+      // packed as nbcli job submit uploads it (src/data/dataset.ts): local and network runs train on the same bytes
+      corpus = loadLocalCorpus(job.data, flags.specFile ? dirname(flags.specFile) : '.', job.model.config.contextLength);
     } catch (err) {
-      throw new NimbleError('invalid', (err as Error).message);
+      throw err instanceof NimbleError ? err : new NimbleError('invalid', (err as Error).message);
     }
     const result = trainLocal(engine, {
       model: job.model.config,

@@ -9,6 +9,7 @@ import { DEFAULT_PRICING, formatJobPlan, planJob, type JobPlan, type PoolMiner }
 import { resolveJobSpec } from '../jobs/spec.ts';
 import { NimbleError } from '../protocol/errors.ts';
 import { DEFAULT_ORCHESTRATOR, emit, withCommonOptions, type CommonOptions } from './common.ts';
+import { isLocalData, packJobData } from './job-data.ts';
 import { readJobSpec } from './job-spec-file.ts';
 
 interface PlanFlags extends CommonOptions {
@@ -25,13 +26,19 @@ export function registerJobPlan(job: Command): void {
       .option('--orchestrator <url>', 'the network whose live miners to plan on', DEFAULT_ORCHESTRATOR)
       .option('--price <nim>', `NIM per petaflop of training (default ${DEFAULT_PRICING.nimPerPetaflop})`),
   ).action(async (file: string, flags: PlanFlags) => {
-    const resolved = resolveJobSpec(readJobSpec(file));
+    const spec = readJobSpec(file);
+    const resolved = resolveJobSpec(spec);
     const price = flags.price === undefined ? DEFAULT_PRICING.nimPerPetaflop : Number(flags.price);
     if (!(Number.isFinite(price) && price > 0)) throw new NimbleError('invalid', `--price must be a positive number of NIM per PFLOP, got '${flags.price}'`);
     const { miners, unreachable } = await liveMiners(flags.orchestrator);
     const plan: JobPlan = planJob(resolved, miners, { nimPerPetaflop: price });
     if (unreachable !== null) {
       plan.explanation.unshift(`${unreachable.charAt(0).toUpperCase()}${unreachable.slice(1)}: planned against no miners, so this is the model's needs only.`);
+    }
+    if (isLocalData(spec.data)) {
+      // its local data is packed as submit would pack it: what it would upload, or why it cannot
+      const packed = packJobData(spec, file);
+      plan.explanation.push(`Data: ${spec.data} packs to ${packed.bytes.length.toLocaleString('en-US')} bytes (${packed.files.length} file${packed.files.length === 1 ? '' : 's'}${packed.skipped.length ? `, ${packed.skipped.length} skipped: ${packed.skipped.slice(0, 3).map((x) => x.path).join(', ')}${packed.skipped.length > 3 ? ', …' : ''}` : ''}) as ${packed.id}; job submit uploads it once.`);
     }
     emit(flags, plan, () => formatJobPlan(plan));
   });

@@ -10,15 +10,19 @@ import { OrchestratorClient } from '../api/client.ts';
 import { JobClient } from '../api/job-client.ts';
 import { JOB_TEMPLATES, type JobTemplate } from '../jobs/templates.ts';
 import { NimbleError } from '../protocol/errors.ts';
+import { withChainOption } from './chain-options.ts';
 import { DEFAULT_ORCHESTRATOR, emit, withCommonOptions, type CommonOptions } from './common.ts';
-import { describeJob, followJob } from './job-follow.ts';
+import { describeJob, describePayment, followJob } from './job-follow.ts';
 import { registerJobPlan } from './job-plan.ts';
 import { readJobSpec } from './job-spec-file.ts';
+import { submitJob } from './job-escrow.ts';
+import { uploadJobData } from './job-data.ts';
 import { runJobLocally } from './job-local.ts';
 import { DEVELOPER_KEY_FILE, signingKey } from './keys.ts';
 
 interface Flags extends CommonOptions {
   orchestrator: string;
+  chainRpc?: string;
   'wallet.name'?: string;
   follow?: boolean;
   mine?: boolean;
@@ -27,11 +31,11 @@ interface Flags extends CommonOptions {
 export function registerJob(program: Command): void {
   const group = program.command('job').description("a developer's training job: write a spec, try it locally, plan it, submit it, follow it");
   const common = (cmd: Command): Command =>
-    withCommonOptions(
+    withChainOption(withCommonOptions(
       cmd
         .option('--orchestrator <url>', 'the network', DEFAULT_ORCHESTRATOR)
         .option('--wallet.name <name>', 'sign as this wallet (default: <data-dir>/developer-key.json)'),
-    );
+    ));
   const api = async (flags: Flags): Promise<OrchestratorClient> => new OrchestratorClient(flags.orchestrator, { wallet: await signingKey(flags, DEVELOPER_KEY_FILE) });
 
   withCommonOptions(
@@ -59,7 +63,7 @@ export function registerJob(program: Command): void {
       .option('--out <file>', 'checkpoint path (default: <data-dir>/checkpoints/<name>-local.safetensors)'),
   ).action(async (file: string, flags: CommonOptions & { local?: boolean; steps?: string; threads?: string; out?: string }) => {
     if (!flags.local) throw new NimbleError('invalid', 'job run needs --local (to put the job on the network: nbcli job submit FILE)');
-    await runJobLocally(readJobSpec(file), flags);
+    await runJobLocally(readJobSpec(file), { ...flags, specFile: file });
   });
 
   registerJobPlan(group);
@@ -72,9 +76,9 @@ export function registerJob(program: Command): void {
       .option('--auto-upgrade', "let the orchestrator upgrade it onto stages × replicas when one miner cannot meet its deadline or hold the model (the spec's autoUpgrade)"),
   ).action(async (file: string, flags: Flags & { autoUpgrade?: boolean }) => {
     const spec = { ...readJobSpec(file), ...(flags.autoUpgrade ? { autoUpgrade: true } : {}) };
-    const client = await api(flags);
-    const jobs = new JobClient(client);
-    const job = await jobs.submit(spec);
+    const key = await signingKey(flags, DEVELOPER_KEY_FILE);
+    const jobs = new JobClient(new OrchestratorClient(flags.orchestrator, { wallet: key }));
+    const job = await submitJob(flags, jobs, await uploadJobData(new OrchestratorClient(flags.orchestrator, { wallet: key }), spec, file, flags), key, { log: (line) => flags.json || console.error(line) });
     emit(flags, { event: 'submitted', id: job.id, status: job.status }, () => `${job.id} ${job.status}: ${job.message ?? ''}\nfollow it with: nbcli job follow ${job.id}`);
     if (flags.follow) await followJob(jobs, job.id, flags);
   });
@@ -85,6 +89,7 @@ export function registerJob(program: Command): void {
     emit(flags, { ...job, events }, () =>
       [
         describeJob(job),
+        ...(job.payment ? [`  ${describePayment(job.payment)}`] : []),
         ...job.checkpoints.map((c) => `  checkpoint step ${c.step}: ${(c.bytes / 1e6).toFixed(1)} MB sha256 ${c.sha256.slice(0, 16)}…${c.expiresAt ? ` kept until ${new Date(c.expiresAt).toISOString()}` : ''}`),
         ...events.map((e) => `  ${new Date(e.at).toISOString()} ${e.status.padEnd(12)} ${e.message}`),
       ].join('\n'),

@@ -14,6 +14,7 @@ import { registerRun } from './run.ts';
 import { registerJob } from './job.ts';
 import { registerCheckpoint } from './checkpoint.ts';
 import { registerModel } from './model.ts';
+import { registerDataset } from './dataset.ts';
 
 export function buildProgram(): Command {
   const program = new Command('nbcli')
@@ -32,6 +33,7 @@ export function buildProgram(): Command {
   registerJob(program);
   registerCheckpoint(program);
   registerModel(program);
+  registerDataset(program);
   return program;
 }
 

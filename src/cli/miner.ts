@@ -3,7 +3,7 @@ import { NimbleError } from '../protocol/errors.ts';
 import { join } from 'node:path';
 import type { Command } from 'commander';
 import { Miner } from '../miner/miner.ts';
-import { emit, parsePositiveInt, resolveDataDir, withCommonOptions, type CommonOptions } from './common.ts';
+import { emit, parseBytes, parsePositiveInt, resolveDataDir, withCommonOptions, type CommonOptions } from './common.ts';
 import { waitForSignal } from './orchestrator.ts';
 import { signingKey } from './keys.ts';
 
@@ -17,6 +17,7 @@ interface Flags extends CommonOptions {
   port: string;
   slots: string;
   mergeDelayMs: string;
+  memory?: string;
 }
 
 export function registerMiner(program: Command): void {
@@ -32,6 +33,7 @@ export function registerMiner(program: Command): void {
       .option('--host <host>', 'address for peer traffic', '127.0.0.1')
       .option('--port <port>', 'port for peer traffic (0: any free port)', '0')
       .option('--slots <n>', 'microbatches in flight', '3')
+      .option('--memory <size>', 'memory offered to the planner, e.g. 512MB or 2GiB (default: the free memory; never more than it)')
       .option('--merge-delay-ms <ms>', 'wait this long before merging partitions (for failure testing)', '0')
       .option('--wallet.name <name>', 'sign with this wallet (<data-dir>/wallets/NAME.json; password from $NIMBLE_PASSWORD or a prompt) instead of <data-dir>/miner/miner-key.json'),
   ).action(async (flags: Flags) => {
@@ -56,8 +58,9 @@ export function registerMiner(program: Command): void {
     };
     const mergeDelayMs = Number(flags.mergeDelayMs);
     if (!(mergeDelayMs >= 0)) throw new NimbleError('invalid', `--merge-delay-ms must be a non-negative number, got '${flags.mergeDelayMs}'`);
+    const memoryBytes = flags.memory === undefined ? undefined : parseBytes('--memory', flags.memory);
     const privateKey = await signingKey(flags, 'miner-key.json', dataDir);
-    const miner = await Miner.start({ orchestrator: orchestrator.href.replace(/\/$/, ''), dataDir, name: flags.name, threads, throttle, host: flags.host, port, slots, log, mergeDelayMs, privateKey });
+    const miner = await Miner.start({ orchestrator: orchestrator.href.replace(/\/$/, ''), dataDir, name: flags.name, threads, throttle, host: flags.host, port, slots, log, mergeDelayMs, privateKey, memoryBytes });
     emit(flags, { event: 'started', address: miner.address, url: miner.url }, () => `miner ${miner.address} serving peers on ${miner.url}`);
     await waitForSignal();
     await miner.stop();

@@ -7,6 +7,7 @@ import { signerFor } from '../chain/client.ts';
 import { localOperatorAccount, openChain } from '../chain/session.ts';
 import { DEFAULT_EPOCH_ROUNDS, type ChainOptions } from '../orchestrator/epochs.ts';
 import { parsePositiveInt, resolveDataDir } from './common.ts';
+import { DEFAULT_PRICING } from '../jobs/plan-constants.ts';
 import { chainRpcOf, unlock, type ChainCommandOptions } from './chain-options.ts';
 
 export interface OrchestratorChainFlags extends ChainCommandOptions {
@@ -15,6 +16,7 @@ export interface OrchestratorChainFlags extends ChainCommandOptions {
   epochMinutes?: string;
   emission?: string;
   minStake?: string;
+  price?: string;
 }
 
 export function withOrchestratorChainOptions(cmd: Command): Command {
@@ -25,7 +27,8 @@ export function withOrchestratorChainOptions(cmd: Command): Command {
     .option('--epoch-rounds <n>', 'completed merge rounds of a run per epoch', String(DEFAULT_EPOCH_ROUNDS))
     .option('--epoch-minutes <m>', 'also close an epoch this many minutes after it opened')
     .option('--emission <nim>', 'NIM paid per epoch, split by score', '100')
-    .option('--min-stake <nim>', 'refuse miners with less stake than this (NIM): every identity stakes, so splitting work across identities gains nothing', '10');
+    .option('--min-stake <nim>', 'refuse miners with less stake than this (NIM): every identity stakes, so splitting work across identities gains nothing', '10')
+    .option('--price <nim>', "NIM per PFLOP of training that developers' jobs pay their miners from their escrows", String(DEFAULT_PRICING.nimPerPetaflop));
 }
 
 function parseNimOrZero(flag: string, value: string | undefined): bigint {
@@ -39,6 +42,8 @@ export async function orchestratorChain(flags: OrchestratorChainFlags, log: (lin
   if (flags.chain === false) return null;
   const emission = parseNimOrZero('--emission', flags.emission ?? '100');
   const minStake = parseNimOrZero('--min-stake', flags.minStake);
+  const nimPerPetaflop = Number(flags.price ?? DEFAULT_PRICING.nimPerPetaflop);
+  if (!(nimPerPetaflop >= 0) || !Number.isFinite(nimPerPetaflop)) throw new NimbleError('invalid', `--price must be a non-negative number of NIM per PFLOP, got '${flags.price}'`);
   const epochRounds = parsePositiveInt('--epoch-rounds', flags.epochRounds, DEFAULT_EPOCH_ROUNDS);
   let epochMs: number | undefined;
   if (flags.epochMinutes !== undefined) {
@@ -56,7 +61,7 @@ export async function orchestratorChain(flags: OrchestratorChainFlags, log: (lin
   const signer = wallet ? wallet.sign(session.client) : signerFor(session.client, localOperatorAccount());
   const pause = Number(process.env.NIMBLE_TEST_SETTLE_PAUSE_MS ?? 0); // fault injection for the kill -9 test
   return {
-    client: session.client, signer, emission, epochRounds, epochMs, minStake, close: () => session.close(), log, local: !rpcUrl,
+    client: session.client, signer, emission, nimPerPetaflop, epochRounds, epochMs, minStake, close: () => session.close(), log, local: !rpcUrl,
     ...(pause > 0 ? { pauseAfterSettleMs: pause } : {}),
   };
 }

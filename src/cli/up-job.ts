@@ -7,9 +7,13 @@
 import type { OrchestratorClient } from '../api/client.ts';
 import { JobClient } from '../api/job-client.ts';
 import type { CheckpointView, JobView } from '../api/jobs.ts';
+import type { PackedDataset } from '../data/dataset.ts';
 import type { JobSpec } from '../jobs/spec.ts';
 import { emit, type CommonOptions } from './common.ts';
+import { uploadJobData } from './job-data.ts';
+import { submitJob } from './job-escrow.ts';
 import { followJob } from './job-follow.ts';
+import type { Hex } from 'viem';
 
 /** How long to wait for the miners to join before submitting anyway (the job then waits for one). */
 export const UP_JOB_MINER_WAIT_MS = 60_000;
@@ -19,15 +23,22 @@ export interface UpJobOptions {
   miners: number;
   /** the data dir whose developer-key.json signed the job (`--data-dir` of the download command) */
   keyDir: string;
+  /** that key: on the paid local network it is given the job's budget from the faucet and escrows it */
+  key: Hex;
   flags: CommonOptions;
+  /** the spec file: a local data path in the spec is taken from its folder, uploaded, and named by its sha256 id */
+  specFile?: string;
+  /** that data, packed already (up checks it before it starts the network) */
+  packed?: PackedDataset;
 }
 
 /** Submits `spec`, follows it until it ends, prints its checkpoints and how to download them; returns the ended job. */
 export async function trainUpJob(api: OrchestratorClient, spec: JobSpec, options: UpJobOptions): Promise<JobView> {
   const { flags } = options;
+  if (options.specFile) spec = await uploadJobData(api, spec, options.specFile, flags, options.packed);
   const alive = await waitForMiners(api, options.miners, UP_JOB_MINER_WAIT_MS);
   const jobs = new JobClient(api);
-  const job = await jobs.submit(spec);
+  const job = await submitJob(flags, jobs, spec, options.key, { faucet: true, log: (line) => emit(flags, { event: 'log', message: line }, () => line) });
   emit(flags, { event: 'submitted', id: job.id, status: job.status, miners: alive }, () => `${job.id} ${job.name} ${job.status}: ${job.message ?? ''} (${alive} miner${alive === 1 ? '' : 's'} joined)`);
   const ended = await followJob(jobs, job.id, flags);
   const checkpoints = await jobs.checkpoints(job.id);

@@ -36,6 +36,7 @@ import { orchestratorChain, withOrchestratorChainOptions, type OrchestratorChain
 import { describeEpoch } from './rewards.ts';
 import { nbcliArgv } from './self.ts';
 import { trainUpJob } from './up-job.ts';
+import { isLocalData, packJobData } from './job-data.ts';
 
 /** Password of the demo miners' wallets when $NIMBLE_PASSWORD is not set (local chain only). */
 export const UP_DEMO_PASSWORD = 'nimble-up-demo';
@@ -74,6 +75,7 @@ export function registerUp(program: Command): void {
   )).action(async (flags: Flags, cmd: Command) => {
     const minerCount = parsePositiveInt('--miners', flags.miners, 4);
     const spec = flags.job === undefined ? null : readJobSpec(flags.job);
+    const packed = spec && isLocalData(spec.data) ? packJobData(spec, flags.job!) : undefined; // a bad data path fails before anything starts
     const given = RUN_OPTIONS.filter((o) => cmd.getOptionValueSource(o) === 'cli');
     if (spec && given.length) throw new NimbleError('invalid', `--job trains the job as its spec says; ${given.map((o) => `--${o.replace(/[A-Z]/g, (c) => `-${c.toLowerCase()}`)}`).join(', ')} ${given.length === 1 ? 'is' : 'are'} for the demo run only`);
     const steps = parsePositiveInt('--steps', flags.steps, DEFAULT_STEPS);
@@ -148,7 +150,7 @@ export function registerUp(program: Command): void {
       }
       // the run or job is the demo developer's: its key in the data dir signs it and downloads its checkpoints
       const api = new OrchestratorClient(orch.url, { wallet: developerKey(root) });
-      if (spec) await trainUpJob(api, spec, { miners: minerCount, keyDir: root, flags });
+      if (spec) await trainUpJob(api, spec, { miners: minerCount, keyDir: root, key: developerKey(root), flags, specFile: flags.job, packed });
       else await trainDemoRun(api, { steps, stages, minerCount, evalBatches, root, model: flags.model, mergeEvery: flags.mergeEvery }, flags);
       if (orch.epochs) {
         // the run's last epoch closes when it completes; wait for it to settle

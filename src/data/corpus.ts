@@ -29,9 +29,14 @@ export function mobyDickBytes(): Uint8Array {
   return new TextEncoder().encode(text);
 }
 
+/** Where a corpus of `length` bytes is cut: bytes before it train, the rest is held out. */
+export function splitPoint(length: number, heldoutFraction = HELDOUT_FRACTION): number {
+  return Math.floor(length * (1 - heldoutFraction));
+}
+
 /** Splits bytes into train and held-out (the last HELDOUT_FRACTION). */
 export function splitCorpus(name: string, bytes: Uint8Array, heldoutFraction = HELDOUT_FRACTION): ByteCorpus {
-  const cut = Math.floor(bytes.length * (1 - heldoutFraction));
+  const cut = splitPoint(bytes.length, heldoutFraction);
   return { name, train: bytes.subarray(0, cut), heldout: bytes.subarray(cut) };
 }
 

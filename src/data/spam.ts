@@ -25,6 +25,8 @@ import { hashSeed, mulberry32 } from '../model/init.ts';
 
 /** Hash buckets, i.e. the width of a feature row. */
 export const SPAM_FEATURES = 4096;
+/** The most buckets a data set may have: 16,384 keep the dense rows of all 6,046 messages under 400 MB. */
+export const SPAM_MAX_FEATURES = 1 << 14;
 /** Fraction of messages (by name hash) kept for evaluation. */
 export const SPAM_HELDOUT_FRACTION = 0.2;
 /** Shortest and longest byte n-grams hashed. */
@@ -157,17 +159,32 @@ function toSplit(rows: Float32Array[], labels: number[], features: number): Spam
   return { x, y: Int32Array.from(labels), rows: rows.length };
 }
 
-/** Features, labels and the split of `messages` (in corpus order within each split). */
-export function buildSpamDataset(messages: readonly SpamMessage[], features = SPAM_FEATURES): SpamDataset {
-  if (!(Number.isInteger(features) && features > 0)) throw new RangeError(`features must be a positive integer, got ${features}`);
-  const train: Float32Array[] = [], trainY: number[] = [];
-  const held: Float32Array[] = [], heldY: number[] = [];
-  for (const m of messages) {
+/** Rows and labels of the two splits while a data set is being built. */
+interface SplitRows {
+  train: Float32Array[];
+  trainY: number[];
+  held: Float32Array[];
+  heldY: number[];
+}
+
+function checkFeatures(features: number): void {
+  if (!(Number.isInteger(features) && features > 0 && features <= SPAM_MAX_FEATURES)) throw new RangeError(`features must be an integer from 1 to ${SPAM_MAX_FEATURES}, got ${features}`);
+}
+
+/** Featurizes messages [from, to) into `acc`. */
+function addRows(messages: readonly SpamMessage[], from: number, to: number, features: number, acc: SplitRows): void {
+  for (let i = from; i < Math.min(to, messages.length); i++) {
+    const m = messages[i];
     const row = spamFeatures(m.text, new Float32Array(features));
     const heldout = isSpamHeldout(spamMessageKey(m));
-    (heldout ? held : train).push(row);
-    (heldout ? heldY : trainY).push(spamLabel(m.group));
+    (heldout ? acc.held : acc.train).push(row);
+    (heldout ? acc.heldY : acc.trainY).push(spamLabel(m.group));
   }
+}
+
+/** The data set from every message's rows: held-out rows that repeat a training row dropped. */
+function assemble(acc: SplitRows, features: number): SpamDataset {
+  const { train, trainY, held, heldY } = acc;
   // identical rows come from identical Subject + body (but for a 2⁻¹²⁸ chance)
   const digest = (row: Float32Array): string => createHash('sha256').update(new Uint8Array(row.buffer, row.byteOffset, row.byteLength)).digest('hex');
   const seen = new Set(train.map(digest));
@@ -180,7 +197,19 @@ export function buildSpamDataset(messages: readonly SpamMessage[], features = SP
   };
 }
 
+/** Features, labels and the split of `messages` (in corpus order within each split). */
+export function buildSpamDataset(messages: readonly SpamMessage[], features = SPAM_FEATURES): SpamDataset {
+  checkFeatures(features);
+  const acc: SplitRows = { train: [], trainY: [], held: [], heldY: [] };
+  addRows(messages, 0, messages.length, features, acc);
+  return assemble(acc, features);
+}
+
+/** Messages featurized between two yields of `loadSpamDatasetAsync` (a few ms of work). */
+const ASYNC_SLICE = 64;
+
 const cache = new Map<number, SpamDataset>();
+const building = new Map<number, Promise<SpamDataset>>();
 
 /** The SpamAssassin data set with `features` buckets, built once per process. */
 export function loadSpamDataset(features = SPAM_FEATURES): SpamDataset {
@@ -190,6 +219,40 @@ export function loadSpamDataset(features = SPAM_FEATURES): SpamDataset {
     cache.set(features, d);
   }
   return d;
+}
+
+/** The data set with `features` buckets if it is built already (by either loader), else null. */
+export function spamDatasetIfBuilt(features = SPAM_FEATURES): SpamDataset | null {
+  return cache.get(features) ?? null;
+}
+
+/**
+ * loadSpamDataset without holding the event loop for long (about 1.4 s of
+ * work for 4,096 buckets): messages are featurized ASYNC_SLICE at a time,
+ * yielding between slices, so a process keeps serving (a miner its
+ * heartbeats, the orchestrator its requests) while it is built. Concurrent
+ * calls share one build; a failed build is tried again by the next call.
+ */
+export function loadSpamDatasetAsync(features = SPAM_FEATURES): Promise<SpamDataset> {
+  const done = cache.get(features);
+  if (done) return Promise.resolve(done);
+  let p = building.get(features);
+  if (!p) {
+    p = (async () => {
+      checkFeatures(features);
+      const messages = spamMessages();
+      const acc: SplitRows = { train: [], trainY: [], held: [], heldY: [] };
+      for (let at = 0; at < messages.length; at += ASYNC_SLICE) {
+        await new Promise((r) => setImmediate(r));
+        addRows(messages, at, at + ASYNC_SLICE, features, acc);
+      }
+      const d = cache.get(features) ?? assemble(acc, features);
+      cache.set(features, d);
+      return d;
+    })().finally(() => building.delete(features));
+    building.set(features, p);
+  }
+  return p;
 }
 
 /** B training rows drawn (with replacement) from hash(seed, shard): the same batch in any process. */

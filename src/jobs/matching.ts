@@ -185,3 +185,61 @@ export function matchJobs(jobs: readonly QueuedJob[], miners: readonly PoolMiner
 function plural(n: number, what: string): string {
   return `${n} ${what}${n === 1 ? '' : 's'}`;
 }
+
+/** A job waiting for the one miner of its default assignment (src/orchestrator/jobs.ts). */
+export interface WaitingForOne {
+  id: string;
+  /** NIM per PFLOP offered (null: the network's price) */
+  offer: number | null;
+  queuedAt: number;
+  /** memory one miner needs to hold the whole model */
+  needBytes: number;
+}
+
+export interface OnePlacement {
+  /** the job placed on its miner, in the order they were served */
+  placed: { id: string; miner: string }[];
+  /** why the others wait */
+  waiting: { id: string; reason: string }[];
+}
+
+/**
+ * The default assignment for several waiting jobs at once: served in order of
+ * effective priority (the offer, aged as above: no job starves), each given
+ * the idle miner with the least memory that holds it (the slower of equals),
+ * so small jobs leave big miners to big jobs. A job offering less than the
+ * network's price waits. `alive`: every live miner, to say why a job waits.
+ */
+export function placeOnOneMiner(
+  jobs: readonly WaitingForOne[],
+  idle: readonly PoolMiner[],
+  alive: readonly PoolMiner[],
+  now: number,
+  pricing: JobPricing = DEFAULT_PRICING,
+): OnePlacement {
+  const free = [...idle].sort((a, b) => a.memoryBytes - b.memoryBytes || a.gflops - b.gflops || (a.id < b.id ? -1 : a.id > b.id ? 1 : 0));
+  const order = jobs
+    .map((j) => ({ j, priority: effectivePriority(j.offer ?? pricing.nimPerPetaflop, now - j.queuedAt, pricing) }))
+    .sort((a, b) => b.priority - a.priority || a.j.queuedAt - b.j.queuedAt || (a.j.id < b.j.id ? -1 : a.j.id > b.j.id ? 1 : 0));
+  const out: OnePlacement = { placed: [], waiting: [] };
+  for (const { j } of order) {
+    const offer = j.offer ?? pricing.nimPerPetaflop;
+    if (offer < pricing.nimPerPetaflop) {
+      out.waiting.push({ id: j.id, reason: `offers ${offer} NIM per PFLOP, below the network's ${pricing.nimPerPetaflop}` });
+      continue;
+    }
+    const i = free.findIndex((m) => m.memoryBytes >= j.needBytes);
+    if (i >= 0) {
+      out.placed.push({ id: j.id, miner: free[i].id });
+      free.splice(i, 1);
+      continue;
+    }
+    const holders = alive.filter((m) => m.memoryBytes >= j.needBytes).length;
+    out.waiting.push({
+      id: j.id,
+      reason: holders === 0 ? 'waiting for an idle miner that holds the whole model (no live miner does)' : `waiting for an idle miner that holds the whole model (${plural(holders, 'live miner')} can, all busy)`,
+    });
+  }
+  return out;
+}
+

@@ -20,7 +20,7 @@
 //   + classes + 2): Mlp keeps every layer's output and its gradient
 //   (acts, dacts: Σw each), the ReLU outputs (Σhidden), the probabilities
 //   (classes), the per-example losses and int32 targets (1 each).
-import type { MlpConfig } from '../model/mlp.ts';
+import { mlpParamCountOf, type MlpConfig } from '../model/mlp.ts';
 import { BYTES_PER_FLOAT, ELEMENTWISE_FLOPS, OPTIMIZER_COPIES, type StageCost } from '../planner/cost.ts';
 import type { FlopsPerToken } from '../planner/types.ts';
 
@@ -36,10 +36,8 @@ export function mlpWidths(config: MlpConfig): number[] {
 
 /** Parameters: a weight matrix and a bias per layer. */
 export function mlpParamCount(config: MlpConfig): number {
-  const w = mlpWidths(config);
-  let params = 0;
-  for (let i = 0; i + 1 < w.length; i++) params += w[i] * w[i + 1] + w[i + 1];
-  return params;
+  mlpWidths(config);
+  return mlpParamCountOf(config);
 }
 
 /** FLOPs to train on one example, forward and backward (see the file header). */

@@ -9,6 +9,8 @@ import type { JobPricing } from './plan-schema.ts';
 /** 1 NIM per PFLOP: a miner sustaining 100 GFLOP/s earns about 0.36 NIM per hour of training. */
 export const DEFAULT_PRICING: JobPricing = { nimPerPetaflop: 1 };
 
+/** Keeping an ended job's checkpoints longer (`nbcli checkpoint keep`) costs this much NIM per GB (1e9 bytes) per day added. */
+export const STORAGE_NIM_PER_GB_DAY = 0.1;
 /** Microbatches in flight per miner, as the coordinator's default (COORDINATOR_DEFAULTS.slots): the planner sizes GPT activations with it. */
 export const JOB_SLOTS = 3;
 /** Bytes per activation value sent between stages: runs send activations and their gradients as f16 by default. */

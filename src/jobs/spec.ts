@@ -5,7 +5,9 @@
 // what was expected; `resolveJobSpec` fills in the defaults.
 import { Type, type Static, type TInteger } from '@sinclair/typebox';
 import { Value, type ValueError } from '@sinclair/typebox/value';
+import { SPAM_MAX_FEATURES } from '../data/spam.ts';
 import { GPT_CONFIGS, GPT_LIMITS, MAX_GPT_PARAMS, type GptConfig } from '../model/config.ts';
+import { MAX_MLP_PARAMS, MLP_LIMITS, mlpParamCountOf } from '../model/mlp.ts';
 import { parseDuration } from './duration.ts';
 
 const Size = (max: number): TInteger => Type.Integer({ minimum: 1, maximum: max });
@@ -27,9 +29,9 @@ export type GptModelSpec = Static<typeof GptModelSpec>;
 export const MlpModelSpec = Type.Object(
   {
     type: Type.Literal('mlp'),
-    inputs: Size(1 << 20),
-    hidden: Type.Array(Size(1 << 16), { minItems: 0, maxItems: 16 }),
-    classes: Type.Integer({ minimum: 2, maximum: 1 << 16 }),
+    inputs: Size(MLP_LIMITS.inputs),
+    hidden: Type.Array(Size(MLP_LIMITS.hidden), { minItems: 0, maxItems: MLP_LIMITS.hiddenLayers }),
+    classes: Type.Integer({ minimum: 2, maximum: MLP_LIMITS.classes }),
   },
   { additionalProperties: false },
 );
@@ -78,6 +80,8 @@ export const JobSpec = Type.Object(
     ),
     /** the most NIM the developer will pay (escrowed when the job is submitted) */
     budget: Type.Optional(Nim),
+    /** NIM per PFLOP of training offered (default: the network's price): waiting jobs are placed in order of offer, aged so none starves */
+    offer: Type.Optional(Type.Number({ minimum: 0, maximum: 1e12 })),
     /** the orchestrator upgrades the job itself (once) when one miner cannot meet its deadline, or none holds the whole model */
     autoUpgrade: Type.Optional(Type.Boolean()),
   },
@@ -116,6 +120,8 @@ export interface ResolvedJob {
   deadlineMs: number;
   /** the budget in wei (null: no budget, an unpaid network) */
   budgetWei: bigint | null;
+  /** NIM per PFLOP offered (null: the network's price) */
+  offer: number | null;
 }
 
 /** One problem with a spec: the field (a JSON pointer such as `/training/steps`) and what was expected. */
@@ -191,6 +197,7 @@ export function resolveJobSpec(spec: JobSpec): ResolvedJob {
     idleTimeoutMs: parseDuration(spec.limits?.idleTimeout ?? DEFAULT_IDLE_TIMEOUT),
     deadlineMs: spec.limits?.deadline ? parseDuration(spec.limits.deadline) : timeoutMs,
     budgetWei: spec.budget === undefined ? null : nimToWei(spec.budget),
+    offer: spec.offer ?? null,
   };
 }
 
@@ -266,6 +273,11 @@ function semanticProblems(spec: JobSpec): SpecProblem[] {
   }
   if (typeof spec.model === 'object' && spec.model.type === 'mlp' && spec.data === 'spam-assassin' && spec.model.classes !== 2) {
     add('/model/classes', `spam-assassin has 2 classes (ham, spam), got ${spec.model.classes}`);
+  }
+  if (typeof spec.model === 'object' && spec.model.type === 'mlp') {
+    const params = mlpParamCountOf(spec.model);
+    if (params > MAX_MLP_PARAMS) add('/model', `${params} parameters; at most ${MAX_MLP_PARAMS}`);
+    if (spec.data === 'spam-assassin' && spec.model.inputs > SPAM_MAX_FEATURES) add('/model/inputs', `spam-assassin's features are hashed into at most ${SPAM_MAX_FEATURES} buckets, got ${spec.model.inputs}`);
   }
   const named = (NAMED_DATA_SETS as readonly string[]).includes(spec.data);
   if (named && !DATA_FOR[kind].includes(spec.data)) add('/data', `'${spec.data}' is not data for a ${kind.toUpperCase()} (use ${DATA_FOR[kind].map((d) => `'${d}'`).join(' or ')}, or a local path)`);

@@ -5,8 +5,8 @@ import type { Engine } from '../engine/engine.ts';
 import type { Hardware } from '../protocol/messages.ts';
 import type { Throttle } from './throttle.ts';
 
-/** Median GFLOP/s of a 384³ sgemm on every engine thread, scaled by the throttle's share. */
-export function measureHardware(engine: Engine, throttle: Throttle): Hardware {
+/** Median GFLOP/s of a 384³ sgemm on every engine thread, scaled by the throttle's share; the free memory, or `memoryCap` when that is less (what the miner offers). */
+export function measureHardware(engine: Engine, throttle: Throttle, memoryCap?: number): Hardware {
   const n = 384;
   const a = engine.tensor([n, n]), b = engine.tensor([n, n]), c = engine.tensor([n, n]);
   a.data.fill(0.5);
@@ -23,6 +23,6 @@ export function measureHardware(engine: Engine, throttle: Throttle): Hardware {
   return {
     gflops: rates[rates.length >> 1] * throttle.share,
     threads: engine.threads,
-    memoryBytes: Math.floor(freemem()),
+    memoryBytes: Math.floor(Math.min(freemem(), memoryCap ?? Infinity)),
   };
 }

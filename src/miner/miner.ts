@@ -25,6 +25,7 @@ import { NimbleError } from '../protocol/errors.ts';
 import { HeartbeatReply, JoinReply, PeerAccepted, type HeartbeatRequest, type MergeTask, type StageAssignment, type WorkReport } from '../protocol/messages.ts';
 import { SessionKey } from '../protocol/session-key.ts';
 import { RequestSigner, RequestVerifier } from '../protocol/signing.ts';
+import { blobFetch, DatasetCache, needsDataset } from './datasets.ts';
 import { ForwardRecords } from './forward-records.ts';
 import { measureHardware } from './hardware.ts';
 import { httpMergeTransport, MergeRounds } from './merge-round.ts';
@@ -32,6 +33,7 @@ import { findNetwork, type Network } from '../api/network.ts';
 import { buildPeerApi, type MinerStats } from './peer-api.ts';
 import { Pipeline } from './pipeline.ts';
 import { CheckAnswers } from './spot-checks.ts';
+import { stageDataReady } from './stage-model.ts';
 import { inFlightLimit, StageRunner } from './stage-runner.ts';
 import type { Tamper } from './tamper.ts';
 import { Throttle } from './throttle.ts';
@@ -46,6 +48,8 @@ export interface MinerOptions {
   port?: number;
   /** microbatches in flight (activation slots) */
   slots?: number;
+  /** the memory offered to the planner, at most the free memory (`--memory`; default: the free memory) */
+  memoryBytes?: number;
   /** wait this long before merging partitions: lets failure tests kill a merger mid-round */
   mergeDelayMs?: number;
   log?: (line: string) => void;
@@ -75,6 +79,8 @@ export class Miner {
   private readonly merges: MergeRounds;
   private readonly records = new ForwardRecords();
   private readonly checks: CheckAnswers;
+  /** uploaded datasets an edge stage trains on, downloaded once into <dataDir>/datasets */
+  private readonly datasets: DatasetCache;
   private runner: StageRunner | null = null;
   private loading: Promise<void> | null = null;
   private reports: WorkReport[] = [];
@@ -98,6 +104,7 @@ export class Miner {
     this.address = this.wallet.address;
     this.client = new SignedClient(options.orchestrator, new RequestSigner({ session: this.sessionKey, address: this.address as Address }, { domain }));
     this.log = options.log ?? (() => {});
+    this.datasets = new DatasetCache(join(options.dataDir, 'datasets'), blobFetch(this.client), this.log);
     this.checks = new CheckAnswers(this.records, (runId, id, body) => this.client.request('POST', `/runs/${runId}/checks/${id}`, body), this.log);
     this.pipeline = new Pipeline({
       runner: () => this.runner,
@@ -157,7 +164,7 @@ export class Miner {
   }
 
   private async join(): Promise<void> {
-    const hardware = measureHardware(this.engine, this.throttle);
+    const hardware = measureHardware(this.engine, this.throttle, this.options.memoryBytes);
     const probe = randomBytes(1 << 20);
     let bandwidthMbps: number;
     for (let attempt = 0; ; attempt++) {
@@ -252,11 +259,22 @@ export class Miner {
     const same = current && current.runId === a.runId && current.assignment.stage === a.stage && current.assignment.from === a.from && current.assignment.to === a.to;
     const stale = same && current.round < a.round && !this.mergeOpen();
     if (same && !stale) return;
+    // an edge stage of a run on an uploaded dataset is taken once the dataset is here (downloaded in the background, heartbeats going on)
+    const corpus = (!same || !a.stateBlob) && needsDataset(a) ? this.datasets.prepare(a.data) : undefined;
+    if (corpus === null) {
+      if (current) this.dropStage();
+      return;
+    }
+    // so is an MLP's, once its features are built (in the background the first time, heartbeats going on)
+    if ((!same || !a.stateBlob) && !stageDataReady(a, this.log)) {
+      if (current) this.dropStage();
+      return;
+    }
     this.loading = (async () => {
       if (!same || !a.stateBlob) {
         // a new stage, or one whose rounds ended without a saved state: its state is the initial one
         this.dropStage();
-        this.runner = new StageRunner(this.engine, a, inFlightLimit(a, this.options.slots ?? 3));
+        this.runner = new StageRunner(this.engine, a, inFlightLimit(a, this.options.slots ?? 3), corpus);
         this.runner.lazy = this.options.tamper?.lazy ?? false;
         this.runner.round = a.round;
         this.merges.reset(a.round);

@@ -1,6 +1,7 @@
-// The stage a miner holds: the GPT stage with its activation slots, the inner
-// AdamW, the corpus (a first or last stage loads batches itself), and the
-// DiLoCo state (weights at the last merge, outer momentum, error feedback).
+// The stage a miner holds: the model (./stage-model.ts: a GPT stage with its
+// activation slots and corpus, a first or last stage loading batches itself,
+// or a whole MLP classifier on its data), the inner AdamW, and the DiLoCo
+// state (weights at the last merge, outer momentum, error feedback).
 // It computes; the miner moves bytes: the merge round's frames are encoded and
 // decoded in merge-round.ts, from `pseudoGradient()` and into `applyOuterStep()`.
 //
@@ -16,19 +17,17 @@
 //   that forward, not a mix of two weight versions.
 // Cost: one copy of the stage's parameters per activation slot, and a few
 // copies of it per microbatch.
-import { loadCorpus, type ByteCorpus } from '../data/corpus.ts';
-import { batchForShard } from '../data/batches.ts';
+import type { ByteCorpus } from '../data/corpus.ts';
 import type { Engine } from '../engine/engine.ts';
 import { createOuterState, outerStep, type OuterState } from '../merge/outer.ts';
 import { pseudoGradient } from '../merge/pseudo-gradient.ts';
 import { AdamW, ADAMW_DEFAULTS } from '../model/adamw.ts';
-import { checkpointInfo, encodeCheckpoint, loadStageFrom, stageTensors } from '../model/checkpoint.ts';
-import { gptConfig } from '../model/config.ts';
-import { GptStage, partCount } from '../model/gpt.ts';
+import { encodeModelCheckpoint, loadModelParams, stageTensors } from '../model/checkpoint.ts';
 import { decodeSafetensors, SafetensorsError } from '../model/safetensors.ts';
 import { DEFAULT_BLOCK_SIZE } from '../protocol/codec.ts';
 import { ErrorFeedback } from '../protocol/error-feedback.ts';
 import type { StageAssignment } from '../protocol/messages.ts';
+import { createStageModel, GptStageModel, type StageModel } from './stage-model.ts';
 
 /**
  * Microbatches a stage keeps in flight: the miner's slots, but at most one
@@ -42,8 +41,7 @@ export function inFlightLimit(a: Pick<StageAssignment, 'stage' | 'stageCount'>, 
 }
 
 export class StageRunner {
-  readonly stage: GptStage;
-  readonly corpus: ByteCorpus | null;
+  readonly stage: StageModel;
   private readonly opt: AdamW;
   private readonly freeSlots: number[] = [];
   private readonly slotOf = new Map<number, { slot: number; since: number }>();
@@ -72,15 +70,10 @@ export class StageRunner {
     engine: Engine,
     readonly assignment: StageAssignment,
     slots: number,
+    /** an edge stage's corpus when the data is an uploaded dataset (downloaded by the miner, ./datasets.ts); a named one is loaded here, a path never */
+    corpus?: ByteCorpus,
   ) {
-    const config = gptConfig(assignment.model);
-    const isEdge = assignment.from === 0 || assignment.to === partCount(config);
-    this.stage = new GptStage(engine, config, { from: assignment.from, to: assignment.to }, {
-      batchSize: assignment.batchSize,
-      seed: assignment.seed,
-      slots,
-    });
-    this.corpus = isEdge ? loadCorpus(assignment.data) : null;
+    this.stage = createStageModel(engine, assignment, slots, corpus);
     this.opt = new AdamW(engine, this.stage.params, this.stage.grads, { ...ADAMW_DEFAULTS, lr: assignment.lr });
     for (let i = slots - 1; i >= 0; i--) this.freeSlots.push(i);
     this.stash = new Array<Float32Array | null>(slots).fill(null);
@@ -95,8 +88,14 @@ export class StageRunner {
     return this.assignment.runId;
   }
 
+  /** The byte corpus of a GPT's first or last stage (null: a middle stage, or an MLP's). */
+  get corpus(): ByteCorpus | null {
+    return this.stage instanceof GptStageModel ? this.stage.corpus : null;
+  }
+
+  /** Tokens (GPT) or examples (MLP) a microbatch trains on. */
   get tokensPerMicrobatch(): number {
-    return this.assignment.batchSize * this.stage.config.contextLength;
+    return this.stage.itemsPerMicrobatch;
   }
 
   get freeSlotCount(): number {
@@ -113,9 +112,9 @@ export class StageRunner {
     return this.stage.paramCount;
   }
 
-  /** Shape of an activation (or its gradient) at this stage's input and output: [batch · context, channels]. */
+  /** Shape of an activation (or its gradient) at this stage's input and output: [batch · context, channels] for a GPT. */
   get activationShape(): [number, number] {
-    return [this.assignment.batchSize * this.stage.config.contextLength, this.stage.config.channels];
+    return this.stage.activationShape;
   }
 
   /** Copies the current weights (what a forward with nothing in flight uses) into `out`. */
@@ -147,25 +146,19 @@ export class StageRunner {
     this.freeSlots.push(s.slot);
   }
 
-  private batch(shard: number): { inputs: Int32Array; targets: Int32Array } {
-    if (!this.corpus) throw new Error('a middle stage has no corpus');
-    return batchForShard(this.corpus.train, this.assignment.seed, shard, this.assignment.batchSize, this.stage.config.contextLength);
-  }
-
   /**
    * Forward of a microbatch whose backward comes later: with the weights
    * predicted for when its gradient is applied (one inner step per
    * microbatch already in flight), kept in its slot for the backward.
    */
-  private forwardDelayed(microbatch: number, input: Float32Array | Int32Array): Float32Array {
+  private forwardDelayed(microbatch: number, shard: number, input: Float32Array | null): Float32Array {
     if (this.lazy) this.stage.params.flat.data.fill(0);
     const delay = this.slotOf.size;
     const slot = this.takeSlot(microbatch);
     const w = this.stage.params.flat.data;
     const stashed = this.opt.predict((this.stash[slot] ??= new Float32Array(w.length)), delay);
     this.predicted.set(slot, delay);
-    const { B, T } = this.dims();
-    return this.withWeights(stashed, () => (this.stage.forward(input, B, T, undefined, slot) as Float32Array).slice());
+    return this.withWeights(stashed, () => this.stage.forward(shard, input, slot).slice());
   }
 
   /** Runs `fn` with the stage's weights set to `weights`, then puts the current ones back. */
@@ -190,26 +183,23 @@ export class StageRunner {
 
   /** First stage: forward a new microbatch; keeps its activations (and weights) in a slot. */
   forwardFirst(microbatch: number, shard: number): Float32Array {
-    return this.forwardDelayed(microbatch, this.batch(shard).inputs);
+    return this.forwardDelayed(microbatch, shard, null);
   }
 
   /** Middle stage: forward an activation; keeps the microbatch (and weights) in a slot. */
   forwardMiddle(microbatch: number, activation: Float32Array): Float32Array {
-    return this.forwardDelayed(microbatch, activation);
+    return this.forwardDelayed(microbatch, 0, activation);
   }
 
   /** Last stage: forward to the loss, backward at once, inner step. Returns the loss and d(input). */
   forwardBackwardLast(microbatch: number, shard: number, activation: Float32Array | null): { loss: number; dInput: Float32Array | null } {
     if (this.lazy) this.stage.params.flat.data.fill(0);
     const slot = this.takeSlot(microbatch);
-    const { B, T } = this.dims();
-    const batch = this.batch(shard);
     try {
       this.stage.zeroGrad();
-      const loss = this.stage.forward(activation ?? batch.inputs, B, T, batch.targets, slot) as number;
-      const d = this.stage.backward(undefined, slot);
+      const { loss, dInput } = this.stage.lossAndBackward(shard, activation, slot);
       this.step();
-      return { loss, dInput: d ? d.slice() : null };
+      return { loss, dInput: dInput ? dInput.slice() : null };
     } finally {
       this.release(microbatch);
     }
@@ -243,10 +233,6 @@ export class StageRunner {
     this.samples++;
   }
 
-  private dims(): { B: number; T: number } {
-    return { B: this.assignment.batchSize, T: this.stage.config.contextLength };
-  }
-
   // ---- merging -------------------------------------------------------------
 
   /** The pseudo-gradient of this merge interval: weights at its start minus the current ones. */
@@ -275,9 +261,8 @@ export class StageRunner {
 
   /** The stage state after merge round `round`: weights and outer momentum, as a checkpoint. */
   encodeState(round: number): Uint8Array {
-    return encodeCheckpoint([...stageTensors(this.stage), { name: 'outer.momentum', shape: [this.stage.paramCount], data: this.outer.momentumBuffer }], {
-      config: this.stage.config,
-      range: { from: this.assignment.from, to: this.assignment.to },
+    return encodeModelCheckpoint(this.stage.model, [...stageTensors(this.stage), { name: 'outer.momentum', shape: [this.stage.paramCount], data: this.outer.momentumBuffer }], {
+      range: this.stage.range,
       step: round,
       extra: { outerStep: String(this.outer.step) },
     });
@@ -285,7 +270,7 @@ export class StageRunner {
 
   /** Loads the stage's parts of a whole-model checkpoint as its initial weights (before the first merge round). */
   loadInitial(bytes: Uint8Array): void {
-    loadStageFrom(this.stage, decodeSafetensors(bytes));
+    this.loadParams(decodeSafetensors(bytes));
     this.thetaStart = this.stage.params.flat.data.slice();
     this.feedback.reset();
     this.samples = 0;
@@ -294,19 +279,28 @@ export class StageRunner {
   /** Loads a stage state saved by a replica (a new or stale replica catching up). */
   loadState(bytes: Uint8Array, round: number): void {
     const file = decodeSafetensors(bytes);
-    const info = checkpointInfo(file);
+    // validated whole before anything is overwritten: the stage keeps its weights when the state is refused
+    const weights = new Float32Array(this.stage.paramCount);
+    const info = loadModelParams(this.stage.model, this.stage.range, this.stage.layout, weights, file);
     if (info.from !== this.assignment.from || info.to !== this.assignment.to) throw new SafetensorsError('state is for another stage');
     const m = file.tensors.get('outer.momentum');
     if (!m || m.data.length !== this.stage.paramCount) throw new SafetensorsError('state lacks the outer momentum');
     const outerSteps = Number(file.metadata.outerStep ?? 0);
     if (!Number.isSafeInteger(outerSteps) || outerSteps < 0) throw new SafetensorsError(`state has a bad outerStep '${file.metadata.outerStep}'`);
-    loadStageFrom(this.stage, file);
+    this.stage.params.flat.data.set(weights);
     this.outer.momentumBuffer.set(m.data);
     this.outer.step = outerSteps;
     this.thetaStart = this.stage.params.flat.data.slice();
     this.feedback.reset();
     this.round = round;
     this.samples = 0;
+  }
+
+  /** Copies the stage's parts out of a checkpoint of its model (validated whole before the weights change). */
+  private loadParams(file: ReturnType<typeof decodeSafetensors>): void {
+    const weights = new Float32Array(this.stage.paramCount);
+    loadModelParams(this.stage.model, this.stage.range, this.stage.layout, weights, file);
+    this.stage.params.flat.data.set(weights);
   }
 
   dispose(): void {

@@ -7,13 +7,24 @@
 // a merge round (weights, the `outer.momentum` tensor and `outerStep`), and
 // the whole model the orchestrator assembles. `encodeCheckpoint` writes all of
 // them; `checkpointInfo` reads and validates their metadata.
+//
+// An MLP classifier (./mlp.ts) has the same kind of file with its own format
+// name, `nimble-mlp/1`: metadata `config` is {inputs, hidden, classes}, and
+// `from`/`to` are always 0/1 (an MLP is one part, never cut). Code that takes
+// either kind goes through `modelCheckpointInfo`, `loadModelParams` and
+// `encodeModelCheckpoint`, by model reference (./model-ref.ts); the GPT-only
+// functions refuse an MLP file by name.
 import { readFileSync, renameSync, writeFileSync, mkdirSync } from 'node:fs';
 import { dirname } from 'node:path';
 import { validateGptConfig, type GptConfig } from './config.ts';
 import { partCount, type GptStage, type StageRange } from './gpt.ts';
+import { validateMlpConfig, type MlpConfig } from './mlp.ts';
+import type { ModelRef } from './model-ref.ts';
+import type { FlatTensors, ParamLayout } from './params.ts';
 import { decodeSafetensors, encodeSafetensors, SafetensorsError, type NamedTensor, type SafetensorsFile } from './safetensors.ts';
 
 export const CHECKPOINT_FORMAT = 'nimble-gpt/1';
+export const MLP_CHECKPOINT_FORMAT = 'nimble-mlp/1';
 
 export interface CheckpointInfo {
   config: GptConfig;
@@ -56,7 +67,7 @@ export function encodeCheckpoint(tensors: readonly NamedTensor[], meta: Checkpoi
 }
 
 /** The stage's parameters as named tensors (views, no copies). */
-export function stageTensors(stage: GptStage): NamedTensor[] {
+export function stageTensors(stage: { layout: ParamLayout; params: FlatTensors }): NamedTensor[] {
   return stage.layout.entries.map((e) => ({ name: e.name, shape: e.shape, data: stage.params.get(e.name).data }));
 }
 
@@ -75,6 +86,7 @@ export function saveStage(stage: GptStage, path: string, step = 0): void {
 /** Reads and validates a checkpoint's metadata (format, config, part range, step). */
 export function checkpointInfo(file: SafetensorsFile): CheckpointInfo {
   const m = file.metadata;
+  if (m.format === MLP_CHECKPOINT_FORMAT) throw new SafetensorsError(`an MLP classifier checkpoint (format '${MLP_CHECKPOINT_FORMAT}'), not a Nimble GPT checkpoint`);
   if (m.format !== CHECKPOINT_FORMAT) throw new SafetensorsError(`not a Nimble GPT checkpoint (format '${m.format ?? 'none'}')`);
   let config: unknown;
   try {
@@ -117,22 +129,126 @@ function checkMeta(config: GptConfig, from: number, to: number, step: number): v
 /** Copies the stage's parameters out of a decoded checkpoint that covers its parts. */
 export function loadStageFrom(stage: GptStage, file: SafetensorsFile): CheckpointInfo {
   const info = checkpointInfo(file);
-  if (JSON.stringify(info.config) !== JSON.stringify(stage.config)) {
+  if (!sameGptConfig(info.config, stage.config)) {
     throw new SafetensorsError(`checkpoint config ${JSON.stringify(info.config)} differs from the stage's ${JSON.stringify(stage.config)}`);
   }
   if (info.from > stage.range.from || info.to < stage.range.to) {
     throw new SafetensorsError(`checkpoint holds parts [${info.from}, ${info.to}), the stage needs [${stage.range.from}, ${stage.range.to})`);
   }
-  for (const e of stage.layout.entries) {
+  copyParams(stage.layout, stage.params.flat.data, file);
+  return info;
+}
+
+/** Copies the tensors `layout` names out of a decoded checkpoint into `out` (laid out by it): each present, in its shape, finite. */
+export function copyParams(layout: ParamLayout, out: Float32Array, file: SafetensorsFile): void {
+  if (out.length !== layout.size) throw new RangeError(`a buffer of ${out.length} values for a layout of ${layout.size}`);
+  for (const e of layout.entries) {
     const t = file.tensors.get(e.name);
     if (!t) throw new SafetensorsError(`checkpoint lacks ${e.name}`);
     if (t.shape.join(',') !== e.shape.join(',')) throw new SafetensorsError(`${e.name}: shape [${t.shape}] in file, [${e.shape}] expected`);
     for (let i = 0; i < t.data.length; i++) {
       if (!Number.isFinite(t.data[i])) throw new SafetensorsError(`${e.name}: non-finite value at ${i}`);
     }
-    stage.params.get(e.name).data.set(t.data);
+    out.set(t.data, e.offset);
   }
+}
+
+/** Whether two GPT configs describe the same model (whatever the order of their keys). */
+function sameGptConfig(a: GptConfig, b: GptConfig): boolean {
+  const keys = ['vocabSize', 'contextLength', 'channels', 'layers', 'heads', 'mlpRatio'] as const;
+  return keys.every((k) => a[k] === b[k]) && (a.init ?? 'torch') === (b.init ?? 'torch');
+}
+
+// ---- the MLP classifier's checkpoints, and either kind by model reference ----------------
+
+/** What an MLP checkpoint's metadata records: the whole MLP (parts [0, 1)). */
+export interface MlpCheckpointMeta {
+  config: MlpConfig;
+  step: number;
+  extra?: Record<string, string>;
+}
+
+/** Encodes an MLP's tensors as a checkpoint: metadata `format` (nimble-mlp/1), `config`, `from` 0, `to` 1, `step`, then `extra`. */
+export function encodeMlpCheckpoint(tensors: readonly NamedTensor[], meta: MlpCheckpointMeta): Uint8Array {
+  checkMlpMeta(meta.config, meta.step);
+  const extra = meta.extra ?? {};
+  for (const key of Object.keys(extra)) {
+    if (RESERVED_KEYS.includes(key)) throw new SafetensorsError(`checkpoint metadata key '${key}' is reserved`);
+  }
+  const { inputs, hidden, classes } = meta.config;
+  return encodeSafetensors(tensors, { format: MLP_CHECKPOINT_FORMAT, config: JSON.stringify({ inputs, hidden, classes }), from: '0', to: '1', step: String(meta.step), ...extra });
+}
+
+function checkMlpMeta(config: MlpConfig, step: number): void {
+  try {
+    validateMlpConfig(config);
+  } catch (err) {
+    throw new SafetensorsError(`checkpoint config is invalid: ${(err as Error).message}`);
+  }
+  if (!Number.isSafeInteger(step) || step < 0) throw new SafetensorsError(`checkpoint step ${step} is not a non-negative integer`);
+}
+
+/** Reads and validates an MLP checkpoint's metadata. */
+function mlpCheckpointInfo(file: SafetensorsFile): { config: MlpConfig; from: number; to: number; step: number } {
+  const m = file.metadata;
+  let raw: unknown;
+  try {
+    raw = JSON.parse(m.config ?? '');
+  } catch {
+    throw new SafetensorsError('checkpoint metadata has no valid config: not JSON');
+  }
+  if (typeof raw !== 'object' || raw === null || Array.isArray(raw)) throw new SafetensorsError('checkpoint metadata has no valid config: not an object');
+  const keys = Object.keys(raw).sort().join(',');
+  if (keys !== 'classes,hidden,inputs') throw new SafetensorsError(`checkpoint config is invalid: an MLP config has exactly inputs, hidden and classes (got ${keys.slice(0, 80)})`);
+  const config = raw as MlpConfig;
+  const step = m.step === undefined ? 0 : metaInteger(m, 'step');
+  checkMlpMeta(config, step);
+  const from = metaInteger(m, 'from');
+  const to = metaInteger(m, 'to');
+  if (from !== 0 || to !== 1) throw new SafetensorsError(`checkpoint parts [${from}, ${to}) do not fit an MLP (one part: [0, 1))`);
+  return { config: { inputs: config.inputs, hidden: [...config.hidden], classes: config.classes }, from, to, step };
+}
+
+/** A checkpoint of either kind, its metadata validated. */
+export type ModelCheckpointInfo = ({ kind: 'gpt'; config: GptConfig } | { kind: 'mlp'; config: MlpConfig }) & { from: number; to: number; step: number };
+
+/** Reads and validates a GPT or MLP checkpoint's metadata (by its format). */
+export function modelCheckpointInfo(file: SafetensorsFile): ModelCheckpointInfo {
+  if (file.metadata.format === MLP_CHECKPOINT_FORMAT) return { kind: 'mlp', ...mlpCheckpointInfo(file) };
+  return { kind: 'gpt', ...checkpointInfo(file) };
+}
+
+/** Whether a checkpoint's model is `model` (kind and config). */
+function sameModel(info: ModelCheckpointInfo, model: ModelRef): boolean {
+  if (info.kind === 'gpt' && model.kind === 'gpt') return sameGptConfig(info.config, model.config);
+  if (info.kind === 'mlp' && model.kind === 'mlp') {
+    const a = info.config, b = model.config;
+    return a.inputs === b.inputs && a.classes === b.classes && a.hidden.length === b.hidden.length && a.hidden.every((h, i) => h === b.hidden[i]);
+  }
+  return false;
+}
+
+/**
+ * Loads the parts `range` of `model` out of a checkpoint of that model that
+ * covers them, into `out` (laid out by `layout`, i.e. stageLayout(model,
+ * range)). Throws a SafetensorsError naming the first problem.
+ */
+export function loadModelParams(model: ModelRef, range: StageRange, layout: ParamLayout, out: Float32Array, file: SafetensorsFile): ModelCheckpointInfo {
+  const info = modelCheckpointInfo(file);
+  if (!sameModel(info, model)) {
+    const what = info.kind === 'mlp' ? 'an MLP classifier' : 'a GPT';
+    throw new SafetensorsError(`the checkpoint is of ${what} ${JSON.stringify(info.config)}, not of '${model.ref}'`);
+  }
+  if (info.from > range.from || info.to < range.to) throw new SafetensorsError(`checkpoint holds parts [${info.from}, ${info.to}), the stage needs [${range.from}, ${range.to})`);
+  copyParams(layout, out, file);
   return info;
+}
+
+/** Encodes the tensors of parts `range` of `model` as a checkpoint of its kind. */
+export function encodeModelCheckpoint(model: ModelRef, tensors: readonly NamedTensor[], meta: { range: StageRange; step: number; extra?: Record<string, string> }): Uint8Array {
+  if (model.kind === 'gpt') return encodeCheckpoint(tensors, { config: model.config, range: meta.range, step: meta.step, extra: meta.extra });
+  if (meta.range.from !== 0 || meta.range.to !== 1) throw new SafetensorsError(`an MLP is one part: parts [${meta.range.from}, ${meta.range.to}) do not fit it`);
+  return encodeMlpCheckpoint(tensors, { config: model.config, step: meta.step, extra: meta.extra });
 }
 
 export function loadStage(stage: GptStage, path: string): CheckpointInfo {

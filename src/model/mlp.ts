@@ -14,6 +14,43 @@ export interface MlpConfig {
   classes: number;
 }
 
+/** The largest sizes an MLP may have (a job spec's and a model reference's limits). */
+export const MLP_LIMITS = { inputs: 1 << 20, hidden: 1 << 16, hiddenLayers: 16, classes: 1 << 16 } as const;
+/** The most parameters an MLP may have: its weights, gradients and optimizer state must fit a 4 GiB WASM memory. */
+export const MAX_MLP_PARAMS = 2 ** 26;
+
+/** Parameters of an MLP: weights and biases of each layer. */
+export function mlpParamCountOf(config: MlpConfig): number {
+  const w = [config.inputs, ...config.hidden, config.classes];
+  let n = 0;
+  for (let i = 0; i + 1 < w.length; i++) n += w[i] * w[i + 1] + w[i + 1];
+  return n;
+}
+
+/** Checks an MLP's sizes: positive integers within MLP_LIMITS, at least 2 classes, at most MAX_MLP_PARAMS parameters. */
+export function validateMlpConfig(c: MlpConfig): void {
+  if (!Array.isArray(c.hidden)) throw new Error('mlp config: hidden must be a list of widths');
+  if (![c.inputs, c.classes, ...c.hidden].every((n) => Number.isInteger(n) && n > 0)) throw new Error('mlp config: every width must be a positive integer');
+  if (c.inputs > MLP_LIMITS.inputs) throw new Error(`mlp config: inputs ${c.inputs} exceeds ${MLP_LIMITS.inputs}`);
+  if (c.hidden.length > MLP_LIMITS.hiddenLayers) throw new Error(`mlp config: ${c.hidden.length} hidden layers, at most ${MLP_LIMITS.hiddenLayers}`);
+  for (const h of c.hidden) if (h > MLP_LIMITS.hidden) throw new Error(`mlp config: hidden width ${h} exceeds ${MLP_LIMITS.hidden}`);
+  if (c.classes < 2 || c.classes > MLP_LIMITS.classes) throw new Error(`mlp config: classes must be from 2 to ${MLP_LIMITS.classes}, got ${c.classes}`);
+  const params = mlpParamCountOf(c);
+  if (params > MAX_MLP_PARAMS) throw new Error(`mlp config: ${params} parameters, more than ${MAX_MLP_PARAMS}`);
+}
+
+/** The MLP's parameters, named as in its checkpoints: fc<i>.w [in, out] (weight decay) and fc<i>.b [out]. */
+export function mlpParamSpecs(config: MlpConfig): ParamSpec[] {
+  const widths = [config.inputs, ...config.hidden, config.classes];
+  const specs: ParamSpec[] = [];
+  for (let i = 0; i + 1 < widths.length; i++) {
+    const fanIn = widths[i];
+    specs.push({ name: `fc${i}.w`, shape: [fanIn, widths[i + 1]], decay: true, init: { kind: 'normal', std: Math.sqrt(2 / fanIn) } });
+    specs.push({ name: `fc${i}.b`, shape: [widths[i + 1]], decay: false, init: { kind: 'zeros' } });
+  }
+  return specs;
+}
+
 export class Mlp {
   readonly layout: ParamLayout;
   readonly params: FlatTensors;
@@ -37,13 +74,7 @@ export class Mlp {
   ) {
     if (![config.inputs, config.classes, ...config.hidden].every((n) => Number.isInteger(n) && n > 0)) throw new Error('mlp: widths must be positive integers');
     this.widths = [config.inputs, ...config.hidden, config.classes];
-    const specs: ParamSpec[] = [];
-    for (let i = 0; i + 1 < this.widths.length; i++) {
-      const fanIn = this.widths[i];
-      specs.push({ name: `fc${i}.w`, shape: [fanIn, this.widths[i + 1]], decay: true, init: { kind: 'normal', std: Math.sqrt(2 / fanIn) } });
-      specs.push({ name: `fc${i}.b`, shape: [this.widths[i + 1]], decay: false, init: { kind: 'zeros' } });
-    }
-    this.layout = new ParamLayout(specs);
+    this.layout = new ParamLayout(mlpParamSpecs(config));
     this.params = new FlatTensors(this.layout, engine);
     this.grads = new FlatTensors(this.layout, engine);
     initParams(this.layout, this.params.flat.data, seed);

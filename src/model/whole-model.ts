@@ -1,14 +1,22 @@
 // A whole-model checkpoint, as a developer publishes it: a Nimble GPT
 // checkpoint (./checkpoint.ts) that holds every part of its model, exactly the
 // tensors those parts name with their shapes, all values finite. What the
-// model store accepts from an upload (src/orchestrator/models.ts).
-import { checkpointInfo, type CheckpointInfo } from './checkpoint.ts';
+// model store accepts from an upload (src/orchestrator/models.ts), and from a
+// job's checkpoint.
+import { checkpointInfo, MLP_CHECKPOINT_FORMAT, type CheckpointInfo } from './checkpoint.ts';
 import { partCount, partParams } from './gpt.ts';
 import { decodeSafetensors, SafetensorsError } from './safetensors.ts';
 
-/** Decodes and checks a whole-model checkpoint; a SafetensorsError (400) names the first problem. */
+/**
+ * Decodes and checks a whole-model checkpoint; a SafetensorsError (400) names
+ * the first problem. An MLP classifier's checkpoint (nimble-mlp/1) is refused
+ * by name: published models are GPTs, served for generation.
+ */
 export function checkWholeModel(bytes: Uint8Array): CheckpointInfo {
   const file = decodeSafetensors(bytes);
+  if (file.metadata.format === MLP_CHECKPOINT_FORMAT) {
+    throw new SafetensorsError('this is an MLP classifier checkpoint: the model registry publishes GPT checkpoints (served for generation), not classifiers yet; download it with nbcli checkpoint download');
+  }
   const info = checkpointInfo(file);
   const parts = partCount(info.config);
   if (info.from !== 0 || info.to !== parts) throw new SafetensorsError(`the checkpoint holds parts [${info.from}, ${info.to}) of ${parts}: a published model must hold all of them`);

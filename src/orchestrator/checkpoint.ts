@@ -1,9 +1,10 @@
 // A run's whole model as one safetensors checkpoint, assembled from the
 // stages' latest merged states (bytes rearranged, no kernels run; the outer
-// optimizer's tensors are left out).
-import { checkpointInfo, encodeCheckpoint } from '../model/checkpoint.ts';
-import { gptConfig } from '../model/config.ts';
-import { partCount } from '../model/gpt.ts';
+// optimizer's tensors are left out): a GPT checkpoint of all its parts, or
+// an MLP classifier's (its one stage holds it whole). The metadata names the
+// model reference (`model`) beside its config.
+import { encodeModelCheckpoint, modelCheckpointInfo } from '../model/checkpoint.ts';
+import { modelParts, parseModelRef } from '../model/model-ref.ts';
 import { decodeSafetensors, type NamedTensor } from '../model/safetensors.ts';
 import { NimbleError } from '../protocol/errors.ts';
 import type { BlobStore } from './blobs.ts';
@@ -25,14 +26,18 @@ export async function assembleCheckpoint(
   if (!run) throw new NimbleError('not_found', `unknown run ${runId}`);
   const stages = state.runs.stages(runId);
   if (stages.length === 0 || stages.some((s) => !s.stateBlob)) throw new NimbleError('conflict', `run ${runId} has no merged state for every stage yet`);
-  const config = gptConfig(run.model);
+  const model = parseModelRef(run.model);
   const tensors: NamedTensor[] = [];
   let round = Infinity;
   for (const s of stages) {
     const file = decodeSafetensors(await blobs.get(s.stateBlob!));
-    round = Math.min(round, checkpointInfo(file).step);
+    round = Math.min(round, modelCheckpointInfo(file).step);
     for (const t of file.tensors.values()) if (!t.name.startsWith('outer.')) tensors.push(t);
   }
   const at = progress ?? { step: run.microbatchesDone, tokens: run.tokensDone };
-  return encodeCheckpoint(tensors, { config, range: { from: 0, to: partCount(config) }, step: at.step, extra: { ...extra, run: run.id, rounds: String(round), tokens: String(at.tokens), trainLoss: String(run.lastLoss ?? '') } });
+  return encodeModelCheckpoint(model, tensors, {
+    range: { from: 0, to: modelParts(model) },
+    step: at.step,
+    extra: { ...extra, model: model.ref, run: run.id, rounds: String(round), tokens: String(at.tokens), trainLoss: String(run.lastLoss ?? '') },
+  });
 }

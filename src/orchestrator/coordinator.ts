@@ -97,12 +97,12 @@ export class Coordinator {
     this.identity = this.options.identity ?? ((key) => ({ key, domain: domainOf(key.publicKey) }))(SessionKey.generate());
     const { key, domain } = this.identity;
     const engine = (): Promise<Engine> => (this.engine ??= Engine.create({ threads: 1 }));
-    this.stageStates = new StageStates(state, blobs, engine);
+    this.stageStates = new StageStates(state, blobs);
     this.offences = new Offences(state, this.options.slashing, (minerId, reason, until) => this.evict(minerId, reason, until));
     const mergeChecks = new MergeChecks(state, blobs, this.stageStates);
     this.merges = new MergeRounds(state, blobs, mergeChecks, this.offences, this.now, this.log);
     this.mergeUploads = new MergeUploads(state, blobs, mergeChecks, this.log);
-    this.checks = new SpotChecks(state, this.stageStates, engine, this.offences, this.options.spotChecks, this.now);
+    this.checks = new SpotChecks(state, this.stageStates, engine, this.offences, this.options.spotChecks, this.now, blobs);
     this.microbatches = new MicrobatchFlow(
       state,
       this.checks,

@@ -30,6 +30,7 @@ import { normalizeRewards, readEpoch, rewardsDigest, settleEpoch, settlementTxOf
 import { ChainTxError } from '../chain/tx.ts';
 import { findSlash, readStake, setCooldown, slashStake, stakingTotals } from '../chain/staking.ts';
 import { NimbleError } from '../protocol/errors.ts';
+import { JobPayments } from './job-payments.ts';
 import type { OrchestratorState } from './state/index.ts';
 import type { EpochRecord, SlashRecord } from './state/ledger.ts';
 import { scoreEpoch, splitEmission, stageSharesOf, type StageShares } from './scoring.ts';
@@ -62,6 +63,8 @@ export interface ChainOptions {
    * is recorded as settled, log and wait this long (a window for kill -9).
    */
   pauseAfterSettleMs?: number;
+  /** NIM per PFLOP of training that developers' jobs pay from their escrows (default 1) */
+  nimPerPetaflop?: number;
   /** called when the orchestrator closes (stops the local node it opened) */
   close?: () => Promise<void>;
   /** the signer may raise the Staking cooldown (it is the local chain's admin) */
@@ -72,6 +75,8 @@ export interface ChainOptions {
 export class Epochs {
   readonly emission: bigint;
   readonly epochRounds: number;
+  /** developers' jobs paid from their escrows (null: the deployment has no JobEscrow) */
+  readonly jobPayments: JobPayments | null;
   private readonly log: (line: string) => void;
   private timer: NodeJS.Timeout | null = null;
   private running: Promise<void> | null = null;
@@ -89,6 +94,9 @@ export class Epochs {
     this.epochRounds = chain.epochRounds ?? DEFAULT_EPOCH_ROUNDS;
     if (!Number.isInteger(this.epochRounds) || this.epochRounds < 1) throw new RangeError('epochRounds must be a positive integer');
     this.log = chain.log ?? ((line) => console.error(`orchestrator: ${line}`));
+    this.jobPayments = chain.client.deployment.jobEscrow
+      ? new JobPayments(state, { client: chain.client, signer: chain.signer, nimPerPetaflop: chain.nimPerPetaflop, log: this.log }, now)
+      : null;
   }
 
   /** Checks the unstake cooldown, finishes every epoch left in 'settling' (crash recovery), then runs a step every intervalMs. */
@@ -141,6 +149,7 @@ export class Epochs {
         this.log(`slashing ${s.miner} (${s.reason}) failed, will retry: ${message}`);
       }
     }
+    await this.jobPayments?.reconcile();
   }
 
   /** Sends one pending slash exactly once (a Slashed event with its reason means it went through already). */
@@ -203,11 +212,14 @@ export class Epochs {
       const to = this.state.ledger.lastWorkId();
       if (to <= open.fromLog) return null;
       const rows = this.state.ledger.workBetween(open.fromLog, to);
-      const scores = scoreEpoch(rows, this.sharesOf(rows.map((r) => r.runId)));
+      const shares = this.sharesOf(rows.map((r) => r.runId));
+      const scores = scoreEpoch(rows, shares);
       const split = splitEmission(scores, this.emission);
       split.rewards.forEach((r, i) => {
         this.state.ledger.putReward({ epoch: open.id, miner: r.miner, score: r.score, amount: r.amount, units: scores[i].units });
       });
+      // what developers' escrows owe their jobs' miners for this epoch, in the same transaction
+      this.jobPayments?.allocate(open.id, rows, shares);
       const paid = split.rewards.some((r) => r.amount > 0n);
       this.state.ledger.closeEpoch(open.id, { runId, mergesMark, toLog: to, closedAt: now, emission: this.emission, remainder: split.remainder, settled: !paid });
       this.state.ledger.openEpoch(now);

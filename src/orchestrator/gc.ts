@@ -21,7 +21,8 @@
 //     recently seen, unless they hold a stage of an active run;
 //   - blobs the deleted rows named, `blobGraceMs` after, unless a kept row
 //     names them (the state layer remembers them until then: ./state/garbage.ts);
-//     a stored model (./state/models.ts) is never collected.
+//     a stored model (./state/models.ts) is never collected, nor is a
+//     dataset while a row names it (./datasets.ts says when rows go).
 // The work log, epochs, rewards and slashes are the ledger: never collected.
 import { FINAL_RUN_STATUSES } from '../api/schemas.ts';
 import type { BlobStore } from './blobs.ts';
@@ -218,7 +219,7 @@ export class Collector {
     let deleted = 0;
     for (const blob of this.state.garbage.due(now - this.options.blobGraceMs, this.options.batch)) {
       // named again since (the same bytes uploaded anew, or still a stage's state): kept
-      if (!this.state.runs.referencesBlob(blob) && !this.state.mergeRounds.references(blob) && !this.state.jobs.referencesBlob(blob) && !this.state.models.referencesBlob(blob) && (await this.blobs.delete(blob))) deleted++;
+      if (!this.state.runs.referencesBlob(blob) && !this.state.mergeRounds.references(blob) && !this.state.jobs.referencesBlob(blob) && !this.state.models.referencesBlob(blob) && !this.state.datasets.referencesBlob(blob) && (await this.blobs.delete(blob))) deleted++;
       this.state.garbage.release(blob);
     }
     return deleted;

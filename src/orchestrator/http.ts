@@ -1,6 +1,6 @@
 // The orchestrator's HTTP API: the public routes (./routes/public.ts), the
 // developers' job routes (./routes/jobs.ts), the model store
-// (./routes/models.ts) and the miners' signed routes
+// (./routes/models.ts), the dataset store (./routes/datasets.ts) and the miners' signed routes
 // (./routes/miners.ts) on the shared server of
 // src/http/server.ts. A miner's malformed signed request (400, 413, 415)
 // counts as invalid work of its signer; one that proves it cheated is an
@@ -9,9 +9,11 @@ import { createHttpServer, type HttpServer } from '../http/server.ts';
 import { AuthError } from '../protocol/errors.ts';
 import { RequestVerifier } from '../protocol/signing.ts';
 import type { Coordinator } from './coordinator.ts';
+import { DatasetService } from './datasets.ts';
 import type { Epochs } from './epochs.ts';
 import { OffenceError } from './offences.ts';
 import type { JobService } from './jobs.ts';
+import { datasetRoutes } from './routes/datasets.ts';
 import { jobRoutes } from './routes/jobs.ts';
 import { minerRoutes } from './routes/miners.ts';
 import { modelRoutes } from './routes/models.ts';
@@ -23,7 +25,7 @@ const MALFORMED = new Set([400, 413, 415]);
 /** Largest JSON body (a heartbeat with thousands of reports stays below it). */
 export const MAX_JSON_BYTES = 1 << 20;
 
-export function buildApi(coordinator: Coordinator, epochs: Epochs | null = null, jobs: JobService | null = null): HttpServer {
+export function buildApi(coordinator: Coordinator, epochs: Epochs | null = null, jobs: JobService | null = null, datasets: DatasetService | null = null): HttpServer {
   // requests are bound to this network, and (the nonces of earlier ones being forgotten) to this run of the server
   const verifier = new RequestVerifier({ domain: coordinator.identity.domain, notBefore: Date.now(), sessionKeyOf: (a) => coordinator.sessionKeyOf(a) });
   const app = createHttpServer({
@@ -44,7 +46,8 @@ export function buildApi(coordinator: Coordinator, epochs: Epochs | null = null,
   });
   publicRoutes(app, coordinator, epochs !== null);
   minerRoutes(app, coordinator, epochs);
-  if (jobs) jobRoutes(app, coordinator, jobs);
+  if (jobs) jobRoutes(app, coordinator, jobs, epochs?.jobPayments ?? null);
   modelRoutes(app, coordinator, epochs?.chain ?? null);
+  datasetRoutes(app, coordinator, datasets ?? new DatasetService(coordinator.state, coordinator.blobs));
   return app;
 }

@@ -17,14 +17,28 @@ import { randomBytes } from 'node:crypto';
 import { jobSpecProblems, resolveJobSpec, type JobSpec, type ResolvedJob } from '../jobs/spec.ts';
 import { canMove, isFinalJobStatus, type JobStatus } from '../jobs/status.ts';
 import { formatDuration } from '../jobs/duration.ts';
+import { formatNim } from '../chain/amounts.ts';
 import { stageCost } from '../planner/cost.ts';
+import { mlpCost } from '../jobs/mlp-cost.ts';
 import { partCount } from '../model/gpt.ts';
+import { modelLabel, modelParts, modelRefOf, parseModelRef } from '../model/model-ref.ts';
 import { NimbleError } from '../protocol/errors.ts';
 import { assembleCheckpoint } from './checkpoint.ts';
 import type { Coordinator } from './coordinator.ts';
+import { checkJobData } from './datasets.ts';
+import { runDataProblem } from './run-planner.ts';
 import { defaultUpgrade, layoutWords as shape, type JobLayout } from '../jobs/layout.ts';
 import type { JobRecord } from './state/jobs.ts';
 import type { RunRecord } from './state/runs.ts';
+
+/** The escrow a job is submitted with, checked on chain (src/orchestrator/job-payments.ts). */
+export interface JobEscrowTerms {
+  escrowId: string;
+  /** wei: the job's budget */
+  amount: bigint;
+  /** what its work is paid at */
+  nimPerPetaflop: number;
+}
 
 /** Jobs one developer may have that have not ended. */
 export const MAX_ACTIVE_JOBS_PER_OWNER = 4;
@@ -41,10 +55,19 @@ export interface JobServiceOptions {
   slots: number;
 }
 
-/** What a job's run is asked to train (a named GPT: `submit` refuses the rest): `steps` of it on `layout` (default: one miner). */
-function runRequest(job: ResolvedJob, model: string, steps: number = job.steps, layout: JobLayout = { stages: 1, replicas: 1 }): Parameters<Coordinator['createRun']>[0] {
+/** The model reference a job's runs train (src/model/model-ref.ts): a named GPT, an inline GPT, or an MLP classifier. */
+function jobModelRef(job: ResolvedJob): string {
+  try {
+    return modelRefOf(job.model);
+  } catch (err) {
+    throw new NimbleError('invalid', (err as Error).message);
+  }
+}
+
+/** What a job's run is asked to train: `steps` of its model on `layout` (default: one miner). */
+function runRequest(job: ResolvedJob, steps: number = job.steps, layout: JobLayout = { stages: 1, replicas: 1 }): Parameters<Coordinator['createRun']>[0] {
   return {
-    model,
+    model: jobModelRef(job),
     data: job.data,
     steps,
     stages: layout.stages,
@@ -78,26 +101,43 @@ export class JobService {
     return this.c.state;
   }
 
-  /** Validates a spec of `owner`'s and records the job; its run starts when a miner is free. */
-  submit(spec: JobSpec, owner: string): JobRecord {
+  /**
+   * Validates a spec of `owner`'s and records the job (with the escrow that
+   * pays for it, checked on chain by the caller); its run starts when a miner is free.
+   */
+  submit(spec: JobSpec, owner: string, escrow?: JobEscrowTerms): JobRecord {
+    const job = this.check(spec, owner);
+    const id = `job-${randomBytes(8).toString('hex')}`;
+    const now = this.now();
+    this.state.tx(() => {
+      this.state.jobs.insert(
+        { id, owner, spec, steps: job.steps, timeoutMs: job.timeoutMs, idleTimeoutMs: job.idleTimeoutMs, checkpointEvery: job.checkpointEvery, retentionMs: this.options.checkpointRetentionMs },
+        now,
+      );
+      if (escrow) {
+        this.state.escrows.insert({ jobId: id, escrowId: escrow.escrowId, owner, amount: escrow.amount, price: escrow.nimPerPetaflop }, now);
+        this.state.jobs.note(id, `paid from escrow ${escrow.escrowId}: ${formatNim(escrow.amount)} NIM at ${escrow.nimPerPetaflop} NIM per PFLOP`, now);
+      }
+    });
+    this.ensureRun(this.state.jobs.get(id)!, now);
+    this.changed(id);
+    return this.state.jobs.get(id)!;
+  }
+
+  /** What `submit` refuses, without recording anything: the spec resolved, or an error. */
+  check(spec: JobSpec, owner: string): ResolvedJob {
     const problems = jobSpecProblems(spec);
     if (problems.length) throw new NimbleError('invalid', `the job spec is not valid: ${problems.map((p) => `${p.path}: ${p.message}`).join('; ')}`);
     const job = resolveJobSpec(spec);
-    if (job.model.kind !== 'gpt' || !job.model.name) throw new NimbleError('invalid', 'the network trains named GPT models for now (gpt-micro, gpt-tiny, gpt-small); run this job with --local');
-    if (job.data !== 'moby-dick') throw new NimbleError('invalid', `the network's miners load 'moby-dick' for now; '${job.data}' runs with --local`);
+    checkJobData(this.state, job, owner);
+    // what the miners cannot train though the spec is valid: a GPT whose vocabulary is not the bytes', an MLP on more hashed features than its data set builds
+    const dataProblem = runDataProblem(parseModelRef(jobModelRef(job)), job.data);
+    if (dataProblem) throw new NimbleError('invalid', `the network cannot train this job: ${dataProblem}`);
     if (this.state.jobs.countActiveOf(owner) >= MAX_ACTIVE_JOBS_PER_OWNER) {
       throw new NimbleError('too_many_runs', `${owner} has ${MAX_ACTIVE_JOBS_PER_OWNER} jobs that have not ended; cancel one first`, 429);
     }
     if (this.state.jobs.countWaiting() >= MAX_WAITING_JOBS) throw new NimbleError('overloaded', `${MAX_WAITING_JOBS} jobs are waiting for miners; try again later`);
-    const id = `job-${randomBytes(8).toString('hex')}`;
-    const now = this.now();
-    this.state.jobs.insert(
-      { id, owner, spec, steps: job.steps, timeoutMs: job.timeoutMs, idleTimeoutMs: job.idleTimeoutMs, checkpointEvery: job.checkpointEvery, retentionMs: this.options.checkpointRetentionMs },
-      now,
-    );
-    this.ensureRun(this.state.jobs.get(id)!, now);
-    this.changed(id);
-    return this.state.jobs.get(id)!;
+    return job;
   }
 
   /** The owner ends a job: its run stops, its checkpoints are kept for the retention period. */
@@ -123,11 +163,19 @@ export class JobService {
     if (isFinalJobStatus(job.status)) throw new NimbleError('conflict', `job ${id} has ended (${job.status})`);
     if (job.upgrade) throw new NimbleError('conflict', `job ${id} is already being upgraded to ${shape(job.upgrade)}`);
     const resolved = resolveJobSpec(job.spec);
-    if (resolved.model.kind !== 'gpt') throw new NimbleError('conflict', `job ${id} is not a GPT`);
-    const parts = partCount(resolved.model.config);
+    // an MLP is one stage: it is upgraded to replicas of it (the default group: 1 stage × up to 4 replicas)
+    const model = parseModelRef(jobModelRef(resolved));
+    const parts = modelParts(model);
     const alive = this.state.miners.list(true).length;
     const to = layout ?? defaultUpgrade(parts, alive);
-    if (to.stages > parts) throw new NimbleError('invalid', `${resolved.model.name ?? 'the model'} has ${parts} parts; it cannot be cut into ${to.stages} stages`);
+    if (to.stages > parts) {
+      throw new NimbleError(
+        'invalid',
+        model.kind === 'mlp'
+          ? `an MLP classifier trains as one stage: upgrade it to replicas only (--stages 1 --replicas R, or no flags), not ${to.stages} stages`
+          : `${modelLabel(model)} has ${parts} parts; it cannot be cut into ${to.stages} stages`,
+      );
+    }
     if (to.stages * to.replicas > alive) throw new NimbleError('conflict', `${shape(to)} needs ${to.stages * to.replicas} miners and ${alive} are alive`);
     const run = job.runId ? this.state.runs.get(job.runId) : undefined;
     const now = this.now();
@@ -209,6 +257,11 @@ export class JobService {
         this.end(fresh, 'cancelled', run.message ?? 'its run was cancelled');
         return;
     }
+    const escrow = this.state.escrows.get(job.id);
+    if (escrow?.spent) {
+      this.end(fresh, 'failed', `its budget of ${formatNim(BigInt(escrow.amount))} NIM is spent, at step ${fresh.step} of ${fresh.steps}; its last checkpoint is kept`);
+      return;
+    }
     if (now >= fresh.timeoutAt) {
       this.end(fresh, 'timed_out', `past its wall-clock limit (${formatDuration(fresh.timeoutAt - fresh.createdAt)}) at step ${fresh.step} of ${fresh.steps}; its last checkpoint is kept`);
       return;
@@ -234,9 +287,8 @@ export class JobService {
   private ensureRun(job: JobRecord, now: number): RunRecord | null {
     if (job.runId) return this.state.runs.get(job.runId) ?? null;
     const resolved = resolveJobSpec(job.spec);
-    if (resolved.model.kind !== 'gpt' || !resolved.model.name) throw new NimbleError('corrupt', `job ${job.id} is not a named GPT`);
     const miner = this.smallestFit(resolved);
-    const run = this.c.createRun(runRequest(resolved, resolved.model.name), job.owner, miner ? [miner] : []);
+    const run = this.c.createRun(runRequest(resolved), job.owner, miner ? [miner] : []);
     this.state.jobs.setRun(job.id, run.id);
     this.state.jobs.note(job.id, miner ? `placed on miner ${this.minerName(miner)}, the smallest idle miner that holds the whole model` : 'waiting for an idle miner that holds the whole model', now);
     return this.state.runs.get(run.id) ?? null;
@@ -249,12 +301,11 @@ export class JobService {
   private moveOn(job: JobRecord, finished: RunRecord | null): void {
     const layout = job.upgrade!;
     const resolved = resolveJobSpec(job.spec);
-    if (resolved.model.kind !== 'gpt' || !resolved.model.name) throw new NimbleError('corrupt', `job ${job.id} is not a named GPT`);
     if (finished) this.keptRound.delete(finished.id);
     const stepBase = job.stepBase + (finished?.microbatchesDone ?? 0);
     const tokenBase = job.tokenBase + (finished?.tokensDone ?? 0);
     const last = this.state.jobs.checkpoints(job.id).at(-1);
-    const request = runRequest(resolved, resolved.model.name, job.steps - stepBase, layout);
+    const request = runRequest(resolved, job.steps - stepBase, layout);
     const run = this.c.createRun(request, job.owner, undefined, { init: last?.blob ?? null, shardBase: stepBase });
     const from = last ? `the checkpoint at step ${last.step}` : 'the start';
     this.state.jobs.moveOn(job.id, run.id, stepBase, tokenBase, `upgraded to ${shape(layout)}: ${job.steps - stepBase} steps left, from ${from}`, this.now());
@@ -300,7 +351,6 @@ export class JobService {
 
   /** The idle miner with the least memory that holds the whole model (the slower of equals), if any. */
   private smallestFit(job: ResolvedJob): string | null {
-    if (job.model.kind !== 'gpt') return null;
     const need = wholeModelBytes(job, this.options.slots);
     const fits = this.c.idleMiners().filter((m) => m.memoryBytes >= need);
     fits.sort((a, b) => a.memoryBytes - b.memoryBytes || a.gflops - b.gflops || a.id.localeCompare(b.id));
@@ -316,7 +366,11 @@ export class JobService {
     // what was merged last is kept (a timed-out job keeps its last checkpoint)
     const run = job.runId ? this.state.runs.get(job.runId) : undefined;
     if (run && status !== 'completed') this.keepCheckpoint(job, run, true);
-    this.state.jobs.move(job.id, status, reason, now);
+    this.state.tx(() => {
+      this.state.jobs.move(job.id, status, reason, now);
+      // its escrow pays for the work logged until now, then refunds the rest
+      this.state.escrows.end(job.id, this.state.ledger.lastWorkId());
+    });
     if (run) this.c.stopRun(run.id, `its job ended: ${reason}`);
     if (run) this.keptRound.delete(run.id);
     this.changed(job.id);
@@ -366,9 +420,9 @@ export class JobService {
   }
 }
 
-/** The memory a miner needs to train the whole of a GPT job alone. */
+/** The memory a miner needs to train the whole of a job's model alone (as the run planner sizes its one stage: src/jobs/mlp-cost.ts for an MLP). */
 function wholeModelBytes(job: ResolvedJob, slots: number): number {
-  if (job.model.kind !== 'gpt') return Infinity;
+  if (job.model.kind === 'mlp') return mlpCost(job.model, job.batchSize).memoryBytes.total;
   return stageCost(job.model.config, { from: 0, to: partCount(job.model.config) }, job.batchSize, slots).memoryBytes.total;
 }
 

@@ -15,8 +15,7 @@ import { mergeSlices } from '../merge/merge-partition.ts';
 import { createOuterState, outerStep } from '../merge/outer.ts';
 import { partitionVector, type Partition } from '../merge/partition.ts';
 import { decodePartitionFrame, decodePartitionFrames, encodeMergedPartition } from '../merge/pseudo-gradient.ts';
-import { gptConfig } from '../model/config.ts';
-import { rangeParamCount } from '../model/gpt.ts';
+import { rangeParams } from '../model/model-ref.ts';
 import { NimbleError } from '../protocol/errors.ts';
 import { OffenceError } from './offences.ts';
 import type { BlobStore } from './blobs.ts';
@@ -48,7 +47,7 @@ export class MergeChecks {
   ) {}
 
   partitions(run: RunRecord, s: StageRecord, count: number): Partition[] {
-    return count === 0 ? [] : partitionVector(rangeParamCount(gptConfig(run.model), { from: s.fromPart, to: s.toPart }), count);
+    return count === 0 ? [] : partitionVector(rangeParams(run.model, { from: s.fromPart, to: s.toPart }), count);
   }
 
   /** The inner steps a replica of stage `k.stage` was credited for round `k.round` (the microbatches completed since the round before opened). */

@@ -4,7 +4,7 @@
 // (src/orchestrator/merge-checks.ts) before it is stored. A replica whose
 // upload proves an offence leaves the round at once. The round's phases
 // move on in ./merges.ts.
-import { checkpointInfo } from '../model/checkpoint.ts';
+import { modelCheckpointInfo } from '../model/checkpoint.ts';
 import { decodePartitionFrame } from '../merge/pseudo-gradient.ts';
 import { decodeSafetensors } from '../model/safetensors.ts';
 import { NimbleError } from '../protocol/errors.ts';
@@ -93,7 +93,7 @@ export class MergeUploads {
     const { run, s, round } = this.roundFor(k, minerId, 'applying');
     let info;
     try {
-      info = checkpointInfo(decodeSafetensors(bytes));
+      info = modelCheckpointInfo(decodeSafetensors(bytes));
     } catch (err) {
       throw new NimbleError('invalid', `stage state: ${(err as Error).message}`);
     }

@@ -12,8 +12,7 @@
 import { FINAL_RUN_STATUSES } from '../api/schemas.ts';
 import { defaultRule, median, normBound } from '../merge/merge-partition.ts';
 import { assignMergers, reassign } from '../merge/partition.ts';
-import { gptConfig } from '../model/config.ts';
-import { rangeParamCount } from '../model/gpt.ts';
+import { rangeParams } from '../model/model-ref.ts';
 import type { MergeTask } from '../protocol/messages.ts';
 import type { BlobStore } from './blobs.ts';
 import { RECOMPUTED, type MergeChecks } from './merge-checks.ts';
@@ -129,7 +128,7 @@ export class MergeRounds {
   }
 
   private stageParams(run: RunRecord, s: StageRecord): number {
-    return rangeParamCount(gptConfig(run.model), { from: s.fromPart, to: s.toPart });
+    return rangeParams(run.model, { from: s.fromPart, to: s.toPart });
   }
 
   /**

@@ -17,7 +17,7 @@
 // or when its deadline passes; then the miner it stalled at (the first hop,
 // in pipeline order, without a receipted claim: the evidence says it held the
 // microbatch) is charged one dropped unit. Nobody's word alone costs another.
-import { gptConfig } from '../model/config.ts';
+import { itemsPerMicrobatch } from '../model/model-ref.ts';
 import { verifyReceipt, type TicketFields } from '../protocol/evidence.ts';
 import type { MicrobatchTask, WorkReport } from '../protocol/messages.ts';
 import type { SpotChecks } from './spot-checks.ts';
@@ -204,7 +204,8 @@ export class MicrobatchFlow {
       this.state.runs.recordLoss(run.id, e.loss);
       this.state.runs.recordStageLoss(run.id, S - 1, e.loss);
     }
-    const tokens = run.batchSize * gptConfig(run.model).contextLength;
+    // tokens for a GPT, examples for an MLP classifier: what the run's tokens counters count
+    const tokens = itemsPerMicrobatch(run.model, run.batchSize);
     this.state.runs.addCounters(run.id, { microbatches: 1, tokens, bytes: e.bytes });
     this.state.runs.addInnerStep(run.id);
     let list = this.completions.get(run.id);

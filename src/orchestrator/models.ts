@@ -13,8 +13,6 @@
 // the copier's own address is refused here.
 import type { Address } from 'viem';
 import type { AttestationView, StoredModelView } from '../api/models.ts';
-import { checkpointInfo } from '../model/checkpoint.ts';
-import { decodeSafetensors } from '../model/safetensors.ts';
 import { checkWholeModel } from '../model/whole-model.ts';
 import { NimbleError } from '../protocol/errors.ts';
 import { blobId, type BlobStore } from './blobs.ts';
@@ -68,7 +66,7 @@ export class ModelService {
     const cp = step === undefined ? list.at(-1) : list.find((c) => c.step === step);
     if (!cp) throw new NimbleError('not_found', step === undefined ? `${jobId} has no checkpoint yet` : `${jobId} has no checkpoint at step ${step} (it has: ${list.map((c) => c.step).join(', ') || 'none'})`);
     const bytes = await this.blobs.get(cp.blob); // checked against its id
-    const { config } = checkpointInfo(decodeSafetensors(bytes));
+    const { config } = checkWholeModel(bytes);
     return this.keep({ sha256: cp.blob, owner, name, bytes: bytes.length, config, jobId, step: cp.step }, bytes);
   }
 

@@ -3,22 +3,49 @@
 // stages, a few miners moved) whenever miners come or go.
 import { randomBytes } from 'node:crypto';
 import type { CreateRunRequest } from '../api/schemas.ts';
+import { isDatasetId } from '../data/dataset.ts';
 import { DEFAULT_OUTER_LR, DEFAULT_OUTER_MOMENTUM } from '../merge/outer.ts';
-import { gptConfig, type GptConfig } from '../model/config.ts';
-import { partCount } from '../model/gpt.ts';
+import { SPAM_CLASSES, SPAM_MAX_FEATURES } from '../data/spam.ts';
+import { mlpCost } from '../jobs/mlp-cost.ts';
+import { modelLabel, modelParts, parseModelRef, type ModelRef } from '../model/model-ref.ts';
 import { PlanError } from '../planner/errors.ts';
-import { planPlacement } from '../planner/placement.ts';
+import { planPlacement, planSingleStage } from '../planner/placement.ts';
 import { rebalance } from '../planner/rebalance.ts';
 import type { MinerCapacity, Plan } from '../planner/types.ts';
 import { NimbleError } from '../protocol/errors.ts';
+import { requireDataset } from './datasets.ts';
 import type { OrchestratorState } from './state/index.ts';
 import type { MinerRecord } from './state/miners.ts';
 import type { RunOptions, RunRecord } from './state/runs.ts';
 
 /** H: inner steps per replica between merges (docs/network.md: why 100). */
 export const DEFAULT_MERGE_EVERY = 100;
-/** Data sets every miner can load by name. */
+/** Data sets every miner can load by name: text for a GPT… */
 export const RUN_DATA_SETS = ['moby-dick'] as const;
+/** …and tables for an MLP classifier. */
+export const MLP_DATA_SETS = ['spam-assassin'] as const;
+
+/** Why miners cannot train `model` on `data` (null: they can; an uploaded dataset is checked against its store by requireDataset). */
+export function runDataProblem(model: ModelRef, data: string): string | null {
+  if (model.kind === 'mlp') {
+    if (!(MLP_DATA_SETS as readonly string[]).includes(data)) return `an MLP classifier trains on ${MLP_DATA_SETS.map((d) => `'${d}'`).join(', ')}, not '${data.slice(0, 80)}'`;
+    if (model.config.classes !== SPAM_CLASSES.length) return `spam-assassin has ${SPAM_CLASSES.length} classes (ham, spam); the MLP has ${model.config.classes}`;
+    if (model.config.inputs > SPAM_MAX_FEATURES) return `spam-assassin's features are hashed into as many buckets as the MLP has inputs, at most ${SPAM_MAX_FEATURES}; the MLP has ${model.config.inputs}`;
+    return null;
+  }
+  if (!isDatasetId(data) && !(RUN_DATA_SETS as readonly string[]).includes(data)) {
+    return `data set '${data.slice(0, 80)}' is not available to miners (use ${RUN_DATA_SETS.map((d) => `'${d}'`).join(', ')} or an uploaded dataset)`;
+  }
+  // the corpora are bytes: a smaller vocabulary would index past the embedding
+  if (model.config.vocabSize !== 256) return `the data is bytes: a GPT trained on it has a vocabulary of 256, not ${model.config.vocabSize}`;
+  return null;
+}
+
+/** The placement of `model` on `miners`: cut into stages (a GPT), or one stage holding it whole (an MLP). Throws PlanError. */
+function planRun(model: ModelRef, miners: MinerCapacity[], stages: number | undefined, batchSize: number, slots: number): Plan {
+  if (model.kind === 'mlp') return planSingleStage({ cost: mlpCost(model.config, batchSize), miners, label: `the ${modelLabel(model)}` });
+  return planPlacement({ config: model.config, miners, stages, batchSize, slots });
+}
 /** Runs one developer may have that have not ended. */
 export const MAX_ACTIVE_RUNS_PER_OWNER = 4;
 /** Runs waiting for miners, network-wide: past it new runs are refused until some start or are cancelled. */
@@ -41,17 +68,23 @@ export class RunPlanner {
       throw new NimbleError('too_many_runs', `${owner} has ${MAX_ACTIVE_RUNS_PER_OWNER} runs that have not ended; cancel one first`, 429);
     }
     if (this.state.runs.countWaiting() >= MAX_WAITING_RUNS) throw new NimbleError('overloaded', `${MAX_WAITING_RUNS} runs are waiting for miners; try again later`);
-    let config: GptConfig;
+    let model: ModelRef;
     try {
-      config = gptConfig(req.model);
+      model = parseModelRef(req.model);
     } catch (err) {
       throw new NimbleError('invalid', (err as Error).message);
     }
-    if (!(RUN_DATA_SETS as readonly string[]).includes(req.data)) {
-      throw new NimbleError('invalid', `data set '${req.data}' is not available to miners (use ${RUN_DATA_SETS.map((d) => `'${d}'`).join(', ')})`);
-    }
-    if (req.stages !== undefined && req.stages > partCount(config)) {
-      throw new NimbleError('invalid', `${req.model} has ${partCount(config)} parts; it cannot be cut into ${req.stages} stages`);
+    const dataProblem = runDataProblem(model, req.data);
+    if (dataProblem) throw new NimbleError('invalid', dataProblem);
+    // an uploaded dataset (GPT runs): stored by the run's owner, large enough for the context
+    if (model.kind === 'gpt' && isDatasetId(req.data)) requireDataset(this.state, req.data, owner, model.config.contextLength);
+    if (req.stages !== undefined && req.stages > modelParts(model)) {
+      throw new NimbleError(
+        'invalid',
+        model.kind === 'mlp'
+          ? `an MLP classifier trains as one stage (its replicas merge); it cannot be cut into ${req.stages} stages`
+          : `${req.model} has ${modelParts(model)} parts; it cannot be cut into ${req.stages} stages`,
+      );
     }
     const id = `run-${randomBytes(4).toString('hex')}`;
     const options: RunOptions = {
@@ -84,13 +117,7 @@ export class RunPlanner {
     }
     let plan: Plan;
     try {
-      plan = planPlacement({
-        config: gptConfig(run.model),
-        miners: capacities(miners),
-        stages: run.options.requestedStages ?? undefined,
-        batchSize: run.batchSize,
-        slots: this.slots,
-      });
+      plan = planRun(parseModelRef(run.model), capacities(miners), run.options.requestedStages ?? undefined, run.batchSize, this.slots);
     } catch (err) {
       if (!(err instanceof PlanError)) throw err;
       this.state.runs.setMessage(run.id, `cannot plan yet: ${err.message}`);

@@ -15,8 +15,7 @@
 // failed spot check (src/orchestrator/spot-checks.ts: a forward whose
 // recomputation disagrees with what the miner sent, or a check left
 // unanswered) costs 10: it is evidence of wrong work passed on to others.
-import { gptConfig } from '../model/config.ts';
-import { rangeParamCount } from '../model/gpt.ts';
+import { parseModelRef, rangeParams } from '../model/model-ref.ts';
 import type { WorkKind } from '../api/schemas.ts';
 import type { WorkRecord } from './state/ledger.ts';
 
@@ -32,10 +31,10 @@ export type WorkRow = Pick<WorkRecord, 'minerId' | 'runId' | 'kind' | 'units' | 
 /** Per run: each stage's share of the model's parameters (sums to 1). */
 export type StageShares = Record<string, number[]>;
 
-/** Stage shares of a GPT run from its stage ranges (parts [from, to)). */
+/** Stage shares of a run of `model` (a model reference) from its stage ranges (parts [from, to)); an MLP's one stage holds it all. */
 export function stageSharesOf(model: string, ranges: readonly { from: number; to: number }[]): number[] {
-  const config = gptConfig(model);
-  const counts = ranges.map((r) => rangeParamCount(config, r));
+  const ref = parseModelRef(model);
+  const counts = ranges.map((r) => rangeParams(ref, r));
   const total = counts.reduce((a, b) => a + b, 0);
   return counts.map((c) => (total > 0 ? c / total : 0));
 }

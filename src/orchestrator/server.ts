@@ -4,6 +4,7 @@ import { mkdirSync } from 'node:fs';
 import { join } from 'node:path';
 import { FsBlobStore } from './blobs.ts';
 import { Coordinator, type CoordinatorOptions } from './coordinator.ts';
+import { DatasetService } from './datasets.ts';
 import { Epochs, type ChainOptions } from './epochs.ts';
 import { buildApi } from './http.ts';
 import { DEFAULT_CHECKPOINT_RETENTION_MS, JobService } from './jobs.ts';
@@ -52,7 +53,9 @@ export async function startOrchestrator(options: OrchestratorOptions): Promise<R
     }
   }
   const jobs = new JobService(coordinator, { checkpointRetentionMs: options.checkpointRetentionMs ?? DEFAULT_CHECKPOINT_RETENTION_MS, slots: coordinator.slots });
-  const app = buildApi(coordinator, epochs, jobs);
+  // an unused dataset is kept as long as an ended job's checkpoints
+  const datasets = new DatasetService(state, blobs, { retentionMs: options.checkpointRetentionMs ?? DEFAULT_CHECKPOINT_RETENTION_MS });
+  const app = buildApi(coordinator, epochs, jobs, datasets);
   const host = options.host ?? '127.0.0.1';
   await app.listen({ host, port: options.port ?? 0 });
   const address = app.server.address();
@@ -61,6 +64,7 @@ export async function startOrchestrator(options: OrchestratorOptions): Promise<R
     try {
       coordinator.tick();
       jobs.tick();
+      datasets.tick();
     } catch (err) {
       console.error('orchestrator: tick failed:', err);
     }

@@ -4,12 +4,18 @@
 // since the last merge, then the forward recomputed in fp32 and compared
 // (cosine and norm ratio of the activation, or the loss of the last stage),
 // against thresholds measured on honest miners. Pure: no state, no I/O.
+//
+// An MLP classifier's run has one stage (src/model/model-ref.ts): its check
+// is a last stage's, the loss of the shard's batch of the SpamAssassin
+// features recomputed from the bundle's weights (verifyMlpForward).
 import { batchForShard } from '../data/batches.ts';
 import type { ByteCorpus } from '../data/corpus.ts';
+import { spamBatch, type SpamDataset } from '../data/spam.ts';
 import type { Engine } from '../engine/engine.ts';
 import { firstOutOfReach, reach } from '../model/adamw.ts';
 import type { GptConfig } from '../model/config.ts';
 import { GptStage, partCount } from '../model/gpt.ts';
+import { Mlp, type MlpConfig } from '../model/mlp.ts';
 import type { DecodedCheckBundle } from '../protocol/check-bundle.ts';
 import type { Codec } from '../protocol/codec.ts';
 
@@ -38,6 +44,19 @@ export const CHECK_THRESHOLDS: Record<Codec, Thresholds> = {
 };
 /** The last stage's recomputed loss must be within this relative deviation of the reported one (honest: ≤ 1.6e-8). */
 export const MAX_LOSS_DEVIATION = 1e-5;
+/**
+ * An MLP's recomputed loss must be within `relative` × itself + `absolute` of
+ * the reported one. Measured as for the GPT (`npm run bench -- --only
+ * spot-check`, miner: relaxed SIMD, 2 threads; orchestrator: plain SIMD, 1
+ * thread): the 4096→64→2 spam classifier, batch 64, lr 0.01, 200 batches at
+ * each of 0, 20, 200, 1,000 and 2,000 steps: relative deviation ≤ 2.4e-6,
+ * absolute ≤ 1.9e-8 (`spot_check.mlp.honest_max_loss_*`), while the loss
+ * falls to 8.3e-4. A trained classifier's loss gets that small, where a
+ * relative bound alone would be at the mercy of rounding, hence the absolute
+ * floor. Both are 40–50 times what honest miners reach; a loss reported 1%
+ * off fails once the loss is above 1e-4.
+ */
+export const MLP_LOSS_TOLERANCE = { relative: 1e-4, absolute: 1e-6 } as const;
 
 /** Sequences of a batch a check of a stage before the last recomputes. */
 export const CHECK_ROWS = 2;
@@ -94,14 +113,8 @@ export function verifyForward(engine: Engine, ctx: CheckContext, b: DecodedCheck
     if (ctx.upstreamShas !== null && !ctx.upstreamShas.includes(b.inputSha ?? '')) return fail('the input frame is not the one the previous stage sent');
   }
   if (!last && b.outputSha !== ctx.outputSha) return fail('the output frame is not the one the miner reported sending');
-  if (b.meta.samples > ctx.maxSamples) return fail(`claims ${b.meta.samples} inner steps since the merge; at most ${ctx.maxSamples} are possible`);
-  if (ctx.thetaStart) {
-    const at = firstOutOfReach(b.weights, ctx.thetaStart, ctx.decaySize, b.meta.samples, ctx.lr);
-    if (at >= 0) {
-      const moved = Math.abs(b.weights[at] - ctx.thetaStart[at]);
-      return fail(`weight ${at} moved ${moved.toExponential(3)} from the merged state; ${b.meta.samples} AdamW steps move it at most ${reach(ctx.thetaStart[at], at < ctx.decaySize, b.meta.samples, ctx.lr).toExponential(3)}`);
-    }
-  }
+  const unbound = bindWeights(ctx, b);
+  if (unbound) return unbound;
   const T = ctx.config.contextLength;
   const C = ctx.config.channels;
   const rows = last || !ctx.rows ? null : ctx.rows;
@@ -135,6 +148,56 @@ export function verifyForward(engine: Engine, ctx: CheckContext, b: DecodedCheck
     return { passed: true, cosine, normRatio, detail: `cosine ${cosine.toFixed(8)}, norm ratio ${normRatio.toFixed(8)}` };
   } finally {
     if (!scratch) stage.release();
+  }
+}
+
+/** Fails a bundle whose weights are not where its claim says: more inner steps than possible, or weights out of AdamW's reach of the merged state. */
+function bindWeights(ctx: Pick<CheckContext, 'maxSamples' | 'thetaStart' | 'decaySize' | 'lr'>, b: DecodedCheckBundle): CheckOutcome | null {
+  const fail = (detail: string): CheckOutcome => ({ passed: false, cosine: null, normRatio: null, detail });
+  if (b.meta.samples > ctx.maxSamples) return fail(`claims ${b.meta.samples} inner steps since the merge; at most ${ctx.maxSamples} are possible`);
+  if (ctx.thetaStart) {
+    const at = firstOutOfReach(b.weights, ctx.thetaStart, ctx.decaySize, b.meta.samples, ctx.lr);
+    if (at >= 0) {
+      const moved = Math.abs(b.weights[at] - ctx.thetaStart[at]);
+      return fail(`weight ${at} moved ${moved.toExponential(3)} from the merged state; ${b.meta.samples} AdamW steps move it at most ${reach(ctx.thetaStart[at], at < ctx.decaySize, b.meta.samples, ctx.lr).toExponential(3)}`);
+    }
+  }
+  return null;
+}
+
+/** What the orchestrator knows of one checked forward of an MLP classifier (its one stage: the loss). */
+export interface MlpCheckContext extends Pick<CheckContext, 'batchSize' | 'seed' | 'shard' | 'lr' | 'thetaStart' | 'decaySize' | 'maxSamples' | 'loss'> {
+  config: MlpConfig;
+  /** the SpamAssassin features with config.inputs buckets (null: cannot be loaded here) */
+  dataset: SpamDataset | null;
+}
+
+/**
+ * Verifies an MLP classifier's bundle: its shard, its weights bound to the
+ * merged state, then the loss of the shard's batch recomputed in fp32 on
+ * `engine` (in `scratch` when given: an Mlp of the config taking the batch)
+ * within MLP_LOSS_TOLERANCE of the reported one.
+ */
+export function verifyMlpForward(engine: Engine, ctx: MlpCheckContext, b: DecodedCheckBundle, scratch?: Mlp): CheckOutcome {
+  const fail = (detail: string): CheckOutcome => ({ passed: false, cosine: null, normRatio: null, detail });
+  if (b.meta.shard !== ctx.shard) return fail(`the bundle is for shard ${b.meta.shard}, the microbatch is shard ${ctx.shard}`);
+  if (b.input || b.output) return fail('an MLP is one stage: its bundle has no activation frames');
+  const unbound = bindWeights(ctx, b);
+  if (unbound) return unbound;
+  if (!ctx.dataset) return fail('the run data cannot be loaded here');
+  if (ctx.loss === null) return fail('no loss was reported for this forward');
+  if (scratch && (scratch.maxBatch < ctx.batchSize || scratch.layout.size !== b.weights.length)) throw new RangeError('the scratch MLP does not fit the check');
+  const mlp = scratch ?? new Mlp(engine, ctx.config, ctx.batchSize, ctx.seed);
+  try {
+    mlp.params.flat.data.set(b.weights);
+    const batch = spamBatch(ctx.dataset, ctx.seed, ctx.shard, ctx.batchSize);
+    const loss = mlp.forward(batch.x, batch.B, batch.y) as number;
+    const dev = Math.abs(loss - ctx.loss);
+    const allowed = MLP_LOSS_TOLERANCE.relative * Math.abs(loss) + MLP_LOSS_TOLERANCE.absolute;
+    if (!(dev <= allowed)) return fail(`reported loss ${ctx.loss} vs recomputed ${loss} (deviation ${dev.toExponential(2)}, at most ${allowed.toExponential(2)})`);
+    return { passed: true, cosine: null, normRatio: null, detail: `loss deviation ${dev.toExponential(2)}` };
+  } finally {
+    if (!scratch) mlp.release();
   }
 }
 

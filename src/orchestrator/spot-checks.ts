@@ -20,13 +20,17 @@
 // A failed check is an offence (src/orchestrator/offences.ts): 'failed_check'
 // work (a penalty in scoring) and, on a paid network, a slash.
 import { randomInt } from 'node:crypto';
-import { loadCorpus, type ByteCorpus } from '../data/corpus.ts';
+import type { ByteCorpus } from '../data/corpus.ts';
+import { datasetCorpus, datasetHex, isDatasetId, loadNamedCorpus } from '../data/dataset.ts';
 import type { Engine } from '../engine/engine.ts';
-import { gptConfig } from '../model/config.ts';
-import { GptStage, partCount, rangeParamCount } from '../model/gpt.ts';
+import { loadSpamDatasetAsync, type SpamDataset } from '../data/spam.ts';
+import { GptStage } from '../model/gpt.ts';
+import { Mlp } from '../model/mlp.ts';
+import { gptConfigOf, modelParts, parseModelRef, rangeParams, type ModelRef } from '../model/model-ref.ts';
 import { decodeCheckBundle } from '../protocol/check-bundle.ts';
 import { NimbleError } from '../protocol/errors.ts';
-import { CHECK_ROWS, verifyForward, type CheckContext, type CheckOutcome } from './spot-check-verify.ts';
+import type { BlobStore } from './blobs.ts';
+import { CHECK_ROWS, verifyForward, verifyMlpForward, type CheckContext, type CheckOutcome } from './spot-check-verify.ts';
 import type { Offences } from './offences.ts';
 import type { StageStates } from './stage-states.ts';
 import type { OrchestratorState } from './state/index.ts';
@@ -50,6 +54,8 @@ export function slashWindowMs(o: Pick<SpotCheckOptions, 'timeoutMs'>): number {
 
 /** Recomputation stages and merged states kept between checks. */
 const CACHE_ENTRIES = 4;
+/** Corpora kept between checks (an uploaded dataset may have 256 MiB). */
+const CORPUS_ENTRIES = 2;
 
 /** `k` distinct sequence indices in [0, n), drawn with a CSPRNG, ascending. */
 function sampleRows(n: number, k: number): number[] {
@@ -62,8 +68,8 @@ function sampleRows(n: number, k: number): number[] {
 export class SpotChecks {
   readonly options: SpotCheckOptions;
   private readonly corpora = new Map<string, ByteCorpus | null>();
-  /** recomputation stages by model/range/batch: a few */
-  private readonly stages = new Map<string, GptStage>();
+  /** recomputation stages (a GPT's) or models (an MLP's) by model/range/batch: a few */
+  private readonly stages = new Map<string, GptStage | Mlp>();
   private expiredAt = -Infinity;
 
   constructor(
@@ -76,6 +82,8 @@ export class SpotChecks {
     private readonly offences: Offences,
     options: Partial<SpotCheckOptions> = {},
     private readonly now: () => number = Date.now,
+    /** where uploaded datasets (`sha256:` run data) are read from */
+    private readonly blobs: Pick<BlobStore, 'get'> | null = null,
   ) {
     this.options = { ...SPOT_CHECK_DEFAULTS, ...options };
     const o = this.options;
@@ -121,14 +129,14 @@ export class SpotChecks {
     const run = this.state.runs.get(runId)!;
     const stageRow = this.state.runs.stage(runId, check.stage)!;
     const mb = this.state.microbatches.get(microbatch);
-    const config = gptConfig(run.model);
+    const model = parseModelRef(run.model);
     const range = { from: stageRow.fromPart, to: stageRow.toPart };
-    const paramCount = rangeParamCount(config, range);
+    const paramCount = rangeParams(model, range);
     const bundle = decodeCheckBundle(bytes, {
       paramCount,
-      activationShape: [run.batchSize * config.contextLength, config.channels],
+      activationShape: model.kind === 'gpt' ? [run.batchSize * model.config.contextLength, model.config.channels] : [run.batchSize, model.config.inputs],
       hasInput: range.from > 0,
-      hasOutput: range.to < partCount(config),
+      hasOutput: range.to < modelParts(model),
       maxBytes: 64 + paramCount * 4 + 2 * (1 << 26),
     });
     const m = bundle.meta;
@@ -147,12 +155,20 @@ export class SpotChecks {
       const outcome: CheckOutcome = { passed: false, cosine: null, normRatio: null, detail: `the merged state of round ${own.round} is not kept` };
       return { ...outcome, status: this.decide(check, outcome) };
     }
+    const engine = await this.engine();
+    if (model.kind === 'mlp') {
+      const mlp = { config: model.config, dataset: await this.spamDataset(model.config.inputs), batchSize: run.batchSize, seed: run.seed, shard: mb?.shard ?? -1, lr: run.options.lr };
+      const bound = { thetaStart: start.weights, decaySize: start.decaySize, maxSamples: 4 * run.mergeEvery + 64, loss: own.loss ?? null };
+      const outcome = verifyMlpForward(engine, { ...mlp, ...bound }, bundle, this.scratchMlp(engine, model, run));
+      return { ...outcome, status: this.decide(check, outcome) };
+    }
+    const config = model.config;
     const ctx: CheckContext = {
       config,
       range,
       batchSize: run.batchSize,
       seed: run.seed,
-      corpus: range.from === 0 || range.to === partCount(config) ? this.corpus(run.data) : null,
+      corpus: range.from === 0 || range.to === modelParts(model) ? await this.corpus(run.data) : null,
       shard: mb?.shard ?? -1,
       codec: run.options.codec,
       lr: run.options.lr,
@@ -164,9 +180,8 @@ export class SpotChecks {
       loss: own?.loss ?? null,
       upstreamShas: upstream.length ? upstream.map((c) => c.outputSha).filter((x): x is string => x !== null) : null,
     };
-    const last = range.to === partCount(config);
+    const last = range.to === modelParts(model);
     if (!last && run.batchSize > CHECK_ROWS) ctx.rows = sampleRows(run.batchSize, CHECK_ROWS);
-    const engine = await this.engine();
     const outcome = verifyForward(engine, ctx, bundle, this.scratchStage(engine, run, range, ctx.rows?.length ?? run.batchSize));
     return { ...outcome, status: this.decide(check, outcome) };
   }
@@ -198,23 +213,54 @@ export class SpotChecks {
   /** A stage to recompute in, kept for the next checks of the same shape. */
   private scratchStage(engine: Engine, run: RunRecord, range: { from: number; to: number }, batchSize: number): GptStage {
     const key = `${run.model}/${range.from}/${range.to}/${batchSize}`;
-    let s = this.stages.get(key);
-    if (!s) {
-      s = new GptStage(engine, gptConfig(run.model), range, { batchSize, seed: run.seed });
-      remember(this.stages, key, s, (old) => old.release());
-    }
+    const kept = this.stages.get(key);
+    if (kept instanceof GptStage) return kept;
+    const s = new GptStage(engine, gptConfigOf(run.model), range, { batchSize, seed: run.seed });
+    remember(this.stages, key, s, (old) => old.release());
     return s;
   }
 
-  private corpus(spec: string): ByteCorpus | null {
-    if (!this.corpora.has(spec)) {
-      try {
-        this.corpora.set(spec, loadCorpus(spec));
-      } catch {
-        this.corpora.set(spec, null);
-      }
+  /** An MLP to recompute an MLP run's loss in, kept for the next checks of the same model and batch. */
+  private scratchMlp(engine: Engine, model: Extract<ModelRef, { kind: 'mlp' }>, run: RunRecord): Mlp {
+    const key = `${model.ref}/${run.batchSize}`;
+    const kept = this.stages.get(key);
+    if (kept instanceof Mlp) return kept;
+    const mlp = new Mlp(engine, model.config, run.batchSize, run.seed);
+    remember(this.stages, key, mlp, (old) => old.release());
+    return mlp;
+  }
+
+  /**
+   * The SpamAssassin features with `inputs` buckets, built on the first check
+   * of an MLP run (about 1.4 s of work for 4,096 buckets, in slices that let
+   * the orchestrator serve meanwhile; once per process: src/data/spam.ts
+   * keeps it); null when it cannot be built.
+   */
+  private async spamDataset(inputs: number): Promise<SpamDataset | null> {
+    try {
+      return await loadSpamDatasetAsync(inputs);
+    } catch {
+      return null;
     }
-    return this.corpora.get(spec)!;
+  }
+
+  /**
+   * The corpus of a run's data: a named corpus, or an uploaded dataset read
+   * from the blob store and checked against its id; never a path. Null when
+   * it cannot be loaded (a dataset is tried again at the next check).
+   */
+  private async corpus(spec: string): Promise<ByteCorpus | null> {
+    const kept = this.corpora.get(spec);
+    if (kept !== undefined) return kept;
+    let corpus: ByteCorpus | null = null;
+    try {
+      if (!isDatasetId(spec)) corpus = loadNamedCorpus(spec);
+      else if (this.blobs) corpus = datasetCorpus(spec, await this.blobs.get(datasetHex(spec)));
+    } catch {
+      corpus = null;
+    }
+    if (corpus || !isDatasetId(spec)) remember(this.corpora, spec, corpus, undefined, CORPUS_ENTRIES);
+    return corpus;
   }
 
   /** Releases the recomputation stages (before the engine closes). */
@@ -224,10 +270,10 @@ export class SpotChecks {
   }
 }
 
-/** Keeps at most CACHE_ENTRIES entries in `map`, dropping the oldest. */
-function remember<T>(map: Map<string, T>, key: string, value: T, drop?: (old: T) => void): void {
+/** Keeps at most `limit` entries in `map`, dropping the oldest. */
+function remember<T>(map: Map<string, T>, key: string, value: T, drop?: (old: T) => void, limit = CACHE_ENTRIES): void {
   map.set(key, value);
-  while (map.size > CACHE_ENTRIES) {
+  while (map.size > limit) {
     const [oldKey, old] = map.entries().next().value!;
     map.delete(oldKey);
     drop?.(old);

@@ -3,10 +3,9 @@
 // checks bound a miner's weights against, and what merge rounds check
 // uploaded pseudo-gradients and stage states against. Read from the state
 // blobs (or made by the model's deterministic init), a few kept in memory.
-import type { Engine } from '../engine/engine.ts';
-import { loadStageFrom } from '../model/checkpoint.ts';
-import { gptConfig } from '../model/config.ts';
-import { GptStage } from '../model/gpt.ts';
+import { loadModelParams } from '../model/checkpoint.ts';
+import { initParams } from '../model/init.ts';
+import { parseModelRef, stageLayout } from '../model/model-ref.ts';
 import { decodeSafetensors, SafetensorsError } from '../model/safetensors.ts';
 import { findNonFinite } from '../protocol/codec.ts';
 import type { BlobStore } from './blobs.ts';
@@ -31,8 +30,6 @@ export class StageStates {
   constructor(
     private readonly state: OrchestratorState,
     private readonly blobs: BlobStore,
-    /** the orchestrator's engine (for the initial weights) */
-    private readonly engine: () => Promise<Engine>,
   ) {}
 
   /** The stage's state after merge round `round` (the initial one for 0); null when its blob is not kept. */
@@ -71,31 +68,33 @@ export class StageStates {
 
   /**
    * A stage state's bytes (a checkpoint of the stage's parts with its outer
-   * momentum), checked and read: config, parts, shapes, finite values.
+   * momentum), checked and read: model, parts, shapes, finite values.
    * Without bytes, the stage's initial state: its parts of the checkpoint the
-   * run starts from, or the model's seeded init.
+   * run starts from, or the model's seeded init (the same values a miner's
+   * stage starts from: src/model/init.ts over the same layout). No kernel runs.
    */
   async decode(run: RunRecord, stage: number, bytes: Uint8Array | null): Promise<StageState> {
     const s = this.state.runs.stage(run.id, stage);
     if (!s) throw new SafetensorsError(`run ${run.id} has no stage ${stage}`);
-    const init = !bytes && run.options.init ? decodeSafetensors(await this.blobs.get(run.options.init)) : null;
-    const g = new GptStage(await this.engine(), gptConfig(run.model), { from: s.fromPart, to: s.toPart }, { batchSize: 1, seed: run.seed });
-    try {
-      const decaySize = g.layout.decaySize;
-      if (init) loadStageFrom(g, init);
-      if (!bytes) return { weights: g.params.flat.data.slice(), momentum: new Float32Array(g.paramCount), outerStep: 0, decaySize };
-      const file = decodeSafetensors(bytes);
-      const info = loadStageFrom(g, file);
-      if (info.from !== s.fromPart || info.to !== s.toPart) throw new SafetensorsError(`the state holds parts [${info.from}, ${info.to}), the stage [${s.fromPart}, ${s.toPart})`);
-      const m = file.tensors.get('outer.momentum');
-      if (!m || m.data.length !== g.paramCount) throw new SafetensorsError('the state lacks the outer momentum');
-      if (findNonFinite(m.data) >= 0) throw new SafetensorsError('the outer momentum is not finite');
-      const outerStep = Number(file.metadata.outerStep ?? 0);
-      if (!Number.isSafeInteger(outerStep) || outerStep < 0) throw new SafetensorsError(`outerStep ${file.metadata.outerStep} is not a step count`);
-      return { weights: g.params.flat.data.slice(), momentum: m.data.slice(), outerStep, decaySize };
-    } finally {
-      g.release();
+    const model = parseModelRef(run.model);
+    const range = { from: s.fromPart, to: s.toPart };
+    const layout = stageLayout(model, range);
+    const weights = new Float32Array(layout.size);
+    const decaySize = layout.decaySize;
+    if (!bytes) {
+      if (run.options.init) loadModelParams(model, range, layout, weights, decodeSafetensors(await this.blobs.get(run.options.init)));
+      else initParams(layout, weights, run.seed);
+      return { weights, momentum: new Float32Array(layout.size), outerStep: 0, decaySize };
     }
+    const file = decodeSafetensors(bytes);
+    const info = loadModelParams(model, range, layout, weights, file);
+    if (info.from !== s.fromPart || info.to !== s.toPart) throw new SafetensorsError(`the state holds parts [${info.from}, ${info.to}), the stage [${s.fromPart}, ${s.toPart})`);
+    const m = file.tensors.get('outer.momentum');
+    if (!m || m.data.length !== layout.size) throw new SafetensorsError('the state lacks the outer momentum');
+    if (findNonFinite(m.data) >= 0) throw new SafetensorsError('the outer momentum is not finite');
+    const outerStep = Number(file.metadata.outerStep ?? 0);
+    if (!Number.isSafeInteger(outerStep) || outerStep < 0) throw new SafetensorsError(`outerStep ${file.metadata.outerStep} is not a step count`);
+    return { weights, momentum: m.data.slice(), outerStep, decaySize };
   }
 
   clear(): void {

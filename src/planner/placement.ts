@@ -191,6 +191,22 @@ export function planPlacement(input: PlanInput): Plan {
   return buildPlan(layout, miners, result);
 }
 
+/**
+ * Plans a model that is never cut (the MLP classifier: src/jobs/mlp-cost.ts
+ * gives its cost, flopsPerToken per example): one stage holding it whole,
+ * with every miner that holds it as a replica. Throws PlanError with the
+ * numbers when no miner can.
+ */
+export function planSingleStage(input: { cost: StageCost; miners: MinerCapacity[]; label: string }): Plan {
+  const { cost, miners } = input;
+  validateMiners(miners);
+  if (miners.length === 0) throw new PlanError('no miners available');
+  const range = { from: 0, to: 1 };
+  const demands = [{ flopsPerToken: totalFlops(cost.flopsPerToken), memoryBytes: cost.memoryBytes.total, label: input.label }];
+  const layout: Layout = { ranges: [range], costs: [cost], demands, minReplicas: 1 };
+  return buildPlan(layout, miners, assignMiners(demands, miners, { minReplicas: 1, exactSearchLimit: 0 }));
+}
+
 interface Layout {
   ranges: StageRange[];
   costs: StageCost[];

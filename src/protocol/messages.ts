@@ -106,7 +106,8 @@ export const StageAssignment = Type.Object({
   stageCount: Type.Integer({ minimum: 1, maximum: 1024 }),
   from: Count,
   to: Positive,
-  model: Type.String({ maxLength: 64 }),
+  /** a model reference (src/model/model-ref.ts: MAX_MODEL_REF_LENGTH), parsed and validated by the miner */
+  model: Type.String({ minLength: 1, maxLength: 128 }),
   data: Type.String({ maxLength: 1024 }),
   batchSize: Type.Integer({ minimum: 1, maximum: 4096 }),
   seed: Count,

@@ -4,8 +4,8 @@ import assert from 'node:assert/strict';
 import { createHash } from 'node:crypto';
 import { test } from 'node:test';
 import {
-  buildSpamDataset, isSpamHeldout, loadSpamDataset, spamBatch, spamFeatures, spamLabel, spamMessageKey, spamMessages,
-  spamSubjectAndBody, SPAM_FEATURES, SPAM_HELDOUT_FRACTION, type SpamMessage,
+  buildSpamDataset, isSpamHeldout, loadSpamDataset, loadSpamDatasetAsync, spamBatch, spamDatasetIfBuilt, spamFeatures, spamLabel, spamMessageKey, spamMessages,
+  spamSubjectAndBody, SPAM_FEATURES, SPAM_HELDOUT_FRACTION, SPAM_MAX_FEATURES, type SpamMessage,
 } from '../../src/data/spam.ts';
 
 const ham = `From someone@example.org  Thu Aug 22 12:36:23 2002
@@ -125,4 +125,18 @@ test('a batch is a function of (seed, shard), drawn from the training split', ()
   for (let b = 0; b < a.B; b++) assert.equal(rows.get(rowKey(a.x, b)), a.y[b]);
   assert.throws(() => spamBatch(d, 1, -1, 16), /non-negative/);
   assert.throws(() => spamBatch(d, 1, 0, 0), /positive/);
+});
+
+test('built in slices (loadSpamDatasetAsync), the data set is the one built at once; concurrent calls share one build, then it is kept', async () => {
+  const features = 128;
+  assert.equal(spamDatasetIfBuilt(features), null);
+  const [a, b] = await Promise.all([loadSpamDatasetAsync(features), loadSpamDatasetAsync(features)]);
+  assert.equal(a, b, 'one build');
+  assert.equal(spamDatasetIfBuilt(features), a);
+  assert.equal(loadSpamDataset(features), a, 'the sync loader finds it built');
+  const once = buildSpamDataset(spamMessages(), features);
+  assert.deepEqual(a.train.x, once.train.x);
+  assert.deepEqual(a.heldout.y, once.heldout.y);
+  assert.equal(a.droppedDuplicates, once.droppedDuplicates);
+  await assert.rejects(loadSpamDatasetAsync(SPAM_MAX_FEATURES + 1), /features must be an integer from 1 to 16384/);
 });

@@ -4,7 +4,7 @@
 // starves; running jobs keep their miners.
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { AGING_MS, effectivePriority, matchJobs, type MatchDecision, type MatchResult, type QueuedJob } from '../../src/jobs/matching.ts';
+import { AGING_MS, effectivePriority, matchJobs, placeOnOneMiner, type MatchDecision, type MatchResult, type QueuedJob } from '../../src/jobs/matching.ts';
 import { DEFAULT_PRICING, type PoolMiner } from '../../src/jobs/plan.ts';
 import { resolveJobSpec, validateJobSpec, type ResolvedJob } from '../../src/jobs/spec.ts';
 
@@ -139,4 +139,44 @@ test('inconsistent input is the caller\'s bug', () => {
   assert.throws(() => matchJobs([queued('x', spam(), 1, NOW), queued('x', spam(), 1, NOW)], m, NOW), /listed twice/);
   assert.throws(() => matchJobs([queued('x', spam(), 1, NOW, ['a']), queued('y', spam(), 1, NOW, ['a'])], m, NOW), /held by both x and y/);
   assert.deepEqual(matchJobs([], m, NOW), { decisions: [], reserved: [], idle: ['a'] });
+});
+
+// ---- the default assignment of several waiting jobs (placeOnOneMiner) ----------------
+
+const one = (id: string, gb: number, gflops = 10): PoolMiner => ({ id, gflops, memoryBytes: gb * 1e9, bandwidthMbps: 100 });
+
+test('waiting jobs are placed in order of offer, each on the smallest idle miner that holds it; a job offering below the price waits', () => {
+  const idle = [one('big', 16), one('small', 1), one('mid', 4)];
+  const jobs = [
+    { id: 'cheap', offer: null, queuedAt: 0, needBytes: 0.5e9 },
+    { id: 'rich', offer: 3, queuedAt: 10, needBytes: 0.5e9 },
+    { id: 'large', offer: 2, queuedAt: 5, needBytes: 8e9 },
+    { id: 'stingy', offer: 0.5, queuedAt: 0, needBytes: 1 },
+  ];
+  const r = placeOnOneMiner(jobs, idle, idle, 20);
+  assert.deepEqual(r.placed, [
+    { id: 'rich', miner: 'small' },
+    { id: 'large', miner: 'big' },
+    { id: 'cheap', miner: 'mid' },
+  ]);
+  assert.deepEqual(r.waiting, [{ id: 'stingy', reason: "offers 0.5 NIM per PFLOP, below the network's 1" }]);
+});
+
+test('a job that waits long enough goes ahead of richer newcomers (aging): none starves', () => {
+  const idle = [one('only', 4)];
+  const old = { id: 'old', offer: null, queuedAt: 0, needBytes: 1e9 };
+  const rich = { id: 'rich', offer: 2, queuedAt: 0, needBytes: 1e9 };
+  // just queued together: the richer offer goes first
+  assert.equal(placeOnOneMiner([old, { ...rich, queuedAt: 0 }], idle, idle, 0).placed[0].id, 'rich');
+  // the old job has waited 40 min (priority 1 + 40/30 > 2): a newcomer offering 2 no longer passes it
+  assert.equal(placeOnOneMiner([old, { ...rich, queuedAt: 40 * 60_000 }], idle, idle, 40 * 60_000).placed[0].id, 'old');
+  assert.equal(effectivePriority(1, AGING_MS), 2);
+});
+
+test('a job no idle miner holds waits, saying whether any live miner could', () => {
+  const alive = [one('a', 1), one('b', 2)];
+  const r = placeOnOneMiner([{ id: 'x', offer: null, queuedAt: 0, needBytes: 1.5e9 }, { id: 'y', offer: null, queuedAt: 1, needBytes: 5e9 }], [alive[0]], alive, 2);
+  assert.deepEqual(r.placed, []);
+  assert.match(r.waiting[0].reason, /1 live miner can, all busy/);
+  assert.match(r.waiting[1].reason, /no live miner does/);
 });

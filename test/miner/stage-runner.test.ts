@@ -146,7 +146,7 @@ test('the stage state is a checkpoint with the outer momentum, byte for byte as 
   const runner = new StageRunner(engine, a, 1);
   const old = encodeSafetensors(
     [...stageTensors(runner.stage), { name: 'outer.momentum', shape: [runner.paramCount], data: new Float32Array(runner.paramCount) }],
-    { format: CHECKPOINT_FORMAT, config: JSON.stringify(runner.stage.config), from: String(a.from), to: String(a.to), step: '3', outerStep: '0' },
+    { format: CHECKPOINT_FORMAT, config: JSON.stringify(gptConfig(model)), from: String(a.from), to: String(a.to), step: '3', outerStep: '0' },
   );
   assert.deepEqual(runner.encodeState(3), old);
   runner.dispose();

@@ -118,9 +118,9 @@ test('a job submitted with nbcli runs on one miner, completes with its status hi
 });
 
 test('limits: past its wall-clock timeout a job ends timed_out; with every miner busy it ends idle_stopped; a stranger cannot cancel it, its owner can', async () => {
-  // an inline config is not trained on the network yet: refused with a clear error, nothing recorded
-  const inline = spec({ name: 'inline', model: { type: 'gpt', vocabSize: 256, contextLength: 16, channels: 16, layers: 1, heads: 2 } });
-  await assert.rejects(jobs.submit(inline), (e: unknown) => e instanceof NimbleError && e.status === 400 && /named GPT/.test(e.message));
+  // a spec the miners cannot train (an inline GPT whose vocabulary is not the bytes'): refused with a clear error, nothing recorded
+  const inline = spec({ name: 'inline', model: { type: 'gpt', vocabSize: 128, contextLength: 16, channels: 16, layers: 1, heads: 2 } });
+  await assert.rejects(jobs.submit(inline), (e: unknown) => e instanceof NimbleError && e.status === 400 && /vocabulary of 256/.test(e.message));
   // three long jobs take the three miners, one each; the fourth finds none free
   const slow = await jobs.submit(spec({ name: 'slow', steps: 100_000, limits: { timeout: '8s' } }));
   const busy = [await jobs.submit(spec({ name: 'busy-1', steps: 100_000 })), await jobs.submit(spec({ name: 'busy-2', steps: 100_000 }))];

@@ -198,7 +198,7 @@ test('selection follows the rate; a check left unanswered fails and costs the mi
     const run = db.runs.get('r1')!;
     let now = 1_000_000;
     const blobs = await FsBlobStore.open(join(dir, 'blobs'));
-    const states = new StageStates(db, blobs, async () => engine);
+    const states = new StageStates(db, blobs);
     const offences = new Offences(db, { enabled: true, fraction: 0.1 });
     const never = new SpotChecks(db, states, async () => engine, offences, { rate: 0 }, () => now);
     const always = new SpotChecks(db, states, async () => engine, offences, { rate: 1, timeoutMs: 5000 }, () => now);

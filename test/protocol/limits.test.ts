@@ -73,7 +73,7 @@ test('a run request with absurd steps, batch, learning rates or names is refused
   refuses(CreateRunRequest, run, 'minMiners', ABSURD, 100_000);
   refuses(CreateRunRequest, run, 'lr', [...ABSURD, 1e-30, 0, 2], 1e-8);
   refuses(CreateRunRequest, run, 'outerLr', [...ABSURD, 1e-30, 11], 10);
-  refuses(CreateRunRequest, run, 'model', ['../gpt', 'gpt micro', 'x'.repeat(65)]);
+  refuses(CreateRunRequest, run, 'model', ['../gpt', 'gpt micro', 'x'.repeat(129), 'mlp:4096-64-2\n']);
   refuses(CreateRunRequest, run, 'data', ['moby\u0000dick']);
 });
 

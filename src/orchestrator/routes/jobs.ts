@@ -2,14 +2,32 @@
 // cancel, and the job's checkpoints (list; download by its owner, with HTTP
 // ranges so an interrupted download resumes). Contracts in src/api/jobs.ts.
 import { Type } from '@sinclair/typebox';
-import { CheckpointList, JobId, JobView, SubmitJobRequest, UpgradeJobRequest, type CheckpointView, type JobEvent } from '../../api/jobs.ts';
+import {
+  CheckJobRequest,
+  CheckpointList,
+  EscrowRelease,
+  JobCheck,
+  JobId,
+  JobTerms,
+  JobView,
+  KeepQuote,
+  KeepRequest,
+  SubmitJobRequest,
+  UpgradeJobRequest,
+  type CheckpointView,
+  type JobEvent,
+  type JobPaymentView,
+} from '../../api/jobs.ts';
 import { FINAL_RUN_STATUSES } from '../../api/schemas.ts';
 import type { HttpServer } from '../../http/server.ts';
 import { isFinalJobStatus } from '../../jobs/status.ts';
 import { signerOf } from '../../http/signed.ts';
 import { NimbleError } from '../../protocol/errors.ts';
 import type { Coordinator } from '../coordinator.ts';
+import type { JobPayments } from '../job-payments.ts';
 import type { JobService } from '../jobs.ts';
+import type { EscrowRecord } from '../state/escrows.ts';
+import { formatNim } from '../../chain/amounts.ts';
 import type { JobCheckpointRecord, JobRecord } from '../state/jobs.ts';
 
 const developer = { signed: 'wallet' } as const;
@@ -17,7 +35,9 @@ const Params = Type.Object({ id: JobId });
 const CheckpointParams = Type.Object({ id: JobId, step: Type.Integer({ minimum: 0, maximum: Number.MAX_SAFE_INTEGER }) });
 const Owner = Type.Object({ owner: Type.Optional(Type.String({ pattern: '^0x[0-9a-fA-F]{40}$' })) });
 const After = Type.Object({ after: Type.Optional(Type.Integer({ minimum: 0, maximum: Number.MAX_SAFE_INTEGER })) });
-const KeepRequest = Type.Object({ days: Type.Integer({ minimum: 1, maximum: 3650 }) }, { additionalProperties: false });
+const EscrowParams = Type.Object({ escrowId: Type.String({ pattern: '^0x[0-9a-fA-F]{64}$' }) });
+const Days = Type.Object({ days: KeepRequest.properties.days });
+const DAY_MS = 86_400_000;
 /** A comment line keeps an idle event stream open through proxies and the server's idle timeout. */
 const KEEPALIVE_MS = 15_000;
 /** Event streams open at once, all jobs together: past it a new one is refused (503) rather than each holding memory and a listener. */
@@ -56,10 +76,27 @@ export function jobView(c: Coordinator, job: JobRecord): JobView {
     idleTimeoutMs: job.idleTimeoutMs,
     upgrade: job.upgrade,
     checkpoints: c.state.jobs.checkpoints(job.id).map(checkpointView),
+    payment: paymentView(c.state.escrows.get(job.id)),
   };
 }
 
-export function jobRoutes(app: HttpServer, c: Coordinator, jobs: JobService): void {
+function paymentView(e: EscrowRecord | undefined): JobPaymentView | null {
+  if (!e) return null;
+  return { escrowId: e.escrowId, budget: e.amount, committed: e.committed, refunded: e.refunded, status: e.status, nimPerPetaflop: e.price, spent: e.spent === 1 };
+}
+
+/** What keeping an ended job's checkpoints until `days` after it ended adds (GB-days beyond their current expiry) and costs. */
+function keepQuote(c: Coordinator, payments: JobPayments | null, job: JobRecord, days: number, now: number): KeepQuote {
+  if (job.endedAt === null) throw new NimbleError('conflict', `job ${job.id} has not ended: its checkpoints are kept while it runs and for the retention after; extend them once it has ended`);
+  const until = job.endedAt + days * DAY_MS;
+  const kept = c.state.jobs.checkpoints(job.id);
+  const bytes = kept.reduce((a, cp) => a + cp.bytes, 0);
+  const byteDays = kept.reduce((a, cp) => a + cp.bytes * Math.max(0, until - Math.max(cp.expiresAt ?? now, now)), 0) / DAY_MS;
+  const price = payments ? payments.storagePrice(byteDays, 1) : 0n;
+  return { days, until, bytes, gbDays: byteDays / 1e9, price: price.toString(), payee: payments?.terms().payee ?? null };
+}
+
+export function jobRoutes(app: HttpServer, c: Coordinator, jobs: JobService, payments: JobPayments | null): void {
   let streams = 0;
   const find = (id: string): JobRecord => {
     const job = c.state.jobs.get(id);
@@ -67,10 +104,38 @@ export function jobRoutes(app: HttpServer, c: Coordinator, jobs: JobService): vo
     return job;
   };
 
+  app.get('/jobs/terms', { schema: { response: { 200: JobTerms } } }, async () => ({ payment: payments?.terms() ?? null }));
+  app.post('/jobs/check', { config: developer, schema: { body: CheckJobRequest, response: { 200: JobCheck } } }, async (req) => {
+    const job = jobs.check(req.body.spec, signerOf(req));
+    return { steps: job.steps, escrow: payments && job.budgetWei !== null ? job.budgetWei.toString() : null };
+  });
   app.post('/jobs', { config: developer, schema: { body: SubmitJobRequest, response: { 201: JobView } } }, async (req, reply) => {
-    const job = jobs.submit(req.body.spec, signerOf(req));
+    const owner = signerOf(req);
+    const { spec, escrow } = req.body;
+    const { budgetWei: budget, offer } = jobs.check(spec, owner);
+    let job: JobRecord;
+    if (!payments || budget === null) {
+      if (escrow) throw new NimbleError('invalid', payments ? 'the spec has no budget, so no escrow pays for it: drop the escrow or give a budget' : 'this network is not paid: submit without an escrow');
+      job = jobs.submit(spec, owner);
+    } else {
+      if (!escrow) {
+        const t = payments.terms();
+        throw new NimbleError('payment_required', `this network is paid: escrow the job's budget of ${formatNim(budget)} NIM on JobEscrow ${t.jobEscrow} (chain ${t.chainId}) and submit with its id (nbcli job submit does both)`, 402);
+      }
+      job = await payments.locked(escrow, async () => {
+        const checked = await payments.checkEscrow(escrow, owner, budget);
+        // its work is paid at what it offers, never below the network's price
+        return jobs.submit(spec, owner, { ...checked, nimPerPetaflop: Math.max(payments.nimPerPetaflop, offer ?? 0) });
+      });
+    }
     void reply.status(201);
     return jobView(c, job);
+  });
+  app.post('/escrows/:escrowId/release', { config: developer, schema: { params: EscrowParams, response: { 200: EscrowRelease } } }, async (req) => {
+    if (!payments) throw new NimbleError('not_found', 'this network is not paid: it holds no escrows');
+    const id = req.params.escrowId;
+    const r = await payments.locked(id, () => payments.release(id, signerOf(req)));
+    return { escrowId: r.escrowId, refunded: r.refunded.toString(), alreadyClosed: r.alreadyClosed, tx: r.tx };
   });
   app.get('/jobs', { schema: { querystring: Owner, response: { 200: Type.Array(JobView) } } }, async (req) => c.state.jobs.list(req.query.owner).map((j) => jobView(c, j)));
   app.get('/jobs/:id', { schema: { params: Params, response: { 200: JobView } } }, async (req) => jobView(c, find(req.params.id)));
@@ -82,10 +147,19 @@ export function jobRoutes(app: HttpServer, c: Coordinator, jobs: JobService): vo
     return jobView(c, jobs.upgrade(req.params.id, signerOf(req), layout));
   });
   app.get('/jobs/:id/checkpoints', { schema: { params: Params, response: { 200: CheckpointList } } }, async (req) => c.state.jobs.checkpoints(find(req.params.id).id).map(checkpointView));
+  app.get('/jobs/:id/checkpoints/keep', { schema: { params: Params, querystring: Days, response: { 200: KeepQuote } } }, async (req) => keepQuote(c, payments, find(req.params.id), req.query.days, Date.now()));
+  // on a paid network, keeping longer is paid first: a NIM transfer to the orchestrator of at least the quote
   app.post('/jobs/:id/checkpoints/keep', { config: developer, schema: { params: Params, body: KeepRequest, response: { 200: CheckpointList } } }, async (req) => {
     const job = find(req.params.id);
-    const from = job.endedAt ?? Date.now();
-    jobs.keepCheckpoints(job.id, signerOf(req), from + req.body.days * 86_400_000);
+    const by = signerOf(req);
+    if (job.owner !== by) throw new NimbleError('forbidden', `job ${job.id} is not ${by}'s`);
+    const quote = keepQuote(c, payments, job, req.body.days, Date.now());
+    const price = BigInt(quote.price);
+    if (payments && price > 0n) {
+      if (!req.body.payment) throw new NimbleError('payment_required', `keeping ${(quote.bytes / 1e6).toFixed(1)} MB of checkpoints until ${new Date(quote.until).toISOString()} costs ${formatNim(price)} NIM: transfer it to ${quote.payee} and send the transaction's hash (nbcli checkpoint keep does both)`, 402);
+      await payments.checkStoragePayment(req.body.payment, by, price, { jobId: job.id, days: req.body.days });
+    }
+    jobs.keepCheckpoints(job.id, by, quote.until);
     return c.state.jobs.checkpoints(job.id).map(checkpointView);
   });
 

@@ -1,7 +1,9 @@
 // The orchestrator's durable state: one SQLite file and a store per domain.
 // Everything the orchestrator remembers across a restart goes through here.
 import { ClaimStore, CLAIM_MIGRATIONS } from './claims.ts';
+import { DatasetStore, DATASET_MIGRATIONS } from './datasets.ts';
 import { StateDb } from './db.ts';
+import { EscrowStore, ESCROW_MIGRATIONS } from './escrows.ts';
 import { BlobGarbage, GARBAGE_MIGRATIONS } from './garbage.ts';
 import { JobStore, JOB_MIGRATIONS } from './jobs.ts';
 import { Ledger, LEDGER_MIGRATIONS } from './ledger.ts';
@@ -12,7 +14,7 @@ import { ModelStore, MODEL_MIGRATIONS } from './models.ts';
 import { RunStore, RUN_MIGRATIONS } from './runs.ts';
 import { SpotCheckStore, SPOT_CHECK_MIGRATIONS } from './spot-checks.ts';
 
-export const MIGRATIONS = [MINER_MIGRATIONS, RUN_MIGRATIONS, MICROBATCH_MIGRATIONS, CLAIM_MIGRATIONS, MERGE_ROUND_MIGRATIONS, LEDGER_MIGRATIONS, SPOT_CHECK_MIGRATIONS, GARBAGE_MIGRATIONS, JOB_MIGRATIONS, MODEL_MIGRATIONS];
+export const MIGRATIONS = [MINER_MIGRATIONS, RUN_MIGRATIONS, MICROBATCH_MIGRATIONS, CLAIM_MIGRATIONS, MERGE_ROUND_MIGRATIONS, LEDGER_MIGRATIONS, SPOT_CHECK_MIGRATIONS, GARBAGE_MIGRATIONS, JOB_MIGRATIONS, MODEL_MIGRATIONS, ESCROW_MIGRATIONS, DATASET_MIGRATIONS];
 
 export class OrchestratorState {
   readonly miners: MinerStore;
@@ -25,6 +27,8 @@ export class OrchestratorState {
   readonly garbage: BlobGarbage;
   readonly jobs: JobStore;
   readonly models: ModelStore;
+  readonly datasets: DatasetStore;
+  readonly escrows: EscrowStore;
 
   private constructor(readonly db: StateDb) {
     this.miners = new MinerStore(db);
@@ -37,6 +41,8 @@ export class OrchestratorState {
     this.garbage = new BlobGarbage(db);
     this.jobs = new JobStore(db);
     this.models = new ModelStore(db);
+    this.datasets = new DatasetStore(db);
+    this.escrows = new EscrowStore(db);
   }
 
   /** Opens (creating or migrating) the state file; ':memory:' for a throwaway one. */

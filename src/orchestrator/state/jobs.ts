@@ -34,6 +34,9 @@ export const JOB_MIGRATIONS: Migrations = {
     `ALTER TABLE jobs ADD COLUMN step_base INTEGER NOT NULL DEFAULT 0;
     ALTER TABLE jobs ADD COLUMN token_base INTEGER NOT NULL DEFAULT 0;
     ALTER TABLE jobs ADD COLUMN upgrade TEXT`,
+    // every run that trained a job, current and before upgrades: the work a job's escrow pays for
+    `CREATE TABLE job_runs (run_id TEXT PRIMARY KEY, job_id TEXT NOT NULL);
+    INSERT OR IGNORE INTO job_runs (run_id, job_id) SELECT run_id, id FROM jobs WHERE run_id IS NOT NULL`,
   ],
 };
 
@@ -169,7 +172,16 @@ export class JobStore {
   }
 
   setRun(id: string, runId: string): void {
-    this.db.run('UPDATE jobs SET run_id = ? WHERE id = ?', runId, id);
+    this.db.tx(() => {
+      this.db.run('UPDATE jobs SET run_id = ? WHERE id = ?', runId, id);
+      this.db.run('INSERT OR IGNORE INTO job_runs (run_id, job_id) VALUES (?, ?)', runId, id);
+    });
+  }
+
+  /** The job a run trains, if any. */
+  jobOfRun(runId: string): string | null {
+    const row = this.db.statement('SELECT job_id AS jobId FROM job_runs WHERE run_id = ?').get(runId) as { jobId: string } | undefined;
+    return row?.jobId ?? null;
   }
 
   /** An upgrade to `layout` is asked for: made when the current run has finished. */
@@ -184,6 +196,7 @@ export class JobStore {
   moveOn(id: string, runId: string, stepBase: number, tokenBase: number, message: string, now: number): void {
     this.db.tx(() => {
       this.db.run('UPDATE jobs SET run_id = ?, step_base = ?, token_base = ?, upgrade = NULL WHERE id = ?', runId, stepBase, tokenBase, id);
+      this.db.run('INSERT OR IGNORE INTO job_runs (run_id, job_id) VALUES (?, ?)', runId, id);
       this.note(id, message, now);
     });
   }
