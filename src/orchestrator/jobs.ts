@@ -30,6 +30,10 @@ import { runDataProblem } from './run-planner.ts';
 import { defaultUpgrade, layoutWords as shape, type JobLayout } from '../jobs/layout.ts';
 import type { JobRecord } from './state/jobs.ts';
 import type { RunRecord } from './state/runs.ts';
+import type { MinerRecord } from './state/miners.ts';
+import { placeOnOneMiner, type WaitingForOne } from '../jobs/matching.ts';
+import { DEFAULT_PRICING } from '../jobs/plan-constants.ts';
+import type { PoolMiner } from '../jobs/plan-schema.ts';
 
 /** The escrow a job is submitted with, checked on chain (src/orchestrator/job-payments.ts). */
 export interface JobEscrowTerms {
@@ -53,6 +57,8 @@ export interface JobServiceOptions {
   checkpointRetentionMs: number;
   /** activation slots per miner (sizes a stage's memory, as the run planner does) */
   slots: number;
+  /** the network's price of work, NIM per PFLOP: a job offering less waits (default DEFAULT_PRICING) */
+  nimPerPetaflop?: number;
 }
 
 /** The model reference a job's runs train (src/model/model-ref.ts): a named GPT, an inline GPT, or an MLP classifier. */
@@ -88,6 +94,8 @@ export class JobService {
   private readonly keptRound = new Map<string, number>();
   private readonly saving = new Set<string>();
   private readonly pending = new Set<Promise<void>>();
+  /** the last reason noted for a job waiting for its miner (noted again only when it changes) */
+  private readonly waitReasons = new Map<string, string>();
 
   constructor(
     private readonly c: Coordinator,
@@ -120,6 +128,7 @@ export class JobService {
       }
     });
     this.ensureRun(this.state.jobs.get(id)!, now);
+    this.placeWaitingJobs(now);
     this.changed(id);
     return this.state.jobs.get(id)!;
   }
@@ -203,6 +212,7 @@ export class JobService {
         console.error(`job ${job.id}: tick failed: ${(err as Error).message}`);
       }
     }
+    this.placeWaitingJobs(now);
     if (now - this.collectedAt >= COLLECT_EVERY_MS) {
       this.collectedAt = now;
       this.collect(now);
@@ -272,7 +282,6 @@ export class JobService {
       return;
     }
     if (this.autoUpgrade(fresh, run, now)) return;
-    if (run.status === 'waiting' && run.options.pool) this.placeWaiting(fresh, run);
     const status: JobStatus = run.status === 'waiting' ? 'waiting' : run.status === 'started' ? 'started' : 'executing';
     if (status !== fresh.status && canMove(fresh.status, status)) {
       this.state.jobs.move(job.id, status, statusReason(status, run), now);
@@ -286,11 +295,9 @@ export class JobService {
   /** The job's run, created if a crash came between recording the job and creating it. */
   private ensureRun(job: JobRecord, now: number): RunRecord | null {
     if (job.runId) return this.state.runs.get(job.runId) ?? null;
-    const resolved = resolveJobSpec(job.spec);
-    const miner = this.smallestFit(resolved);
-    const run = this.c.createRun(runRequest(resolved), job.owner, miner ? [miner] : []);
+    // its miner is chosen with the other waiting jobs, in order of priority (placeWaitingJobs)
+    const run = this.c.createRun(runRequest(resolveJobSpec(job.spec)), job.owner, []);
     this.state.jobs.setRun(job.id, run.id);
-    this.state.jobs.note(job.id, miner ? `placed on miner ${this.minerName(miner)}, the smallest idle miner that holds the whole model` : 'waiting for an idle miner that holds the whole model', now);
     return this.state.runs.get(run.id) ?? null;
   }
 
@@ -338,23 +345,40 @@ export class JobService {
     return true;
   }
 
-  /** A waiting job whose miner is gone (or had none) is offered the smallest idle miner that fits. */
-  private placeWaiting(job: JobRecord, run: RunRecord): void {
-    const pool = run.options.pool ?? [];
-    const alive = new Set(this.c.idleMiners().map((m) => m.id));
-    if (pool.some((m) => alive.has(m))) return;
-    const miner = this.smallestFit(resolveJobSpec(job.spec));
-    if (!miner) return;
-    this.state.jobs.note(job.id, `placed on miner ${this.minerName(miner)}, the smallest idle miner that holds the whole model`, this.now());
-    this.c.setRunPool(run.id, [miner]);
-  }
-
-  /** The idle miner with the least memory that holds the whole model (the slower of equals), if any. */
-  private smallestFit(job: ResolvedJob): string | null {
-    const need = wholeModelBytes(job, this.options.slots);
-    const fits = this.c.idleMiners().filter((m) => m.memoryBytes >= need);
-    fits.sort((a, b) => a.memoryBytes - b.memoryBytes || a.gflops - b.gflops || a.id.localeCompare(b.id));
-    return fits[0]?.id ?? null;
+  /**
+   * The default assignment of every job waiting for its one miner (none yet,
+   * or its miner is gone): in order of priority (the offer, aged so that none
+   * starves: src/jobs/matching.ts), each on the idle miner with the least
+   * memory that holds the whole model.
+   */
+  private placeWaitingJobs(now: number): void {
+    const idle = this.c.idleMiners();
+    const idleIds = new Set(idle.map((m) => m.id));
+    const queue: { job: JobRecord; run: RunRecord; need: WaitingForOne }[] = [];
+    for (const job of this.state.jobs.active()) {
+      const run = job.runId ? this.state.runs.get(job.runId) : undefined;
+      if (!run || run.status !== 'waiting' || !run.options.pool || job.upgrade) continue;
+      if (run.options.pool.some((m) => idleIds.has(m))) continue;
+      const resolved = resolveJobSpec(job.spec);
+      queue.push({ job, run, need: { id: job.id, offer: resolved.offer, queuedAt: job.createdAt, needBytes: wholeModelBytes(resolved, this.options.slots) } });
+    }
+    if (queue.length === 0) return;
+    const pool = (m: MinerRecord): PoolMiner => ({ id: m.id, name: m.name, gflops: m.gflops, memoryBytes: m.memoryBytes, bandwidthMbps: m.bandwidthMbps });
+    const { placed, waiting } = placeOnOneMiner(queue.map((q) => q.need), idle.map(pool), this.state.miners.list(true).map(pool), now, { nimPerPetaflop: this.options.nimPerPetaflop ?? DEFAULT_PRICING.nimPerPetaflop });
+    const byId = new Map(queue.map((q) => [q.job.id, q]));
+    for (const p of placed) {
+      const q = byId.get(p.id)!;
+      this.waitReasons.delete(p.id);
+      this.state.jobs.note(p.id, `placed on miner ${this.minerName(p.miner)}, the smallest idle miner that holds the whole model`, now);
+      this.c.setRunPool(q.run.id, [p.miner]);
+      this.changed(p.id);
+    }
+    for (const w of waiting) {
+      if (this.waitReasons.get(w.id) === w.reason) continue;
+      this.waitReasons.set(w.id, w.reason);
+      this.state.jobs.note(w.id, w.reason, now);
+      this.changed(w.id);
+    }
   }
 
   private minerName(id: string): string {

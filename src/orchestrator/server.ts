@@ -52,7 +52,7 @@ export async function startOrchestrator(options: OrchestratorOptions): Promise<R
       throw err;
     }
   }
-  const jobs = new JobService(coordinator, { checkpointRetentionMs: options.checkpointRetentionMs ?? DEFAULT_CHECKPOINT_RETENTION_MS, slots: coordinator.slots });
+  const jobs = new JobService(coordinator, { checkpointRetentionMs: options.checkpointRetentionMs ?? DEFAULT_CHECKPOINT_RETENTION_MS, slots: coordinator.slots, nimPerPetaflop: options.chain?.nimPerPetaflop });
   // an unused dataset is kept as long as an ended job's checkpoints
   const datasets = new DatasetService(state, blobs, { retentionMs: options.checkpointRetentionMs ?? DEFAULT_CHECKPOINT_RETENTION_MS });
   const app = buildApi(coordinator, epochs, jobs, datasets);
