@@ -14,7 +14,7 @@
 // run's stopped. The job's step and tokens count every run it had.
 import { EventEmitter } from 'node:events';
 import { randomBytes } from 'node:crypto';
-import { jobSpecProblems, resolveJobSpec, type JobSpec, type ResolvedJob } from '../jobs/spec.ts';
+import { itemsPerStep, jobSpecProblems, resolveJobSpec, type JobSpec, type ResolvedJob } from '../jobs/spec.ts';
 import { canMove, isFinalJobStatus, type JobStatus } from '../jobs/status.ts';
 import { formatDuration } from '../jobs/duration.ts';
 import { formatNim } from '../chain/amounts.ts';
@@ -327,18 +327,19 @@ export class JobService {
   private autoUpgrade(job: JobRecord, run: RunRecord, now: number): boolean {
     if (!job.spec.autoUpgrade || job.upgrade || !run.options.pool || job.stepBase > 0) return false;
     const resolved = resolveJobSpec(job.spec);
-    if (resolved.model.kind !== 'gpt') return false;
-    const layout = defaultUpgrade(partCount(resolved.model.config), this.state.miners.list(true).length);
+    // a GPT onto stages × replicas; an MLP (one part) onto replicas
+    const parts = resolved.model.kind === 'gpt' ? partCount(resolved.model.config) : 1;
+    const layout = defaultUpgrade(parts, this.state.miners.list(true).length);
     if (layout.stages * layout.replicas <= 1) return false;
     let why: string | null = null;
-    if (run.status === 'waiting' && !this.state.miners.list(true).some((m) => m.memoryBytes >= wholeModelBytes(resolved, this.options.slots))) {
+    if (resolved.model.kind === 'gpt' && run.status === 'waiting' && !this.state.miners.list(true).some((m) => m.memoryBytes >= wholeModelBytes(resolved, this.options.slots))) {
       why = 'no miner holds the whole model';
     } else if (run.status === 'executing' && run.mergesDone >= 1) {
       const rate = this.c.microbatches.tokensPerSecond(run.id);
-      const tokensPerStep = resolved.batchSize * resolved.model.config.contextLength;
-      const etaMs = rate > 0 ? (((job.steps - job.step) * tokensPerStep) / rate) * 1000 : 0;
+      const unit = resolved.model.kind === 'gpt' ? 'tokens' : 'examples';
+      const etaMs = rate > 0 ? (((job.steps - job.step) * itemsPerStep(resolved.model, resolved.batchSize)) / rate) * 1000 : 0;
       const deadline = job.createdAt + resolved.deadlineMs;
-      if (rate > 0 && now + etaMs > deadline) why = `at ${Math.round(rate)} tokens/s on one miner it would end ${formatDuration(now + etaMs - deadline)} past its deadline`;
+      if (rate > 0 && now + etaMs > deadline) why = `at ${Math.round(rate)} ${unit}/s on one miner it would end ${formatDuration(now + etaMs - deadline)} past its deadline`;
     }
     if (!why) return false;
     this.upgrade(job.id, job.owner, layout, why);

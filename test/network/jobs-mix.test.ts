@@ -185,3 +185,15 @@ test('the classifier upgraded mid-run onto replicas of its one stage: they merge
   assert.ok(accuracy >= 0.9 && accuracy > majority + 0.2, `held-out accuracy ${accuracy.toFixed(4)}, majority class ${majority.toFixed(4)}`);
   console.log(`classifier upgraded to ${replicaNames(run).length} replicas: ${done.step} steps, held-out accuracy ${accuracy.toFixed(4)}, in ${((Date.now() - t0) / 1000).toFixed(1)} s`);
 });
+
+test('a classifier with autoUpgrade that one miner cannot finish by its deadline is moved onto replicas by the orchestrator', async () => {
+  const spec: JobSpec = { ...classifierSpec({ name: 'spam-auto', steps: 160, mergeEvery: 20, checkpointEvery: 160 }), autoUpgrade: true, limits: { deadline: '1s' } };
+  const job = await jobs.submit(spec);
+  const done = await waitJob(job.id, (j) => isFinalJobStatus(j.status));
+  assert.equal(done.status, 'completed', `${JSON.stringify(done)}\n${cluster.chargedDetails()}`);
+  const events = (await jobs.events(job.id)).map((e) => e.message);
+  assert.ok(events.some((m) => /^auto-upgrade \(at \d+ examples\/s on one miner it would end .* past its deadline\): upgrade to 1 stage × \d replicas/.test(m)), events.join('\n'));
+  const run = await cluster.run(done.runId!);
+  assert.equal(run.stages.length, 1);
+  assert.ok(replicaNames(run).length >= 2, `replicas: ${JSON.stringify(run.stages[0].replicas)}`);
+});
