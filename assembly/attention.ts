@@ -5,7 +5,7 @@
 import { exp4, fma, shareStart } from './simd';
 
 // @ts-ignore: decorator
-@inline function pad4(n: i32): i32 {
+@inline export function pad4(n: i32): i32 {
   return (n + 3) & ~3;
 }
 
@@ -28,7 +28,7 @@ function transposeHead(dst: usize, src: usize, T: i32, Tp: i32, hs: i32, stride:
  * scores[j] = sum_d q[d] * kt[d][j] for j in [0, jEnd) (jEnd multiple of 4).
  */
 // @ts-ignore: decorator
-@inline function rowDots(scores: usize, q: usize, kt: usize, hs: i32, Tp: i32, jEnd: i32): void {
+@inline export function rowDots(scores: usize, q: usize, kt: usize, hs: i32, Tp: i32, jEnd: i32): void {
   for (let j = 0; j < jEnd; j += 4) {
     let acc = f32x4.splat(0);
     let col = kt + (<usize>j << 2);

@@ -10,6 +10,7 @@ export {
   biasBackward, crossEntropyForward, crossEntropyBackward,
 } from './rows';
 export { attentionForward, attentionBackward, attentionScratchFloats } from './attention';
+export { kvCacheStore, attentionCached } from './attention-cached';
 
 /** First byte after the module's static data: the engine allocates from here. */
 export function heapBase(): usize {

@@ -11,8 +11,9 @@ import { trustBenches } from './trust.bench.ts';
 import { spamBenches } from './jobs-spam.bench.ts';
 import { jobPlanBenches } from './jobs-plan.bench.ts';
 import { jobSubmitBenches } from './jobs-submit.bench.ts';
+import { inferenceBenches } from './inference.bench.ts';
 
-const registry: Bench[] = [...engineBenches, ...protocolBenches, ...chainBenches, ...mergeBenches, ...spotCheckBenches, ...networkBenches, ...floodBenches, ...trustBenches, ...spamBenches, ...jobPlanBenches, ...jobSubmitBenches];
+const registry: Bench[] = [...engineBenches, ...protocolBenches, ...chainBenches, ...mergeBenches, ...spotCheckBenches, ...networkBenches, ...floodBenches, ...trustBenches, ...spamBenches, ...jobPlanBenches, ...jobSubmitBenches, ...inferenceBenches];
 
 const args = process.argv.slice(2);
 const json = args.includes('--json');

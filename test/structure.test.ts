@@ -18,6 +18,7 @@ const LAYERS: Record<string, number> = {
   chain: 1,
   planner: 2,
   jobs: 2,
+  inference: 2,
   http: 3,
   api: 3,
   train: 4,

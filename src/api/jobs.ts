@@ -98,8 +98,12 @@ export const CheckpointView = Type.Object({
   jobId: JobId,
   step: Count,
   tokens: Count,
-  /** held-out loss when it was kept (null: not measured) */
+  /** the training loss when it was kept (null: none reported yet) */
   loss: Nullable(Type.Number()),
+  /** mean cross-entropy (nats) on held-out data, measured by the orchestrator when it was kept (null: not measured) */
+  heldoutLoss: Nullable(Type.Number()),
+  /** an MLP classifier's share of held-out examples classified right (null: a GPT, or not measured) */
+  heldoutAccuracy: Nullable(Type.Number()),
   sha256: Sha256,
   bytes: Count,
   createdAt: Ms,

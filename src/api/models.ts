@@ -5,6 +5,8 @@
 // client in ./model-client.ts.
 import { Type, type Static, type TSchema } from '@sinclair/typebox';
 import { GptConfig } from '../model/config.ts';
+import { MlpConfig } from '../model/mlp.ts';
+import { MAX_MODEL_REF_LENGTH } from '../model/model-ref.ts';
 import { JobId } from './jobs.ts';
 
 const Count = Type.Integer({ minimum: 0, maximum: Number.MAX_SAFE_INTEGER });
@@ -23,7 +25,7 @@ export const MetadataUri = Type.String({ minLength: 1, maxLength: 512, pattern: 
 /** What the attestation will say besides the hash and the owner. */
 const terms = {
   name: ModelName,
-  /** NIM base units per 1,000 generated tokens */
+  /** NIM base units per 1,000 generated tokens (for a classifier: per 1,000 classifications, once inference serves them) */
   pricePer1kTokens: Uint256,
   /** default: this orchestrator's `GET /models/:sha256` */
   metadataURI: Type.Optional(MetadataUri),
@@ -37,6 +39,10 @@ export type StoreFromJobRequest = Static<typeof StoreFromJobRequest>;
 export const StoreFileQuery = Type.Object(terms, { additionalProperties: false });
 export type StoreFileQuery = Static<typeof StoreFileQuery>;
 
+/** What a stored model is. */
+export const ModelKind = Type.Union([Type.Literal('gpt'), Type.Literal('mlp')]);
+export type ModelKind = Static<typeof ModelKind>;
+
 export const StoredModelView = Type.Object({
   /** of the file's bytes: its id in the store and its hash on the registry */
   sha256: Sha256,
@@ -44,7 +50,16 @@ export const StoredModelView = Type.Object({
   owner: Address,
   name: ModelName,
   bytes: Count,
-  config: GptConfig,
+  /**
+   * 'gpt' (a byte-level GPT: generates text) or 'mlp' (an MLP classifier:
+   * classifies, never generates); what deploys a model for generation
+   * refuses an 'mlp'
+   */
+  kind: ModelKind,
+  /** its model reference: `gpt-micro`, `gpt:v256.t32.c32.l2.h4.r4`, `mlp:4096-64-2` (src/model/model-ref.ts) */
+  model: Type.String({ minLength: 1, maxLength: MAX_MODEL_REF_LENGTH }),
+  /** the config of its kind: a GPT's sizes, or an MLP's {inputs, hidden, classes} */
+  config: Type.Union([GptConfig, MlpConfig]),
   /** the job whose checkpoint it is (null: uploaded) */
   jobId: Nullable(JobId),
   /** the training step its checkpoint records */

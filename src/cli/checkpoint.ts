@@ -13,6 +13,7 @@ import { DEVELOPER_KEY_FILE, signingKey } from './keys.ts';
 import { ProgressBar } from './progress.ts';
 import { withChainOption } from './chain-options.ts';
 import { keepCheckpoints } from './job-escrow.ts';
+import { describeHeldout } from './job-follow.ts';
 import { formatNim } from '../chain/amounts.ts';
 import { STORAGE_NIM_PER_GB_DAY } from '../jobs/plan-constants.ts';
 
@@ -38,7 +39,7 @@ export function registerCheckpoint(program: Command): void {
     const list = await new JobClient(new OrchestratorClient(flags.orchestrator)).checkpoints(job);
     emit(flags, list, () =>
       list.length
-        ? list.map((c) => `step ${c.step}  ${(c.bytes / 1e6).toFixed(2)} MB  loss ${c.loss?.toFixed(4) ?? '-'}  sha256 ${c.sha256}  ${c.expiresAt ? `kept until ${new Date(c.expiresAt).toISOString()}` : 'kept while the job runs'}`).join('\n')
+        ? list.map((c) => `step ${c.step}  ${(c.bytes / 1e6).toFixed(2)} MB  training loss ${c.loss?.toFixed(4) ?? '-'}${describeHeldout(c)}  sha256 ${c.sha256}  ${c.expiresAt ? `kept until ${new Date(c.expiresAt).toISOString()}` : 'kept while the job runs'}`).join('\n')
         : `${job} has no checkpoint yet`,
     );
   });

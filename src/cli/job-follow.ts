@@ -3,7 +3,7 @@
 // JSON lines with --json, until it ends.
 import { formatNim } from '../chain/amounts.ts';
 import type { JobClient, JobProgress } from '../api/job-client.ts';
-import type { JobView } from '../api/jobs.ts';
+import type { CheckpointView, JobView } from '../api/jobs.ts';
 import { formatDuration } from '../jobs/duration.ts';
 import { isFinalJobStatus } from '../jobs/status.ts';
 import { NimbleError } from '../protocol/errors.ts';
@@ -14,6 +14,12 @@ import { ProgressBar } from './progress.ts';
 export function describeJob(j: JobView): string {
   const loss = j.loss === null ? '' : ` loss ${j.loss.toFixed(3)}`;
   return `${j.id} ${j.name} ${j.status} step ${j.step}/${j.steps}${loss}${j.message ? `: ${j.message}` : ''}`;
+}
+
+/** A checkpoint's held-out figures as words (` held-out loss 1.9876`, and ` accuracy 98.13%` for a classifier), or nothing when they were not measured. */
+export function describeHeldout(c: Pick<CheckpointView, 'heldoutLoss' | 'heldoutAccuracy'>): string {
+  const accuracy = c.heldoutAccuracy === null ? '' : ` accuracy ${(c.heldoutAccuracy * 100).toFixed(2)}%`;
+  return c.heldoutLoss === null ? '' : ` held-out loss ${c.heldoutLoss.toFixed(4)}${accuracy}`;
 }
 
 /** A job's escrow in one line: budget, paid so far, refunded. */

@@ -12,7 +12,7 @@ import { JOB_TEMPLATES, type JobTemplate } from '../jobs/templates.ts';
 import { NimbleError } from '../protocol/errors.ts';
 import { withChainOption } from './chain-options.ts';
 import { DEFAULT_ORCHESTRATOR, emit, withCommonOptions, type CommonOptions } from './common.ts';
-import { describeJob, describePayment, followJob } from './job-follow.ts';
+import { describeHeldout, describeJob, describePayment, followJob } from './job-follow.ts';
 import { registerJobPlan } from './job-plan.ts';
 import { readJobSpec } from './job-spec-file.ts';
 import { submitJob } from './job-escrow.ts';
@@ -90,7 +90,7 @@ export function registerJob(program: Command): void {
       [
         describeJob(job),
         ...(job.payment ? [`  ${describePayment(job.payment)}`] : []),
-        ...job.checkpoints.map((c) => `  checkpoint step ${c.step}: ${(c.bytes / 1e6).toFixed(1)} MB sha256 ${c.sha256.slice(0, 16)}…${c.expiresAt ? ` kept until ${new Date(c.expiresAt).toISOString()}` : ''}`),
+        ...job.checkpoints.map((c) => `  checkpoint step ${c.step}: ${(c.bytes / 1e6).toFixed(1)} MB${describeHeldout(c)} sha256 ${c.sha256.slice(0, 16)}…${c.expiresAt ? ` kept until ${new Date(c.expiresAt).toISOString()}` : ''}`),
         ...events.map((e) => `  ${new Date(e.at).toISOString()} ${e.status.padEnd(12)} ${e.message}`),
       ].join('\n'),
     );

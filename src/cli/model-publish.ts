@@ -1,5 +1,6 @@
 // nbcli model publish: store a whole-model checkpoint in the network's model
-// store (a job's checkpoint, or a file checked here first), receive the
+// store (a job's checkpoint, or a file checked here first: a GPT or an MLP
+// classifier, src/model/whole-model.ts), receive the
 // orchestrator's publish attestation, check that it says what was asked, and
 // publish on the ModelRegistry from the developer's own wallet.
 import { readFileSync, statSync } from 'node:fs';
@@ -38,7 +39,7 @@ export function readModelFile(path: string): Uint8Array {
   try {
     checkWholeModel(bytes);
   } catch (err) {
-    throw new NimbleError('invalid', `${path} is not a whole Nimble GPT checkpoint: ${(err as Error).message}`);
+    throw new NimbleError('invalid', `${path} is not a whole Nimble model checkpoint (a GPT or an MLP classifier): ${(err as Error).message}`);
   }
   return bytes;
 }

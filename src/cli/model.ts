@@ -45,7 +45,7 @@ export function registerModel(program: Command): void {
       .option('--step <n>', 'with --job: the checkpoint of this step')
       .option('--file <path>', 'a whole-model checkpoint (safetensors, as nbcli checkpoint download or train --local write)')
       .option('--name <name>', 'the name on the registry (letters, digits, _ . -; up to 64)')
-      .option('--price-per-1k-tokens <nim>', 'what serving 1,000 generated tokens costs, in NIM', '0')
+      .option('--price-per-1k-tokens <nim>', 'what serving 1,000 generated tokens (a classifier: 1,000 classifications) costs, in NIM', '0')
       .option('--metadata-uri <uri>', "where the model's metadata is (default: the orchestrator's GET /models/<sha256>)")
       .option('--wallet.name <name>', 'the wallet that owns and publishes the model (a file in <data-dir>/wallets/)'),
   ).action(async (flags: Flags) => {
@@ -60,8 +60,8 @@ export function registerModel(program: Command): void {
     const m = r.ticket.model;
     emit(
       flags,
-      { event: 'published', id: Number(r.id), name: m.name, owner: account.address, sha256: m.sha256, bytes: m.bytes, jobId: m.jobId, step: m.step, pricePer1kTokens: formatNim(terms.pricePer1kTokens), metadataURI: r.ticket.attestation.metadataURI, tx: r.tx },
-      () => `published ${m.name} as model #${r.id}: sha256 ${m.sha256}, ${m.bytes} bytes, owner ${account.address}, ${formatNim(terms.pricePer1kTokens)} NIM / 1k tokens (tx ${r.tx})`,
+      { event: 'published', id: Number(r.id), name: m.name, kind: m.kind, model: m.model, owner: account.address, sha256: m.sha256, bytes: m.bytes, jobId: m.jobId, step: m.step, pricePer1kTokens: formatNim(terms.pricePer1kTokens), metadataURI: r.ticket.attestation.metadataURI, tx: r.tx },
+      () => `published ${m.name} (${kindLabel(m)}) as model #${r.id}: sha256 ${m.sha256}, ${m.bytes} bytes, owner ${account.address}, ${formatNim(terms.pricePer1kTokens)} NIM / 1k ${m.kind === 'mlp' ? 'classifications' : 'tokens'} (tx ${r.tx})`,
     );
   });
 
@@ -71,7 +71,7 @@ export function registerModel(program: Command): void {
     emit(flags, list.map(publishedJson), () => (list.length ? list.map(publishedLine).join('\n') : 'no model is published yet: nbcli model publish'));
   });
 
-  common(group.command('show <name>').description('a published model (by name or sha256) and, when the orchestrator stores its file, its size, config and source').option('--owner <address>', 'the owner, when several published that name')).action(
+  common(group.command('show <name>').description('a published model (by name or sha256) and, when the orchestrator stores its file, its kind (gpt or mlp classifier), size, config and source').option('--owner <address>', 'the owner, when several published that name')).action(
     async (ref: string, flags: Flags) => {
       const m = await find(flags, ref);
       const stored = await models(flags).get(m.checkpointSha256.slice(2)).catch((err: unknown) => {
@@ -138,9 +138,20 @@ function parsePrice(value: string | undefined): bigint {
   return value === undefined || /^0*(\.0*)?$/.test(value.trim()) ? 0n : parseNim(value, '--price-per-1k-tokens');
 }
 
-function storedLine(s: StoredModelView | null, orchestrator: string): string {
+/** What `model show` says of the stored file: its size, source, kind, reference and sizes. */
+export function storedLine(s: StoredModelView | null, orchestrator: string): string {
   if (!s) return `  the orchestrator at ${orchestrator} does not store its file`;
   const source = s.jobId ? `job ${s.jobId} step ${s.step}` : `uploaded (step ${s.step})`;
-  const c = s.config;
-  return `  stored at ${orchestrator}: ${s.bytes} bytes, ${source}, gpt ${c.layers} layers × ${c.channels} channels, context ${c.contextLength}, vocab ${c.vocabSize}`;
+  return `  stored at ${orchestrator}: ${s.bytes} bytes, ${source}, ${kindLabel(s)}: ${sizesOf(s.config)}`;
+}
+
+/** `gpt gpt-micro`, `mlp classifier mlp:4096-64-2`. */
+function kindLabel(s: StoredModelView): string {
+  return `${s.kind === 'mlp' ? 'mlp classifier' : 'gpt'} ${s.model}`;
+}
+
+/** A config's sizes, of either kind. */
+function sizesOf(c: StoredModelView['config']): string {
+  if ('inputs' in c) return `${c.inputs} inputs, ${c.hidden.length ? `hidden ${c.hidden.join(', ')}` : 'no hidden layer'}, ${c.classes} classes`;
+  return `${c.layers} layers × ${c.channels} channels, context ${c.contextLength}, vocab ${c.vocabSize}`;
 }

@@ -7,7 +7,7 @@ import { loadCorpus } from '../data/corpus.ts';
 import { Engine } from '../engine/engine.ts';
 import { saveStage } from '../model/checkpoint.ts';
 import { gptConfig } from '../model/config.ts';
-import { bytesToText, generateBytes } from '../model/generate.ts';
+import { generateFromStage } from '../inference/generate.ts';
 import { trainLocal } from '../train/local.ts';
 import { DEFAULT_ORCHESTRATOR, emit, parsePositiveInt, resolveDataDir, withCommonOptions, type CommonOptions } from './common.ts';
 import { describeRun, followRun } from './follow.ts';
@@ -131,8 +131,8 @@ async function runLocal(flags: TrainFlags): Promise<void> {
     });
     const out = flags.out ?? join(resolveDataDir(flags), 'checkpoints', `${flags.model}-${new Date().toISOString().replace(/[:.]/g, '-')}.safetensors`);
     saveStage(result.stage, out, steps);
-    const prompt = new TextEncoder().encode('Call me Ishmael. ');
-    const sample = generateBytes(result.stage, prompt, { length: sampleLength, temperature: 0.8, seed });
+    const prompt = 'Call me Ishmael. ';
+    const sample = generateFromStage(engine, result.stage, prompt, { maxTokens: sampleLength, temperature: 0.8, seed });
     const summary = {
       event: 'done',
       model: flags.model,
@@ -142,7 +142,7 @@ async function runLocal(flags: TrainFlags): Promise<void> {
       tokensPerSecond: result.tokensPerSecond,
       seconds: result.elapsedMs / 1000,
       checkpoint: out,
-      sample: bytesToText(prompt) + bytesToText(sample),
+      sample: prompt + sample.text,
     };
     emit(flags, summary, () =>
       [

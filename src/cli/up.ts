@@ -13,7 +13,7 @@ import { loadCorpus } from '../data/corpus.ts';
 import { Engine } from '../engine/engine.ts';
 import { loadStageFrom } from '../model/checkpoint.ts';
 import { gptConfig } from '../model/config.ts';
-import { bytesToText, generateBytes } from '../model/generate.ts';
+import { generateCached } from '../inference/generate.ts';
 import { GptStage, partCount } from '../model/gpt.ts';
 import { decodeSafetensors } from '../model/safetensors.ts';
 import { startOrchestrator } from '../orchestrator/server.ts';
@@ -216,8 +216,8 @@ async function trainDemoRun(api: OrchestratorClient, o: DemoRun, flags: Flags): 
     const model = new GptStage(engine, config, { from: 0, to: partCount(config) }, { batchSize: 12 });
     loadStageFrom(model, decodeSafetensors(bytes));
     const loss = heldoutLoss(model, loadCorpus('moby-dick'), evalBatches, 12);
-    const prompt = new TextEncoder().encode('Call me Ishmael. ');
-    const sample = bytesToText(prompt) + bytesToText(generateBytes(model, prompt, { length: 200, seed: 1 }));
+    const prompt = 'Call me Ishmael. ';
+    const sample = prompt + generateCached(engine, bytes, prompt, { maxTokens: 200, temperature: 0.8, seed: 1 }).text;
     say(
       { event: 'done', id: run.id, heldoutLoss: loss, checkpoint: ckpt, sample, tokensDone: done.tokensDone, mergesDone: done.mergesDone, bytesSent: done.bytesSent },
       `${describeRun(done)}\nheld-out loss ${loss.toFixed(4)} nats/byte (${evalBatches} batches)\ncheckpoint: ${ckpt}\nsample:\n${sample}`,

@@ -26,6 +26,8 @@ export const KERNEL_NAMES = [
   'attentionForward',
   'attentionBackward',
   'adamPredict',
+  'kvCacheStore',
+  'attentionCached',
 ] as const;
 type KernelName = (typeof KERNEL_NAMES)[number];
 const OP = Object.fromEntries(KERNEL_NAMES.map((n, i) => [n, i])) as Record<KernelName, number>;
@@ -90,6 +92,23 @@ export class Kernels {
     readonly sizes: KernelSizes,
   ) {
     this.sgemmWork = heap.alloc(sizes.sgemmWorkBytes * threads);
+  }
+
+  /**
+   * Runs `fn` with every kernel call on the calling thread alone. For small
+   * work (a decode step of a few rows: sgemm splits rows in blocks of 4, so
+   * the other threads would have no matrix work) waking the workers costs
+   * more than their share saves. Results are the same bits: no kernel's sums
+   * depend on the thread count.
+   */
+  serial<T>(fn: () => T): T {
+    const before = this.pool.defaultThreads;
+    this.pool.defaultThreads = 1;
+    try {
+      return fn();
+    } finally {
+      this.pool.defaultThreads = before;
+    }
   }
 
   /**
@@ -207,6 +226,22 @@ export class Kernels {
   attentionBackward(dqkv: number, dout: number, qkv: number, att: number, B: number, T: number, C: number, NH: number): void {
     const scratch = this.ensureScratch(this.attentionScratchBytes(T, C / NH));
     this.pool.run(OP.attentionBackward, [dqkv, dout, qkv, att, B, T, C, NH, scratch]);
+  }
+
+  /**
+   * Writes the keys and values of `rows` rows of qkv (rows × 3C) into their
+   * sessions' KV caches (assembly/attention-cached.ts): `table` holds, per
+   * row, the session's cache base (byte offset) and the row's position;
+   * the layer's keys start `kOffset` bytes into the cache, its values `vOffset`.
+   */
+  kvCacheStore(qkv: number, table: number, rows: number, kOffset: number, vOffset: number, C: number, T: number): void {
+    this.pool.run(OP.kvCacheStore, [qkv, table, rows, kOffset, vOffset, C, T]);
+  }
+
+  /** out (rows × C) = each row's causal attention over its session's cached keys and values at positions 0..pos (same table as kvCacheStore). */
+  attentionCached(out: number, qkv: number, table: number, rows: number, kOffset: number, vOffset: number, C: number, NH: number, T: number): void {
+    const scratch = this.ensureScratch(this.attentionScratchBytes(T, C / NH));
+    this.pool.run(OP.attentionCached, [out, qkv, table, rows, kOffset, vOffset, C, NH, T, scratch]);
   }
 
   /** Bytes of attention scratch for every thread. */

@@ -30,6 +30,8 @@ export interface PoolInit {
 
 export class ThreadPool {
   readonly threads: number;
+  /** Threads a kernel runs on when the call does not say: all of them, or 1 (Kernels.serial). */
+  defaultThreads: number;
   private readonly ctrl: Int32Array;
   private readonly args: Float64Array;
   private readonly workers: Worker[] = [];
@@ -42,6 +44,7 @@ export class ThreadPool {
     args: SharedArrayBuffer,
   ) {
     this.threads = threads;
+    this.defaultThreads = threads;
     this.ctrl = new Int32Array(ctrl);
     this.args = new Float64Array(args);
   }
@@ -83,8 +86,8 @@ export class ThreadPool {
     return pool;
   }
 
-  /** Runs kernel `op` with `args` on every thread and returns when all are done. */
-  run(op: number, args: readonly number[], threads: number = this.threads): void {
+  /** Runs kernel `op` with `args` on every thread (or only this one) and returns when all are done. */
+  run(op: number, args: readonly number[], threads: number = this.defaultThreads): void {
     const fn = this.fns[op];
     if (threads <= 1 || this.threads === 1) {
       fn(...args, 0, 1);

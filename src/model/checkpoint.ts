@@ -51,19 +51,22 @@ const RESERVED_KEYS = ['format', 'config', 'from', 'to', 'step'];
  * `to`, `step` (decimal strings), then the `extra` keys in their order.
  */
 export function encodeCheckpoint(tensors: readonly NamedTensor[], meta: CheckpointMeta): Uint8Array {
+  return encodeSafetensors(tensors, checkpointMetadata(meta));
+}
+
+/** The metadata `encodeCheckpoint` writes. */
+function checkpointMetadata(meta: CheckpointMeta): Record<string, string> {
   checkMeta(meta.config, meta.range.from, meta.range.to, meta.step);
-  const extra = meta.extra ?? {};
+  const extra = checkExtra(meta.extra);
+  return { format: CHECKPOINT_FORMAT, config: JSON.stringify(meta.config), from: String(meta.range.from), to: String(meta.range.to), step: String(meta.step), ...extra };
+}
+
+/** `extra` metadata, refused when it uses a key the encoder writes itself. */
+function checkExtra(extra: Record<string, string> = {}): Record<string, string> {
   for (const key of Object.keys(extra)) {
     if (RESERVED_KEYS.includes(key)) throw new SafetensorsError(`checkpoint metadata key '${key}' is reserved`);
   }
-  return encodeSafetensors(tensors, {
-    format: CHECKPOINT_FORMAT,
-    config: JSON.stringify(meta.config),
-    from: String(meta.range.from),
-    to: String(meta.range.to),
-    step: String(meta.step),
-    ...extra,
-  });
+  return extra;
 }
 
 /** The stage's parameters as named tensors (views, no copies). */
@@ -170,13 +173,15 @@ export interface MlpCheckpointMeta {
 
 /** Encodes an MLP's tensors as a checkpoint: metadata `format` (nimble-mlp/1), `config`, `from` 0, `to` 1, `step`, then `extra`. */
 export function encodeMlpCheckpoint(tensors: readonly NamedTensor[], meta: MlpCheckpointMeta): Uint8Array {
+  return encodeSafetensors(tensors, mlpCheckpointMetadata(meta));
+}
+
+/** The metadata `encodeMlpCheckpoint` writes. */
+function mlpCheckpointMetadata(meta: MlpCheckpointMeta): Record<string, string> {
   checkMlpMeta(meta.config, meta.step);
-  const extra = meta.extra ?? {};
-  for (const key of Object.keys(extra)) {
-    if (RESERVED_KEYS.includes(key)) throw new SafetensorsError(`checkpoint metadata key '${key}' is reserved`);
-  }
+  const extra = checkExtra(meta.extra);
   const { inputs, hidden, classes } = meta.config;
-  return encodeSafetensors(tensors, { format: MLP_CHECKPOINT_FORMAT, config: JSON.stringify({ inputs, hidden, classes }), from: '0', to: '1', step: String(meta.step), ...extra });
+  return { format: MLP_CHECKPOINT_FORMAT, config: JSON.stringify({ inputs, hidden, classes }), from: '0', to: '1', step: String(meta.step), ...extra };
 }
 
 function checkMlpMeta(config: MlpConfig, step: number): void {
@@ -245,10 +250,22 @@ export function loadModelParams(model: ModelRef, range: StageRange, layout: Para
 }
 
 /** Encodes the tensors of parts `range` of `model` as a checkpoint of its kind. */
-export function encodeModelCheckpoint(model: ModelRef, tensors: readonly NamedTensor[], meta: { range: StageRange; step: number; extra?: Record<string, string> }): Uint8Array {
-  if (model.kind === 'gpt') return encodeCheckpoint(tensors, { config: model.config, range: meta.range, step: meta.step, extra: meta.extra });
+export function encodeModelCheckpoint(model: ModelRef, tensors: readonly NamedTensor[], meta: ModelCheckpointMeta): Uint8Array {
+  return encodeSafetensors(tensors, modelCheckpointMetadata(model, meta));
+}
+
+/** What a checkpoint of either kind records: its parts, its step, further metadata. */
+export interface ModelCheckpointMeta {
+  range: StageRange;
+  step: number;
+  extra?: Record<string, string>;
+}
+
+/** The metadata `encodeModelCheckpoint` writes (what a loader validates), for a checkpoint held decoded. */
+export function modelCheckpointMetadata(model: ModelRef, meta: ModelCheckpointMeta): Record<string, string> {
+  if (model.kind === 'gpt') return checkpointMetadata({ config: model.config, range: meta.range, step: meta.step, extra: meta.extra });
   if (meta.range.from !== 0 || meta.range.to !== 1) throw new SafetensorsError(`an MLP is one part: parts [${meta.range.from}, ${meta.range.to}) do not fit it`);
-  return encodeMlpCheckpoint(tensors, { config: model.config, step: meta.step, extra: meta.extra });
+  return mlpCheckpointMetadata({ config: model.config, step: meta.step, extra: meta.extra });
 }
 
 export function loadStage(stage: GptStage, path: string): CheckpointInfo {

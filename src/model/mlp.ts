@@ -1,21 +1,30 @@
 // A plain MLP for tabular tasks: linear → ReLU → … → linear → softmax
 // cross-entropy over `classes`. Parameters and gradients are flat buffers with
 // named views (fc0.w, fc0.b, …), as for the GPT stages.
+import { Type, type Static } from '@sinclair/typebox';
 import type { Engine } from '../engine/engine.ts';
 import type { Tensor } from '../engine/tensor.ts';
 import { initParams } from './init.ts';
 import * as L from './layers.ts';
 import { FlatTensors, ParamLayout, type ParamSpec } from './params.ts';
 
-export interface MlpConfig {
-  inputs: number;
-  hidden: number[];
-  /** output classes */
-  classes: number;
-}
-
 /** The largest sizes an MLP may have (a job spec's and a model reference's limits). */
 export const MLP_LIMITS = { inputs: 1 << 20, hidden: 1 << 16, hiddenLayers: 16, classes: 1 << 16 } as const;
+
+/**
+ * An MLP's sizes. A TypeBox schema too, for configs read back from stored
+ * state or an API (validateMlpConfig checks the parameter count besides).
+ */
+export const MlpConfig = Type.Object(
+  {
+    inputs: Type.Integer({ minimum: 1, maximum: MLP_LIMITS.inputs }),
+    hidden: Type.Array(Type.Integer({ minimum: 1, maximum: MLP_LIMITS.hidden }), { maxItems: MLP_LIMITS.hiddenLayers }),
+    /** output classes */
+    classes: Type.Integer({ minimum: 2, maximum: MLP_LIMITS.classes }),
+  },
+  { additionalProperties: false },
+);
+export type MlpConfig = Static<typeof MlpConfig>;
 /** The most parameters an MLP may have: its weights, gradients and optimizer state must fit a 4 GiB WASM memory. */
 export const MAX_MLP_PARAMS = 2 ** 26;
 

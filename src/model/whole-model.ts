@@ -1,39 +1,80 @@
 // A whole-model checkpoint, as a developer publishes it: a Nimble GPT
-// checkpoint (./checkpoint.ts) that holds every part of its model, exactly the
-// tensors those parts name with their shapes, all values finite. What the
+// checkpoint (`nimble-gpt/1`, ./checkpoint.ts) that holds every part of its
+// model, or an MLP classifier's (`nimble-mlp/1`, one part); either way exactly
+// the tensors its model names with their shapes, all values finite. What the
 // model store accepts from an upload (src/orchestrator/models.ts), and from a
-// job's checkpoint.
-import { checkpointInfo, MLP_CHECKPOINT_FORMAT, type CheckpointInfo } from './checkpoint.ts';
-import { partCount, partParams } from './gpt.ts';
-import { decodeSafetensors, SafetensorsError } from './safetensors.ts';
+// job's checkpoint. Besides its config and step, a whole model is known by
+// its model reference (./model-ref.ts), which the store records: what serves
+// models tells a classifier from a GPT by it.
+import { CHECKPOINT_FORMAT, MLP_CHECKPOINT_FORMAT, modelCheckpointInfo, type ModelCheckpointInfo } from './checkpoint.ts';
+import { GPT_CONFIGS, type GptConfig } from './config.ts';
+import { partCount } from './gpt.ts';
+import { modelRefOf, stageParamSpecs } from './model-ref.ts';
+import type { MlpConfig } from './mlp.ts';
+import type { ParamSpec } from './params.ts';
+import { decodeSafetensors, SafetensorsError, type SafetensorsFile } from './safetensors.ts';
+
+/** A model of either kind, by its config. */
+export type WholeModelConfig = { kind: 'gpt'; config: GptConfig } | { kind: 'mlp'; config: MlpConfig };
+
+/** A checked whole model: its kind and config, its parts (all of them), its step, and its model reference. */
+export type WholeModel = ModelCheckpointInfo & {
+  /** `gpt-micro`, `gpt:v256.t32.c32.l2.h4.r4`, `mlp:4096-64-2` (wholeModelRef) */
+  model: string;
+};
+
+const GPT_SIZES = ['vocabSize', 'contextLength', 'channels', 'layers', 'heads', 'mlpRatio'] as const;
 
 /**
- * Decodes and checks a whole-model checkpoint; a SafetensorsError (400) names
- * the first problem. An MLP classifier's checkpoint (nimble-mlp/1) is refused
- * by name: published models are GPTs, served for generation.
+ * The model reference of a model of either kind: a named GPT's name when its
+ * sizes are that config's, else the inline form. A GPT's init rule is not
+ * part of it (a reference names an architecture; trained weights are what
+ * they are). Throws a ModelRefError for a config no reference can name.
  */
-export function checkWholeModel(bytes: Uint8Array): CheckpointInfo {
+export function wholeModelRef(m: WholeModelConfig): string {
+  if (m.kind === 'mlp') return modelRefOf({ kind: 'mlp', inputs: m.config.inputs, hidden: m.config.hidden, classes: m.config.classes });
+  const { vocabSize, contextLength, channels, layers, heads, mlpRatio } = m.config;
+  const sizes: GptConfig = { vocabSize, contextLength, channels, layers, heads, mlpRatio };
+  const name = Object.keys(GPT_CONFIGS).find((n) => GPT_SIZES.every((k) => GPT_CONFIGS[n][k] === sizes[k])) ?? null;
+  return modelRefOf({ kind: 'gpt', name, config: sizes });
+}
+
+/**
+ * Decodes and checks a whole-model checkpoint of either kind; a
+ * SafetensorsError (400) names the first problem.
+ */
+export function checkWholeModel(bytes: Uint8Array): WholeModel {
   const file = decodeSafetensors(bytes);
-  if (file.metadata.format === MLP_CHECKPOINT_FORMAT) {
-    throw new SafetensorsError('this is an MLP classifier checkpoint: the model registry publishes GPT checkpoints (served for generation), not classifiers yet; download it with nbcli checkpoint download');
+  const format = file.metadata.format;
+  if (format !== CHECKPOINT_FORMAT && format !== MLP_CHECKPOINT_FORMAT) {
+    throw new SafetensorsError(`not a Nimble checkpoint (format '${format?.slice(0, 40) ?? 'none'}'): a published model is a ${CHECKPOINT_FORMAT} (GPT) or ${MLP_CHECKPOINT_FORMAT} (MLP classifier) file`);
   }
-  const info = checkpointInfo(file);
-  const parts = partCount(info.config);
+  const info = modelCheckpointInfo(file);
+  const parts = info.kind === 'gpt' ? partCount(info.config) : 1;
   if (info.from !== 0 || info.to !== parts) throw new SafetensorsError(`the checkpoint holds parts [${info.from}, ${info.to}) of ${parts}: a published model must hold all of them`);
+  let model: string;
+  try {
+    model = wholeModelRef(info);
+  } catch (err) {
+    throw new SafetensorsError(`the checkpoint's model has no model reference: ${(err as Error).message}`);
+  }
+  checkTensors(file, stageParamSpecs(model, { from: 0, to: parts }));
+  return { ...info, model };
+}
+
+/** Every tensor `specs` names is in the file, in its shape, finite; the file has no other. */
+function checkTensors(file: SafetensorsFile, specs: readonly ParamSpec[]): void {
   const expected = new Set<string>();
-  for (let p = 0; p < parts; p++) {
-    for (const spec of partParams(info.config, p)) {
-      expected.add(spec.name);
-      const t = file.tensors.get(spec.name);
-      if (!t) throw new SafetensorsError(`the checkpoint lacks ${spec.name}`);
-      if (t.shape.join(',') !== spec.shape.join(',')) throw new SafetensorsError(`${spec.name}: shape [${t.shape.join(', ')}] in the file, [${spec.shape.join(', ')}] expected`);
-      for (let i = 0; i < t.data.length; i++) {
-        if (!Number.isFinite(t.data[i])) throw new SafetensorsError(`${spec.name}: non-finite value at ${i}`);
-      }
+  for (const spec of specs) {
+    expected.add(spec.name);
+    const t = file.tensors.get(spec.name);
+    if (!t) throw new SafetensorsError(`the checkpoint lacks ${spec.name}`);
+    if (t.shape.join(',') !== spec.shape.join(',')) throw new SafetensorsError(`${spec.name}: shape [${t.shape.join(', ')}] in the file, [${spec.shape.join(', ')}] expected`);
+    for (let i = 0; i < t.data.length; i++) {
+      if (!Number.isFinite(t.data[i])) throw new SafetensorsError(`${spec.name}: non-finite value at ${i}`);
     }
   }
   for (const name of file.tensors.keys()) {
     if (!expected.has(name)) throw new SafetensorsError(`the checkpoint has a tensor its model does not name: ${name.slice(0, 80)}`);
   }
-  return info;
 }

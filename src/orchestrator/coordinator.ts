@@ -14,6 +14,7 @@ import type { HeartbeatReply, HeartbeatRequest, JoinReply, JoinRequest, Peer, St
 import { domainOf } from '../protocol/network.ts';
 import { SessionKey } from '../protocol/session-key.ts';
 import type { BlobStore } from './blobs.ts';
+import { CheckpointEvaluator } from './checkpoint-eval.ts';
 import { Collector, type GcOptions } from './gc.ts';
 import { MergeChecks } from './merge-checks.ts';
 import { MergeRounds } from './merges.ts';
@@ -21,6 +22,7 @@ import { MergeUploads } from './merge-uploads.ts';
 import { MicrobatchFlow } from './microbatches.ts';
 import { Offences, type SlashingOptions } from './offences.ts';
 import { RunPlanner } from './run-planner.ts';
+import { RunData } from './run-data.ts';
 import type { OrchestratorIdentity } from './identity.ts';
 import { SpotChecks, type SpotCheckOptions } from './spot-checks.ts';
 import { StageStates } from './stage-states.ts';
@@ -63,6 +65,8 @@ export class Coordinator {
   readonly merges: MergeRounds;
   readonly mergeUploads: MergeUploads;
   readonly checks: SpotChecks;
+  /** held-out figures of the whole-model checkpoints jobs keep */
+  readonly evaluator: CheckpointEvaluator;
   readonly microbatches: MicrobatchFlow;
   readonly planner: RunPlanner;
   /** where provably false work is charged (penalty units, slashes) */
@@ -75,7 +79,7 @@ export class Coordinator {
   readonly identity: OrchestratorIdentity;
   /** merged states of stages, for checking what miners send against them */
   readonly stageStates: StageStates;
-  /** the engine the orchestrator verifies work with (recomputation, never training), made on first use */
+  /** the engine the orchestrator verifies work (recomputation) and evaluates checkpoints with, never trains with; made on first use */
   private engine: Promise<Engine> | null = null;
   /** when the clock last tried to start the runs that wait */
   private waitingTriedAt = -Infinity;
@@ -102,7 +106,9 @@ export class Coordinator {
     const mergeChecks = new MergeChecks(state, blobs, this.stageStates);
     this.merges = new MergeRounds(state, blobs, mergeChecks, this.offences, this.now, this.log);
     this.mergeUploads = new MergeUploads(state, blobs, mergeChecks, this.log);
-    this.checks = new SpotChecks(state, this.stageStates, engine, this.offences, this.options.spotChecks, this.now, blobs);
+    const data = new RunData(blobs);
+    this.checks = new SpotChecks(state, this.stageStates, engine, this.offences, this.options.spotChecks, this.now, data);
+    this.evaluator = new CheckpointEvaluator(engine, data);
     this.microbatches = new MicrobatchFlow(
       state,
       this.checks,
@@ -349,11 +355,12 @@ export class Coordinator {
     this.planner.replanAll();
   }
 
-  /** Releases what verification holds (its stages, then its engine). */
+  /** Releases what verification and evaluation hold (their models, then the engine). */
   async close(): Promise<void> {
     await this.gc.settled();
     await this.merges.settled();
     this.checks.close();
+    this.evaluator.close();
     this.stageStates.clear();
     if (this.engine) await (await this.engine).close();
     this.engine = null;

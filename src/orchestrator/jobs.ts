@@ -23,7 +23,7 @@ import { mlpCost } from '../jobs/mlp-cost.ts';
 import { partCount } from '../model/gpt.ts';
 import { modelLabel, modelParts, modelRefOf, parseModelRef } from '../model/model-ref.ts';
 import { NimbleError } from '../protocol/errors.ts';
-import { assembleCheckpoint } from './checkpoint.ts';
+import { JobCheckpoints } from './job-checkpoints.ts';
 import type { Coordinator } from './coordinator.ts';
 import { checkJobData } from './datasets.ts';
 import { runDataProblem } from './run-planner.ts';
@@ -90,10 +90,7 @@ export class JobService {
   /** emits the id of a job whose events or progress changed */
   readonly changes = new EventEmitter();
   private collectedAt = 0;
-  /** per run of a job: the merge round of the stages' states last kept as a checkpoint */
-  private readonly keptRound = new Map<string, number>();
-  private readonly saving = new Set<string>();
-  private readonly pending = new Set<Promise<void>>();
+  private readonly checkpoints: JobCheckpoints;
   /** the last reason noted for a job waiting for its miner (noted again only when it changes) */
   private readonly waitReasons = new Map<string, string>();
 
@@ -103,6 +100,7 @@ export class JobService {
     private readonly now: () => number = Date.now,
   ) {
     this.changes.setMaxListeners(0);
+    this.checkpoints = new JobCheckpoints(c, (id) => this.changed(id), now);
   }
 
   private get state(): Coordinator['state'] {
@@ -127,7 +125,7 @@ export class JobService {
         this.state.jobs.note(id, `paid from escrow ${escrow.escrowId}: ${formatNim(escrow.amount)} NIM at ${escrow.nimPerPetaflop} NIM per PFLOP`, now);
       }
     });
-    this.ensureRun(this.state.jobs.get(id)!, now);
+    this.ensureRun(this.state.jobs.get(id)!);
     this.placeWaitingJobs(now);
     this.changed(id);
     return this.state.jobs.get(id)!;
@@ -242,21 +240,21 @@ export class JobService {
 
   /** Resolves once the checkpoints being written are stored. */
   async settled(): Promise<void> {
-    while (this.pending.size) await Promise.allSettled([...this.pending]);
+    await this.checkpoints.settled();
   }
 
   private tickJob(job: JobRecord, now: number): void {
-    const run = this.ensureRun(job, now);
+    const run = this.ensureRun(job);
     if (!run) return;
     const step = job.stepBase + run.microbatchesDone;
     this.state.jobs.setProgress(job.id, { step, tokens: job.tokenBase + run.tokensDone, loss: run.lastLoss }, now);
     if (step !== job.step) this.changed(job.id);
     const fresh = this.state.jobs.get(job.id)!;
-    if (run.status !== 'completed') this.keepCheckpoint(fresh, run, false);
+    if (run.status !== 'completed') this.checkpoints.keep(fresh, run, false);
     switch (run.status) {
       case 'completed':
         // the final merged state becomes the last checkpoint before the job completes, or goes on upgraded
-        if (this.keepCheckpoint(fresh, run, true) !== 'kept') return;
+        if (this.checkpoints.keep(fresh, run, true) !== 'kept') return;
         if (fresh.upgrade && step < fresh.steps) this.moveOn(fresh, run);
         else this.end(fresh, 'completed', `trained ${step} steps`);
         return;
@@ -293,7 +291,7 @@ export class JobService {
   }
 
   /** The job's run, created if a crash came between recording the job and creating it. */
-  private ensureRun(job: JobRecord, now: number): RunRecord | null {
+  private ensureRun(job: JobRecord): RunRecord | null {
     if (job.runId) return this.state.runs.get(job.runId) ?? null;
     // its miner is chosen with the other waiting jobs, in order of priority (placeWaitingJobs)
     const run = this.c.createRun(runRequest(resolveJobSpec(job.spec)), job.owner, []);
@@ -308,7 +306,7 @@ export class JobService {
   private moveOn(job: JobRecord, finished: RunRecord | null): void {
     const layout = job.upgrade!;
     const resolved = resolveJobSpec(job.spec);
-    if (finished) this.keptRound.delete(finished.id);
+    if (finished) this.checkpoints.forget(finished.id);
     const stepBase = job.stepBase + (finished?.microbatchesDone ?? 0);
     const tokenBase = job.tokenBase + (finished?.tokensDone ?? 0);
     const last = this.state.jobs.checkpoints(job.id).at(-1);
@@ -390,54 +388,15 @@ export class JobService {
     const now = this.now();
     // what was merged last is kept (a timed-out job keeps its last checkpoint)
     const run = job.runId ? this.state.runs.get(job.runId) : undefined;
-    if (run && status !== 'completed') this.keepCheckpoint(job, run, true);
+    if (run && status !== 'completed') this.checkpoints.keep(job, run, true);
     this.state.tx(() => {
       this.state.jobs.move(job.id, status, reason, now);
       // its escrow pays for the work logged until now, then refunds the rest
       this.state.escrows.end(job.id, this.state.ledger.lastWorkId());
     });
     if (run) this.c.stopRun(run.id, `its job ended: ${reason}`);
-    if (run) this.keptRound.delete(run.id);
+    if (run) this.checkpoints.forget(run.id);
     this.changed(job.id);
-  }
-
-  /**
-   * Keeps the stages' latest merged states as a whole-model checkpoint when
-   * `checkpointEvery` steps passed since the last one (or now, when `final`),
-   * once per merge round, in the background. Says whether the latest merged
-   * state is kept ('kept': already, or there is none), being kept, or not due.
-   */
-  private keepCheckpoint(job: JobRecord, run: RunRecord, final: boolean): 'kept' | 'saving' | 'not due' {
-    if (this.saving.has(job.id)) return 'saving';
-    const stages = this.state.runs.stages(run.id);
-    if (stages.length === 0 || stages.some((s) => !s.stateBlob)) return 'kept';
-    const round = Math.min(...stages.map((s) => s.round));
-    if (round === 0 || this.keptRound.get(run.id) === round) return 'kept';
-    const last = this.state.jobs.checkpoints(job.id).at(-1);
-    const step = job.stepBase + run.microbatchesDone;
-    const tokens = job.tokenBase + run.tokensDone;
-    if (!final && step - (last?.step ?? 0) < job.checkpointEvery) return 'not due';
-    this.saving.add(job.id);
-    const task = (async () => {
-      try {
-        const bytes = await assembleCheckpoint(this.state, this.c.blobs, run.id, { job: job.id }, { step, tokens });
-        const blob = await this.c.blobs.put(bytes);
-        const kept = this.state.jobs.addCheckpoint({ jobId: job.id, step, tokens, loss: run.lastLoss, blob, bytes: bytes.length }, this.now());
-        this.state.garbage.release(blob);
-        if (kept) {
-          this.state.jobs.note(job.id, `checkpoint at step ${step} kept (${(bytes.length / 1e6).toFixed(1)} MB, merge round ${round})`, this.now(), 'checkpoint');
-        }
-        this.keptRound.set(run.id, round);
-        this.changed(job.id);
-      } catch (err) {
-        console.error(`job ${job.id}: checkpoint at step ${step} failed: ${(err as Error).message}`);
-      } finally {
-        this.saving.delete(job.id);
-      }
-    })();
-    this.pending.add(task);
-    void task.finally(() => this.pending.delete(task));
-    return 'saving';
   }
 
   private changed(id: string): void {

@@ -1,7 +1,9 @@
 // The model store: whole-model checkpoints developers keep on the network to
 // publish them on the ModelRegistry (docs/jobs.md, "Publish"). A model comes
 // from a checkpoint of one of the developer's own jobs, or from an uploaded
-// safetensors file checked as a whole Nimble GPT checkpoint. It is kept as a
+// safetensors file checked as a whole Nimble checkpoint: a GPT, or an MLP
+// classifier (src/model/whole-model.ts; its row and view name its kind and
+// model reference, so what serves models tells the two apart). It is kept as a
 // blob named by its sha256, with a row (./state/models.ts) that the
 // collector respects: a stored model outlives its job's checkpoint retention.
 //
@@ -13,7 +15,7 @@
 // the copier's own address is refused here.
 import type { Address } from 'viem';
 import type { AttestationView, StoredModelView } from '../api/models.ts';
-import { checkWholeModel } from '../model/whole-model.ts';
+import { checkWholeModel, type WholeModel, type WholeModelConfig } from '../model/whole-model.ts';
 import { NimbleError } from '../protocol/errors.ts';
 import { blobId, type BlobStore } from './blobs.ts';
 import type { ModelAttester, SignedAttestation } from './model-attester.ts';
@@ -66,8 +68,8 @@ export class ModelService {
     const cp = step === undefined ? list.at(-1) : list.find((c) => c.step === step);
     if (!cp) throw new NimbleError('not_found', step === undefined ? `${jobId} has no checkpoint yet` : `${jobId} has no checkpoint at step ${step} (it has: ${list.map((c) => c.step).join(', ') || 'none'})`);
     const bytes = await this.blobs.get(cp.blob); // checked against its id
-    const { config } = checkWholeModel(bytes);
-    return this.keep({ sha256: cp.blob, owner, name, bytes: bytes.length, config, jobId, step: cp.step }, bytes);
+    const info = checkWholeModel(bytes);
+    return this.keep({ sha256: cp.blob, owner, name, bytes: bytes.length, ...kindOf(info), jobId, step: cp.step }, bytes);
   }
 
   /** Stores an uploaded whole-model checkpoint. */
@@ -78,7 +80,7 @@ export class ModelService {
     const sha256 = blobId(bytes);
     const others = this.state.jobs.checkpointOwners(sha256).filter((o) => o.toLowerCase() !== owner.toLowerCase());
     if (others.length) throw new NimbleError('forbidden', `model ${sha256} is a checkpoint of a job of ${others[0]}: only that job's owner may publish it`);
-    return this.keep({ sha256, owner, name, bytes: bytes.length, config: info.config, jobId: null, step: info.step }, bytes);
+    return this.keep({ sha256, owner, name, bytes: bytes.length, ...kindOf(info), jobId: null, step: info.step }, bytes);
   }
 
   /** The orchestrator's attestation that the model's owner may publish it with `terms`. */
@@ -116,12 +118,17 @@ export class ModelService {
   }
 }
 
+/** What a row records of a checked model: its kind, reference and config. */
+function kindOf(m: WholeModel): WholeModelConfig & { model: string } {
+  return m.kind === 'gpt' ? { kind: 'gpt', model: m.model, config: m.config } : { kind: 'mlp', model: m.model, config: m.config };
+}
+
 function noChain(): NimbleError {
   return new NimbleError('no_chain', 'this orchestrator runs without a chain (--no-chain): models cannot be published on it', 409);
 }
 
 export function storedModelView(m: ModelRecord): StoredModelView {
-  return { sha256: m.sha256, owner: m.owner, name: m.name, bytes: m.bytes, config: m.config, jobId: m.jobId, step: m.step, createdAt: m.createdAt };
+  return { sha256: m.sha256, owner: m.owner, name: m.name, bytes: m.bytes, kind: m.kind, model: m.model, config: m.config, jobId: m.jobId, step: m.step, createdAt: m.createdAt };
 }
 
 function attestationView(a: SignedAttestation): AttestationView {

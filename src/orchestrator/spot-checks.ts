@@ -20,18 +20,16 @@
 // A failed check is an offence (src/orchestrator/offences.ts): 'failed_check'
 // work (a penalty in scoring) and, on a paid network, a slash.
 import { randomInt } from 'node:crypto';
-import type { ByteCorpus } from '../data/corpus.ts';
-import { datasetCorpus, datasetHex, isDatasetId, loadNamedCorpus } from '../data/dataset.ts';
 import type { Engine } from '../engine/engine.ts';
-import { loadSpamDatasetAsync, type SpamDataset } from '../data/spam.ts';
 import { GptStage } from '../model/gpt.ts';
 import { Mlp } from '../model/mlp.ts';
 import { gptConfigOf, modelParts, parseModelRef, rangeParams, type ModelRef } from '../model/model-ref.ts';
 import { decodeCheckBundle } from '../protocol/check-bundle.ts';
 import { NimbleError } from '../protocol/errors.ts';
-import type { BlobStore } from './blobs.ts';
+import { remember } from './cache.ts';
 import { CHECK_ROWS, verifyForward, verifyMlpForward, type CheckContext, type CheckOutcome } from './spot-check-verify.ts';
 import type { Offences } from './offences.ts';
+import { RunData } from './run-data.ts';
 import type { StageStates } from './stage-states.ts';
 import type { OrchestratorState } from './state/index.ts';
 import type { HopClaim } from './state/claims.ts';
@@ -52,10 +50,8 @@ export function slashWindowMs(o: Pick<SpotCheckOptions, 'timeoutMs'>): number {
   return 2 * o.timeoutMs + 60_000;
 }
 
-/** Recomputation stages and merged states kept between checks. */
+/** Recomputation stages kept between checks. */
 const CACHE_ENTRIES = 4;
-/** Corpora kept between checks (an uploaded dataset may have 256 MiB). */
-const CORPUS_ENTRIES = 2;
 
 /** `k` distinct sequence indices in [0, n), drawn with a CSPRNG, ascending. */
 function sampleRows(n: number, k: number): number[] {
@@ -67,7 +63,6 @@ function sampleRows(n: number, k: number): number[] {
 /** Selection, answers and expiry of spot checks, on the orchestrator's database. */
 export class SpotChecks {
   readonly options: SpotCheckOptions;
-  private readonly corpora = new Map<string, ByteCorpus | null>();
   /** recomputation stages (a GPT's) or models (an MLP's) by model/range/batch: a few */
   private readonly stages = new Map<string, GptStage | Mlp>();
   private expiredAt = -Infinity;
@@ -82,8 +77,8 @@ export class SpotChecks {
     private readonly offences: Offences,
     options: Partial<SpotCheckOptions> = {},
     private readonly now: () => number = Date.now,
-    /** where uploaded datasets (`sha256:` run data) are read from */
-    private readonly blobs: Pick<BlobStore, 'get'> | null = null,
+    /** the runs' data (corpora, the spam features); the default reads no uploaded dataset */
+    private readonly data: RunData = new RunData(),
   ) {
     this.options = { ...SPOT_CHECK_DEFAULTS, ...options };
     const o = this.options;
@@ -157,7 +152,7 @@ export class SpotChecks {
     }
     const engine = await this.engine();
     if (model.kind === 'mlp') {
-      const mlp = { config: model.config, dataset: await this.spamDataset(model.config.inputs), batchSize: run.batchSize, seed: run.seed, shard: mb?.shard ?? -1, lr: run.options.lr };
+      const mlp = { config: model.config, dataset: await this.data.spamDataset(model.config.inputs), batchSize: run.batchSize, seed: run.seed, shard: mb?.shard ?? -1, lr: run.options.lr };
       const bound = { thetaStart: start.weights, decaySize: start.decaySize, maxSamples: 4 * run.mergeEvery + 64, loss: own.loss ?? null };
       const outcome = verifyMlpForward(engine, { ...mlp, ...bound }, bundle, this.scratchMlp(engine, model, run));
       return { ...outcome, status: this.decide(check, outcome) };
@@ -168,7 +163,7 @@ export class SpotChecks {
       range,
       batchSize: run.batchSize,
       seed: run.seed,
-      corpus: range.from === 0 || range.to === modelParts(model) ? await this.corpus(run.data) : null,
+      corpus: range.from === 0 || range.to === modelParts(model) ? await this.data.corpus(run.data) : null,
       shard: mb?.shard ?? -1,
       codec: run.options.codec,
       lr: run.options.lr,
@@ -216,7 +211,7 @@ export class SpotChecks {
     const kept = this.stages.get(key);
     if (kept instanceof GptStage) return kept;
     const s = new GptStage(engine, gptConfigOf(run.model), range, { batchSize, seed: run.seed });
-    remember(this.stages, key, s, (old) => old.release());
+    remember(this.stages, key, s, CACHE_ENTRIES, (old) => old.release());
     return s;
   }
 
@@ -226,56 +221,13 @@ export class SpotChecks {
     const kept = this.stages.get(key);
     if (kept instanceof Mlp) return kept;
     const mlp = new Mlp(engine, model.config, run.batchSize, run.seed);
-    remember(this.stages, key, mlp, (old) => old.release());
+    remember(this.stages, key, mlp, CACHE_ENTRIES, (old) => old.release());
     return mlp;
-  }
-
-  /**
-   * The SpamAssassin features with `inputs` buckets, built on the first check
-   * of an MLP run (about 1.4 s of work for 4,096 buckets, in slices that let
-   * the orchestrator serve meanwhile; once per process: src/data/spam.ts
-   * keeps it); null when it cannot be built.
-   */
-  private async spamDataset(inputs: number): Promise<SpamDataset | null> {
-    try {
-      return await loadSpamDatasetAsync(inputs);
-    } catch {
-      return null;
-    }
-  }
-
-  /**
-   * The corpus of a run's data: a named corpus, or an uploaded dataset read
-   * from the blob store and checked against its id; never a path. Null when
-   * it cannot be loaded (a dataset is tried again at the next check).
-   */
-  private async corpus(spec: string): Promise<ByteCorpus | null> {
-    const kept = this.corpora.get(spec);
-    if (kept !== undefined) return kept;
-    let corpus: ByteCorpus | null = null;
-    try {
-      if (!isDatasetId(spec)) corpus = loadNamedCorpus(spec);
-      else if (this.blobs) corpus = datasetCorpus(spec, await this.blobs.get(datasetHex(spec)));
-    } catch {
-      corpus = null;
-    }
-    if (corpus || !isDatasetId(spec)) remember(this.corpora, spec, corpus, undefined, CORPUS_ENTRIES);
-    return corpus;
   }
 
   /** Releases the recomputation stages (before the engine closes). */
   close(): void {
     for (const s of this.stages.values()) s.release();
     this.stages.clear();
-  }
-}
-
-/** Keeps at most `limit` entries in `map`, dropping the oldest. */
-function remember<T>(map: Map<string, T>, key: string, value: T, drop?: (old: T) => void, limit = CACHE_ENTRIES): void {
-  map.set(key, value);
-  while (map.size > limit) {
-    const [oldKey, old] = map.entries().next().value!;
-    map.delete(oldKey);
-    drop?.(old);
   }
 }

@@ -69,7 +69,7 @@ const classifierSpec = (over: { name?: string; steps: number; mergeEvery?: numbe
   checkpointEvery: over.checkpointEvery,
 });
 
-/** Held-out accuracy of a downloaded classifier checkpoint, loaded into an Mlp, and the majority class rate. */
+/** Held-out accuracy of a downloaded classifier checkpoint, loaded into an Mlp (over the whole held-out split), and the majority class rate. */
 async function heldoutAccuracy(bytes: Uint8Array): Promise<{ accuracy: number; majority: number }> {
   const file = decodeSafetensors(bytes);
   const engine = await Engine.create({ threads: 1 });
@@ -136,9 +136,18 @@ test('a named GPT, the spam classifier and an inline GPT, submitted together, ea
   assert.equal(file.metadata.job, c.id);
   const { accuracy, majority } = await heldoutAccuracy(bytes);
   assert.ok(accuracy >= 0.9 && accuracy > majority + 0.2, `held-out accuracy ${accuracy.toFixed(4)}, majority class ${majority.toFixed(4)}`);
+  // the orchestrator measured the same when it kept it: in its row and its metadata (every held-out message)
+  const kept = c.checkpoints.at(-1)!;
+  assert.ok(kept.heldoutAccuracy !== null && kept.heldoutAccuracy > majority, JSON.stringify(kept));
+  assert.ok(Math.abs(kept.heldoutAccuracy - accuracy) < 1e-6, `the orchestrator measured ${kept.heldoutAccuracy}, the downloaded file classifies ${accuracy}`);
+  assert.ok(Number.isFinite(kept.heldoutLoss) && kept.heldoutLoss! < Math.log(2), JSON.stringify(kept));
+  assert.equal(Number(file.metadata.heldoutAccuracy), kept.heldoutAccuracy);
+  assert.equal(Number(file.metadata.heldoutLoss), kept.heldoutLoss);
+  assert.equal(file.metadata.heldoutExamples, String(loadSpamDataset(4096).heldout.rows));
   console.log(`classifier on one miner: ${c.step} steps, held-out accuracy ${accuracy.toFixed(4)} (majority class ${majority.toFixed(4)}); all three jobs done in ${((Date.now() - t0) / 1000).toFixed(1)} s`);
-  // a classifier is not published as a model (the registry serves GPTs); the inline GPT's checkpoint is a whole, publishable model
+  // both the classifier's and the inline GPT's checkpoints are whole, publishable models
   assert.throws(() => checkWholeModel(new Uint8Array(0)));
+  assert.equal(checkWholeModel(bytes).model, 'mlp:4096-64-2');
   const inlineInfo = checkWholeModel(await download(i));
   assert.deepEqual(inlineInfo.config, { vocabSize: 256, contextLength: 32, channels: 32, layers: 2, heads: 4, mlpRatio: 4 });
   assert.equal(inlineInfo.step, 40);

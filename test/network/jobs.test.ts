@@ -16,6 +16,7 @@ import { JobClient } from '../../src/api/job-client.ts';
 import type { JobView } from '../../src/api/jobs.ts';
 import { loadOrCreateKeyFile } from '../../src/chain/key-file.ts';
 import type { JobSpec } from '../../src/jobs/spec.ts';
+import { decodeSafetensors } from '../../src/model/safetensors.ts';
 import { NimbleError } from '../../src/protocol/errors.ts';
 import { MAX_EVENT_STREAMS } from '../../src/orchestrator/routes/jobs.ts';
 import { Cluster } from './helpers.ts';
@@ -87,6 +88,8 @@ test('a job submitted with nbcli runs on one miner, completes with its status hi
   const last = job.checkpoints.at(-1)!;
   assert.equal(last.step, 60);
   assert.equal(last.expiresAt, job.endedAt! + 3 * 86_400_000);
+  // each measured on held-out data when it was kept (a GPT: a loss, no accuracy)
+  for (const c of job.checkpoints) assert.ok(Number.isFinite(c.heldoutLoss) && c.heldoutLoss! > 0 && c.heldoutAccuracy === null, JSON.stringify(c));
 
   // download with nbcli; then an interrupted download resumes from its part file
   const out = join(cluster.dir, 'ckpt.safetensors');
@@ -94,6 +97,11 @@ test('a job submitted with nbcli runs on one miner, completes with its status hi
   assert.equal(dl.code, 0, dl.stderr);
   const bytes = readFileSync(out);
   assert.equal(createHash('sha256').update(bytes).digest('hex'), last.sha256);
+  // the file's metadata holds the same figure: 4 held-out batches of the job's 8 sequences of 16 bytes
+  const meta = decodeSafetensors(new Uint8Array(bytes)).metadata;
+  assert.equal(Number(meta.heldoutLoss), last.heldoutLoss);
+  assert.equal(meta.heldoutTokens, String(4 * 8 * 16));
+  assert.equal(meta.job, id);
   const resumed = join(cluster.dir, 'resumed.safetensors');
   writeFileSync(`${resumed}.part`, bytes.subarray(0, 1000));
   writeFileSync(`${resumed}.part.json`, JSON.stringify({ sha256: last.sha256 }));

@@ -5,6 +5,7 @@
 // and downloaded, checked against the sha256 on chain. A file the
 // orchestrator serves tampered with, or cut short, is refused and never left
 // as the output; the same bytes cannot be published again by someone else.
+// An MLP classifier's checkpoint is published the same way, and shown as one.
 import assert from 'node:assert/strict';
 import { createHash } from 'node:crypto';
 import { existsSync, readFileSync, truncateSync, writeFileSync } from 'node:fs';
@@ -12,13 +13,13 @@ import { join } from 'node:path';
 import { after, test } from 'node:test';
 import { generatePrivateKey, privateKeyToAccount } from 'viem/accounts';
 import { saveWallet } from '../../src/chain/wallets.ts';
-import { wholeModelBytes } from '../helpers/whole-model.ts';
+import { mlpModelBytes, wholeModelBytes } from '../helpers/whole-model.ts';
 import { Cluster } from './helpers.ts';
 
 const cluster = new Cluster();
 after(() => cluster.stopGracefully());
 
-test('a model file is published with nbcli, listed, shown, downloaded and verified against the chain; a tampered or truncated download is refused', { timeout: 120_000 }, async () => {
+test('a model file is published with nbcli, listed, shown, downloaded and verified against the chain; a tampered or truncated download is refused; a classifier publishes too', { timeout: 120_000 }, async () => {
   process.env.NIMBLE_CHAIN_RPC = '';
   process.env.NIMBLE_PASSWORD = 'model-test';
   await cluster.startOrchestrator(['--min-stake', '0'], { chain: true });
@@ -86,4 +87,23 @@ test('a model file is published with nbcli, listed, shown, downloaded and verifi
   const copy = await nbcli('model', 'publish', '--file', file, '--name', 'mine-now', '--wallet.name', 'eve');
   assert.equal(copy.code, 1);
   assert.match(copy.stderr, /already published .* as #0 'moby-micro'/);
+
+  // an MLP classifier's checkpoint: published, shown as a classifier, downloaded and verified against the chain
+  const mlp = mlpModelBytes(5, 150);
+  const mlpSha = createHash('sha256').update(mlp).digest('hex');
+  const mlpFile = join(cluster.dir, 'spam.safetensors');
+  writeFileSync(mlpFile, mlp);
+  const pubMlp = await nbcli('model', 'publish', '--file', mlpFile, '--name', 'spam-mlp', '--wallet.name', 'dev');
+  assert.equal(pubMlp.code, 0, pubMlp.stderr);
+  const pm = pubMlp.out.find((o) => o.event === 'published')!;
+  assert.deepEqual([pm.sha256, pm.kind, pm.model, pm.owner], [mlpSha, 'mlp', 'mlp:64-16-2', dev]);
+  const showMlp = await nbcli('model', 'show', 'spam-mlp');
+  assert.equal(showMlp.code, 0, showMlp.stderr);
+  const sm = showMlp.out[0].stored as Record<string, unknown>;
+  assert.deepEqual([sm.kind, sm.model, sm.config, sm.step], ['mlp', 'mlp:64-16-2', { inputs: 64, hidden: [16], classes: 2 }, 150]);
+  const mlpOut = join(cluster.dir, 'spam-downloaded.safetensors');
+  const gotMlp = await nbcli('model', 'download', 'spam-mlp', '--out', mlpOut);
+  assert.equal(gotMlp.code, 0, gotMlp.stderr);
+  assert.equal(gotMlp.out.find((o) => o.event === 'downloaded')!.sha256, mlpSha);
+  assert.deepEqual(new Uint8Array(readFileSync(mlpOut)), mlp);
 });

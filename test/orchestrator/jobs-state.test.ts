@@ -36,7 +36,9 @@ test("an ended job's checkpoints are kept for the retention, then collected with
   assert.equal(state.jobs.checkpoints(id)[0].expiresAt, null, 'kept while the job runs');
   assert.deepEqual(state.jobs.deleteExpiredCheckpoints(10 * DAY, 10), []);
   state.jobs.move(id, 'completed', 'done', 1000);
-  assert.ok(state.jobs.addCheckpoint({ jobId: id, step: 10, tokens: 160, loss: 2, blob: blob(3), bytes: 10 }, 1001));
+  assert.ok(state.jobs.addCheckpoint({ jobId: id, step: 10, tokens: 160, loss: 2, heldoutLoss: 0.0412, heldoutAccuracy: 0.9873, blob: blob(3), bytes: 10 }, 1001));
+  // the held-out figures measured when it was kept (none for the first)
+  assert.deepEqual(state.jobs.checkpoints(id).map((c) => [c.loss, c.heldoutLoss, c.heldoutAccuracy]), [[3, null, null], [2, 0.0412, 0.9873]]);
   assert.deepEqual(state.jobs.checkpoints(id).map((c) => c.expiresAt), [1000 + 3 * DAY, 1000 + 3 * DAY], 'one kept after the end expires with the others');
   assert.deepEqual(state.jobs.deleteExpiredCheckpoints(1000 + 3 * DAY - 1, 10), [], 'kept until its expiry');
   state.jobs.extendRetention(id, 1000 + 5 * DAY);

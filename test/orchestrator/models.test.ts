@@ -1,6 +1,7 @@
 // The model store's routes, in process (fastify inject) against a real anvil
 // with the contracts: a developer stores a file or one of their job's
-// checkpoints and gets an attestation the ModelRegistry accepts from them
+// checkpoints (a GPT's or an MLP classifier's, the view naming which) and
+// gets an attestation the ModelRegistry accepts from them
 // (and from nobody else); the files download whole or resumed; stored models
 // are never collected. The attacks: someone else's job checkpoint (403), a
 // hash another owner stored first (409, no attestation), oversized and
@@ -32,7 +33,7 @@ import { OrchestratorState } from '../../src/orchestrator/state/index.ts';
 import { parse } from '../../src/protocol/messages.ts';
 import { RequestSigner, RequestVerifier } from '../../src/protocol/signing.ts';
 import { startTestChain, type TestChain } from '../chain/helpers.ts';
-import { wholeModelBytes } from '../helpers/whole-model.ts';
+import { mlpModelBytes, SMALL_MLP, wholeModelBytes } from '../helpers/whole-model.ts';
 
 let dir: string;
 let state: OrchestratorState;
@@ -140,6 +141,7 @@ test('an uploaded file is stored with an attestation for its uploader, which the
   assert.equal(t.model.bytes, bytes.length);
   assert.equal(t.model.jobId, null);
   assert.equal(t.model.step, 7);
+  assert.deepEqual([t.model.kind, t.model.model], ['gpt', 'gpt-micro']);
   const a = t.attestation;
   assert.equal(a.owner, dev.address);
   assert.equal(a.signer, chain.operator.account.address);
@@ -187,6 +189,27 @@ test('an uploaded file is stored with an attestation for its uploader, which the
   const again = ticketOf(await upload(bytes, dev, 'name=micro-v2&pricePer1kTokens=0'));
   assert.equal(again.attestation.name, 'micro-v2');
   assert.equal(again.model.createdAt, t.model.createdAt);
+});
+
+test("an MLP classifier's checkpoint, uploaded or a job's, is stored and attested as a GPT's is, its view naming its kind and reference", async () => {
+  const bytes = mlpModelBytes(1, 150);
+  const t = ticketOf(await upload(bytes, dev, 'name=spam-mlp&pricePer1kTokens=7'));
+  assert.deepEqual({ kind: t.model.kind, model: t.model.model, config: t.model.config, step: t.model.step }, { kind: 'mlp', model: 'mlp:64-16-2', config: SMALL_MLP, step: 150 });
+  assert.equal(t.attestation.checkpointSha256, `0x${sha(bytes)}`);
+  assert.match(t.attestation.metadataURI, new RegExp(`/models/${sha(bytes)}$`));
+  const id = await publishWith(devKey, t);
+  assert.equal((await listModels(chain.client)).find((m) => m.id === id)!.checkpointSha256, `0x${sha(bytes)}`);
+  const view = parse(StoredModelView, (await send(app, 'GET', `/models/${sha(bytes)}`)).body, 'model');
+  assert.equal(view.kind, 'mlp');
+
+  // a classifier job's checkpoint, stored by its owner
+  const job = 'job-00000000000000b2';
+  const cp = mlpModelBytes(2, 40);
+  const blob = await blobs.put(cp);
+  state.jobs.insert({ id: job, owner: dev.address, spec: { name: 'spam', model: { type: 'mlp', ...SMALL_MLP }, data: 'spam-assassin', training: { steps: 40 } }, steps: 40, timeoutMs: DAY, idleTimeoutMs: DAY, checkpointEvery: 40, retentionMs: DAY }, 1000);
+  assert.ok(state.jobs.addCheckpoint({ jobId: job, step: 40, tokens: 40, loss: 0.1, blob, bytes: cp.length }, 1100));
+  const fromJob = ticketOf(await send(app, 'POST', '/models', { json: { job, name: 'spam-job', pricePer1kTokens: '0' }, signer: dev }));
+  assert.deepEqual({ kind: fromJob.model.kind, model: fromJob.model.model, jobId: fromJob.model.jobId, step: fromJob.model.step }, { kind: 'mlp', model: 'mlp:64-16-2', jobId: job, step: 40 });
 });
 
 test('a hash stored first by another owner gets no attestation (409): the first to store a checkpoint owns it', async () => {
@@ -282,7 +305,7 @@ test('one model upload at a time: a second one while the first is being received
 test(`one address keeps at most ${MAX_MODELS_PER_OWNER} models: past that an upload is refused from its headers (429)`, async () => {
   const hoarder = new RequestSigner(generatePrivateKey(), { domain: coordinator.identity.domain });
   for (let i = 0; i < MAX_MODELS_PER_OWNER; i++) {
-    state.models.claim({ sha256: sha(new TextEncoder().encode(`hoard ${i}`)), owner: hoarder.address, name: 'h', bytes: 1, config: gptConfig('gpt-micro'), jobId: null, step: 0 }, 1);
+    state.models.claim({ sha256: sha(new TextEncoder().encode(`hoard ${i}`)), owner: hoarder.address, name: 'h', bytes: 1, kind: 'gpt', model: 'gpt-micro', config: gptConfig('gpt-micro'), jobId: null, step: 0 }, 1);
   }
   isError(await upload(wholeModelBytes(8), hoarder), 429, 'too_many_models', new RegExp(`keeps ${MAX_MODELS_PER_OWNER} models`));
 });

@@ -46,7 +46,7 @@ export const MAX_EVENT_STREAMS = 256;
 const PROGRESS_EVERY_MS = 1000;
 
 export function checkpointView(c: JobCheckpointRecord): CheckpointView {
-  return { jobId: c.jobId, step: c.step, tokens: c.tokens, loss: c.loss, sha256: c.blob, bytes: c.bytes, createdAt: c.createdAt, expiresAt: c.expiresAt };
+  return { jobId: c.jobId, step: c.step, tokens: c.tokens, loss: c.loss, heldoutLoss: c.heldoutLoss, heldoutAccuracy: c.heldoutAccuracy, sha256: c.blob, bytes: c.bytes, createdAt: c.createdAt, expiresAt: c.expiresAt };
 }
 
 export function jobView(c: Coordinator, job: JobRecord): JobView {

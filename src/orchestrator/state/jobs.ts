@@ -37,6 +37,9 @@ export const JOB_MIGRATIONS: Migrations = {
     // every run that trained a job, current and before upgrades: the work a job's escrow pays for
     `CREATE TABLE job_runs (run_id TEXT PRIMARY KEY, job_id TEXT NOT NULL);
     INSERT OR IGNORE INTO job_runs (run_id, job_id) SELECT run_id, id FROM jobs WHERE run_id IS NOT NULL`,
+    // a checkpoint's held-out figures, measured when it was kept (src/orchestrator/checkpoint-eval.ts; null: not measured)
+    `ALTER TABLE job_checkpoints ADD COLUMN heldout_loss REAL;
+    ALTER TABLE job_checkpoints ADD COLUMN heldout_accuracy REAL`,
   ],
 };
 
@@ -44,6 +47,7 @@ export const JOB_MIGRATIONS: Migrations = {
 const Int = Type.Integer({ minimum: 0 });
 const NullableInt = Type.Union([Int, Type.Null()]);
 const NullableText = Type.Union([Type.String(), Type.Null()]);
+const NullableNumber = Type.Union([Type.Number(), Type.Null()]);
 
 const JobRow = Type.Object({
   id: Type.String(),
@@ -92,14 +96,20 @@ const CheckpointRow = Type.Object({
   jobId: Type.String(),
   step: Int,
   tokens: Int,
-  loss: Type.Union([Type.Number(), Type.Null()]),
+  /** the training loss when it was kept */
+  loss: NullableNumber,
+  /** mean cross-entropy on held-out data (null: not measured) */
+  heldoutLoss: NullableNumber,
+  /** an MLP classifier's held-out accuracy (null: a GPT, or not measured) */
+  heldoutAccuracy: NullableNumber,
   blob: Type.String({ pattern: '^[0-9a-f]{64}$' }),
   bytes: Int,
   createdAt: Int,
   expiresAt: NullableInt,
 });
 export type JobCheckpointRecord = Static<typeof CheckpointRow>;
-const CHECKPOINT_COLUMNS = 'job_id AS jobId, step, tokens, loss, blob, bytes, created_at AS createdAt, expires_at AS expiresAt';
+const CHECKPOINT_COLUMNS =
+  'job_id AS jobId, step, tokens, loss, heldout_loss AS heldoutLoss, heldout_accuracy AS heldoutAccuracy, blob, bytes, created_at AS createdAt, expires_at AS expiresAt';
 const decodeCheckpoint = rowReader(CheckpointRow, 'job checkpoint');
 
 /** What a new job is created with. */
@@ -262,14 +272,16 @@ export class JobStore {
    * one kept after its job ended expires with the job's others. Returns
    * whether it was new.
    */
-  addCheckpoint(c: Omit<JobCheckpointRecord, 'expiresAt' | 'createdAt'>, now: number): boolean {
+  addCheckpoint(c: Omit<JobCheckpointRecord, 'expiresAt' | 'createdAt' | 'heldoutLoss' | 'heldoutAccuracy'> & Partial<Pick<JobCheckpointRecord, 'heldoutLoss' | 'heldoutAccuracy'>>, now: number): boolean {
     const r = this.db.run(
-      `INSERT OR IGNORE INTO job_checkpoints (job_id, step, tokens, loss, blob, bytes, created_at, expires_at)
-       VALUES (?, ?, ?, ?, ?, ?, ?, (SELECT CASE WHEN ended_at IS NULL THEN NULL ELSE ended_at + retention_ms END FROM jobs WHERE id = ?))`,
+      `INSERT OR IGNORE INTO job_checkpoints (job_id, step, tokens, loss, heldout_loss, heldout_accuracy, blob, bytes, created_at, expires_at)
+       VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, (SELECT CASE WHEN ended_at IS NULL THEN NULL ELSE ended_at + retention_ms END FROM jobs WHERE id = ?))`,
       c.jobId,
       c.step,
       c.tokens,
       c.loss,
+      c.heldoutLoss ?? null,
+      c.heldoutAccuracy ?? null,
       c.blob,
       c.bytes,
       now,

@@ -3,8 +3,20 @@
 // blob's id: the blob store is content-addressed). A row is never collected:
 // its blob is not subject to checkpoint retention (src/orchestrator/gc.ts
 // asks referencesBlob). The first owner to store a sha256 keeps it.
+//
+// A row names its model by reference (`model`: `gpt-micro`, `gpt:v…`,
+// `mlp:…`, src/model/model-ref.ts), and `config` holds the config of that
+// kind (a GPT's, or an MLP classifier's {inputs, hidden, classes}). Rows of
+// the first version were all GPTs: the second step derives their reference
+// from their stored config.
 import { Type, type Static } from '@sinclair/typebox';
+import { Value } from '@sinclair/typebox/value';
+import type Database from 'better-sqlite3';
 import { GptConfig } from '../../model/config.ts';
+import { MlpConfig } from '../../model/mlp.ts';
+import { parseModelRef } from '../../model/model-ref.ts';
+import { wholeModelRef, type WholeModelConfig } from '../../model/whole-model.ts';
+import { NimbleError } from '../../protocol/errors.ts';
 import { all, jsonColumn, one, rowReader, scalar, type Migrations, type StateDb } from './db.ts';
 
 export const MODEL_MIGRATIONS: Migrations = {
@@ -15,8 +27,31 @@ export const MODEL_MIGRATIONS: Migrations = {
       job_id TEXT, step INTEGER NOT NULL, created_at INTEGER NOT NULL
     );
     CREATE INDEX IF NOT EXISTS models_owner ON models (owner, created_at)`,
+    addModelColumn,
   ],
 };
+
+/** Step 2: the `model` column (the model's reference), derived for the existing rows (all GPTs) from their config. */
+function addModelColumn(sql: Database.Database): void {
+  sql.exec("ALTER TABLE models ADD COLUMN model TEXT NOT NULL DEFAULT ''");
+  const rows = sql.prepare('SELECT sha256, config FROM models').all() as { sha256: string; config: string }[];
+  const update = sql.prepare('UPDATE models SET model = ? WHERE sha256 = ?');
+  for (const r of rows) {
+    // a config that does not decode keeps '': reading the row then reports it as corrupt, as before
+    const ref = gptRefOf(r.config);
+    if (ref) update.run(ref, r.sha256);
+  }
+}
+
+/** The reference of a stored GPT config, or null when it is not one. */
+function gptRefOf(text: string): string | null {
+  try {
+    const config: unknown = JSON.parse(text);
+    return Value.Check(GptConfig, config) ? wholeModelRef({ kind: 'gpt', config }) : null;
+  } catch {
+    return null;
+  }
+}
 
 const Int = Type.Integer({ minimum: 0 });
 const ModelRow = Type.Object({
@@ -24,23 +59,33 @@ const ModelRow = Type.Object({
   owner: Type.String(),
   name: Type.String(),
   bytes: Int,
+  model: Type.String(),
   config: Type.String(),
   jobId: Type.Union([Type.String(), Type.Null()]),
   step: Int,
   createdAt: Int,
 });
-export interface ModelRecord extends Omit<Static<typeof ModelRow>, 'config'> {
-  config: GptConfig;
-}
-const COLUMNS = 'sha256, owner, name, bytes, config, job_id AS jobId, step, created_at AS createdAt';
+type Row = Static<typeof ModelRow>;
+/** A stored model: its kind, its reference (`model`) and the config of its kind, besides the row's other fields. */
+export type ModelRecord = Omit<Row, 'model' | 'config'> & WholeModelConfig & { model: string };
+const COLUMNS = 'sha256, owner, name, bytes, model, config, job_id AS jobId, step, created_at AS createdAt';
 const readRow = rowReader(ModelRow, 'model');
 function decode(row: unknown): ModelRecord {
   const r = readRow(row);
-  return { ...r, config: jsonColumn(GptConfig, r.config, `config of model ${r.sha256}`) };
+  const what = `model ${r.sha256}`;
+  let kind: 'gpt' | 'mlp';
+  try {
+    kind = parseModelRef(r.model).kind;
+  } catch (err) {
+    throw new NimbleError('corrupt', `stored ${what} has no valid model reference: ${(err as Error).message}`);
+  }
+  const m: WholeModelConfig = kind === 'gpt' ? { kind, config: jsonColumn(GptConfig, r.config, `config of ${what}`) } : { kind, config: jsonColumn(MlpConfig, r.config, `config of ${what}`) };
+  if (wholeModelRef(m) !== r.model) throw new NimbleError('corrupt', `stored ${what}: its config is not of its model ${r.model}`);
+  return { ...r, ...m };
 }
 
 /** What storing a model records. */
-export type NewModel = Omit<ModelRecord, 'createdAt'>;
+export type NewModel = Omit<Row, 'model' | 'config' | 'createdAt'> & WholeModelConfig & { model: string };
 
 export class ModelStore {
   constructor(private readonly db: StateDb) {}
@@ -58,11 +103,12 @@ export class ModelStore {
       if (held) this.db.run('UPDATE models SET name = ? WHERE sha256 = ?', m.name, m.sha256);
       else {
         this.db.run(
-          'INSERT INTO models (sha256, owner, name, bytes, config, job_id, step, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)',
+          'INSERT INTO models (sha256, owner, name, bytes, model, config, job_id, step, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)',
           m.sha256,
           m.owner,
           m.name,
           m.bytes,
+          m.model,
           JSON.stringify(m.config),
           m.jobId,
           m.step,
