@@ -7,6 +7,7 @@ import { Type, type Static, type TSchema } from '@sinclair/typebox';
 import { GptConfig } from '../model/config.ts';
 import { MlpConfig } from '../model/mlp.ts';
 import { MAX_MODEL_REF_LENGTH } from '../model/model-ref.ts';
+import { DeploymentView } from './deployments.ts';
 import { JobId } from './jobs.ts';
 
 const Count = Type.Integer({ minimum: 0, maximum: Number.MAX_SAFE_INTEGER });
@@ -65,6 +66,8 @@ export const StoredModelView = Type.Object({
   /** the training step its checkpoint records */
   step: Count,
   createdAt: Ms,
+  /** its newest deployment (docs/inference.md, "Deploy"): stages, miners, status; null: never deployed; absent where not asked */
+  deployment: Type.Optional(Nullable(DeploymentView)),
 });
 export type StoredModelView = Static<typeof StoredModelView>;
 export const StoredModelList = Type.Array(StoredModelView);

@@ -83,6 +83,8 @@ export const MinerView = Type.Object({
   joinedAt: Ms,
   lastSeen: Ms,
   alive: Type.Boolean(),
+  /** what it offers: serve deployed models (inference), training, or both */
+  serve: Type.Optional(Type.Union([Type.Literal('inference'), Type.Literal('training'), Type.Literal('both')])),
 });
 export type MinerView = Static<typeof MinerView>;
 

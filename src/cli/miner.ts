@@ -1,8 +1,14 @@
-// nbcli miner start: join a network and train the stage it assigns.
+// nbcli miner start: join a network and train the stage it assigns, or serve a
+// stage of a deployed model (--serve inference|training|both). A deployed
+// model's weights are checked against the ModelRegistry of the miner's chain:
+// --chain-rpc, or the local node of its data dir.
 import { NimbleError } from '../protocol/errors.ts';
 import { join } from 'node:path';
 import type { Command } from 'commander';
+import { chainRegistryLookup } from '../inference/verify.ts';
 import { Miner } from '../miner/miner.ts';
+import type { ServeSetting } from '../protocol/messages.ts';
+import { chainRpcOf } from './chain-options.ts';
 import { emit, parseBytes, parsePositiveInt, resolveDataDir, withCommonOptions, type CommonOptions } from './common.ts';
 import { waitForSignal } from './orchestrator.ts';
 import { signingKey } from './keys.ts';
@@ -18,7 +24,11 @@ interface Flags extends CommonOptions {
   slots: string;
   mergeDelayMs: string;
   memory?: string;
+  serve: string;
+  chainRpc?: string;
 }
+
+const SERVE_SETTINGS: readonly ServeSetting[] = ['inference', 'training', 'both'];
 
 export function registerMiner(program: Command): void {
   const group = program.command('miner').description('run a miner');
@@ -35,6 +45,8 @@ export function registerMiner(program: Command): void {
       .option('--slots <n>', 'microbatches in flight', '3')
       .option('--memory <size>', 'memory offered to the planner, e.g. 512MB or 2GiB (default: the free memory; never more than it)')
       .option('--merge-delay-ms <ms>', 'wait this long before merging partitions (for failure testing)', '0')
+      .option('--serve <what>', 'what this miner offers: inference (serve deployed models), training, or both', 'both')
+      .option('--chain-rpc <url>', "check deployed models' weights against the ModelRegistry on the chain at this RPC URL (addresses from <data-dir>/chain/deployment.json; default: the local node of the data dir, if it has one; $NIMBLE_CHAIN_RPC)")
       .option('--wallet.name <name>', 'sign with this wallet (<data-dir>/wallets/NAME.json; password from $NIMBLE_PASSWORD or a prompt) instead of <data-dir>/miner/miner-key.json'),
   ).action(async (flags: Flags) => {
     let orchestrator: URL;
@@ -59,9 +71,12 @@ export function registerMiner(program: Command): void {
     const mergeDelayMs = Number(flags.mergeDelayMs);
     if (!(mergeDelayMs >= 0)) throw new NimbleError('invalid', `--merge-delay-ms must be a non-negative number, got '${flags.mergeDelayMs}'`);
     const memoryBytes = flags.memory === undefined ? undefined : parseBytes('--memory', flags.memory);
+    if (!(SERVE_SETTINGS as readonly string[]).includes(flags.serve)) throw new NimbleError('invalid', `--serve must be inference, training or both, got '${flags.serve}'`);
+    const serve = flags.serve as ServeSetting;
+    const registryLookup = serve === 'training' ? null : chainRegistryLookup(resolveDataDir(flags), chainRpcOf(flags));
     const privateKey = await signingKey(flags, 'miner-key.json', dataDir);
-    const miner = await Miner.start({ orchestrator: orchestrator.href.replace(/\/$/, ''), dataDir, name: flags.name, threads, throttle, host: flags.host, port, slots, log, mergeDelayMs, privateKey, memoryBytes });
-    emit(flags, { event: 'started', address: miner.address, url: miner.url }, () => `miner ${miner.address} serving peers on ${miner.url}`);
+    const miner = await Miner.start({ orchestrator: orchestrator.href.replace(/\/$/, ''), dataDir, name: flags.name, threads, throttle, host: flags.host, port, slots, log, mergeDelayMs, privateKey, memoryBytes, serve, registryLookup });
+    emit(flags, { event: 'started', address: miner.address, url: miner.url, serve, chain: registryLookup !== null }, () => `miner ${miner.address} serving peers on ${miner.url} (offers ${serve === 'both' ? 'training and inference' : serve}${serve !== 'training' && !registryLookup ? "; no chain: deployed models of a paid network are refused, see --chain-rpc" : ''})`);
     await waitForSignal();
     await miner.stop();
     emit(flags, { event: 'stopped', stats: miner.stats }, () => `miner stopped: ${miner.stats.forward} forward, ${miner.stats.backward} backward, ${miner.stats.merges} partitions merged`);

@@ -1,11 +1,14 @@
 // nbcli model: publish a trained model (from a job's checkpoint or a file) on
 // the chain's ModelRegistry, list and show what is published, and download a
 // published model's file from the network's model store, checked against the
-// sha256 registered on chain (docs/jobs.md, "Publish").
+// sha256 registered on chain (docs/jobs.md, "Publish"); deploy it on miners
+// and undeploy it (./model-deploy.ts, docs/inference.md, "Deploy").
 import { join } from 'node:path';
 import { Value } from '@sinclair/typebox/value';
 import type { Command } from 'commander';
 import { OrchestratorClient } from '../api/client.ts';
+import { DeploymentClient } from '../api/deployment-client.ts';
+import type { DeploymentView } from '../api/deployments.ts';
 import { downloadVerified } from '../api/download.ts';
 import { ModelClient } from '../api/model-client.ts';
 import { MetadataUri, ModelName, type StoredModelView } from '../api/models.ts';
@@ -15,6 +18,7 @@ import { loadWalletFile, unlockWallet } from '../chain/wallets.ts';
 import { NimbleError } from '../protocol/errors.ts';
 import { onChain, parseAddress, withChainOption, type ChainCommandOptions } from './chain-options.ts';
 import { DEFAULT_ORCHESTRATOR, emit, parsePositiveInt, resolveDataDir, withCommonOptions } from './common.ts';
+import { deploymentLines, registerModelDeploy } from './model-deploy.ts';
 import { publish, type ModelSource } from './model-publish.ts';
 import { allPublished, publishedJson, publishedLine, resolvePublished } from './model-resolve.ts';
 import { ProgressBar } from './progress.ts';
@@ -65,10 +69,16 @@ export function registerModel(program: Command): void {
     );
   });
 
-  common(group.command('list').description('the models published on the chain').option('--owner <address>', 'only those of this owner')).action(async (flags: Flags) => {
+  common(group.command('list').description("the models published on the chain, with the orchestrator's deployments of them").option('--owner <address>', 'only those of this owner')).action(async (flags: Flags) => {
     const owner = flags.owner === undefined ? undefined : parseAddress(flags.owner, '--owner');
     const list = (await onChain(flags, allPublished)).filter((m) => !owner || m.owner.toLowerCase() === owner.toLowerCase());
-    emit(flags, list.map(publishedJson), () => (list.length ? list.map(publishedLine).join('\n') : 'no model is published yet: nbcli model publish'));
+    const deployments = await liveDeployments(flags);
+    const of = (m: PublishedModel): DeploymentView | null => deployments.get(m.checkpointSha256.slice(2).toLowerCase()) ?? null;
+    emit(
+      flags,
+      list.map((m) => ({ ...publishedJson(m), deployment: of(m) })),
+      () => (list.length ? list.map((m) => publishedLine(m) + deploymentSummary(of(m))).join('\n') : 'no model is published yet: nbcli model publish'),
+    );
   });
 
   common(group.command('show <name>').description('a published model (by name or sha256) and, when the orchestrator stores its file, its kind (gpt or mlp classifier), size, config and source').option('--owner <address>', 'the owner, when several published that name')).action(
@@ -78,7 +88,8 @@ export function registerModel(program: Command): void {
         if (err instanceof NimbleError && (err.status === 404 || err.code === 'unreachable')) return null;
         throw err;
       });
-      emit(flags, { ...publishedJson(m), stored }, () => [publishedLine(m), `  metadata ${m.metadataURI}`, storedLine(stored, flags.orchestrator)].join('\n'));
+      const deployed = stored?.deployment ? deploymentLines(stored.deployment).map((l) => `  ${l}`) : [];
+      emit(flags, { ...publishedJson(m), stored }, () => [publishedLine(m), `  metadata ${m.metadataURI}`, storedLine(stored, flags.orchestrator), ...deployed].join('\n'));
     },
   );
 
@@ -106,6 +117,24 @@ export function registerModel(program: Command): void {
     );
     emit(flags, { event: 'downloaded', id: Number(m.id), name: m.name, ...r }, () => `${r.path}: ${r.bytes} bytes, sha256 ${r.sha256} (matches model #${m.id} on chain)${r.resumedFrom ? `, resumed at byte ${r.resumedFrom}` : ''}`);
   });
+
+  registerModelDeploy(group, common);
+}
+
+/** The orchestrator's live deployments by model sha256 (none when it cannot be reached). */
+async function liveDeployments(flags: Flags): Promise<Map<string, DeploymentView>> {
+  const list = await new DeploymentClient(new OrchestratorClient(flags.orchestrator)).list().catch((err: unknown) => {
+    if (err instanceof NimbleError && (err.code === 'unreachable' || err.status === 404)) return [];
+    throw err;
+  });
+  return new Map(list.filter((d) => d.status !== 'undeployed').map((d) => [d.sha256, d]));
+}
+
+/** What `model list` adds to a model's line: its live deployment. */
+function deploymentSummary(d: DeploymentView | null): string {
+  if (!d) return '';
+  const miners = d.stages.reduce((n, s) => n + s.miners.length, 0);
+  return `  ${d.status} on ${d.stages.length || '?'} stage${d.stages.length === 1 ? '' : 's'}, ${miners} miner${miners === 1 ? '' : 's'} (${d.id})`;
 }
 
 function find(flags: Flags, ref: string): Promise<PublishedModel> {

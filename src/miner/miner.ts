@@ -4,7 +4,9 @@
 // from the next), steps its inner optimizer, and does its share of each merge
 // round. Heartbeats carry its reports and bring its instructions; it keeps
 // each recent forward (weights, input, output) until the heartbeat that
-// reported it is answered, so that it can prove it in a spot check.
+// reported it is answered, so that it can prove it in a spot check. A miner
+// that serves inference may instead be given a stage of a deployed model,
+// which it downloads, checks and loads (deployment.ts).
 //
 // This file is the lifecycle: start and stop, join, the heartbeat loop and
 // following its reply. The work is done by
@@ -13,6 +15,7 @@
 //   merge-round.ts   the miner's half of a merge round
 //   spot-checks.ts   answers to spot checks (from forward-records.ts)
 //   stage-runner.ts  the stage itself (engine side)
+//   deployment.ts    a deployed model's stage, served for inference
 import { randomBytes } from 'node:crypto';
 import type { AddressInfo } from 'node:net';
 import { join } from 'node:path';
@@ -22,10 +25,14 @@ import { SignedClient } from '../http/client.ts';
 import type { HttpServer } from '../http/server.ts';
 import { loadOrCreateKeyFile } from '../chain/key-file.ts';
 import { NimbleError } from '../protocol/errors.ts';
-import { HeartbeatReply, JoinReply, PeerAccepted, type HeartbeatRequest, type MergeTask, type StageAssignment, type WorkReport } from '../protocol/messages.ts';
+import { HeartbeatReply, JoinReply, PeerAccepted, type HeartbeatRequest, type MergeTask, type ServeSetting, type StageAssignment, type WorkReport } from '../protocol/messages.ts';
 import { SessionKey } from '../protocol/session-key.ts';
 import { RequestSigner, RequestVerifier } from '../protocol/signing.ts';
 import { blobFetch, DatasetCache, needsDataset } from './datasets.ts';
+import { DeploymentServing } from './deployment.ts';
+import { ModelClient } from '../api/model-client.ts';
+import { OrchestratorClient } from '../api/client.ts';
+import type { RegistryLookup } from '../inference/verify.ts';
 import { ForwardRecords } from './forward-records.ts';
 import { measureHardware } from './hardware.ts';
 import { httpMergeTransport, MergeRounds } from './merge-round.ts';
@@ -57,6 +64,10 @@ export interface MinerOptions {
   privateKey?: `0x${string}`;
   /** fault injection for tests and benchmarks (tamper.ts); not exposed on the command line */
   tamper?: Tamper;
+  /** what it offers: serve deployed models, train, or both (default both) */
+  serve?: ServeSetting;
+  /** the ModelRegistry on the miner's own chain, to check deployed models' weights against (null or absent: no chain) */
+  registryLookup?: RegistryLookup | null;
 }
 
 /** A microbatch held longer than this is let go (its gradient is not coming). */
@@ -82,6 +93,8 @@ export class Miner {
   /** uploaded datasets an edge stage trains on, downloaded once into <dataDir>/datasets */
   private readonly datasets: DatasetCache;
   private runner: StageRunner | null = null;
+  /** the deployment stage it serves, if any */
+  readonly serving: DeploymentServing;
   private loading: Promise<void> | null = null;
   private reports: WorkReport[] = [];
   private mergeTask: MergeTask | null = null;
@@ -105,6 +118,15 @@ export class Miner {
     this.client = new SignedClient(options.orchestrator, new RequestSigner({ session: this.sessionKey, address: this.address as Address }, { domain }));
     this.log = options.log ?? (() => {});
     this.datasets = new DatasetCache(join(options.dataDir, 'datasets'), blobFetch(this.client), this.log);
+    const models = new ModelClient(new OrchestratorClient(options.orchestrator));
+    this.serving = new DeploymentServing({
+      engine,
+      dir: join(options.dataDir, 'models'),
+      address: this.address,
+      open: (sha256, offset, signal) => models.openFile(sha256, offset, signal),
+      lookup: options.registryLookup ?? null,
+      log: this.log,
+    });
     this.checks = new CheckAnswers(this.records, (runId, id, body) => this.client.request('POST', `/runs/${runId}/checks/${id}`, body), this.log);
     this.pipeline = new Pipeline({
       runner: () => this.runner,
@@ -180,12 +202,12 @@ export class Miner {
     }
     const reply = await this.wallet.postJson(
       '/miners/join',
-      { name: this.options.name ?? `miner-${this.address.slice(2, 8)}`, url: this.url, hardware, bandwidthMbps, sessionKey: this.sessionKey.publicKey },
+      { name: this.options.name ?? `miner-${this.address.slice(2, 8)}`, url: this.url, hardware, bandwidthMbps, sessionKey: this.sessionKey.publicKey, serve: this.options.serve ?? 'both' },
       JoinReply,
       'join reply',
     );
     this.heartbeatMs = reply.heartbeatMs;
-    this.log(`joined as ${this.address}: ${hardware.gflops.toFixed(1)} GFLOP/s, ${hardware.threads} threads, ${bandwidthMbps.toFixed(0)} Mbit/s to the orchestrator`);
+    this.log(`joined as ${this.address}: ${hardware.gflops.toFixed(1)} GFLOP/s, ${hardware.threads} threads, ${bandwidthMbps.toFixed(0)} Mbit/s to the orchestrator, serving ${this.options.serve ?? 'both'}`);
   }
 
   // ---- heartbeats --------------------------------------------------------------
@@ -199,7 +221,9 @@ export class Miner {
     const runner = this.runner;
     const reports = this.reports;
     this.reports = reports.splice(MAX_REPORTS);
+    const deployment = this.serving.report();
     const req: HeartbeatRequest = {
+      ...(deployment ? { deployment } : {}),
       held: this.pipeline.heldWork().slice(0, MAX_REPORTS),
       // ask for a slot's worth more than is free, so a new microbatch is at hand when a slot frees
       freeSlots: runner && !this.mergeOpen() ? Math.max(0, runner.freeSlotCount + runner.slotCount - this.pipeline.startsQueued) : 0,
@@ -219,6 +243,7 @@ export class Miner {
         // refused (too little stake): stop working, try to join again now and then
         this.log(`refused by the orchestrator: ${(err as Error).message}`);
         this.dropStage();
+        this.serving.follow(null);
         this.reports = [];
         await this.join().catch(() => {});
         this.schedule(5000);
@@ -236,6 +261,7 @@ export class Miner {
   }
 
   private async follow(reply: HeartbeatReply): Promise<void> {
+    this.serving.follow(reply.deployment);
     await this.hold(reply.assignment);
     const runner = this.runner;
     for (const id of reply.abandon) this.pipeline.abandon(id);
@@ -319,6 +345,7 @@ export class Miner {
     await this.app.close().catch(() => {});
     await Promise.allSettled([...this.sends]);
     await this.merges.settled().catch(() => {});
+    await this.serving.stop().catch(() => {});
     this.runner?.dispose();
     this.runner = null;
     await this.engine.close();

@@ -15,6 +15,7 @@ import { domainOf } from '../protocol/network.ts';
 import { SessionKey } from '../protocol/session-key.ts';
 import type { BlobStore } from './blobs.ts';
 import { CheckpointEvaluator } from './checkpoint-eval.ts';
+import { Deployments, type DeploymentOptions } from './deployments.ts';
 import { Collector, type GcOptions } from './gc.ts';
 import { MergeChecks } from './merge-checks.ts';
 import { MergeRounds } from './merges.ts';
@@ -49,6 +50,8 @@ export interface CoordinatorOptions {
   identity?: OrchestratorIdentity;
   /** what is collected when (src/orchestrator/gc.ts) */
   gc?: Partial<GcOptions>;
+  /** deployed models' idle limit and sessions per stage (src/orchestrator/deployments.ts) */
+  deployments?: Partial<DeploymentOptions>;
 }
 
 /** Session keys of a miner kept for checking receipts it signed before it restarted. */
@@ -73,6 +76,8 @@ export class Coordinator {
   readonly offences: Offences;
   /** collects rows and blobs nobody needs any more */
   readonly gc: Collector;
+  /** deployed models and the miners serving them */
+  readonly deployments: Deployments;
   private readonly options: CoordinatorOptions;
   private readonly now: () => number;
   private readonly log: (line: string) => void;
@@ -116,6 +121,7 @@ export class Coordinator {
       { domain, ticket: (t) => signTicket(key, domain, t), receiptKeysOf: (id) => this.sessionKeys.get(id) ?? [] },
       this.now,
     );
+    this.deployments = new Deployments(state, this.options.deployments, this.now, this.log);
     // a miner the plan moves lets go of its microbatches: they are issued again, charging nobody
     this.planner = new RunPlanner(state, this.options.slots, this.now, (runId, minerId) => this.microbatches.release(runId, minerId));
     this.gc = new Collector(
@@ -173,12 +179,14 @@ export class Coordinator {
         memoryBytes: req.hardware.memoryBytes,
         bandwidthMbps: req.bandwidthMbps,
         sessionKey: req.sessionKey,
+        serve: req.serve ?? 'both',
       },
       this.now(),
     );
     const keys = this.sessionKeys.get(minerId) ?? [];
     this.sessionKeys.set(minerId, [req.sessionKey, ...keys.filter((k) => k !== req.sessionKey)].slice(0, RECENT_SESSION_KEYS));
-    if (!known || !known.alive) this.planner.replanAll();
+    // a miner that came back, or now offers something else (--serve), is planned again
+    if (!known || !known.alive || known.serve !== (req.serve ?? 'both')) this.planner.replanAll();
     return { minerId, heartbeatMs: this.options.heartbeatMs };
   }
 
@@ -214,6 +222,7 @@ export class Coordinator {
     const held = req.held ?? [];
     const reply: HeartbeatReply = {
       assignment: null,
+      deployment: this.deployments.heartbeat(minerId, req.deployment),
       microbatches: [],
       nextStage: [],
       previousStage: [],
@@ -328,7 +337,7 @@ export class Coordinator {
     this.planner.setPool(runId, pool);
   }
 
-  /** Alive miners that hold no stage of an active run. */
+  /** Alive miners that train and hold no stage of an active run or of a deployment. */
   idleMiners(): MinerRecord[] {
     return this.planner.idleMiners();
   }
@@ -389,6 +398,11 @@ export class Coordinator {
       }
     }
     if (now - this.waitingTriedAt >= 1000) this.waitingTriedAt = now;
+    try {
+      this.deployments.tick();
+    } catch (err) {
+      this.log(`deployments: tick failed: ${(err as Error).message}`);
+    }
     this.gc.tick();
   }
 

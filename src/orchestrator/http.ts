@@ -1,6 +1,6 @@
 // The orchestrator's HTTP API: the public routes (./routes/public.ts), the
 // developers' job routes (./routes/jobs.ts), the model store
-// (./routes/models.ts), the dataset store (./routes/datasets.ts) and the miners' signed routes
+// (./routes/models.ts) and its deployments (./routes/deployments.ts), the dataset store (./routes/datasets.ts) and the miners' signed routes
 // (./routes/miners.ts) on the shared server of
 // src/http/server.ts. A miner's malformed signed request (400, 413, 415)
 // counts as invalid work of its signer; one that proves it cheated is an
@@ -11,9 +11,11 @@ import { RequestVerifier } from '../protocol/signing.ts';
 import type { Coordinator } from './coordinator.ts';
 import { DatasetService } from './datasets.ts';
 import type { Epochs } from './epochs.ts';
+import { chainModelRegistry } from './deployment-registry.ts';
 import { OffenceError } from './offences.ts';
 import type { JobService } from './jobs.ts';
 import { datasetRoutes } from './routes/datasets.ts';
+import { deploymentRoutes } from './routes/deployments.ts';
 import { jobRoutes } from './routes/jobs.ts';
 import { minerRoutes } from './routes/miners.ts';
 import { modelRoutes } from './routes/models.ts';
@@ -48,6 +50,7 @@ export function buildApi(coordinator: Coordinator, epochs: Epochs | null = null,
   minerRoutes(app, coordinator, epochs);
   if (jobs) jobRoutes(app, coordinator, jobs, epochs?.jobPayments ?? null);
   modelRoutes(app, coordinator, epochs?.chain ?? null);
+  deploymentRoutes(app, coordinator, epochs?.chain ? chainModelRegistry(epochs.chain) : null);
   datasetRoutes(app, coordinator, datasets ?? new DatasetService(coordinator.state, coordinator.blobs));
   return app;
 }

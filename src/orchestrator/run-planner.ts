@@ -169,22 +169,22 @@ export class RunPlanner {
     });
   }
 
-  /** Miners that are alive, not holding a stage of another active run, and in the run's pool if it has one. */
+  /** Miners that train, are alive, not holding a stage of another active run or of a deployment, and in the run's pool if it has one. */
   private freeMiners(runId: string): MinerRecord[] {
-    const busy = new Set<string>();
+    const busy = this.state.deployments.busyMiners();
     for (const r of this.state.runs.active()) {
       if (r.id === runId) continue;
       for (const a of this.state.runs.assignments(r.id)) busy.add(a.minerId);
     }
     const pool = this.state.runs.get(runId)?.options.pool;
     const allowed = pool ? new Set(pool) : null;
-    return this.state.miners.list(true).filter((m) => !busy.has(m.id) && (!allowed || allowed.has(m.id)));
+    return this.state.miners.list(true).filter((m) => m.serve !== 'inference' && !busy.has(m.id) && (!allowed || allowed.has(m.id)));
   }
 
-  /** Alive miners holding no stage of an active run. */
+  /** Alive miners that train, holding no stage of an active run or of a deployment. */
   idleMiners(): MinerRecord[] {
-    const busy = new Set(this.state.runs.active().flatMap((r) => this.state.runs.assignments(r.id).map((a) => a.minerId)));
-    return this.state.miners.list(true).filter((m) => !busy.has(m.id));
+    const busy = new Set([...this.state.runs.active().flatMap((r) => this.state.runs.assignments(r.id).map((a) => a.minerId)), ...this.state.deployments.busyMiners()]);
+    return this.state.miners.list(true).filter((m) => m.serve !== 'inference' && !busy.has(m.id));
   }
 
   /** Makes the assignments table say what the plan says; a miner moved to another stage or off the run lets go of the work it held. */

@@ -5,6 +5,7 @@ import { join } from 'node:path';
 import { FsBlobStore } from './blobs.ts';
 import { Coordinator, type CoordinatorOptions } from './coordinator.ts';
 import { DatasetService } from './datasets.ts';
+import { chainModelRegistry, RegistrySync } from './deployment-registry.ts';
 import { Epochs, type ChainOptions } from './epochs.ts';
 import { buildApi } from './http.ts';
 import { DEFAULT_CHECKPOINT_RETENTION_MS, JobService } from './jobs.ts';
@@ -56,6 +57,8 @@ export async function startOrchestrator(options: OrchestratorOptions): Promise<R
   // an unused dataset is kept as long as an ended job's checkpoints
   const datasets = new DatasetService(state, blobs, { retentionMs: options.checkpointRetentionMs ?? DEFAULT_CHECKPOINT_RETENTION_MS });
   const app = buildApi(coordinator, epochs, jobs, datasets);
+  // the ModelRegistry's deployed flag follows the deployments (paid networks)
+  const registry = options.chain ? new RegistrySync(state, chainModelRegistry(options.chain), (line) => console.error(`orchestrator: ${line}`)) : null;
   const host = options.host ?? '127.0.0.1';
   await app.listen({ host, port: options.port ?? 0 });
   const address = app.server.address();
@@ -65,6 +68,7 @@ export async function startOrchestrator(options: OrchestratorOptions): Promise<R
       coordinator.tick();
       jobs.tick();
       datasets.tick();
+      void registry?.step();
     } catch (err) {
       console.error('orchestrator: tick failed:', err);
     }
@@ -84,6 +88,7 @@ export async function startOrchestrator(options: OrchestratorOptions): Promise<R
       jobs.closeStreams();
       await app.close();
       await jobs.settled();
+      await registry?.settled();
       await coordinator.close();
       if (epochs) {
         await epochs.stop();

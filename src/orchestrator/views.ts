@@ -20,6 +20,7 @@ export function minerView(m: MinerRecord): MinerView {
     joinedAt: m.joinedAt,
     lastSeen: m.lastSeen,
     alive: m.alive,
+    serve: m.serve,
   };
 }
 

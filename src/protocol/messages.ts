@@ -46,6 +46,10 @@ export type Hardware = Static<typeof Hardware>;
 export const NetworkInfo = Type.Object({ publicKey: PublicKey, signature: Signature });
 export type NetworkInfo = Static<typeof NetworkInfo>;
 
+/** What a miner offers to do (`nbcli miner start --serve`): serve deployed models, train, or both. */
+export const ServeSetting = Type.Union([Type.Literal('inference'), Type.Literal('training'), Type.Literal('both')]);
+export type ServeSetting = Static<typeof ServeSetting>;
+
 /** Joining is signed with the wallet key; it binds `sessionKey`, which signs everything after. */
 export const JoinRequest = Type.Object({
   name: Name,
@@ -54,6 +58,8 @@ export const JoinRequest = Type.Object({
   /** measured upload bandwidth: at most 1 Tbit/s */
   bandwidthMbps: Type.Number({ minimum: 0, maximum: 1e6 }),
   sessionKey: PublicKey,
+  /** what the miner offers (absent: both) */
+  serve: Type.Optional(ServeSetting),
 });
 export type JoinRequest = Static<typeof JoinRequest>;
 
@@ -85,7 +91,27 @@ export const WorkReport = Type.Object({
 });
 export type WorkReport = Static<typeof WorkReport>;
 
+/**
+ * A miner's state of the deployment stage it was assigned (docs/inference.md,
+ * "Deploy"): downloading and checking the weights, serving them (checked:
+ * `sha256` is the file it loaded, `verifiedBy` what it was checked against),
+ * or refused (`detail` says why: a file that does not match, a model the
+ * registry does not hold, weights that do not load).
+ */
+export const DeploymentReport = Type.Object({
+  deploymentId: Id,
+  stage: StageIndex,
+  state: Type.Union([Type.Literal('loading'), Type.Literal('serving'), Type.Literal('failed')]),
+  sha256: Type.Optional(Sha256),
+  /** 'chain': the file's sha256 is the one the ModelRegistry holds; 'sha256': an unpaid network, the orchestrator's sha256 only */
+  verifiedBy: Type.Optional(Type.Union([Type.Literal('chain'), Type.Literal('sha256')])),
+  detail: Type.Optional(Type.String({ maxLength: 512 })),
+});
+export type DeploymentReport = Static<typeof DeploymentReport>;
+
 export const HeartbeatRequest = Type.Object({
+  /** the deployment stage the miner was assigned, as it stands on the miner */
+  deployment: Type.Optional(DeploymentReport),
   freeSlots: SlotCount,
   queue: Type.Integer({ minimum: 0, maximum: 65_536 }),
   /** the run and stage the miner holds, and the merge rounds it has applied */
@@ -120,6 +146,29 @@ export const StageAssignment = Type.Object({
   lr: Type.Number({ minimum: 1e-8, maximum: 1 }),
 });
 export type StageAssignment = Static<typeof StageAssignment>;
+
+/**
+ * A stage of a deployed model to serve: parts [from, to) of the published
+ * model file `sha256` (`bytes` long, in the orchestrator's model store at
+ * `GET /models/:sha256/file`), run by StageInference with room for
+ * `maxSessions` sessions. The miner checks the file against `registry`, the
+ * ModelRegistry entry on its own chain (null: an unpaid network without a
+ * chain, checked against `sha256` only) before it serves anything.
+ */
+export const DeploymentAssignment = Type.Object({
+  deploymentId: Id,
+  sha256: Sha256,
+  bytes: Positive,
+  /** a GPT's model reference (src/model/model-ref.ts), parsed and checked against the file by the miner */
+  model: Type.String({ minLength: 1, maxLength: 128 }),
+  stage: StageIndex,
+  stageCount: Type.Integer({ minimum: 1, maximum: 1024 }),
+  from: Count,
+  to: Positive,
+  maxSessions: Type.Integer({ minimum: 1, maximum: 4096 }),
+  registry: Type.Union([Type.Object({ chainId: Positive, address: Address, modelId: Count }), Type.Null()]),
+});
+export type DeploymentAssignment = Static<typeof DeploymentAssignment>;
 
 /** A microbatch issued to a stage-0 replica, with the orchestrator's ticket for it (src/protocol/evidence.ts). */
 export const MicrobatchTask = Type.Object({ id: Positive, attempt: Attempt, shard: Count, step: Count, ticket: Signature });
@@ -158,6 +207,8 @@ export type MergeTask = Static<typeof MergeTask>;
 
 export const HeartbeatReply = Type.Object({
   assignment: Type.Union([StageAssignment, Type.Null()]),
+  /** the deployment stage to serve (null: none; absent from an orchestrator without deployments) */
+  deployment: Type.Optional(Type.Union([DeploymentAssignment, Type.Null()])),
   microbatches: Type.Array(MicrobatchTask, { maxItems: 1024 }),
   /** the miners of the next stage, to send activations to and take gradients from */
   nextStage: Type.Array(Peer, { maxItems: 4096 }),

@@ -1,8 +1,9 @@
 // The model store's routes (docs/jobs.md, "Publish"): a developer stores a
 // whole-model checkpoint (from one of their jobs, or an uploaded safetensors
 // file) and gets back its sha256 with the orchestrator's publish attestation;
-// anyone lists the stored models and downloads their files (published models
-// are public; an interrupted download resumes with an HTTP range). Contracts
+// anyone lists the stored models (each with its newest deployment:
+// ./deployments.ts) and downloads their files (published models are public;
+// an interrupted download resumes with an HTTP range). Contracts
 // in src/api/models.ts; the rules in ../models.ts.
 import { Readable } from 'node:stream';
 import { Type, type Static } from '@sinclair/typebox';
@@ -16,6 +17,7 @@ import { NimbleError } from '../../protocol/errors.ts';
 import type { BlobStore } from '../blobs.ts';
 import type { Coordinator } from '../coordinator.ts';
 import type { ChainOptions } from '../epochs.ts';
+import { deploymentViewOf } from '../deployments.ts';
 import { chainAttester } from '../model-attester.ts';
 import { MAX_MODEL_BYTES, MAX_MODEL_UPLOADS_AT_ONCE, ModelService, storedModelView, type PublishTerms } from '../models.ts';
 import type { ModelRecord } from '../state/models.ts';
@@ -65,8 +67,9 @@ export function modelRoutes(app: HttpServer, c: Coordinator, chain: Pick<ChainOp
     async (req) => ticket(req, await models.storeFile(signerOf(req), req.rawBody ?? new Uint8Array(0), req.query.name), req.query),
   );
 
-  app.get('/models', { schema: { querystring: Owner, response: { 200: StoredModelList } } }, async (req) => c.state.models.list(req.query.owner).map(storedModelView));
-  app.get('/models/:sha256', { schema: { params: Params, response: { 200: StoredModelView } } }, async (req) => storedModelView(models.get(req.params.sha256)));
+  const withDeployment = (m: ModelRecord): StoredModelView => ({ ...storedModelView(m), deployment: deploymentViewOf(c.state, m.sha256) });
+  app.get('/models', { schema: { querystring: Owner, response: { 200: StoredModelList } } }, async (req) => c.state.models.list(req.query.owner).map(withDeployment));
+  app.get('/models/:sha256', { schema: { params: Params, response: { 200: StoredModelView } } }, async (req) => withDeployment(models.get(req.params.sha256)));
 
   // public: a Range request resumes; the bytes are streamed, and the client checks them against the sha256 on chain
   app.get('/models/:sha256/file', { schema: { params: Params } }, async (req, reply) => {

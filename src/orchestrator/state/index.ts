@@ -2,6 +2,7 @@
 // Everything the orchestrator remembers across a restart goes through here.
 import { ClaimStore, CLAIM_MIGRATIONS } from './claims.ts';
 import { DatasetStore, DATASET_MIGRATIONS } from './datasets.ts';
+import { DeploymentStore, DEPLOYMENT_MIGRATIONS } from './deployments.ts';
 import { StateDb } from './db.ts';
 import { EscrowStore, ESCROW_MIGRATIONS } from './escrows.ts';
 import { BlobGarbage, GARBAGE_MIGRATIONS } from './garbage.ts';
@@ -14,7 +15,7 @@ import { ModelStore, MODEL_MIGRATIONS } from './models.ts';
 import { RunStore, RUN_MIGRATIONS } from './runs.ts';
 import { SpotCheckStore, SPOT_CHECK_MIGRATIONS } from './spot-checks.ts';
 
-export const MIGRATIONS = [MINER_MIGRATIONS, RUN_MIGRATIONS, MICROBATCH_MIGRATIONS, CLAIM_MIGRATIONS, MERGE_ROUND_MIGRATIONS, LEDGER_MIGRATIONS, SPOT_CHECK_MIGRATIONS, GARBAGE_MIGRATIONS, JOB_MIGRATIONS, MODEL_MIGRATIONS, ESCROW_MIGRATIONS, DATASET_MIGRATIONS];
+export const MIGRATIONS = [MINER_MIGRATIONS, RUN_MIGRATIONS, MICROBATCH_MIGRATIONS, CLAIM_MIGRATIONS, MERGE_ROUND_MIGRATIONS, LEDGER_MIGRATIONS, SPOT_CHECK_MIGRATIONS, GARBAGE_MIGRATIONS, JOB_MIGRATIONS, MODEL_MIGRATIONS, ESCROW_MIGRATIONS, DATASET_MIGRATIONS, DEPLOYMENT_MIGRATIONS];
 
 export class OrchestratorState {
   readonly miners: MinerStore;
@@ -29,6 +30,7 @@ export class OrchestratorState {
   readonly models: ModelStore;
   readonly datasets: DatasetStore;
   readonly escrows: EscrowStore;
+  readonly deployments: DeploymentStore;
 
   private constructor(readonly db: StateDb) {
     this.miners = new MinerStore(db);
@@ -43,6 +45,7 @@ export class OrchestratorState {
     this.models = new ModelStore(db);
     this.datasets = new DatasetStore(db);
     this.escrows = new EscrowStore(db);
+    this.deployments = new DeploymentStore(db);
   }
 
   /** Opens (creating or migrating) the state file; ':memory:' for a throwaway one. */

@@ -1,5 +1,6 @@
 // Miners that joined: their measured hardware and liveness.
 import { Type, type Static } from '@sinclair/typebox';
+import { ServeSetting } from '../../protocol/messages.ts';
 import { all, one, rowReader, type Migrations, type StateDb } from './db.ts';
 
 export const MINER_MIGRATIONS: Migrations = {
@@ -16,6 +17,8 @@ export const MINER_MIGRATIONS: Migrations = {
     "ALTER TABLE miners ADD COLUMN session_key TEXT NOT NULL DEFAULT ''",
     // until when an eviction for an offence refuses its joins too (ms; null: it may join again at once)
     'ALTER TABLE miners ADD COLUMN banned_until INTEGER',
+    // what it offers to do: serve deployed models, train, or both (nbcli miner start --serve)
+    "ALTER TABLE miners ADD COLUMN serve TEXT NOT NULL DEFAULT 'both'",
   ],
 };
 
@@ -30,6 +33,8 @@ export interface MinerProfile {
   bandwidthMbps: number;
   /** base64url Ed25519 public key (src/protocol/session-key.ts) */
   sessionKey: string;
+  /** what it offers to do (default both) */
+  serve?: ServeSetting;
 }
 
 const MinerRow = Type.Object({
@@ -46,6 +51,7 @@ const MinerRow = Type.Object({
   alive: Type.Union([Type.Literal(0), Type.Literal(1)]),
   evicted: Type.Union([Type.String(), Type.Null()]),
   bannedUntil: Type.Union([Type.Integer(), Type.Null()]),
+  serve: ServeSetting,
 });
 
 export interface MinerRecord extends MinerProfile {
@@ -56,10 +62,11 @@ export interface MinerRecord extends MinerProfile {
   evicted: string | null;
   /** an eviction for an offence also refuses its joins until then (ms) */
   bannedUntil: number | null;
+  serve: ServeSetting;
 }
 
 const decodeId = rowReader(Type.Object({ id: Type.String() }), 'miner id');
-const COLUMNS = 'id, name, url, gflops, threads, memory_bytes AS memoryBytes, bandwidth_mbps AS bandwidthMbps, session_key AS sessionKey, joined_at AS joinedAt, last_seen AS lastSeen, alive, evicted, banned_until AS bannedUntil';
+const COLUMNS = 'id, name, url, gflops, threads, memory_bytes AS memoryBytes, bandwidth_mbps AS bandwidthMbps, session_key AS sessionKey, joined_at AS joinedAt, last_seen AS lastSeen, alive, evicted, banned_until AS bannedUntil, serve';
 const readRow = rowReader(MinerRow, 'miner');
 const decode = (row: unknown): MinerRecord => {
   const r: Static<typeof MinerRow> = readRow(row);
@@ -72,11 +79,11 @@ export class MinerStore {
   /** Records a join: a new miner, or new hardware figures and URL for a known one (alive again, no longer evicted). */
   upsert(m: MinerProfile, now: number): void {
     this.db.run(
-      `INSERT INTO miners (id, name, url, gflops, threads, memory_bytes, bandwidth_mbps, session_key, joined_at, last_seen, alive)
-       VALUES (@id, @name, @url, @gflops, @threads, @memoryBytes, @bandwidthMbps, @sessionKey, @now, @now, 1)
+      `INSERT INTO miners (id, name, url, gflops, threads, memory_bytes, bandwidth_mbps, session_key, serve, joined_at, last_seen, alive)
+       VALUES (@id, @name, @url, @gflops, @threads, @memoryBytes, @bandwidthMbps, @sessionKey, @serve, @now, @now, 1)
        ON CONFLICT(id) DO UPDATE SET name = @name, url = @url, gflops = @gflops, threads = @threads,
-         memory_bytes = @memoryBytes, bandwidth_mbps = @bandwidthMbps, session_key = @sessionKey, last_seen = @now, alive = 1, evicted = NULL`,
-      { ...m, now },
+         memory_bytes = @memoryBytes, bandwidth_mbps = @bandwidthMbps, session_key = @sessionKey, serve = @serve, last_seen = @now, alive = 1, evicted = NULL`,
+      { ...m, serve: m.serve ?? 'both', now },
     );
   }
 
