@@ -15,8 +15,8 @@
 // the same query row: scores by rowDots over the same transposed keys, the
 // same masked softmax, the same fma chain over values. So the cached path is
 // bitwise identical to the full recompute (test/inference/).
-import { attentionScratchFloats, pad4, rowDots } from './attention';
-import { exp4, fma, shareStart } from './simd';
+import { attentionScratchFloats, causalSoftmaxRow, pad4, rowDots } from './attention';
+import { fma, shareStart } from './simd';
 
 /** Writes the key and value of each of `rows` rows of qkv (rows × 3C) into its session's cache at its position. Threads split rows. */
 export function kvCacheStore(qkv: usize, table: usize, rows: i32, kOffset: i32, vOffset: i32, C: i32, T: i32, tid: i32, nt: i32): void {
@@ -60,22 +60,8 @@ export function attentionCached(
     const kt = base + <usize>kOffset + ((<usize>h * hs * Tp) << 2);
     const jEnd = pad4(i + 1);
     rowDots(row, q, kt, hs, Tp, jEnd);
-    // scaled, masked softmax over j <= i (as attentionForward)
-    let m: f32 = -Infinity;
-    for (let j = 0; j <= i; j++) {
-      const s = load<f32>(row + (<usize>j << 2)) * scale;
-      store<f32>(row + (<usize>j << 2), s);
-      m = max(m, s);
-    }
-    for (let j = i + 1; j < jEnd; j++) store<f32>(row + (<usize>j << 2), -Infinity);
-    const mv = f32x4.splat(m);
-    let sumv = f32x4.splat(0);
-    for (let j = 0; j < jEnd; j += 4) {
-      const e = exp4(f32x4.sub(v128.load(row + (<usize>j << 2)), mv));
-      v128.store(row + (<usize>j << 2), e);
-      sumv = f32x4.add(sumv, e);
-    }
-    const inv: f32 = 1 / ((f32x4.extract_lane(sumv, 0) + f32x4.extract_lane(sumv, 1)) + (f32x4.extract_lane(sumv, 2) + f32x4.extract_lane(sumv, 3)));
+    // scaled, masked softmax over j <= i (the same code as attentionForward's)
+    const inv = causalSoftmaxRow(row, i, jEnd, scale);
     for (let j = 0; j <= i; j++) store<f32>(row + (<usize>j << 2), load<f32>(row + (<usize>j << 2)) * inv);
     // out[r, head] = sum_j att[j] v[j]
     const o = out + ((<usize>r * C + h * hs) << 2);

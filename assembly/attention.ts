@@ -40,6 +40,31 @@ function transposeHead(dst: usize, src: usize, T: i32, Tp: i32, hs: i32, stride:
   }
 }
 
+/**
+ * The scaled, masked softmax of one score row in place, without its final
+ * normalisation: row[j] = exp(scale·row[j] − max) for j <= i, 0-weight
+ * (exp of −inf) beyond, up to jEnd (a multiple of 4). Returns 1 / the sum, by
+ * which the caller scales the row. Shared by training (attentionForward) and
+ * the KV-cache path (attentionCached), so both sum in the same order.
+ */
+@inline export function causalSoftmaxRow(row: usize, i: i32, jEnd: i32, scale: f32): f32 {
+  let m: f32 = -Infinity;
+  for (let j = 0; j <= i; j++) {
+    const s = load<f32>(row + (<usize>j << 2)) * scale;
+    store<f32>(row + (<usize>j << 2), s);
+    m = max(m, s);
+  }
+  for (let j = i + 1; j < jEnd; j++) store<f32>(row + (<usize>j << 2), -Infinity);
+  const mv = f32x4.splat(m);
+  let sumv = f32x4.splat(0);
+  for (let j = 0; j < jEnd; j += 4) {
+    const e = exp4(f32x4.sub(v128.load(row + (<usize>j << 2)), mv));
+    v128.store(row + (<usize>j << 2), e);
+    sumv = f32x4.add(sumv, e);
+  }
+  return 1 / ((f32x4.extract_lane(sumv, 0) + f32x4.extract_lane(sumv, 1)) + (f32x4.extract_lane(sumv, 2) + f32x4.extract_lane(sumv, 3)));
+}
+
 export function attentionForward(out: usize, att: usize, qkv: usize, B: i32, T: i32, C: i32, NH: i32, scratch: usize, tid: i32, nt: i32): void {
   const hs = C / NH;
   const C3 = C * 3;
@@ -59,22 +84,7 @@ export function attentionForward(out: usize, att: usize, qkv: usize, B: i32, T: 
       const q = base + ((<usize>i * C3 + h * hs) << 2);
       const jEnd = pad4(i + 1);
       rowDots(row, q, kt, hs, Tp, jEnd);
-      // scaled, masked softmax over j <= i
-      let m: f32 = -Infinity;
-      for (let j = 0; j <= i; j++) {
-        const s = load<f32>(row + (<usize>j << 2)) * scale;
-        store<f32>(row + (<usize>j << 2), s);
-        m = max(m, s);
-      }
-      for (let j = i + 1; j < jEnd; j++) store<f32>(row + (<usize>j << 2), -Infinity);
-      const mv = f32x4.splat(m);
-      let sumv = f32x4.splat(0);
-      for (let j = 0; j < jEnd; j += 4) {
-        const e = exp4(f32x4.sub(v128.load(row + (<usize>j << 2)), mv));
-        v128.store(row + (<usize>j << 2), e);
-        sumv = f32x4.add(sumv, e);
-      }
-      const inv: f32 = 1 / ((f32x4.extract_lane(sumv, 0) + f32x4.extract_lane(sumv, 1)) + (f32x4.extract_lane(sumv, 2) + f32x4.extract_lane(sumv, 3)));
+      const inv = causalSoftmaxRow(row, i, jEnd, scale);
       const arow = attBase + ((<usize>i * T) << 2);
       for (let j = 0; j < T; j++) {
         store<f32>(arow + (<usize>j << 2), j <= i ? load<f32>(row + (<usize>j << 2)) * inv : 0);
