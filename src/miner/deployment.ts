@@ -64,7 +64,12 @@ export class DeploymentServing {
   /** Takes on, keeps or lets go of the deployment stage a heartbeat reply names (null or absent: none). */
   follow(a: DeploymentAssignment | null | undefined): void {
     const h = this.holding;
-    if (h && a && sameStage(h.assignment, a)) return;
+    if (h && a && sameStage(h.assignment, a)) {
+      // the same stage: only its neighbours may have changed
+      h.assignment = a;
+      if (h.served) h.served.assignment = a;
+      return;
+    }
     if (h) this.release(h);
     if (!a) return;
     const next: Holding = { assignment: a, state: 'loading', abort: new AbortController() };

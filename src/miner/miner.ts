@@ -38,6 +38,8 @@ import { measureHardware } from './hardware.ts';
 import { httpMergeTransport, MergeRounds } from './merge-round.ts';
 import { findNetwork, type Network } from '../api/network.ts';
 import { buildPeerApi, type MinerStats } from './peer-api.ts';
+import { serveRoutes, SESSION_IDLE_MS } from './serve-api.ts';
+import { orchestratorAddress } from '../protocol/network.ts';
 import { Pipeline } from './pipeline.ts';
 import { CheckAnswers } from './spot-checks.ts';
 import { stageDataReady } from './stage-model.ts';
@@ -150,7 +152,12 @@ export class Miner {
       tamper: options.tamper,
     });
     // a peer's session key comes from the orchestrator's lists of this miner's neighbours
-    const neighbour = (id: string): string | undefined => [...this.pipeline.previousStage(), ...this.pipeline.nextStage()].find((p) => p.id === id)?.sessionKey;
+    // and the orchestrator signs the serving calls with its own key (./serve-api.ts)
+    const orchestrator = orchestratorAddress(network.orchestratorKey);
+    const neighbour = (id: string): string | undefined =>
+      id.toLowerCase() === orchestrator.toLowerCase()
+        ? network.orchestratorKey
+        : [...this.pipeline.previousStage(), ...this.pipeline.nextStage()].find((p) => p.id === id)?.sessionKey;
     this.app = buildPeerApi({
       verifier: new RequestVerifier({ domain, notBefore: Date.now(), sessionKeyOf: neighbour }),
       network: { ...network, sessionKey: this.sessionKey, previousStage: () => this.pipeline.previousStage(), nextStage: () => this.pipeline.nextStage() },
@@ -159,6 +166,8 @@ export class Miner {
       health: () => ({ ok: true, address: this.address, stage: this.stageInfo, stats: this.stats }),
       log: this.log,
     });
+    const serve = serveRoutes(this.app, { served: () => this.serving.served(), orchestrator, log: this.log });
+    setInterval(() => serve.sweep(), SESSION_IDLE_MS / 4).unref();
   }
 
   static async start(options: MinerOptions): Promise<Miner> {

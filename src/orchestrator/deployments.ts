@@ -22,7 +22,7 @@ import { gptConfigOf, modelParts } from '../model/model-ref.ts';
 import { formatBytes, PlanError } from '../planner/errors.ts';
 import type { MinerCapacity } from '../planner/types.ts';
 import { NimbleError } from '../protocol/errors.ts';
-import type { DeploymentAssignment, DeploymentReport } from '../protocol/messages.ts';
+import type { DeploymentAssignment, DeploymentReport, Peer } from '../protocol/messages.ts';
 import type { DeploymentRecord, RegistryEntry, ReplicaReport } from './state/deployments.ts';
 import type { OrchestratorState } from './state/index.ts';
 import type { MinerRecord } from './state/miners.ts';
@@ -180,7 +180,20 @@ export class Deployments {
       to: stage.toPart,
       maxSessions: d.sessions,
       registry: d.registry,
+      previousStage: this.servingPeers(d.id, held.stage - 1),
+      nextStage: this.servingPeers(d.id, held.stage + 1),
     };
+  }
+
+  /** The replicas of stage `stage` of a deployment that report serving and are alive, as peers (empty past either end). */
+  servingPeers(id: string, stage: number): Peer[] {
+    const out: Peer[] = [];
+    for (const r of this.state.deployments.replicas(id)) {
+      if (r.stage !== stage || r.state !== 'serving') continue;
+      const m = this.state.miners.get(r.minerId);
+      if (m && m.alive) out.push({ id: m.id, url: m.url, sessionKey: m.sessionKey, weight: 1 });
+    }
+    return out;
   }
 
   /** Miners holding a deployment stage (training leaves them alone). */

@@ -15,6 +15,7 @@ import { chainModelRegistry } from './deployment-registry.ts';
 import { OffenceError } from './offences.ts';
 import type { JobService } from './jobs.ts';
 import { datasetRoutes } from './routes/datasets.ts';
+import { completionRoutes } from './routes/completions.ts';
 import { deploymentRoutes } from './routes/deployments.ts';
 import { jobRoutes } from './routes/jobs.ts';
 import { minerRoutes } from './routes/miners.ts';
@@ -51,6 +52,7 @@ export function buildApi(coordinator: Coordinator, epochs: Epochs | null = null,
   if (jobs) jobRoutes(app, coordinator, jobs, epochs?.jobPayments ?? null);
   modelRoutes(app, coordinator, epochs?.chain ?? null);
   deploymentRoutes(app, coordinator, epochs?.chain ? chainModelRegistry(epochs.chain) : null);
+  completionRoutes(app, coordinator);
   datasetRoutes(app, coordinator, datasets ?? new DatasetService(coordinator.state, coordinator.blobs));
   return app;
 }

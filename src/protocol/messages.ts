@@ -147,6 +147,10 @@ export const StageAssignment = Type.Object({
 });
 export type StageAssignment = Static<typeof StageAssignment>;
 
+/** A replica of a neighbouring stage: where to reach it, the key its requests and receipts are signed with, how much work to send it. */
+export const Peer = Type.Object({ id: Address, url: Url, sessionKey: PublicKey, weight: Type.Number({ minimum: 0, maximum: 1e9 }) });
+export type Peer = Static<typeof Peer>;
+
 /**
  * A stage of a deployed model to serve: parts [from, to) of the published
  * model file `sha256` (`bytes` long, in the orchestrator's model store at
@@ -167,16 +171,16 @@ export const DeploymentAssignment = Type.Object({
   to: Positive,
   maxSessions: Type.Integer({ minimum: 1, maximum: 4096 }),
   registry: Type.Union([Type.Object({ chainId: Positive, address: Address, modelId: Count }), Type.Null()]),
+  /** the serving replicas of the stage before this one (empty on stage 0), as training's previousStage */
+  previousStage: Type.Optional(Type.Array(Peer, { maxItems: 4096 })),
+  /** the serving replicas of the stage after this one (empty on the last), as training's nextStage */
+  nextStage: Type.Optional(Type.Array(Peer, { maxItems: 4096 })),
 });
 export type DeploymentAssignment = Static<typeof DeploymentAssignment>;
 
 /** A microbatch issued to a stage-0 replica, with the orchestrator's ticket for it (src/protocol/evidence.ts). */
 export const MicrobatchTask = Type.Object({ id: Positive, attempt: Attempt, shard: Count, step: Count, ticket: Signature });
 export type MicrobatchTask = Static<typeof MicrobatchTask>;
-
-/** A replica of a neighbouring stage: where to reach it, the key its requests and receipts are signed with, how much work to send it. */
-export const Peer = Type.Object({ id: Address, url: Url, sessionKey: PublicKey, weight: Type.Number({ minimum: 0, maximum: 1e9 }) });
-export type Peer = Static<typeof Peer>;
 
 export const Partition = Type.Object({ index: Count, start: Count, end: Count });
 export type Partition = Static<typeof Partition>;

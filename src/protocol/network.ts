@@ -23,3 +23,13 @@ export function challengeMessage(challenge: string): string {
 export function verifyNetwork(info: { publicKey: string; signature: string }, challenge: string): string | null {
   return verifySignature(info.publicKey, challengeMessage(challenge), info.signature) ? domainOf(info.publicKey) : null;
 }
+
+/**
+ * The address the orchestrator signs its own requests to miners with (the
+ * serving path, src/orchestrator/completions.ts): derived from its key, which
+ * every miner knows, so a miner checks such a request against that key. It is
+ * no wallet: nothing is paid from or to it.
+ */
+export function orchestratorAddress(publicKey: string): `0x${string}` {
+  return `0x${createHash('sha256').update(`nimble-orchestrator\n${publicKey}`).digest('hex').slice(0, 40)}`;
+}

@@ -1,0 +1,123 @@
+// Serving a completion through the stage miners, end to end: a real
+// orchestrator on its local anvil, 2 real miner processes serving the 2 stages
+// of a published gpt-micro, and the OpenAI HTTP API called as the `openai`
+// client calls it (the package is not in package.json, so plain fetch:
+// POST /v1/completions with and without `stream`, GET /v1/models). The
+// streamed text equals generateCached on the same checkpoint, seed and
+// sampling options in this process, byte for byte: the miners and this
+// process run the same kernel build (build/, the one the worktree links), and
+// the frames between stages are f32. Bad requests get 4xx answers in OpenAI's
+// error shape.
+import assert from 'node:assert/strict';
+import { createHash } from 'node:crypto';
+import { writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { after, test } from 'node:test';
+import { generatePrivateKey } from 'viem/accounts';
+import { saveWallet } from '../../src/chain/wallets.ts';
+import { Engine } from '../../src/engine/engine.ts';
+import { generateCached } from '../../src/inference/generate.ts';
+import { wholeModelBytes } from '../helpers/whole-model.ts';
+import { Cluster } from './helpers.ts';
+
+const cluster = new Cluster();
+after(() => cluster.stopGracefully());
+
+/** The text of a server-sent-events completion stream, its chunks and finish reason. */
+async function readStream(res: Response): Promise<{ text: string; chunks: number; finish: string | null; done: boolean }> {
+  const raw = await res.text();
+  let text = '';
+  let chunks = 0;
+  let finish: string | null = null;
+  let done = false;
+  for (const event of raw.split('\n\n')) {
+    if (!event.startsWith('data: ')) continue;
+    const data = event.slice(6);
+    if (data === '[DONE]') {
+      done = true;
+      continue;
+    }
+    const v = JSON.parse(data) as { choices: { text: string; finish_reason: string | null }[]; error?: unknown };
+    assert.equal(v.error, undefined, data);
+    chunks++;
+    text += v.choices[0].text;
+    finish = v.choices[0].finish_reason ?? finish;
+  }
+  return { text, chunks, finish, done };
+}
+
+test('a completion generated through 2 stage miners, streamed and not, equals generateCached on the same checkpoint; bad requests get OpenAI-shaped 4xx', { timeout: 150_000 }, async () => {
+  process.env.NIMBLE_CHAIN_RPC = '';
+  process.env.NIMBLE_PASSWORD = 'serve-test';
+  await cluster.startOrchestrator(['--min-stake', '0'], { chain: true });
+  const home = join(cluster.dir, 'orch');
+  saveWallet(home, 'dev', generatePrivateKey(), 'serve-test');
+  for (const n of ['a', 'b']) saveWallet(home, `w-${n}`, generatePrivateKey(), 'serve-test');
+  await Promise.all(['a', 'b'].map((name) => cluster.startMiner(name, ['--data-dir', home, '--wallet.name', `w-${name}`, '--serve', 'inference'])));
+  const nbcli = (...args: string[]) => cluster.nbcli([...args, '--orchestrator', cluster.url], home);
+
+  const bytes = wholeModelBytes(41, 500);
+  const file = join(cluster.dir, 'micro.safetensors');
+  writeFileSync(file, bytes);
+  assert.equal((await nbcli('model', 'publish', '--file', file, '--name', 'moby-micro', '--wallet.name', 'dev')).code, 0);
+  const other = join(cluster.dir, 'other.safetensors');
+  writeFileSync(other, wholeModelBytes(42, 500));
+  assert.equal((await nbcli('model', 'publish', '--file', other, '--name', 'kept-micro', '--wallet.name', 'dev')).code, 0);
+  const deployed = await nbcli('model', 'deploy', 'moby-micro', '--stages', '2', '--wallet.name', 'dev', '--wait', '--timeout', '60');
+  assert.equal(deployed.code, 0, deployed.stderr);
+
+  const base = `${cluster.url}/v1`;
+  const post = (body: unknown): Promise<Response> => fetch(`${base}/completions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) });
+
+  const models = (await (await fetch(`${base}/models`)).json()) as { object: string; data: { id: string; sha256: string }[] };
+  assert.equal(models.object, 'list');
+  assert.deepEqual(models.data.map((m) => [m.id, m.sha256]), [['moby-micro', createHash('sha256').update(bytes).digest('hex')]]);
+
+  const engine = await Engine.create({ threads: 1 });
+  const cases = [
+    { prompt: 'Call me Ishmael. ', max_tokens: 40, temperature: 0.9, top_p: 0.95, seed: 7 },
+    { prompt: 'The whale', max_tokens: 30, temperature: 0, seed: 1 },
+    { prompt: 'Ahab ', max_tokens: 60, temperature: 1, seed: 3, stop: ['e'] },
+  ];
+  for (const c of cases) {
+    const local = generateCached(engine, bytes, c.prompt, { maxTokens: c.max_tokens, temperature: c.temperature, topP: c.top_p, seed: c.seed, stop: c.stop });
+    const res = await post({ model: 'moby-micro', ...c, stream: true });
+    assert.equal(res.status, 200);
+    assert.match(res.headers.get('content-type') ?? '', /text\/event-stream/);
+    const streamed = await readStream(res);
+    assert.ok(streamed.done, 'the stream ends with [DONE]');
+    assert.equal(streamed.text, local.text, `streamed text of ${JSON.stringify(c)}`);
+    assert.ok(streamed.chunks > 1, `streamed in ${streamed.chunks} chunks`);
+    assert.ok(local.text.length > 0);
+    assert.equal(streamed.finish, local.finishReason);
+    const whole = (await (await post({ model: 'moby-micro', ...c })).json()) as { object: string; choices: { text: string; finish_reason: string }[]; usage: { prompt_tokens: number; completion_tokens: number } };
+    assert.equal(whole.object, 'text_completion');
+    assert.equal(whole.choices[0].text, local.text);
+    assert.equal(whole.choices[0].finish_reason, local.finishReason);
+    assert.deepEqual([whole.usage.prompt_tokens, whole.usage.completion_tokens], [local.promptTokens, local.completionTokens]);
+  }
+
+
+  await engine.close();
+
+  // bad input: a clear 4xx in OpenAI's error shape
+  const refused = async (body: unknown, status: number, code: RegExp | string): Promise<void> => {
+    const res = await post(body);
+    const v = (await res.json()) as { error: { message: string; type: string; code: string } };
+    assert.equal(res.status, status, JSON.stringify(v));
+    assert.equal(typeof v.error.message, 'string');
+    assert.match(v.error.code, typeof code === 'string' ? new RegExp(`^${code}$`) : code);
+  };
+  await refused({ model: 'moby-micro', prompt: 'x'.repeat(20_000) }, 400, 'prompt_too_long');
+  await refused({ model: 'moby-micro', prompt: 'hi', max_tokens: 0 }, 400, 'invalid_value');
+  await refused({ model: 'moby-micro', prompt: 'hi', max_tokens: 5000 }, 400, 'invalid_value');
+  await refused({ model: 'moby-micro', prompt: 'hi', temperature: 3 }, 400, 'invalid_value');
+  await refused({ model: 'moby-micro', prompt: 'hi', top_p: 0 }, 400, 'invalid_value');
+  await refused({ model: 'moby-micro', prompt: [1, 300] }, 400, 'invalid_value');
+  await refused({ model: 'moby-micro', prompt: '\ud800' }, 400, 'invalid_value');
+  await refused({ model: 'no-such-model', prompt: 'hi' }, 404, 'model_not_found');
+  await refused({ model: 'kept-micro', prompt: 'hi' }, 409, 'model_not_deployed');
+  const notJson = await fetch(`${base}/completions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: '{' });
+  assert.equal(notJson.status, 400);
+  assert.equal(typeof ((await notJson.json()) as { error: { message: string } }).error.message, 'string');
+});
