@@ -1,8 +1,8 @@
 // Serving a completion through the stage miners, end to end: a real
 // orchestrator on its local anvil, 2 real miner processes serving the 2 stages
-// of a published gpt-micro, and the OpenAI HTTP API called as the `openai`
-// client calls it (the package is not in package.json, so plain fetch:
-// POST /v1/completions with and without `stream`, GET /v1/models). The
+// of a published gpt-micro, and the OpenAI HTTP API called by the official
+// `openai` client (its `baseURL` pointed at the orchestrator) and by plain
+// fetch (POST /v1/completions with and without `stream`, GET /v1/models). The
 // streamed text equals generateCached on the same checkpoint, seed and
 // sampling options in this process, byte for byte: the miners and this
 // process run the same kernel build (build/, the one the worktree links), and
@@ -13,6 +13,7 @@ import { createHash } from 'node:crypto';
 import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { after, test } from 'node:test';
+import OpenAI from 'openai';
 import { generatePrivateKey } from 'viem/accounts';
 import { saveWallet } from '../../src/chain/wallets.ts';
 import { Engine } from '../../src/engine/engine.ts';
@@ -67,6 +68,7 @@ test('a completion generated through 2 stage miners, streamed and not, equals ge
   assert.equal(deployed.code, 0, deployed.stderr);
 
   const base = `${cluster.url}/v1`;
+  const openai = new OpenAI({ baseURL: base, apiKey: 'not-needed', maxRetries: 0 });
   const post = (body: unknown): Promise<Response> => fetch(`${base}/completions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) });
 
   const models = (await (await fetch(`${base}/models`)).json()) as { object: string; data: { id: string; sha256: string }[] };
@@ -95,7 +97,20 @@ test('a completion generated through 2 stage miners, streamed and not, equals ge
     assert.equal(whole.choices[0].text, local.text);
     assert.equal(whole.choices[0].finish_reason, local.finishReason);
     assert.deepEqual([whole.usage.prompt_tokens, whole.usage.completion_tokens], [local.promptTokens, local.completionTokens]);
+
+    // the official client, whole and streamed
+    const request = { model: 'moby-micro', prompt: c.prompt, max_tokens: c.max_tokens, temperature: c.temperature, top_p: c.top_p, seed: c.seed, stop: c.stop };
+    const viaClient = await openai.completions.create(request);
+    assert.equal(viaClient.choices[0].text, local.text, `openai client, ${JSON.stringify(c)}`);
+    assert.equal(viaClient.choices[0].finish_reason, local.finishReason);
+    let streamedByClient = '';
+    for await (const chunk of await openai.completions.create({ ...request, stream: true })) streamedByClient += chunk.choices[0]?.text ?? '';
+    assert.equal(streamedByClient, local.text, `openai client stream, ${JSON.stringify(c)}`);
   }
+  const listed = await openai.models.list();
+  assert.deepEqual(listed.data.map((m) => m.id), ['moby-micro']);
+  await assert.rejects(openai.completions.create({ model: 'no-such-model', prompt: 'hi' }), (e: unknown) => e instanceof OpenAI.NotFoundError);
+  await assert.rejects(openai.completions.create({ model: 'moby-micro', prompt: 'hi', max_tokens: 5000 }), (e: unknown) => e instanceof OpenAI.BadRequestError);
 
 
   await engine.close();
