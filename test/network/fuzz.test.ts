@@ -122,10 +122,17 @@ async function pool(n: number, work: () => Promise<boolean>): Promise<void> {
   }));
 }
 
-/** Whether an answer's body is the error contract's `{ error, code }`. */
-function isErrorBody(body: string): boolean {
+/**
+ * Whether an answer's body is the error contract's `{ error, code }`, or, on
+ * the OpenAI-compatible `/v1` routes, OpenAI's `{ error: { message, type, param, code } }`.
+ */
+function isErrorBody(body: string, path: string): boolean {
   try {
     const v = JSON.parse(body) as Record<string, unknown>;
+    const e = v.error as Record<string, unknown> | undefined;
+    if (path.startsWith('/v1/') && typeof e === 'object' && e !== null) {
+      return Object.keys(v).join() === 'error' && typeof e.message === 'string' && typeof e.type === 'string' && (e.code === null || (typeof e.code === 'string' && /^[a-z_0-9]{1,64}$/.test(e.code)));
+    }
     return Object.keys(v).sort().join() === 'code,error' && typeof v.error === 'string' && typeof v.code === 'string' && /^[a-z_0-9]{1,64}$/.test(v.code);
   } catch {
     return false;
@@ -195,8 +202,8 @@ test(`every route of the orchestrator and of the peer API takes ${REQUESTS} rand
   assert.ok(refusedByClient.length < results.length / 100, `the client library refused ${refusedByClient.length} requests: ${refusedByClient.slice(0, 3).map(describe).join('\n')}`);
   const bad = results.filter((r) => r.status === null || r.status >= 500);
   assert.deepEqual(bad.map(describe).slice(0, 40), [], `${bad.length} requests got a 5xx or no answer (seed ${SEED})`);
-  // every refusal is in the error contract: { error, code }
-  const offContract = results.filter((r) => r.status !== null && r.status >= 400 && r.req.method !== 'HEAD' && !isErrorBody(r.body));
+  // every refusal is in the error contract: { error, code } (OpenAI's shape on /v1)
+  const offContract = results.filter((r) => r.status !== null && r.status >= 400 && r.req.method !== 'HEAD' && !isErrorBody(r.body, r.req.path));
   assert.deepEqual(offContract.map(describe).slice(0, 20), [], `${offContract.length} refusals are not { error, code } (seed ${SEED})`);
   assert.deepEqual(alive(), [], 'every process is alive');
 
