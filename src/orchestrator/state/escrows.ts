@@ -87,9 +87,16 @@ const ShareRow = Type.Object({ miner: Type.String(), score: Type.Number(), amoun
 export type JobPaymentShare = Static<typeof ShareRow>;
 const decodeShare = rowReader(ShareRow, 'job payment share');
 
-const StorageRow = Type.Object({ txHash: Type.String(), jobId: Type.String(), payer: Type.String(), amount: Wei, days: Int, at: Int });
-export type StoragePaymentRecord = Static<typeof StorageRow>;
-const decodeStorage = rowReader(StorageRow, 'storage payment');
+/** A NIM transfer that paid for keeping a job's checkpoints longer. */
+export interface StoragePaymentRecord {
+  txHash: string;
+  jobId: string;
+  payer: string;
+  /** wei */
+  amount: string;
+  days: number;
+  at: number;
+}
 
 /** What opening a job's escrow records. */
 export interface NewEscrow {
@@ -211,9 +218,5 @@ export class EscrowStore {
       p.at,
     );
     return r.changes > 0;
-  }
-
-  storagePayments(jobId: string): StoragePaymentRecord[] {
-    return all(this.db, decodeStorage, 'SELECT tx_hash AS txHash, job_id AS jobId, payer, amount, days, at FROM storage_payments WHERE job_id = ? ORDER BY at', jobId);
   }
 }
