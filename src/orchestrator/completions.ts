@@ -24,6 +24,7 @@
 // (the default: f16 frames round the activations between stages, and the text
 // may then differ).
 import { randomBytes } from 'node:crypto';
+import { MAX_COMPLETION_TOKENS, MAX_PROMPT_BYTES, MAX_STOP_BYTES, MAX_STOPS, MAX_TEMPERATURE, type OpenAiErrorBody } from '../api/completions.ts';
 import { SignedClient } from '../http/client.ts';
 import { gptConfigOf } from '../model/model-ref.ts';
 import { Sampler, stopAt, stopSequences } from '../inference/sampling.ts';
@@ -35,12 +36,6 @@ import { RequestSigner } from '../protocol/signing.ts';
 import type { Coordinator } from './coordinator.ts';
 import type { DeploymentRecord } from './state/deployments.ts';
 
-/** Limits of a request (docs/inference.md, "Serve"). */
-export const MAX_PROMPT_BYTES = 16_384;
-export const MAX_COMPLETION_TOKENS = 4_096;
-export const MAX_STOPS = 4;
-export const MAX_STOP_BYTES = 64;
-export const MAX_TEMPERATURE = 2;
 const MAX_FRAME_BYTES = 64 << 20;
 
 /** A checked request. */
@@ -66,7 +61,7 @@ export class OpenAiError extends Error {
   ) {
     super(message);
   }
-  body(): { error: { message: string; type: string; param: string | null; code: string } } {
+  body(): OpenAiErrorBody {
     return { error: { message: this.message, type: this.type, param: this.param, code: this.code } };
   }
 }
@@ -140,9 +135,36 @@ export function deploymentFor(c: Coordinator, model: string): DeploymentRecord {
   throw new OpenAiError(404, `the model '${model}' does not exist`, 'model_not_found', 'model');
 }
 
-export interface Step {
-  /** bytes to show now (a streamed chunk; may be empty) */
-  bytes: Uint8Array;
+/**
+ * What one stage miner did for one step of a generation, handed to the
+ * observers (the inference work log, spot checks, traffic figures): the frame
+ * it was sent and the one it answered, decoded.
+ */
+export interface StageStep {
+  deployment: DeploymentRecord;
+  session: string;
+  stage: number;
+  /** the miner that ran it */
+  minerId: string;
+  /** true when the step began the session's window again (a prefill) */
+  reset: boolean;
+  /** rows run: the window's tokens on a prefill, else 1 */
+  rows: number;
+  /** token ids (stage 0) or activation rows [rows, C] */
+  input: Float32Array;
+  /** activation rows [rows, C], or the last stage's logits [1, V] */
+  output: Float32Array;
+  /** bytes of the frame sent and of the one received */
+  bytesSent: number;
+  bytesReceived: number;
+}
+
+/** Watches generations; every method is optional and must not throw (an error is logged and ignored). */
+export interface CompletionObserver {
+  /** a stage answered a step with a well-formed frame */
+  stageStep?(step: StageStep): void;
+  /** a generation ended (for good or not): its request, and its result when it finished */
+  completed?(deployment: DeploymentRecord, request: CompletionRequest, result: CompletionResult | null): void;
 }
 
 export interface CompletionResult {
@@ -156,11 +178,27 @@ export interface CompletionResult {
 /** Drives generations through the stage miners. */
 export class Completions {
   private readonly client: SignedClient;
+  private readonly observers: CompletionObserver[] = [];
   private turn = 0;
 
   constructor(private readonly c: Coordinator, private readonly options: { codec?: 'f32' | 'f16'; timeoutMs?: number } = {}) {
     const { key, domain } = c.identity;
     this.client = new SignedClient('http://127.0.0.1', new RequestSigner({ session: key, address: orchestratorAddress(key.publicKey) }, { domain }), options.timeoutMs ?? 30_000);
+  }
+
+  /** Adds an observer of every generation from now on. */
+  observe(o: CompletionObserver): void {
+    this.observers.push(o);
+  }
+
+  private notify(call: (o: CompletionObserver) => void): void {
+    for (const o of this.observers) {
+      try {
+        call(o);
+      } catch (err) {
+        this.c.log(`completions: an observer failed: ${(err as Error).message}`);
+      }
+    }
   }
 
   /** One serving replica per stage (round-robin among those serving); a 503 when a stage has none. */
@@ -197,6 +235,7 @@ export class Completions {
     const generated: number[] = [];
     const hold = r.stop.reduce((m, s) => Math.max(m, s.length - 1), 0);
     let sent = 0;
+    let result: CompletionResult | null = null;
     try {
       let window = sequence.length <= T ? sequence : sequence.slice(-keep);
       let logits = await this.forward(d, route, id, window, true, config.channels, config.vocabSize);
@@ -209,7 +248,8 @@ export class Completions {
         if (cut >= 0 || generated.length >= r.maxTokens) {
           const end = cut >= 0 ? cut : generated.length;
           if (end > sent) onBytes(Uint8Array.from(generated.slice(sent, end)));
-          return { id, bytes: Uint8Array.from(generated.slice(0, end)), finishReason: cut >= 0 ? 'stop' : 'length', promptTokens, completionTokens: generated.length };
+          result = { id, bytes: Uint8Array.from(generated.slice(0, end)), finishReason: cut >= 0 ? 'stop' : 'length', promptTokens, completionTokens: generated.length };
+          return result;
         }
         const safe = generated.length - hold;
         if (safe > sent) {
@@ -227,6 +267,8 @@ export class Completions {
         }
       }
     } finally {
+      const done = result;
+      this.notify((o) => o.completed?.(d, r, done));
       for (const p of route) {
         const body = new TextEncoder().encode(JSON.stringify({ deploymentId: d.id, session: id }));
         this.client.request('POST', new URL('/infer/end', p.url).href, body, 'application/json').catch(() => {});
@@ -242,6 +284,7 @@ export class Completions {
       const peer = route[stage];
       const last = stage === route.length - 1;
       const body = encodeFrame(data, shape, 'f32', { deploymentId: d.id, stage, session, reset, codec: this.options.codec ?? 'f32' });
+      const input = data;
       let answer: Uint8Array;
       try {
         answer = await this.client.request('POST', new URL('/infer', peer.url).href, body);
@@ -258,6 +301,8 @@ export class Completions {
       } catch (err) {
         throw new OpenAiError(502, `stage ${stage} (miner ${peer.id}) answered with a malformed frame: ${(err as Error).message}`.slice(0, 500), 'upstream_error');
       }
+      const step: StageStep = { deployment: d, session, stage, minerId: peer.id, reset, rows: tokens.length, input, output: data, bytesSent: body.byteLength, bytesReceived: answer.byteLength };
+      this.notify((o) => o.stageStep?.(step));
     }
     return data;
   }

@@ -80,7 +80,7 @@ export class Coordinator {
   readonly deployments: Deployments;
   private readonly options: CoordinatorOptions;
   private readonly now: () => number;
-  private readonly log: (line: string) => void;
+  readonly log: (line: string) => void;
   readonly identity: OrchestratorIdentity;
   /** merged states of stages, for checking what miners send against them */
   readonly stageStates: StageStates;

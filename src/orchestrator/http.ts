@@ -8,6 +8,7 @@
 import { createHttpServer, type HttpServer } from '../http/server.ts';
 import { AuthError } from '../protocol/errors.ts';
 import { RequestVerifier } from '../protocol/signing.ts';
+import { Completions } from './completions.ts';
 import type { Coordinator } from './coordinator.ts';
 import { DatasetService } from './datasets.ts';
 import type { Epochs } from './epochs.ts';
@@ -28,7 +29,9 @@ const MALFORMED = new Set([400, 413, 415]);
 /** Largest JSON body (a heartbeat with thousands of reports stays below it). */
 export const MAX_JSON_BYTES = 1 << 20;
 
-export function buildApi(coordinator: Coordinator, epochs: Epochs | null = null, jobs: JobService | null = null, datasets: DatasetService | null = null): HttpServer {
+export function buildApi(
+  coordinator: Coordinator, epochs: Epochs | null = null, jobs: JobService | null = null, datasets: DatasetService | null = null, completions: Completions = new Completions(coordinator),
+): HttpServer {
   // requests are bound to this network, and (the nonces of earlier ones being forgotten) to this run of the server
   const verifier = new RequestVerifier({ domain: coordinator.identity.domain, notBefore: Date.now(), sessionKeyOf: (a) => coordinator.sessionKeyOf(a) });
   const app = createHttpServer({
@@ -52,7 +55,7 @@ export function buildApi(coordinator: Coordinator, epochs: Epochs | null = null,
   if (jobs) jobRoutes(app, coordinator, jobs, epochs?.jobPayments ?? null);
   modelRoutes(app, coordinator, epochs?.chain ?? null);
   deploymentRoutes(app, coordinator, epochs?.chain ? chainModelRegistry(epochs.chain) : null);
-  completionRoutes(app, coordinator);
+  completionRoutes(app, coordinator, completions);
   datasetRoutes(app, coordinator, datasets ?? new DatasetService(coordinator.state, coordinator.blobs));
   return app;
 }

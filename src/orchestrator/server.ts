@@ -3,6 +3,7 @@
 import { mkdirSync } from 'node:fs';
 import { join } from 'node:path';
 import { FsBlobStore } from './blobs.ts';
+import { Completions } from './completions.ts';
 import { Coordinator, type CoordinatorOptions } from './coordinator.ts';
 import { DatasetService } from './datasets.ts';
 import { chainModelRegistry, RegistrySync } from './deployment-registry.ts';
@@ -31,6 +32,8 @@ export interface RunningOrchestrator {
   coordinator: Coordinator;
   jobs: JobService;
   epochs: Epochs | null;
+  /** the serving path of /v1/completions (observers: the inference work log, spot checks) */
+  completions: Completions;
   /** Closes the epoch if due and settles what is settling, now (a no-op when unpaid). */
   settleNow(): Promise<void>;
   close(): Promise<void>;
@@ -56,7 +59,8 @@ export async function startOrchestrator(options: OrchestratorOptions): Promise<R
   const jobs = new JobService(coordinator, { checkpointRetentionMs: options.checkpointRetentionMs ?? DEFAULT_CHECKPOINT_RETENTION_MS, slots: coordinator.slots, nimPerPetaflop: options.chain?.nimPerPetaflop });
   // an unused dataset is kept as long as an ended job's checkpoints
   const datasets = new DatasetService(state, blobs, { retentionMs: options.checkpointRetentionMs ?? DEFAULT_CHECKPOINT_RETENTION_MS });
-  const app = buildApi(coordinator, epochs, jobs, datasets);
+  const completions = new Completions(coordinator);
+  const app = buildApi(coordinator, epochs, jobs, datasets, completions);
   // the ModelRegistry's deployed flag follows the deployments (paid networks)
   const registry = options.chain ? new RegistrySync(state, chainModelRegistry(options.chain), (line) => console.error(`orchestrator: ${line}`)) : null;
   const host = options.host ?? '127.0.0.1';
@@ -78,6 +82,7 @@ export async function startOrchestrator(options: OrchestratorOptions): Promise<R
     coordinator,
     jobs,
     epochs,
+    completions,
     async settleNow() {
       // a pass already under way may have started before the last work arrived
       await epochs?.step();

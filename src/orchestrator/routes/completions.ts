@@ -1,12 +1,14 @@
 // The OpenAI-compatible subset (docs/inference.md, "Serve"): `POST
 // /v1/completions` (model, prompt, max_tokens, temperature, top_p, seed, stop,
 // stream: server-sent events) and `GET /v1/models` (the deployed models).
-// Unsigned and unpaid for now. Answers, errors included, are in OpenAI's shape
+// The contracts are ../../api/completions.ts. Unsigned and unpaid for now.
+// Answers, errors included, are in OpenAI's shape
 // (`{ error: { message, type, param, code } }`), written straight to the
 // socket so that the official `openai` client reads them as it reads
 // OpenAI's; the rules are in ../completions.ts.
 import type { ServerResponse } from 'node:http';
 import type { FastifyReply } from 'fastify';
+import { Completion, CompletionBody, ModelList } from '../../api/completions.ts';
 import type { HttpServer } from '../../http/server.ts';
 import { NimbleError } from '../../protocol/errors.ts';
 import { type CompletionRequest, Completions, deploymentFor, OpenAiError, parseCompletionRequest } from '../completions.ts';
@@ -24,7 +26,13 @@ function writeJson(res: ServerResponse, status: number, value: unknown): void {
 function openAi(err: unknown): OpenAiError {
   if (err instanceof OpenAiError) return err;
   if (err instanceof NimbleError) return new OpenAiError(err.status, err.status >= 500 ? 'internal error' : err.message, err.code);
-  const e = err as { statusCode?: number; message?: string; code?: string };
+  const e = err as { statusCode?: number; message?: string; code?: string; validation?: { instancePath?: string; message?: string }[] };
+  if (e.validation) {
+    // a body that breaks the schema: name the field, as OpenAI does
+    const first = e.validation[0];
+    const param = first?.instancePath?.split('/')[1] || null;
+    return new OpenAiError(400, `${param ?? 'the body'}: ${first?.message ?? 'does not match the schema'}`, 'invalid_value', param);
+  }
   if (typeof e.statusCode === 'number' && e.statusCode >= 400 && e.statusCode < 500) {
     return new OpenAiError(e.statusCode, e.statusCode === 413 ? `the body is over ${BODY_LIMIT} bytes` : (e.message ?? 'bad request'), e.statusCode === 413 ? 'too_large' : 'invalid_body');
   }
@@ -41,7 +49,7 @@ function fail(reply: FastifyReply, err: unknown): void {
 export function completionRoutes(app: HttpServer, c: Coordinator, completions = new Completions(c)): void {
   const errorHandler = (err: Error, _req: unknown, reply: FastifyReply): void => fail(reply, err);
 
-  app.get('/v1/models', { errorHandler }, async (_req, reply) => {
+  app.get('/v1/models', { errorHandler, schema: { response: { 200: ModelList } } }, async (_req, reply) => {
     reply.hijack();
     writeJson(reply.raw, 200, {
       object: 'list',
@@ -49,7 +57,7 @@ export function completionRoutes(app: HttpServer, c: Coordinator, completions = 
     });
   });
 
-  app.post('/v1/completions', { bodyLimit: BODY_LIMIT, errorHandler }, async (req, reply) => {
+  app.post('/v1/completions', { bodyLimit: BODY_LIMIT, errorHandler, schema: { body: CompletionBody, response: { 200: Completion } } }, async (req, reply) => {
     let r: CompletionRequest;
     try {
       r = parseCompletionRequest(req.body);
