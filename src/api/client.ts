@@ -13,6 +13,9 @@ import { RequestSigner } from '../protocol/signing.ts';
 import { findNetwork } from './network.ts';
 import { EpochList, EpochView, Health, MinerView, RunView, WorkTotal, type CreateRunRequest } from './schemas.ts';
 
+/** A developer's command waits this long for an unreachable orchestrator before it says so. */
+const DEVELOPER_WAIT_MS = 3_000;
+
 const RunList = Type.Array(RunView);
 const MinerList = Type.Array(MinerView);
 const WorkList = Type.Array(WorkTotal);
@@ -42,7 +45,7 @@ export class OrchestratorClient {
   signed(): Promise<SignedClient> {
     const wallet = this.options.wallet;
     if (!wallet) return Promise.reject(new NimbleError('invalid', 'this needs a developer key (a wallet) to sign with'));
-    this.developer ??= findNetwork(this.url).then(({ domain }) => new SignedClient(this.url, new RequestSigner(wallet, { domain }), this.options.timeoutMs));
+    this.developer ??= findNetwork(this.url, () => false, DEVELOPER_WAIT_MS).then(({ domain }) => new SignedClient(this.url, new RequestSigner(wallet, { domain }), this.options.timeoutMs));
     return this.developer;
   }
 

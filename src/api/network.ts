@@ -14,9 +14,17 @@ export interface Network {
   orchestratorKey: string;
 }
 
-/** Asks `orchestrator` for its network, retrying while it is not up yet (about a minute). */
-export async function findNetwork(orchestrator: string, stopped: () => boolean = () => false): Promise<Network> {
+/** A miner started before its orchestrator waits this long for it. */
+export const MINER_WAIT_MS = 60_000;
+
+/**
+ * Asks `orchestrator` for its network, retrying while it is unreachable for
+ * up to `waitMs` (a miner waits for an orchestrator that is starting; a
+ * developer's command gives up after a few seconds and says so).
+ */
+export async function findNetwork(orchestrator: string, stopped: () => boolean = () => false, waitMs: number = MINER_WAIT_MS): Promise<Network> {
   const client = new JsonClient(orchestrator, 10_000, 'the orchestrator');
+  const giveUpAt = Date.now() + waitMs;
   for (let attempt = 0; ; attempt++) {
     const challenge = randomBytes(16).toString('hex');
     try {
@@ -26,7 +34,7 @@ export async function findNetwork(orchestrator: string, stopped: () => boolean =
       return { domain, orchestratorKey: info.publicKey };
     } catch (err) {
       const unreachable = err instanceof NimbleError && err.code === 'unreachable';
-      if (!unreachable || attempt >= 40 || stopped()) throw err;
+      if (!unreachable || Date.now() >= giveUpAt || stopped()) throw err;
       await new Promise((r) => setTimeout(r, Math.min(2000, 100 * 2 ** attempt)));
     }
   }

@@ -15,6 +15,7 @@ import { registerJob } from './job.ts';
 import { registerCheckpoint } from './checkpoint.ts';
 import { registerModel } from './model.ts';
 import { registerDataset } from './dataset.ts';
+import { registerGenerate } from './generate.ts';
 
 export function buildProgram(): Command {
   const program = new Command('nbcli')
@@ -34,6 +35,7 @@ export function buildProgram(): Command {
   registerCheckpoint(program);
   registerModel(program);
   registerDataset(program);
+  registerGenerate(program);
   return program;
 }
 

@@ -46,7 +46,7 @@ export function registerModelDeploy(group: Command, common: (cmd: Command) => Co
     if (!(idleLimitMs >= MIN_IDLE_LIMIT_MS && idleLimitMs <= MAX_IDLE_LIMIT_MS)) throw new NimbleError('invalid', `--idle-hours must be between ${MIN_IDLE_LIMIT_MS / 3_600_000} and ${MAX_IDLE_LIMIT_MS / 3_600_000}, got '${flags.idleHours}'`);
     const { sha256, client } = await resolve(ref, flags);
     let d = await client.deploy(sha256, { replicas, ...(stages === undefined ? {} : { stages }), idleLimitMs });
-    if (flags.wait) d = await waitServing(flags, new ModelClient(new OrchestratorClient(flags.orchestrator)), sha256, d, Number(flags.timeout) * 1000);
+    if (flags.wait) d = await waitServing(new ModelClient(new OrchestratorClient(flags.orchestrator)), sha256, d, Number(flags.timeout) * 1000, (line) => !flags.json && process.stderr.write(`${line}\n`));
     emit(flags, { event: 'deployed', deployment: d }, () => deploymentLines(d).join('\n'));
   });
 
@@ -75,14 +75,14 @@ async function resolve(ref: string, flags: Flags): Promise<{ sha256: string; cli
   return { sha256: m.checkpointSha256.slice(2), client: new DeploymentClient(new OrchestratorClient(flags.orchestrator, { wallet: privateKey })) };
 }
 
-/** Polls the model until its deployment serves (or ends, or the timeout passes), printing each change on stderr. */
-async function waitServing(flags: Flags, models: ModelClient, sha256: string, first: DeploymentView, timeoutMs: number): Promise<DeploymentView> {
+/** Polls the model until its deployment serves (or ends, or the timeout passes), telling `progress` each change. */
+export async function waitServing(models: ModelClient, sha256: string, first: DeploymentView, timeoutMs: number, progress: (line: string) => void): Promise<DeploymentView> {
   const end = Date.now() + (timeoutMs > 0 ? timeoutMs : 600_000);
   let d = first;
   let said = '';
   for (;;) {
     const line = progressLine(d);
-    if (line !== said && !flags.json) process.stderr.write(`${line}\n`);
+    if (line !== said) progress(line);
     said = line;
     if (d.status !== 'deploying') return d;
     if (Date.now() > end) throw new NimbleError('timeout', `deployment ${d.id} is not serving after ${Math.round(timeoutMs / 1000)} s: ${line}`, 504);

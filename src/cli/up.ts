@@ -22,7 +22,7 @@ import { loadOrCreateKeyFile } from '../chain/key-file.ts';
 import { heldoutLoss } from '../train/local.ts';
 import { generatePrivateKey } from 'viem/accounts';
 import { formatEther, parseEther } from 'viem';
-import { signerFor } from '../chain/client.ts';
+import { signerFor, type ChainClient } from '../chain/client.ts';
 import { addStake, readStake } from '../chain/staking.ts';
 import { faucet } from '../chain/token.ts';
 import { loadWalletFile, saveWallet, unlockWallet, walletsDir } from '../chain/wallets.ts';
@@ -36,6 +36,7 @@ import { orchestratorChain, withOrchestratorChainOptions, type OrchestratorChain
 import { describeEpoch } from './rewards.ts';
 import { nbcliArgv } from './self.ts';
 import { trainUpJob } from './up-job.ts';
+import { serveUpModel } from './up-serve.ts';
 import { isLocalData, packJobData } from './job-data.ts';
 
 /** Password of the demo miners' wallets when $NIMBLE_PASSWORD is not set (local chain only). */
@@ -151,7 +152,7 @@ export function registerUp(program: Command): void {
       // the run or job is the demo developer's: its key in the data dir signs it and downloads its checkpoints
       const api = new OrchestratorClient(orch.url, { wallet: developerKey(root) });
       if (spec) await trainUpJob(api, spec, { miners: minerCount, keyDir: root, key: developerKey(root), flags, specFile: flags.job, packed });
-      else await trainDemoRun(api, { steps, stages, minerCount, evalBatches, root, model: flags.model, mergeEvery: flags.mergeEvery }, flags);
+      else await trainDemoRun(api, { steps, stages, minerCount, evalBatches, root, model: flags.model, mergeEvery: flags.mergeEvery, chain: chain?.client ?? null, key: developerKey(root) }, flags);
       if (orch.epochs) {
         // the run's last epoch closes when it completes; wait for it to settle
         await orch.settleNow();
@@ -185,6 +186,10 @@ interface DemoRun {
   root: string;
   model: string;
   mergeEvery?: string;
+  /** where the trained model is published (null: unpaid, the model store only) */
+  chain: ChainClient | null;
+  /** the developer key that owns the run and its model */
+  key: Hex;
 }
 
 /** up's developer key (<data-dir>/up/developer-key.json, made on first use). */
@@ -226,7 +231,19 @@ async function trainDemoRun(api: OrchestratorClient, o: DemoRun, flags: Flags): 
   } finally {
     await engine.close();
   }
+  // the trained model, deployed on the miners, and a generation through them
+  const served = await serveUpModel(api, {
+    checkpoint: bytes, checkpointPath: ckpt, name: `up-${o.model}-${run.id.slice(0, 8)}`, key: o.key, chain: o.chain, stages: Math.min(stages, minerCount),
+    prompt: SERVE_PROMPT, maxTokens: 200, say, onText: (text) => !flags.json && process.stdout.write(text),
+  });
+  say(
+    { event: 'served', sha256: served.sha256, deployment: served.deployment.id, prompt: SERVE_PROMPT, text: served.text, ms: Math.round(served.ms) },
+    `\n(${served.text.length} characters in ${(served.ms / 1000).toFixed(1)} s through ${served.deployment.stages.length} stage miners; try: nbcli generate --orchestrator ${api.url} --model ${served.deployment.name} --prompt "…")`,
+  );
 }
+
+/** The prompt of the generation served through the miners. */
+const SERVE_PROMPT = 'Call me Ishmael. ';
 
 /**
  * A demo miner's environment: the allowlist of src/protocol/child-env.ts, its

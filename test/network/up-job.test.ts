@@ -83,3 +83,25 @@ test('up --job refuses the demo run\'s options and an invalid spec before starti
   assert.notEqual(invalid.code, 0);
   assert.match(invalid.stderr, /\/model: expected a model name/);
 });
+
+test('up (the demo run) trains, publishes the model on the local chain, deploys it on its miners and prints a generation served through them', { timeout: 150_000 }, async () => {
+  const home = join(cluster.dir, 'demo');
+  process.env.NIMBLE_CHAIN_RPC = '';
+  const run = await cluster.nbcli(['up', '--model', 'gpt-micro', '--steps', '16', '--miners', '2', '--stages', '2', '--eval-batches', '2', '--min-stake', '0', '--data-dir', home], home);
+  assert.equal(run.code, 0, run.stderr);
+  const event = (name: string): Record<string, unknown> => {
+    const e = run.out.find((v) => v.event === name);
+    assert.ok(e, `no '${name}' event in ${run.out.map((v) => v.event).join(' ')}`);
+    return e;
+  };
+  const published = event('published');
+  assert.match(String(published.tx), /^0x[0-9a-f]{64}$/, 'published on the chain by up');
+  const deployed = event('deployed').deployment as { status: string; stages: { miners: { state: string }[] }[] };
+  assert.equal(deployed.status, 'serving');
+  assert.equal(deployed.stages.length, 2, 'served across the 2 stage miners');
+  const served = event('served');
+  assert.equal(served.sha256, published.sha256);
+  assert.equal(typeof served.text, 'string');
+  // 200 tokens of bytes: at least 50 characters whatever UTF-8 the model made up
+  assert.ok((served.text as string).length >= 50, `a generation of ${(served.text as string).length} characters`);
+});
