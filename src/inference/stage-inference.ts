@@ -22,6 +22,7 @@ import { type GptConfig, validateGptConfig } from '../model/config.ts';
 import { headPart, partCount, partParams, type StageRange } from '../model/gpt.ts';
 import { FlatTensors, ParamLayout, type ParamSpec } from '../model/params.ts';
 import * as L from '../model/layers.ts';
+import { NimbleError } from '../protocol/errors.ts';
 import { KvCache, kvLayerOffsets } from './kv-cache.ts';
 
 /** The flat parameter layout of the parts `range`: the one GptStage lays its buffer out by. */
@@ -52,15 +53,15 @@ export interface SessionRows {
 }
 
 /** A session's rows would not fit its context: nothing was run. */
-export class ContextOverflowError extends Error {
+export class ContextOverflowError extends NimbleError {
+  override readonly name = 'ContextOverflowError';
   constructor(
     readonly session: string,
     readonly position: number,
     readonly rows: number,
     readonly contextLength: number,
   ) {
-    super(`session ${session} is at position ${position}: ${rows} more token${rows === 1 ? '' : 's'} would pass the context length ${contextLength}`);
-    this.name = 'ContextOverflowError';
+    super('context_overflow', `session ${session} is at position ${position}: ${rows} more token${rows === 1 ? '' : 's'} would pass the context length ${contextLength}`, 400);
   }
 }
 

@@ -8,6 +8,7 @@ import { Value, type ValueError } from '@sinclair/typebox/value';
 import { SPAM_MAX_FEATURES } from '../data/spam.ts';
 import { GPT_CONFIGS, GPT_LIMITS, MAX_GPT_PARAMS, type GptConfig } from '../model/config.ts';
 import { MAX_MLP_PARAMS, MLP_LIMITS, mlpParamCountOf } from '../model/mlp.ts';
+import { NimbleError } from '../protocol/errors.ts';
 import { parseDuration } from './duration.ts';
 
 const Size = (max: number): TInteger => Type.Integer({ minimum: 1, maximum: max });
@@ -130,13 +131,14 @@ export interface SpecProblem {
   message: string;
 }
 
-export class JobSpecError extends Error {
+/** A job spec with problems, each named by its path: a 400 'invalid'. */
+export class JobSpecError extends NimbleError {
+  override readonly name = 'JobSpecError';
   constructor(
     readonly problems: SpecProblem[],
     source = 'job spec',
   ) {
-    super(`${source} is not valid:\n${problems.map((p) => `  ${p.path || '/'}: ${p.message}`).join('\n')}`);
-    this.name = 'JobSpecError';
+    super('invalid', `${source} is not valid:\n${problems.map((p) => `  ${p.path || '/'}: ${p.message}`).join('\n')}`);
   }
 }
 

@@ -15,6 +15,7 @@
 // parts, its parameter layout, items per microbatch) asks this module, so a
 // GPT and an MLP answer the same questions: an MLP is one part, never cut into
 // stages; a run of it has one stage, its replicas data-parallel.
+import { NimbleError } from '../protocol/errors.ts';
 import { GPT_CONFIGS, validateGptConfig, type GptConfig } from './config.ts';
 import { partCount, partParams, rangeParamCount, type StageRange } from './gpt.ts';
 import { mlpParamCountOf, mlpParamSpecs, validateMlpConfig, type MlpConfig } from './mlp.ts';
@@ -31,10 +32,11 @@ export type ModelDescription = { kind: 'gpt'; name: string | null; config: GptCo
 /** The longest reference: an MLP with 16 hidden layers of the largest widths is about 115 characters. */
 export const MAX_MODEL_REF_LENGTH = 128;
 
-export class ModelRefError extends Error {
+/** A model reference that names no model this build can run: a 400 'invalid'. */
+export class ModelRefError extends NimbleError {
+  override readonly name = 'ModelRefError';
   constructor(message: string) {
-    super(message);
-    this.name = 'ModelRefError';
+    super('invalid', message);
   }
 }
 

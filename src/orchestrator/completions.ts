@@ -51,15 +51,16 @@ export interface CompletionRequest {
 }
 
 /** An error in the OpenAI shape: `{ error: { message, type, param, code } }`. */
-export class OpenAiError extends Error {
+export class OpenAiError extends NimbleError {
+  override readonly name = 'OpenAiError';
   constructor(
-    readonly status: number,
+    status: number,
     message: string,
-    readonly code: string,
+    code: string,
     readonly param: string | null = null,
     readonly type: string = status >= 500 ? 'server_error' : 'invalid_request_error',
   ) {
-    super(message);
+    super(code, message, status);
   }
   body(): OpenAiErrorBody {
     return { error: { message: this.message, type: this.type, param: this.param, code: this.code } };
