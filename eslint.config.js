@@ -1,4 +1,4 @@
-// ESLint: the recommended rules plus typescript-eslint's, over src/, test/, bench/ and scripts/.
+// ESLint: the recommended rules plus typescript-eslint's, over src/, test/, bench/, scripts/ and web/ (the dashboard, with no HTML from strings).
 import js from '@eslint/js';
 import tseslint from 'typescript-eslint';
 
@@ -19,6 +19,19 @@ export default tseslint.config(
     rules: {
       '@typescript-eslint/no-non-null-assertion': 'off',
       '@typescript-eslint/no-unused-vars': ['error', { argsIgnorePattern: '^_', varsIgnorePattern: '^_' }],
+    },
+  },
+  // the dashboard puts data in as text only (web/src/dom.ts): no HTML parsing of strings, ever
+  {
+    files: ['web/**/*.ts'],
+    rules: {
+      'no-restricted-properties': [
+        'error',
+        { property: 'innerHTML', message: 'build elements with h() from web/src/dom.ts: data goes in as text' },
+        { property: 'outerHTML', message: 'build elements with h() from web/src/dom.ts: data goes in as text' },
+        { property: 'insertAdjacentHTML', message: 'build elements with h() from web/src/dom.ts: data goes in as text' },
+        { object: 'document', property: 'write', message: 'build elements with h() from web/src/dom.ts' },
+      ],
     },
   },
 );

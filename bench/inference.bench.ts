@@ -5,7 +5,9 @@
 // prompt; and end-to-end generation (sampling included) through the Generator.
 // Decoding is measured on a single-thread engine too: at batch 1 each of the
 // ~50 kernel calls per token is small, and waking the worker costs more than
-// it saves. Medians of 15 runs (the machine may be shared).
+// it saves. Medians of 15 runs (the machine may be shared). The serving path
+// through stage processes (chain2, bytes per token, failover) is
+// ./inference-serve.bench.ts, in the same group.
 import { Engine } from '../src/engine/engine.ts';
 import { gptConfig } from '../src/model/config.ts';
 import { GptStage, partCount } from '../src/model/gpt.ts';
@@ -14,6 +16,7 @@ import { Generator } from '../src/inference/generator.ts';
 import { inferenceFromStage } from '../src/inference/load.ts';
 import type { StageInference } from '../src/inference/stage-inference.ts';
 import { median, type Bench, type BenchResult } from './harness.ts';
+import { inferenceServeBench } from './inference-serve.bench.ts';
 
 const MODEL = 'gpt-tiny';
 /** prompt tokens before the timed decode steps; the steps then run to the end of the context */
@@ -162,4 +165,5 @@ export const inferenceBenches: Bench[] = [
       return out;
     },
   },
+  inferenceServeBench,
 ];

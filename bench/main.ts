@@ -12,8 +12,9 @@ import { spamBenches } from './jobs-spam.bench.ts';
 import { jobPlanBenches } from './jobs-plan.bench.ts';
 import { jobSubmitBenches } from './jobs-submit.bench.ts';
 import { inferenceBenches } from './inference.bench.ts';
+import { dashboardBenches } from './dashboard.bench.ts';
 
-const registry: Bench[] = [...engineBenches, ...protocolBenches, ...chainBenches, ...mergeBenches, ...spotCheckBenches, ...networkBenches, ...floodBenches, ...trustBenches, ...spamBenches, ...jobPlanBenches, ...jobSubmitBenches, ...inferenceBenches];
+const registry: Bench[] = [...engineBenches, ...protocolBenches, ...chainBenches, ...mergeBenches, ...spotCheckBenches, ...networkBenches, ...floodBenches, ...trustBenches, ...spamBenches, ...jobPlanBenches, ...jobSubmitBenches, ...inferenceBenches, ...dashboardBenches];
 
 const args = process.argv.slice(2);
 const json = args.includes('--json');

@@ -14,17 +14,19 @@ const Nullable = <T extends TSchema>(t: T) => Type.Union([t, Type.Null()]);
 const Wei = Type.String({ pattern: '^[0-9]{1,78}$' });
 const Nim = Type.String({ pattern: '^-?[0-9]+(\\.[0-9]+)?$' });
 
-/** What miners' work is counted in: work done, and penalties. */
+/** What miners' work is counted in: work done (training, merging, serving), and penalties. */
 export const WorkKind = Type.Union([
   Type.Literal('forward'),
   Type.Literal('backward'),
   Type.Literal('merge'),
+  /** tokens run through a stage of a deployed model, in units of INFERENCE_TOKENS_PER_UNIT (src/orchestrator/inference-billing.ts) */
+  Type.Literal('inference'),
   Type.Literal('dropped'),
   Type.Literal('invalid'),
   Type.Literal('failed_check'),
 ]);
 export type WorkKind = Static<typeof WorkKind>;
-export const WORK_KINDS: readonly WorkKind[] = ['forward', 'backward', 'merge', 'dropped', 'invalid', 'failed_check'];
+export const WORK_KINDS: readonly WorkKind[] = ['forward', 'backward', 'merge', 'inference', 'dropped', 'invalid', 'failed_check'];
 
 export const RunStatus = Type.Union([
   Type.Literal('waiting'),
@@ -165,6 +167,21 @@ export const EpochView = Type.Object({
       amount: Nim,
       amountWei: Wei,
       units: Type.Record(Type.String(), Type.Number()),
+    }),
+  ),
+  /**
+   * what callers' credit escrows pay for the inference charged in this epoch
+   * (docs/inference.md, "Payment"), per payee and role: the miners' share and
+   * the model owners' rest, credited as stake
+   */
+  inferencePayments: Type.Array(
+    Type.Object({
+      payee: Address,
+      name: Nullable(Type.String()),
+      role: Type.Union([Type.Literal('miner'), Type.Literal('owner')]),
+      amount: Nim,
+      amountWei: Wei,
+      status: Type.Union([Type.Literal('pending'), Type.Literal('paid')]),
     }),
   ),
   /** stakes slashed for failed spot checks in this epoch (one per failed check) */

@@ -4,7 +4,8 @@
 // developer's key (a clear error, before anything is sent, when the NIM is
 // not there), then the job is submitted with the escrow's id. A submission
 // that fails after the escrow was opened gets the escrow released (refunded)
-// at once. Keeping checkpoints longer is paid by a NIM transfer to the
+// at once (nbcli credit add opens a wallet's inference credit the same way,
+// ./credit.ts). Keeping checkpoints longer is paid by a NIM transfer to the
 // orchestrator, whose hash goes with the request.
 import { randomBytes } from 'node:crypto';
 import { getAddress, type Address, type Hex } from 'viem';
@@ -66,7 +67,7 @@ export async function keepCheckpoints(flags: ChainCommandOptions, jobs: JobClien
 }
 
 /** The chain this command opened must be the orchestrator's, or the NIM would go somewhere it never looks. */
-function checkChain(client: ChainClient, terms: PaymentTermsView): void {
+export function checkChain(client: ChainClient, terms: Pick<PaymentTermsView, 'chainId' | 'jobEscrow'>): void {
   const escrow = client.deployment.jobEscrow;
   if (client.chainId !== terms.chainId || !escrow || getAddress(escrow) !== getAddress(terms.jobEscrow)) {
     throw new NimbleError(

@@ -16,6 +16,8 @@ import { registerCheckpoint } from './checkpoint.ts';
 import { registerModel } from './model.ts';
 import { registerDataset } from './dataset.ts';
 import { registerGenerate } from './generate.ts';
+import { registerApiKey } from './api-key.ts';
+import { registerCredit } from './credit.ts';
 
 export function buildProgram(): Command {
   const program = new Command('nbcli')
@@ -36,6 +38,8 @@ export function buildProgram(): Command {
   registerModel(program);
   registerDataset(program);
   registerGenerate(program);
+  registerApiKey(program);
+  registerCredit(program);
   return program;
 }
 

@@ -5,6 +5,7 @@ import { join } from 'node:path';
 import type { Command } from 'commander';
 import { parseDuration } from '../jobs/duration.ts';
 import { startOrchestrator } from '../orchestrator/server.ts';
+import { MAX_SYNTHETIC_RATE } from '../orchestrator/synthetic-prompts.ts';
 import { emit, parsePositiveInt, resolveDataDir, withCommonOptions } from './common.ts';
 import { orchestratorChain, withOrchestratorChainOptions, type OrchestratorChainFlags } from './orchestrator-chain.ts';
 
@@ -14,6 +15,8 @@ interface Flags extends OrchestratorChainFlags {
   minerTimeoutMs: string;
   deadlineMs: string;
   checkRate: string;
+  inferenceCheckRate: string;
+  syntheticPrompts?: string;
   slashFraction: string;
   checkpointRetention: string;
 }
@@ -29,6 +32,8 @@ export function registerOrchestrator(program: Command): void {
       .option('--miner-timeout-ms <ms>', 'a miner silent this long is gone', '4000')
       .option('--deadline-ms <ms>', 'a microbatch not finished this long after issue is re-issued elsewhere', '15000')
       .option('--check-rate <share>', 'share of forwards the orchestrator recomputes (spot checks; 0 disables)', '0.02')
+      .option('--inference-check-rate <share>', "share of served inference windows (a session's calls at one stage) the orchestrator recomputes (0 disables)", '0.02')
+      .option('--synthetic-prompts <rate>', `send this many completion requests a second (at most ${MAX_SYNTHETIC_RATE}) to the models being served, prompts from Moby Dick, billed to nobody, so that serving miners earn without outside users (default: none)`)
       .option('--checkpoint-retention <duration>', "how long an ended job's checkpoints are kept (e.g. 3d, 12h)", '3d')
       .option('--slash-fraction <share>', 'share of its stake a miner loses for each offence: a failed spot check, a forged receipt or claim, a poisoned merge (paid networks)', '0.05'),
   )).action(async (flags: Flags) => {
@@ -41,6 +46,13 @@ export function registerOrchestrator(program: Command): void {
       spotChecks: { rate: parseShare('--check-rate', flags.checkRate) },
       slashing: { fraction: parseShare('--slash-fraction', flags.slashFraction) },
     };
+    const inferenceChecks = { rate: parseShare('--inference-check-rate', flags.inferenceCheckRate) };
+    let syntheticPrompts: { rate: number } | undefined;
+    if (flags.syntheticPrompts !== undefined) {
+      const rate = Number(flags.syntheticPrompts);
+      if (flags.syntheticPrompts.trim() === '' || !(rate > 0 && rate <= MAX_SYNTHETIC_RATE)) throw new NimbleError('invalid', `--synthetic-prompts must be a number of requests a second in (0, ${MAX_SYNTHETIC_RATE}], got '${flags.syntheticPrompts}'`);
+      syntheticPrompts = { rate };
+    }
     let checkpointRetentionMs: number;
     try {
       checkpointRetentionMs = parseDuration(flags.checkpointRetention);
@@ -54,13 +66,13 @@ export function registerOrchestrator(program: Command): void {
     const chain = await orchestratorChain(flags, log);
     let orch;
     try {
-      orch = await startOrchestrator({ dataDir, host: flags.host, port, coordinator, chain: chain ?? undefined, checkpointRetentionMs });
+      orch = await startOrchestrator({ dataDir, host: flags.host, port, coordinator, chain: chain ?? undefined, checkpointRetentionMs, inferenceChecks, syntheticPrompts });
     } catch (err) {
       await chain?.close?.();
       throw err;
     }
     const paid = chain ? `paying ${flags.emission ?? '100'} NIM per epoch on chain ${chain.client.chainId}` : 'unpaid (--no-chain)';
-    emit(flags, { event: 'listening', url: orch.url, dataDir, chainId: chain?.client.chainId ?? null }, () => `orchestrator listening on ${orch.url} (state in ${dataDir}; ${paid})`);
+    emit(flags, { event: 'listening', url: orch.url, dataDir, chainId: chain?.client.chainId ?? null, dashboard: `${orch.url}/`, login: orch.loginUrl }, () => `orchestrator listening on ${orch.url} (state in ${dataDir}; ${paid})\ndashboard: ${orch.url}/ (to act as the operator, log in once with ${orch.loginUrl})`);
     await waitForSignal();
     await orch.close();
   });

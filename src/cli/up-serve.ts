@@ -2,13 +2,15 @@
 // trained is published (stored in the model store and, on the chain, put on
 // the ModelRegistry by up's developer key), deployed on the same miners, and a
 // generation is streamed through them with the OpenAI-compatible API, as any
-// user would get it.
+// user would get it, with an API key of up's developer (the model is free: a
+// key and no credit).
 import { createHash } from 'node:crypto';
 import { writeFileSync } from 'node:fs';
 import { privateKeyToAccount } from 'viem/accounts';
 import type { Hex } from 'viem';
 import type { OrchestratorClient } from '../api/client.ts';
 import { streamCompletion } from '../api/completion-client.ts';
+import { CreditClient } from '../api/credit-client.ts';
 import { DeploymentClient } from '../api/deployment-client.ts';
 import type { DeploymentView } from '../api/deployments.ts';
 import { ModelClient } from '../api/model-client.ts';
@@ -31,7 +33,7 @@ export interface UpServeOptions {
   stages: number;
   prompt: string;
   maxTokens: number;
-  /** the API key generations are paid with, when the network asks for one */
+  /** the API key generations are paid with (default: a new key of the developer's) */
   apiKey?: string;
   say(event: Record<string, unknown>, human: string): void;
   /** called with each piece of generated text (the terminal) */
@@ -43,6 +45,8 @@ export interface UpServed {
   deployment: DeploymentView;
   text: string;
   ms: number;
+  /** the API key it generated with */
+  apiKey: string;
 }
 
 /** Publishes, deploys and generates through the miners. */
@@ -66,9 +70,10 @@ export async function serveUpModel(api: OrchestratorClient, o: UpServeOptions): 
   const d = await waitServing(models, sha256, first, 300_000, (line) => o.say({ event: 'deploying', line }, line));
   if (d.status !== 'serving') throw new NimbleError('conflict', `the deployment did not start serving: ${deploymentLines(d).join(' / ')}`);
   o.say({ event: 'deployed', deployment: d }, deploymentLines(d).join('\n'));
+  const apiKey = o.apiKey ?? (await new CreditClient(api).createKey('nbcli up')).key;
   o.say({ event: 'generating', prompt: o.prompt }, 'generating through the miners:');
   o.onText(o.prompt);
   const t0 = performance.now();
-  const out = await streamCompletion(api.url, { model: sha256, prompt: o.prompt, max_tokens: o.maxTokens, temperature: 0.8, seed: 1 }, o.onText, { apiKey: o.apiKey });
-  return { sha256, deployment: d, text: out.text, ms: performance.now() - t0 };
+  const out = await streamCompletion(api.url, { model: sha256, prompt: o.prompt, max_tokens: o.maxTokens, temperature: 0.8, seed: 1 }, o.onText, { apiKey });
+  return { sha256, deployment: d, text: out.text, ms: performance.now() - t0, apiKey };
 }

@@ -107,7 +107,7 @@ export function registerUp(program: Command): void {
       await chain?.close?.();
       throw err;
     }
-    say({ event: 'orchestrator', url: orch.url }, `orchestrator on ${orch.url} (state in ${join(root, 'orchestrator')}; ${chain ? `paying ${formatEther(chain.emission ?? 0n)} NIM per epoch` : 'unpaid'})`);
+    say({ event: 'orchestrator', url: orch.url, dashboard: `${orch.url}/`, login: orch.loginUrl }, `orchestrator on ${orch.url} (state in ${join(root, 'orchestrator')}; ${chain ? `paying ${formatEther(chain.emission ?? 0n)} NIM per epoch` : 'unpaid'})\ndashboard: ${orch.url}/ (operator login: ${orch.loginUrl})`);
     const children: ChildProcess[] = [];
     let stopping = false;
     const stopAll = async (): Promise<void> => {
@@ -238,7 +238,7 @@ async function trainDemoRun(api: OrchestratorClient, o: DemoRun, flags: Flags): 
   });
   say(
     { event: 'served', sha256: served.sha256, deployment: served.deployment.id, prompt: SERVE_PROMPT, text: served.text, ms: Math.round(served.ms) },
-    `\n(${served.text.length} characters in ${(served.ms / 1000).toFixed(1)} s through ${served.deployment.stages.length} stage miners; try: nbcli generate --orchestrator ${api.url} --model ${served.deployment.name} --prompt "…")`,
+    `\n(${served.text.length} characters in ${(served.ms / 1000).toFixed(1)} s through ${served.deployment.stages.length} stage miners; try: nbcli generate --orchestrator ${api.url} --model ${served.deployment.name} --api-key ${served.apiKey} --prompt "…")`,
   );
 }
 

@@ -1,8 +1,13 @@
 // Text from a byte-level GPT in one process, with the KV cache: from a
 // whole-model checkpoint file (what a run or a job hands its developer), or
 // from a model in memory (a model just trained). What nbcli prints as a sample.
+//
+// generateCached can also cut the model into stages and round the rows
+// between them as f16 frames do (`stages`, `activations`): the reference a
+// generation served through miners is compared with, byte for byte.
 import type { Engine } from '../engine/engine.ts';
-import type { GptStage } from '../model/gpt.ts';
+import type { GptStage, StageRange } from '../model/gpt.ts';
+import type { ActivationCodec } from './activations.ts';
 import { Generator, type FinishReason } from './generator.ts';
 import { inferenceFromCheckpoint, inferenceFromStage } from './load.ts';
 import type { SamplingOptions } from './sampling.ts';
@@ -15,6 +20,13 @@ export interface GenerateOptions extends SamplingOptions {
   stop?: readonly (string | Uint8Array)[];
   /** tokens a restarted context window keeps (default half the context; ./generator.ts) */
   keep?: number;
+}
+
+export interface CachedGenerateOptions extends GenerateOptions {
+  /** the model cut into these stages, in order (default: one stage holding every part the file holds) */
+  stages?: readonly StageRange[];
+  /** how rows cross a stage boundary: exactly (default) or rounded to binary16, as f16 frames between miners */
+  activations?: ActivationCodec;
 }
 
 export interface Generation {
@@ -30,12 +42,13 @@ export interface Generation {
 }
 
 /** Generates from a whole-model Nimble GPT checkpoint (bytes of a safetensors file). */
-export function generateCached(engine: Engine, checkpoint: Uint8Array, prompt: string | Uint8Array, options: GenerateOptions): Generation {
-  const model = inferenceFromCheckpoint(engine, checkpoint, undefined, { maxSessions: 1 });
+export function generateCached(engine: Engine, checkpoint: Uint8Array, prompt: string | Uint8Array, options: CachedGenerateOptions): Generation {
+  const stages: StageInference[] = [];
   try {
-    return generateWith(model, prompt, options);
+    for (const range of options.stages ?? [undefined]) stages.push(inferenceFromCheckpoint(engine, checkpoint, range, { maxSessions: 1 }));
+    return generateWith(stages, prompt, options, options.activations);
   } finally {
-    model.release();
+    for (const s of stages) s.release();
   }
 }
 
@@ -43,17 +56,18 @@ export function generateCached(engine: Engine, checkpoint: Uint8Array, prompt: s
 export function generateFromStage(engine: Engine, stage: GptStage, prompt: string | Uint8Array, options: GenerateOptions): Generation {
   const model = inferenceFromStage(engine, stage, { maxSessions: 1 });
   try {
-    return generateWith(model, prompt, options);
+    return generateWith([model], prompt, options);
   } finally {
     model.release();
   }
 }
 
-function generateWith(model: StageInference, prompt: string | Uint8Array, options: GenerateOptions): Generation {
-  if (!model.isFirst || !model.isLast) throw new Error(`text generation here needs the whole model; this stage holds parts [${model.range.from}, ${model.range.to})`);
-  if (model.config.vocabSize !== 256) throw new Error(`text generation needs a byte-level model (vocabulary 256), not ${model.config.vocabSize}`);
+/** Generates through `stages` in order (the Generator checks they cover the whole model). */
+function generateWith(stages: StageInference[], prompt: string | Uint8Array, options: GenerateOptions, activations?: ActivationCodec): Generation {
+  const vocab = stages[0].config.vocabSize;
+  if (vocab !== 256) throw new Error(`text generation needs a byte-level model (vocabulary 256), not ${vocab}`);
   const bytes = typeof prompt === 'string' ? new TextEncoder().encode(prompt) : prompt;
-  const generator = new Generator([model], { keep: options.keep });
+  const generator = new Generator(stages, { keep: options.keep, activations });
   const { maxTokens, stop, temperature, topP, seed } = options;
   generator.add({ prompt: bytes, maxTokens, stop, sampling: { temperature, topP, seed } });
   const [result] = generator.runToEnd();

@@ -12,7 +12,13 @@
 // the old cache cannot be shifted. A prompt longer than the context starts the
 // same way, from its last `keep` tokens. (The recompute path slid its window
 // by one token per step at the cost of a full forward pass per token.)
+//
+// Between stages the rows pass as they are, or rounded to binary16
+// (`activations: 'f16'`): what miners exchanging f16 frames compute, so a
+// generation served through miners can be compared with this one byte for
+// byte (./activations.ts).
 import { partCount } from '../model/gpt.ts';
+import { acrossBoundary, type ActivationCodec } from './activations.ts';
 import { Sampler, stopAt, stopSequences, type SamplingOptions } from './sampling.ts';
 import type { SessionRows, StageInference } from './stage-inference.ts';
 
@@ -49,6 +55,8 @@ export interface StepResult {
 export interface GeneratorOptions {
   /** tokens a restarted window keeps (1 … context length); default half the context */
   keep?: number;
+  /** how activation rows cross from one stage to the next: exactly (f32, the default) or rounded to binary16 (f16 frames) */
+  activations?: ActivationCodec;
 }
 
 interface Active {
@@ -69,6 +77,7 @@ export class Generator {
   private readonly waiting: Active[] = [];
   private readonly active = new Map<string, Active>();
   private readonly keep: number;
+  private readonly activations: ActivationCodec;
   private nextId = 0;
 
   constructor(
@@ -89,6 +98,8 @@ export class Generator {
     const T = config.contextLength;
     this.keep = options.keep ?? Math.max(1, Math.floor(T / 2));
     if (!(Number.isInteger(this.keep) && this.keep >= 1 && this.keep <= T)) throw new RangeError(`keep must be an integer in [1, ${T}], got ${this.keep}`);
+    this.activations = options.activations ?? 'f32';
+    if (this.activations !== 'f32' && this.activations !== 'f16') throw new RangeError(`activations must be 'f32' or 'f16', got ${String(this.activations)}`);
   }
 
   /** Sessions generating, and requests waiting for room to join. */
@@ -196,7 +207,7 @@ export class Generator {
       let off = 0;
       rows = rows.map((r) => {
         const n = stage.isFirst ? r.input.length : r.input.length / C;
-        const input = out.subarray(off * C, (off + n) * C);
+        const input = acrossBoundary(out.subarray(off * C, (off + n) * C), this.activations);
         off += n;
         return { session: r.session, input };
       });

@@ -44,7 +44,7 @@ import { Pipeline } from './pipeline.ts';
 import { CheckAnswers } from './spot-checks.ts';
 import { stageDataReady } from './stage-model.ts';
 import { inFlightLimit, StageRunner } from './stage-runner.ts';
-import type { Tamper } from './tamper.ts';
+import { tamperedServing, type Tamper } from './tamper.ts';
 import { Throttle } from './throttle.ts';
 
 export interface MinerOptions {
@@ -166,7 +166,7 @@ export class Miner {
       health: () => ({ ok: true, address: this.address, stage: this.stageInfo, stats: this.stats }),
       log: this.log,
     });
-    const serve = serveRoutes(this.app, { served: () => this.serving.served(), orchestrator, log: this.log });
+    const serve = serveRoutes(this.app, { served: () => tamperedServing(this.serving.served(), this.options.tamper?.inference), orchestrator, log: this.log });
     setInterval(() => serve.sweep(), SESSION_IDLE_MS / 4).unref();
   }
 

@@ -1,15 +1,26 @@
 // The serving half of a miner's peer API (docs/inference.md, "Serve"): the
-// orchestrator drives a generation stage by stage, and each call runs this
-// miner's StageInference on one session's rows.
+// orchestrator drives generations stage by stage, and each call runs this
+// miner's StageInference once on the rows of one or more sessions
+// (continuous batching: sessions join and leave between calls).
 //
 //   POST /infer      a tensor frame: token ids (stage 0, shape [n]) or
 //                    activation rows (shape [n, C]); meta {deploymentId,
-//                    stage, session, reset?, codec?}. The first call of a
-//                    session (or one with `reset`: a restarted context window)
-//                    joins it with an empty cache. Answers with a frame: the
-//                    rows' activations [n, C], or on the last stage the logits
-//                    of the last row [1, V], in `codec` (f32 unless f16 asked).
+//                    stage, sessions: [{id, rows, reset?}…], codec?}: the
+//                    rows of each session in turn, `rows` of them. A session
+//                    with `reset` (its first call, a restarted context window,
+//                    or a replay after a failover) starts again with an empty
+//                    cache; a session without it must be on the stage (else
+//                    409: the orchestrator replays its window). Answers with a
+//                    frame: every row's activations [n, C], or on the last
+//                    stage the logits of each session's last row
+//                    [sessions, V], in `codec` (f32 unless f16 asked).
 //   POST /infer/end  {deploymentId, session}: frees the session's cache.
+//
+// Everything is checked before anything changes: the meta, that the row
+// counts sum to the frame's rows, distinct sessions, at most the stage's
+// sessions and rows, room for the sessions that join. A call whose run fails
+// drops its sessions (their caches are in an unknown state for the
+// orchestrator, which replays or ends them).
 //
 // Only the orchestrator may call these (signed with its key, under the
 // address orchestratorAddress derives from it). A session nobody used for
@@ -21,6 +32,7 @@ import { signerOf } from '../http/signed.ts';
 import { NimbleError } from '../protocol/errors.ts';
 import { decodeFrame, encodeFrame } from '../protocol/frame.ts';
 import { parse } from '../protocol/messages.ts';
+import type { SessionRows } from '../inference/stage-inference.ts';
 import type { ServedStage } from './deployment.ts';
 
 /** A session idle this long is freed. */
@@ -30,13 +42,19 @@ export const MAX_INFER_FRAME_BYTES = 32 << 20;
 const MAX_VALUE = 1e4;
 
 const SessionId = Type.String({ pattern: '^[A-Za-z0-9_-]{1,64}$' });
+/** Sessions one call may carry at most (the frame's meta is at most 4 KiB). */
+export const MAX_INFER_SESSIONS = 48;
+export const InferSessionRows = Type.Object({
+  id: SessionId,
+  rows: Type.Integer({ minimum: 1, maximum: 1 << 16 }),
+  reset: Type.Optional(Type.Boolean()),
+}, { additionalProperties: false });
 export const InferMeta = Type.Object({
   deploymentId: Type.String({ minLength: 1, maxLength: 64 }),
   stage: Type.Integer({ minimum: 0, maximum: 1023 }),
-  session: SessionId,
-  reset: Type.Optional(Type.Boolean()),
+  sessions: Type.Array(InferSessionRows, { minItems: 1, maxItems: MAX_INFER_SESSIONS }),
   codec: Type.Optional(Type.Union([Type.Literal('f32'), Type.Literal('f16')])),
-});
+}, { additionalProperties: false });
 export const InferEnd = Type.Object({ deploymentId: Type.String({ minLength: 1, maxLength: 64 }), session: SessionId });
 
 export interface ServeApiOptions {
@@ -82,41 +100,56 @@ export function serveRoutes(app: HttpServer, options: ServeApiOptions): { sweep(
     const meta = parse(InferMeta, frame.meta, 'infer meta');
     stage(sender, meta.deploymentId);
     if (meta.stage !== s.assignment.stage) throw new NimbleError('conflict', `this miner serves stage ${s.assignment.stage}, not ${meta.stage}`);
-    let input: Int32Array | Float32Array;
+    const ids = meta.sessions.map((e) => e.id);
+    if (new Set(ids).size !== ids.length) throw new NimbleError('invalid', 'a session appears twice in one call');
+    if (ids.length > inf.maxSessions) throw new NimbleError('invalid', `${ids.length} sessions in one call; this stage holds at most ${inf.maxSessions}`);
+    const rows = meta.sessions.reduce((n, e) => n + e.rows, 0);
+    const frameRows = inf.isFirst ? frame.data.length : frame.data.length / C;
+    if (rows !== frameRows) throw new NimbleError('invalid', `the sessions' row counts sum to ${rows}, the frame holds ${frameRows} rows`);
+    if (rows > inf.maxRows) throw new NimbleError('invalid', `${rows} rows in one call; this stage runs at most ${inf.maxRows}`);
     if (inf.isFirst) {
-      input = new Int32Array(frame.data.length);
-      for (let i = 0; i < input.length; i++) {
+      for (let i = 0; i < frame.data.length; i++) {
         const t = frame.data[i];
         if (!(Number.isInteger(t) && t >= 0 && t < inf.config.vocabSize)) throw new NimbleError('invalid', `token ${t} at ${i} is outside the vocabulary of ${inf.config.vocabSize}`);
-        input[i] = t;
       }
     } else {
       for (let i = 0; i < frame.data.length; i++) {
         if (!(Math.abs(frame.data[i]) <= MAX_VALUE)) throw new NimbleError('invalid', `activation ${frame.data[i]} at ${i} is out of range (|x| <= ${MAX_VALUE})`);
       }
-      input = frame.data;
     }
-    if (input.length === 0) throw new NimbleError('invalid', 'no rows');
-    if (meta.reset) inf.leave(meta.session);
-    if (!inf.has(meta.session)) {
-      try {
-        inf.join(meta.session);
-      } catch (err) {
-        throw new NimbleError('overloaded', (err as Error).message);
+    for (const e of meta.sessions) {
+      if (!e.reset && !inf.has(e.id)) throw new NimbleError('conflict', `session ${e.id} is not on this stage (never started, freed, or this miner restarted): replay its window with reset`);
+    }
+    const joining = meta.sessions.filter((e) => !inf.has(e.id)).length;
+    const held = inf.sessionIds().length;
+    if (held + joining > inf.maxSessions) throw new NimbleError('overloaded', `this stage holds ${held} of ${inf.maxSessions} sessions: ${joining} more do not fit`);
+    // checked: now the sessions that start again do, and the rows run
+    const batch: SessionRows[] = [];
+    let off = 0;
+    for (const e of meta.sessions) {
+      if (e.reset) {
+        inf.leave(e.id);
+        inf.join(e.id);
       }
+      lastUsed.set(e.id, now());
+      const n = inf.isFirst ? e.rows : e.rows * C;
+      const part = frame.data.subarray(off, off + n);
+      batch.push({ session: e.id, input: inf.isFirst ? Int32Array.from(part) : part });
+      off += n;
     }
-    lastUsed.set(meta.session, now());
     let out: Float32Array;
     try {
-      out = inf.run([{ session: meta.session, input }]);
+      out = inf.run(batch);
     } catch (err) {
-      // the session's state is unknown to the orchestrator now: drop it
-      inf.leave(meta.session);
-      lastUsed.delete(meta.session);
+      // the sessions' state is unknown to the orchestrator now: drop them
+      for (const id of ids) {
+        inf.leave(id);
+        lastUsed.delete(id);
+      }
       throw new NimbleError('invalid', (err as Error).message);
     }
-    const shape = inf.isLast ? [1, inf.config.vocabSize] : [out.length / C, C];
-    const bytes = encodeFrame(out, shape, meta.codec ?? 'f32', { session: meta.session, stage: meta.stage, position: inf.position(meta.session) });
+    const shape = inf.isLast ? [ids.length, inf.config.vocabSize] : [rows, C];
+    const bytes = encodeFrame(out, shape, meta.codec ?? 'f32', { stage: meta.stage, positions: ids.map((id) => inf.position(id)) });
     return reply.status(200).header('content-type', 'application/octet-stream').send(Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength));
   });
 

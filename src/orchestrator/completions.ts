@@ -1,131 +1,60 @@
-// The serving path on the orchestrator (docs/inference.md, "Serve"): an
-// OpenAI-style completion request is checked, one serving replica is picked
-// for each stage of the model's live deployment, and the orchestrator drives
-// the generation stage by stage over the miners' POST /infer
-// (src/miner/serve-api.ts): token ids to stage 0, each stage's activation
-// frame relayed to the next, the last stage's logits back; the orchestrator
-// samples (./inference/sampling.ts: deterministic given the seed and the
-// logits) and feeds the token back. The session is keyed by the request id on
-// every miner and freed at the end (or by the miners' idle sweep).
+// The serving path on the orchestrator (docs/inference.md, "Serve" and
+// "Failover and determinism"): for a checked completion request
+// (./completion-request.ts), one serving replica is picked for each stage of
+// the model's live deployment, and the orchestrator drives the generation
+// stage by stage over the miners' POST /infer (src/miner/serve-api.ts): token
+// ids to stage 0, each stage's activation frame (f16 by default) relayed to
+// the next, the last stage's logits back; it samples (../inference/sampling.ts:
+// deterministic given the seed and the logits) and feeds the token back.
+// Concurrent generations routed through the same replicas share each step's
+// frames (./stage-lanes.ts: continuous batching). The session is keyed by the
+// request id on every miner and freed at the end (or by the miners' idle
+// sweep).
 //
 // Why relay through the orchestrator rather than miner to miner: the
 // orchestrator must see every token anyway (to stream it, to check stop
-// sequences, and later to bill it and to replay a session on another replica
-// when one dies), so a relay costs one more hop per stage and nothing else;
-// miners keep no knowledge of a request, and a malformed frame from a miner is
-// refused here (decodeFrame's checks) before it reaches the next one. A
-// miner-to-miner chain (the neighbours are in each miner's assignment) would
-// save the extra hop; it is left for later.
+// sequences, to bill it and to replay a session on another replica when one
+// dies), so a relay costs one more hop per stage and nothing else; miners keep
+// no knowledge of a request, and a malformed frame from a miner is refused
+// here (decodeFrame's checks) before it reaches the next one.
+//
+// Failover: the orchestrator holds each session's whole state (its tokens, the
+// start of its context window, the sampler's seed and draws). When a stage
+// call fails in a way another replica may fix (unreachable, a timeout, a 5xx,
+// a malformed frame, a miner that lost the stage or the session), that miner
+// is excluded for the rest of the request, another serving replica of the
+// stage takes its place, and the session's window (the tokens since its last
+// reset, the token being fed included) is replayed with `reset` through every
+// stage; the cached path's prefill gives the logits a token-by-token decode
+// gives, bit for bit, so the text goes on exactly as without the failure. At
+// most `maxFailovers` per request; a 4xx saying our request was bad is never
+// replayed.
 //
 // The step mirrors ../inference/generator.ts for one session (prompt window,
 // restart of a full context window with its last `keep` tokens, one sampler
-// draw per token, stop sequences), so the text is the one generateCached
-// gives for the same checkpoint, seed and options whenever the frames are f32
-// (the default: f16 frames round the activations between stages, and the text
-// may then differ).
+// draw per token, stop sequences), so the text is the one generateCached gives
+// for the same checkpoint, seed and options, cut into the deployment's stages
+// with its activations rounded as the frames round them (`activations: 'f16'`
+// unless the orchestrator was given codec f32).
 import { randomBytes } from 'node:crypto';
-import { MAX_COMPLETION_TOKENS, MAX_PROMPT_BYTES, MAX_STOP_BYTES, MAX_STOPS, MAX_TEMPERATURE, type OpenAiErrorBody } from '../api/completions.ts';
 import { SignedClient } from '../http/client.ts';
+import type { ActivationCodec } from '../inference/activations.ts';
 import { gptConfigOf } from '../model/model-ref.ts';
-import { Sampler, stopAt, stopSequences } from '../inference/sampling.ts';
-import { NimbleError } from '../protocol/errors.ts';
-import { decodeFrame, encodeFrame } from '../protocol/frame.ts';
+import { Sampler, stopAt } from '../inference/sampling.ts';
 import { orchestratorAddress } from '../protocol/network.ts';
 import type { Peer } from '../protocol/messages.ts';
 import { RequestSigner } from '../protocol/signing.ts';
+import { OpenAiError, type CompletionRequest } from './completion-request.ts';
 import type { Coordinator } from './coordinator.ts';
+import { StageCallError, StageLane, type LaneStep } from './stage-lanes.ts';
 import type { DeploymentRecord } from './state/deployments.ts';
 
-const MAX_FRAME_BYTES = 64 << 20;
+export { OpenAiError, parseCompletionRequest, type CompletionRequest } from './completion-request.ts';
 
-/** A checked request. */
-export interface CompletionRequest {
-  model: string;
-  prompt: Uint8Array;
-  maxTokens: number;
-  temperature: number;
-  topP: number;
-  seed: number;
-  stop: Uint8Array[];
-  stream: boolean;
-}
-
-/** An error in the OpenAI shape: `{ error: { message, type, param, code } }`. */
-export class OpenAiError extends NimbleError {
-  override readonly name = 'OpenAiError';
-  constructor(
-    status: number,
-    message: string,
-    code: string,
-    readonly param: string | null = null,
-    readonly type: string = status >= 500 ? 'server_error' : 'invalid_request_error',
-  ) {
-    super(code, message, status);
-  }
-  body(): OpenAiErrorBody {
-    return { error: { message: this.message, type: this.type, param: this.param, code: this.code } };
-  }
-}
-
-const bad = (param: string, message: string): OpenAiError => new OpenAiError(400, message, 'invalid_value', param);
-
-/** Checks a request body; throws an OpenAiError naming the first problem. */
-export function parseCompletionRequest(body: unknown): CompletionRequest {
-  if (typeof body !== 'object' || body === null || Array.isArray(body)) throw new OpenAiError(400, 'the body must be a JSON object', 'invalid_body');
-  const b = body as Record<string, unknown>;
-  const model = b.model;
-  if (typeof model !== 'string' || model.length === 0 || model.length > 256) throw bad('model', 'model must be a string of 1 to 256 characters (a deployed model\'s name or sha256)');
-  const prompt = promptBytes(b.prompt);
-  const num = (name: string, dflt: number): number => {
-    const v = b[name];
-    if (v === undefined || v === null) return dflt;
-    if (typeof v !== 'number' || !Number.isFinite(v)) throw bad(name, `${name} must be a number`);
-    return v;
-  };
-  const maxTokens = num('max_tokens', 16);
-  if (!(Number.isInteger(maxTokens) && maxTokens >= 1 && maxTokens <= MAX_COMPLETION_TOKENS)) throw bad('max_tokens', `max_tokens must be an integer in [1, ${MAX_COMPLETION_TOKENS}], got ${maxTokens}`);
-  const temperature = num('temperature', 1);
-  if (!(temperature >= 0 && temperature <= MAX_TEMPERATURE)) throw bad('temperature', `temperature must be in [0, ${MAX_TEMPERATURE}], got ${temperature}`);
-  const topP = num('top_p', 1);
-  if (!(topP > 0 && topP <= 1)) throw bad('top_p', `top_p must be in (0, 1], got ${topP}`);
-  const seed = num('seed', 0);
-  if (!Number.isSafeInteger(seed)) throw bad('seed', `seed must be an integer, got ${seed}`);
-  const n = num('n', 1);
-  if (n !== 1) throw bad('n', 'only n = 1 is served');
-  if (b.stream !== undefined && b.stream !== null && typeof b.stream !== 'boolean') throw bad('stream', 'stream must be a boolean');
-  let stops: unknown[] = [];
-  if (typeof b.stop === 'string') stops = [b.stop];
-  else if (Array.isArray(b.stop)) stops = b.stop;
-  else if (b.stop !== undefined && b.stop !== null) throw bad('stop', 'stop must be a string or an array of strings');
-  if (stops.length > MAX_STOPS) throw bad('stop', `at most ${MAX_STOPS} stop sequences`);
-  for (const s of stops) {
-    if (typeof s !== 'string' || s.length === 0 || !wellFormed(s)) throw bad('stop', 'each stop sequence must be a non-empty string of valid Unicode');
-    if (new TextEncoder().encode(s).length > MAX_STOP_BYTES) throw bad('stop', `a stop sequence is at most ${MAX_STOP_BYTES} bytes of UTF-8`);
-  }
-  return { model, prompt, maxTokens, temperature, topP, seed, stop: stopSequences(stops as string[]), stream: b.stream === true };
-}
-
-/** The prompt as bytes (the tokenizer is bytes): a string (UTF-8), an array of one string, or an array of byte tokens. */
-function promptBytes(p: unknown): Uint8Array {
-  if (Array.isArray(p) && p.length === 1 && typeof p[0] === 'string') p = p[0];
-  let bytes: Uint8Array;
-  if (typeof p === 'string') {
-    if (!wellFormed(p)) throw bad('prompt', 'prompt is not valid Unicode (a lone surrogate)');
-    if (p.length > MAX_PROMPT_BYTES) throw new OpenAiError(400, `prompt is over ${MAX_PROMPT_BYTES} bytes of UTF-8`, 'prompt_too_long', 'prompt');
-    bytes = new TextEncoder().encode(p);
-  } else if (Array.isArray(p)) {
-    if (p.length > MAX_PROMPT_BYTES) throw new OpenAiError(400, `prompt is over ${MAX_PROMPT_BYTES} tokens`, 'prompt_too_long', 'prompt');
-    if (!p.every((t) => Number.isInteger(t) && t >= 0 && t <= 255)) throw bad('prompt', 'a prompt of tokens holds byte values (integers in [0, 255]): the tokenizer is bytes');
-    bytes = Uint8Array.from(p as number[]);
-  } else throw bad('prompt', 'prompt must be a string, an array of one string, or an array of byte tokens');
-  if (bytes.length > MAX_PROMPT_BYTES) throw new OpenAiError(400, `prompt is ${bytes.length} bytes of UTF-8, over ${MAX_PROMPT_BYTES}`, 'prompt_too_long', 'prompt');
-  return bytes;
-}
-
-/** No lone surrogate (what TextEncoder would silently replace). */
-function wellFormed(s: string): boolean {
-  return !/\p{Cs}/u.test(s);
-}
+/** Sessions one frame carries at most (the miners take up to 48; the meta stays well under its 4 KiB). */
+const MAX_BATCH_SESSIONS = 32;
+/** Replicas tried again per request by default after a failed stage call. */
+export const DEFAULT_MAX_FAILOVERS = 3;
 
 /** The live deployment serving `model` (a name or sha256); a 404 or 409 naming why not. */
 export function deploymentFor(c: Coordinator, model: string): DeploymentRecord {
@@ -158,12 +87,29 @@ export interface StageStep {
   /** bytes of the frame sent and of the one received */
   bytesSent: number;
   bytesReceived: number;
+  /** sessions in the frame this step was part of (its bytes are this session's share) */
+  batch?: number;
+}
+
+/** A session moved off a failed replica: its window replayed on another. */
+export interface Failover {
+  deployment: DeploymentRecord;
+  session: string;
+  stage: number;
+  /** the miner that failed, and the one replaying the window */
+  from: string;
+  to: string;
+  /** tokens replayed (the window since the session's last reset) */
+  replayed: number;
+  reason: string;
 }
 
 /** Watches generations; every method is optional and must not throw (an error is logged and ignored). */
 export interface CompletionObserver {
   /** a stage answered a step with a well-formed frame */
   stageStep?(step: StageStep): void;
+  /** a session's window is being replayed on another replica of a stage that failed */
+  failover?(f: Failover): void;
   /** a generation ended (for good or not): its request, and its result when it finished */
   completed?(deployment: DeploymentRecord, request: CompletionRequest, result: CompletionResult | null): void;
 }
@@ -176,15 +122,48 @@ export interface CompletionResult {
   completionTokens: number;
 }
 
+/** Options of the serving path. */
+export interface CompletionsOptions {
+  /** how activations cross stage boundaries: f16 frames (the default, half the bytes) or f32 */
+  codec?: ActivationCodec;
+  /** a stage call's timeout in ms (default 30,000): a miner silent this long is failed over */
+  timeoutMs?: number;
+  /** failovers per request at most (default DEFAULT_MAX_FAILOVERS) */
+  maxFailovers?: number;
+  /**
+   * lanes per route (default 1): the sessions on the same replicas are split
+   * into this many groups, each stepping on its own, so that while one
+   * group's frame is on stage 1 the next group's is on stage 0 (a pipeline);
+   * 1 sends every ready session in one frame per stage and step
+   */
+  lanesPerRoute?: number;
+}
+
 /** Drives generations through the stage miners. */
 export class Completions {
   private readonly client: SignedClient;
   private readonly observers: CompletionObserver[] = [];
+  private readonly lanes = new Map<string, StageLane>();
+  private readonly codec: ActivationCodec;
+  private readonly maxFailovers: number;
+  private readonly lanesPerRoute: number;
   private turn = 0;
+  private sessions = 0;
 
-  constructor(private readonly c: Coordinator, private readonly options: { codec?: 'f32' | 'f16'; timeoutMs?: number } = {}) {
+  constructor(private readonly c: Coordinator, options: CompletionsOptions = {}) {
     const { key, domain } = c.identity;
     this.client = new SignedClient('http://127.0.0.1', new RequestSigner({ session: key, address: orchestratorAddress(key.publicKey) }, { domain }), options.timeoutMs ?? 30_000);
+    this.codec = options.codec ?? 'f16';
+    if (this.codec !== 'f16' && this.codec !== 'f32') throw new RangeError(`codec must be 'f16' or 'f32', got ${String(this.codec)}`);
+    this.maxFailovers = options.maxFailovers ?? DEFAULT_MAX_FAILOVERS;
+    if (!(Number.isInteger(this.maxFailovers) && this.maxFailovers >= 0)) throw new RangeError(`maxFailovers must be an integer ≥ 0, got ${this.maxFailovers}`);
+    this.lanesPerRoute = options.lanesPerRoute ?? 1;
+    if (!(Number.isInteger(this.lanesPerRoute) && this.lanesPerRoute >= 1 && this.lanesPerRoute <= 64)) throw new RangeError(`lanesPerRoute must be an integer in [1, 64], got ${this.lanesPerRoute}`);
+  }
+
+  /** How activations cross stage boundaries on this path. */
+  get activations(): ActivationCodec {
+    return this.codec;
   }
 
   /** Adds an observer of every generation from now on. */
@@ -224,7 +203,7 @@ export class Completions {
   ): Promise<CompletionResult> {
     const config = gptConfigOf(d.model);
     if (config.vocabSize !== 256) throw new OpenAiError(400, `model '${d.name}' is not a byte-level GPT (vocabulary ${config.vocabSize})`, 'unsupported_model', 'model');
-    const route = this.route(d);
+    let route = this.route(d);
     this.c.deployments.noteRequest(d.id);
     const id = `cmpl-${randomBytes(12).toString('hex')}`;
     onId(id);
@@ -235,12 +214,44 @@ export class Completions {
     const promptTokens = sequence.length;
     const generated: number[] = [];
     const hold = r.stop.reduce((m, s) => Math.max(m, s.length - 1), 0);
+    /** every miner this session ran on (each is told to free it at the end) */
+    const touched = new Map<string, Peer>(route.map((p) => [p.id, p]));
+    const excluded = new Set<string>();
+    const group = this.sessions++ % this.lanesPerRoute;
+    let failovers = 0;
+    /** where the session's context window starts in `sequence` (what a replay prefills) */
+    let windowStart = sequence.length <= T ? 0 : sequence.length - keep;
+
+    /** One step: the rows through every stage, failing over (replaying the window) while replicas are left. */
+    const step = async (tokens: readonly number[], reset: boolean): Promise<Float32Array> => {
+      for (;;) {
+        try {
+          return await this.lane(d, route, group, config.channels, config.vocabSize, T).submit({ session: id, tokens, reset });
+        } catch (err) {
+          if (!(err instanceof StageCallError)) throw err;
+          excluded.add(err.peer.id);
+          const next = err.retryable && failovers < this.maxFailovers ? this.replica(d, err.stage, excluded) : null;
+          if (!next) {
+            const why = !err.retryable ? '' : failovers >= this.maxFailovers ? ` (after ${failovers} failovers)` : ' (no other replica of the stage is serving)';
+            throw new OpenAiError(err.status === 503 ? 503 : 502, `${err.message}${why}`.slice(0, 600), err.status === 503 ? 'overloaded' : 'upstream_error');
+          }
+          failovers++;
+          route = route.map((p, s) => (s === err.stage ? next : p));
+          touched.set(next.id, next);
+          tokens = sequence.slice(windowStart);
+          reset = true;
+          this.c.log(`completions: ${id}: ${err.message}; replaying its ${tokens.length}-token window on miner ${next.id}`);
+          const f: Failover = { deployment: d, session: id, stage: err.stage, from: err.peer.id, to: next.id, replayed: tokens.length, reason: err.message };
+          this.notify((o) => o.failover?.(f));
+        }
+      }
+    };
+
     let sent = 0;
     let result: CompletionResult | null = null;
     try {
-      let window = sequence.length <= T ? sequence : sequence.slice(-keep);
-      let logits = await this.forward(d, route, id, window, true, config.channels, config.vocabSize);
-      let position = window.length;
+      let logits = await step(sequence.slice(windowStart), true);
+      let position = sequence.length - windowStart;
       for (;;) {
         const token = sampler.next(logits);
         generated.push(token);
@@ -259,52 +270,51 @@ export class Completions {
         }
         if (aborted()) throw new OpenAiError(499, 'the client went away', 'client_closed');
         if (position < T) {
-          logits = await this.forward(d, route, id, [token], false, config.channels, config.vocabSize);
+          logits = await step([token], false);
           position++;
         } else {
-          window = sequence.slice(-keep);
-          logits = await this.forward(d, route, id, window, true, config.channels, config.vocabSize);
-          position = window.length;
+          // the window is full: start it again with its last `keep` tokens
+          windowStart = sequence.length - keep;
+          logits = await step(sequence.slice(windowStart), true);
+          position = keep;
         }
       }
     } finally {
       const done = result;
       this.notify((o) => o.completed?.(d, r, done));
-      for (const p of route) {
-        const body = new TextEncoder().encode(JSON.stringify({ deploymentId: d.id, session: id }));
-        this.client.request('POST', new URL('/infer/end', p.url).href, body, 'application/json').catch(() => {});
-      }
+      const body = new TextEncoder().encode(JSON.stringify({ deploymentId: d.id, session: id }));
+      for (const p of touched.values()) this.client.request('POST', new URL('/infer/end', p.url).href, body, 'application/json').catch(() => {});
     }
   }
 
-  /** Token ids through every stage; the last stage's logits. A miner's bad answer is a 502 naming it, never a crash. */
-  private async forward(d: DeploymentRecord, route: Peer[], session: string, tokens: number[], reset: boolean, C: number, V: number): Promise<Float32Array> {
-    let data: Float32Array = Float32Array.from(tokens);
-    let shape = [tokens.length];
-    for (let stage = 0; stage < route.length; stage++) {
-      const peer = route[stage];
-      const last = stage === route.length - 1;
-      const body = encodeFrame(data, shape, 'f32', { deploymentId: d.id, stage, session, reset, codec: this.options.codec ?? 'f32' });
-      const input = data;
-      let answer: Uint8Array;
-      try {
-        answer = await this.client.request('POST', new URL('/infer', peer.url).href, body);
-      } catch (err) {
-        const e = err as NimbleError;
-        const status = e.status === 503 ? 503 : 502;
-        throw new OpenAiError(status, `stage ${stage} (miner ${peer.id}) failed: ${e.message}`.slice(0, 500), status === 503 ? 'overloaded' : 'upstream_error');
-      }
-      try {
-        const frame = decodeFrame(answer, { shape: last ? [1, V] : [tokens.length, C], codecs: ['f32', 'f16'], maxBytes: MAX_FRAME_BYTES });
-        for (let i = 0; i < frame.data.length; i++) if (!Number.isFinite(frame.data[i])) throw new Error(`a non-finite value at ${i}`);
-        data = frame.data;
-        shape = frame.shape;
-      } catch (err) {
-        throw new OpenAiError(502, `stage ${stage} (miner ${peer.id}) answered with a malformed frame: ${(err as Error).message}`.slice(0, 500), 'upstream_error');
-      }
-      const step: StageStep = { deployment: d, session, stage, minerId: peer.id, reset, rows: tokens.length, input, output: data, bytesSent: body.byteLength, bytesReceived: answer.byteLength };
-      this.notify((o) => o.stageStep?.(step));
-    }
-    return data;
+  /** A serving replica of `stage` not excluded (the first in the deployment's order, so that sessions failing over together share steps again); null when none. */
+  private replica(d: DeploymentRecord, stage: number, excluded: ReadonlySet<string>): Peer | null {
+    return this.c.deployments.servingPeers(d.id, stage).find((p) => !excluded.has(p.id)) ?? null;
+  }
+
+  /** Lane `group` of `route` on `d` (generations on the same replicas and in the same group share its steps). */
+  private lane(d: DeploymentRecord, route: readonly Peer[], group: number, C: number, V: number, T: number): StageLane {
+    const key = `${d.id} ${group} ${route.map((p) => `${p.id}@${p.url}`).join(' ')}`;
+    const existing = this.lanes.get(key);
+    if (existing) return existing;
+    const sessions = Number.isInteger(d.sessions) && d.sessions > 0 ? d.sessions : 1;
+    const lane: StageLane = new StageLane(route, {
+      deploymentId: d.id, channels: C, vocab: V, codec: this.codec,
+      // the miners' StageInference runs max(T, sessions) rows per call
+      maxRows: Math.max(T, sessions), maxSessions: Math.min(sessions, MAX_BATCH_SESSIONS),
+      call: (peer, body) => this.client.request('POST', new URL('/infer', peer.url).href, body),
+      onStep: (s: LaneStep) => {
+        const step: StageStep = {
+          deployment: d, session: s.session, stage: s.stage, minerId: s.peer.id, reset: s.reset, rows: s.rows,
+          input: s.input, output: s.output, bytesSent: s.bytesSent, bytesReceived: s.bytesReceived, batch: s.batch,
+        };
+        this.notify((o) => o.stageStep?.(step));
+      },
+      onIdle: () => {
+        if (this.lanes.get(key) === lane) this.lanes.delete(key);
+      },
+    });
+    this.lanes.set(key, lane);
+    return lane;
   }
 }

@@ -105,7 +105,7 @@ export class Coordinator {
     this.log = this.options.log ?? ((line) => console.error(`orchestrator: ${line}`));
     this.identity = this.options.identity ?? ((key) => ({ key, domain: domainOf(key.publicKey) }))(SessionKey.generate());
     const { key, domain } = this.identity;
-    const engine = (): Promise<Engine> => (this.engine ??= Engine.create({ threads: 1 }));
+    const engine = (): Promise<Engine> => this.verifier();
     this.stageStates = new StageStates(state, blobs);
     this.offences = new Offences(state, this.options.slashing, (minerId, reason, until) => this.evict(minerId, reason, until));
     const mergeChecks = new MergeChecks(state, blobs, this.stageStates);
@@ -305,6 +305,11 @@ export class Coordinator {
       this.state.miners.evict(minerId, reason, bannedUntil);
     });
     this.planner.replanAll();
+  }
+
+  /** The engine verification runs on (training's spot checks, inference checks, evaluation), made on first use. */
+  verifier(): Promise<Engine> {
+    return (this.engine ??= Engine.create({ threads: 1 }));
   }
 
   /** Activation slots each miner keeps (what a stage's memory is sized with). */

@@ -4,8 +4,10 @@
 //
 // Durable order, so a crash (kill -9) at any point never pays twice nor loses
 // an epoch:
-//   1. one SQLite transaction: the split is written (epoch_rewards) and the
-//      epoch goes 'open' -> 'settling'; a new 'open' epoch starts;
+//   1. one SQLite transaction: the split is written (epoch_rewards), with
+//      what jobs' escrows and wallets' inference credit owe for the epoch
+//      (./job-payments.ts, ./credits.ts), and the epoch goes 'open' ->
+//      'settling'; a new 'open' epoch starts;
 //   2. the on-chain epoch id is chosen (the next id not used on chain) and
 //      written before anything is sent;
 //   3. settleEpoch sends the batches (idempotent, resumable);
@@ -30,6 +32,7 @@ import { normalizeRewards, readEpoch, rewardsDigest, settleEpoch, settlementTxOf
 import { ChainTxError } from '../chain/tx.ts';
 import { findSlash, readStake, setCooldown, slashStake, stakingTotals } from '../chain/staking.ts';
 import { NimbleError } from '../protocol/errors.ts';
+import { CreditService } from './credits.ts';
 import { JobPayments } from './job-payments.ts';
 import type { OrchestratorState } from './state/index.ts';
 import type { EpochRecord, SlashRecord } from './state/ledger.ts';
@@ -77,6 +80,8 @@ export class Epochs {
   readonly epochRounds: number;
   /** developers' jobs paid from their escrows (null: the deployment has no JobEscrow) */
   readonly jobPayments: JobPayments | null;
+  /** wallets' prepaid inference credit, paid from at every epoch (null: no JobEscrow) */
+  readonly credits: CreditService | null;
   private readonly log: (line: string) => void;
   private timer: NodeJS.Timeout | null = null;
   private running: Promise<void> | null = null;
@@ -97,6 +102,7 @@ export class Epochs {
     this.jobPayments = chain.client.deployment.jobEscrow
       ? new JobPayments(state, { client: chain.client, signer: chain.signer, nimPerPetaflop: chain.nimPerPetaflop, log: this.log }, now)
       : null;
+    this.credits = this.jobPayments ? new CreditService(state, this.jobPayments, { client: chain.client, signer: chain.signer }, this.log, now) : null;
   }
 
   /** Checks the unstake cooldown, finishes every epoch left in 'settling' (crash recovery), then runs a step every intervalMs. */
@@ -150,6 +156,7 @@ export class Epochs {
       }
     }
     await this.jobPayments?.reconcile();
+    await this.credits?.reconcile();
   }
 
   /** Sends one pending slash exactly once (a Slashed event with its reason means it went through already). */
@@ -212,7 +219,7 @@ export class Epochs {
       const to = this.state.ledger.lastWorkId();
       if (to <= open.fromLog) return null;
       const rows = this.state.ledger.workBetween(open.fromLog, to);
-      const shares = this.sharesOf(rows.map((r) => r.runId));
+      const shares = this.sharesOf(rows.map((r) => r.runId), rows.map((r) => r.deploymentId));
       const scores = scoreEpoch(rows, shares);
       const split = splitEmission(scores, this.emission);
       split.rewards.forEach((r, i) => {
@@ -220,6 +227,8 @@ export class Epochs {
       });
       // what developers' escrows owe their jobs' miners for this epoch, in the same transaction
       this.jobPayments?.allocate(open.id, rows, shares);
+      // what callers' credit owes for the inference charged since the last epoch: miners and model owners
+      this.credits?.allocate(open.id, shares);
       const paid = split.rewards.some((r) => r.amount > 0n);
       this.state.ledger.closeEpoch(open.id, { runId, mergesMark, toLog: to, closedAt: now, emission: this.emission, remainder: split.remainder, settled: !paid });
       this.state.ledger.openEpoch(now);
@@ -295,9 +304,19 @@ export class Epochs {
     }
   }
 
-  /** Each run's stage shares of the model's parameters. */
-  private sharesOf(runIds: (string | null)[]): StageShares {
+  /** Each run's and each deployment's stage shares of the model's parameters. */
+  private sharesOf(runIds: (string | null)[], deploymentIds: (string | null)[] = []): StageShares {
     const shares: StageShares = {};
+    for (const id of new Set(deploymentIds)) {
+      const d = id === null ? undefined : this.state.deployments.get(id);
+      if (!d) continue;
+      const stages = this.state.deployments.stages(d.id);
+      try {
+        shares[d.id] = stageSharesOf(d.model, stages.map((s) => ({ from: s.fromPart, to: s.toPart })));
+      } catch {
+        shares[d.id] = stages.map(() => 1 / Math.max(1, stages.length));
+      }
+    }
     for (const id of new Set(runIds)) {
       if (id === null) continue;
       const run = this.state.runs.get(id);

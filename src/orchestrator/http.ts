@@ -1,7 +1,9 @@
 // The orchestrator's HTTP API: the public routes (./routes/public.ts), the
 // developers' job routes (./routes/jobs.ts), the model store
-// (./routes/models.ts) and its deployments (./routes/deployments.ts), the dataset store (./routes/datasets.ts) and the miners' signed routes
-// (./routes/miners.ts) on the shared server of
+// (./routes/models.ts) and its deployments (./routes/deployments.ts), the
+// OpenAI-compatible serving path (./routes/completions.ts) paid with API keys
+// and prepaid credit (./routes/credits.ts), the dataset store (./routes/datasets.ts) and the miners' signed routes
+// (./routes/miners.ts), and the dashboard (./routes/dashboard.ts) on the shared server of
 // src/http/server.ts. A miner's malformed signed request (400, 413, 415)
 // counts as invalid work of its signer; one that proves it cheated is an
 // offence (src/orchestrator/offences.ts).
@@ -17,6 +19,9 @@ import { OffenceError } from './offences.ts';
 import type { JobService } from './jobs.ts';
 import { datasetRoutes } from './routes/datasets.ts';
 import { completionRoutes } from './routes/completions.ts';
+import { dashboardRoutes } from './routes/dashboard.ts';
+import { creditRoutes } from './routes/credits.ts';
+import { InferenceBilling } from './inference-billing.ts';
 import { deploymentRoutes } from './routes/deployments.ts';
 import { jobRoutes } from './routes/jobs.ts';
 import { minerRoutes } from './routes/miners.ts';
@@ -31,7 +36,12 @@ export const MAX_JSON_BYTES = 1 << 20;
 
 export function buildApi(
   coordinator: Coordinator, epochs: Epochs | null = null, jobs: JobService | null = null, datasets: DatasetService | null = null, completions: Completions = new Completions(coordinator),
+  billing: InferenceBilling | null = null,
 ): HttpServer {
+  if (!billing) {
+    billing = new InferenceBilling(coordinator.state, epochs?.credits ?? null, null);
+    completions.observe(billing.observer());
+  }
   // requests are bound to this network, and (the nonces of earlier ones being forgotten) to this run of the server
   const verifier = new RequestVerifier({ domain: coordinator.identity.domain, notBefore: Date.now(), sessionKeyOf: (a) => coordinator.sessionKeyOf(a) });
   const app = createHttpServer({
@@ -55,7 +65,9 @@ export function buildApi(
   if (jobs) jobRoutes(app, coordinator, jobs, epochs?.jobPayments ?? null);
   modelRoutes(app, coordinator, epochs?.chain ?? null);
   deploymentRoutes(app, coordinator, epochs?.chain ? chainModelRegistry(epochs.chain) : null);
-  completionRoutes(app, coordinator, completions);
+  completionRoutes(app, coordinator, completions, billing);
+  creditRoutes(app, coordinator.state, billing, epochs?.credits ?? null, epochs?.chain.client ?? null);
   datasetRoutes(app, coordinator, datasets ?? new DatasetService(coordinator.state, coordinator.blobs));
+  dashboardRoutes(app, coordinator, { jobs, paid: epochs !== null });
   return app;
 }

@@ -24,7 +24,7 @@
 //      closed and paid: closeEscrow (idempotent) refunds amount − paid.
 import { getAddress, parseEventLogs, type Address, type Hex } from 'viem';
 import type { ChainClient, SigningClient } from '../chain/client.ts';
-import { closeEscrow, escrowAddress, payJob, readEscrow } from '../chain/escrow.ts';
+import { closeEscrow, escrowAddress, payJob, readEscrow, type JobEscrowState } from '../chain/escrow.ts';
 import { formatNim } from '../chain/amounts.ts';
 import { nimAbi } from '../chain/abis.ts';
 import { DEFAULT_PRICING, STORAGE_NIM_PER_GB_DAY } from '../jobs/plan-constants.ts';
@@ -102,28 +102,44 @@ export class JobPayments {
 
   /**
    * Checks on chain that `escrowId` holds exactly `budget` of `owner`'s NIM,
-   * open, untouched, and pays for no other job here. Call under `locked`.
+   * open, untouched, and pays for no job or credit here. Call under `locked`.
    */
   async checkEscrow(escrowId: string, owner: string, budget: bigint): Promise<CheckedEscrow> {
-    if (!/^0x[0-9a-fA-F]{64}$/.test(escrowId) || /^0x0{64}$/.test(escrowId)) throw new NimbleError('invalid', `escrow must be a non-zero 32-byte hex id, got '${escrowId.slice(0, 80)}'`);
-    const id = escrowId.toLowerCase() as Hex;
-    const bound = this.state.escrows.byEscrowId(id);
-    if (bound) throw new NimbleError('conflict', `escrow ${id} already pays for job ${bound.jobId}`);
-    const e = await readEscrow(this.chain.client, id);
-    if (!e) throw new NimbleError('payment_required', `no escrow ${id} on JobEscrow ${escrowAddress(this.chain.client)} (chain ${this.chain.client.chainId}): open it first (nbcli job submit does)`, 402);
-    if (getAddress(e.owner) !== getAddress(owner)) throw new NimbleError('forbidden', `escrow ${id} is ${e.owner}'s, not ${owner}'s`);
-    if (e.closed) throw new NimbleError('conflict', `escrow ${id} is closed`);
-    if (e.paid > 0n) throw new NimbleError('conflict', `escrow ${id} has paid ${formatNim(e.paid)} NIM already: open a new one for a new job`);
-    if (e.amount !== budget) throw new NimbleError('invalid', `escrow ${id} holds ${formatNim(e.amount)} NIM; the job's budget is ${formatNim(budget)} NIM: they must be equal`);
-    return { escrowId: id, amount: e.amount };
+    const e = await this.checkFreshEscrow(escrowId, owner);
+    if (e.amount !== budget) throw new NimbleError('invalid', `escrow ${e.jobId} holds ${formatNim(e.amount)} NIM; the job's budget is ${formatNim(budget)} NIM: they must be equal`);
+    return { escrowId: e.jobId, amount: e.amount };
   }
 
-  /** The owner gets back an escrow that pays for no job here (a submission that failed after it was opened). Call under `locked`. */
+  /**
+   * What every escrow taken here must be (a job's budget, or a wallet's
+   * inference credit, src/orchestrator/credits.ts): `owner`'s on chain, open,
+   * untouched, and bound to nothing here yet. Call under `locked`.
+   */
+  async checkFreshEscrow(escrowId: string, owner: string): Promise<JobEscrowState> {
+    if (!/^0x[0-9a-fA-F]{64}$/.test(escrowId) || /^0x0{64}$/.test(escrowId)) throw new NimbleError('invalid', `escrow must be a non-zero 32-byte hex id, got '${escrowId.slice(0, 80)}'`);
+    const id = escrowId.toLowerCase() as Hex;
+    this.checkUnbound(id, 'already pays for');
+    const e = await readEscrow(this.chain.client, id);
+    if (!e) throw new NimbleError('payment_required', `no escrow ${id} on JobEscrow ${escrowAddress(this.chain.client)} (chain ${this.chain.client.chainId}): open it first (nbcli job submit and nbcli credit add do)`, 402);
+    if (getAddress(e.owner) !== getAddress(owner)) throw new NimbleError('forbidden', `escrow ${id} is ${e.owner}'s, not ${owner}'s`);
+    if (e.closed) throw new NimbleError('conflict', `escrow ${id} is closed`);
+    if (e.paid > 0n) throw new NimbleError('conflict', `escrow ${id} has paid ${formatNim(e.paid)} NIM already: open a new one`);
+    return { ...e, jobId: id };
+  }
+
+  /** Refuses an escrow that pays for a job or is a wallet's inference credit here. */
+  private checkUnbound(id: Hex, verb: string): void {
+    const bound = this.state.escrows.byEscrowId(id);
+    if (bound) throw new NimbleError('conflict', `escrow ${id} ${verb} job ${bound.jobId}${verb === 'pays for' ? ': what it does not pay is refunded when the job ends' : ''}`);
+    const credit = this.state.credits.get(id);
+    if (credit) throw new NimbleError('conflict', `escrow ${id} is ${credit.owner}'s inference credit${verb === 'pays for' ? ': nbcli credit withdraw gets back what it does not pay' : ''}`);
+  }
+
+  /** The owner gets back an escrow that pays for no job and is no credit here (a submission that failed after it was opened). Call under `locked`. */
   async release(escrowId: string, by: string): Promise<{ escrowId: Hex; refunded: bigint; alreadyClosed: boolean; tx: Hex | null }> {
     if (!/^0x[0-9a-fA-F]{64}$/.test(escrowId)) throw new NimbleError('invalid', `escrow must be a 32-byte hex id, got '${escrowId.slice(0, 80)}'`);
     const id = escrowId.toLowerCase() as Hex;
-    const bound = this.state.escrows.byEscrowId(id);
-    if (bound) throw new NimbleError('conflict', `escrow ${id} pays for job ${bound.jobId}: what it does not pay is refunded when the job ends`);
+    this.checkUnbound(id, 'pays for');
     const e = await readEscrow(this.chain.client, id);
     if (!e) throw new NimbleError('not_found', `no escrow ${id}`);
     if (getAddress(e.owner) !== getAddress(by)) throw new NimbleError('forbidden', `escrow ${id} is ${e.owner}'s, not ${by}'s`);

@@ -157,6 +157,15 @@ export class JobService {
     return this.state.jobs.get(id)!;
   }
 
+  /** The orchestrator's operator ends a job (the dashboard, docs/dashboard.md): as a cancel by its owner, with `reason`. */
+  cancelAsOperator(id: string, reason: string): JobRecord {
+    const job = this.state.jobs.get(id);
+    if (!job) throw new NimbleError('not_found', `unknown job ${id}`);
+    if (isFinalJobStatus(job.status)) throw new NimbleError('conflict', `job ${id} has ended (${job.status})`);
+    this.end(job, 'cancelled', reason);
+    return this.state.jobs.get(id)!;
+  }
+
   /**
    * The owner moves a job onto `layout` (stages × replicas; by default
    * `defaultUpgrade`): its run finishes early and the job goes on from the

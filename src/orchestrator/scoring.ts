@@ -7,7 +7,10 @@
 //   score(miner) = max(0, Σ done units·w − 3·Σ dropped units·w − 5·Σ invalid units·w
 //                         − 10·Σ failed spot checks·w)
 //
-// Done units are forward, backward and merge (one merged partition). A dropped
+// Done units are forward, backward, merge (one merged partition) and
+// inference (tokens run through a stage of a deployed model, per
+// INFERENCE_TOKENS_PER_UNIT in src/orchestrator/inference-billing.ts, weighed
+// by the stage's share of the deployment's parameters). A dropped
 // unit (a microbatch lost while held, a missing pseudo-gradient) costs 3 done
 // units, as in IOTA; an invalid one (a malformed or forged request, a report
 // that does not match the assignment, a peer refusing what the miner sent)
@@ -25,11 +28,16 @@ export const FAILED_CHECK_PENALTY = 10;
 /** Scores are quantized to 1e-9 of a unit before the integer split. */
 const SCORE_SCALE = 1e9;
 
-/** The fields of a work log entry that scoring reads. */
-export type WorkRow = Pick<WorkRecord, 'minerId' | 'runId' | 'kind' | 'units' | 'stage'>;
+/** The fields of a work log entry that scoring reads (inference work names its deployment instead of a run). */
+export type WorkRow = Pick<WorkRecord, 'minerId' | 'runId' | 'kind' | 'units' | 'stage'> & { deploymentId?: string | null };
 
-/** Per run: each stage's share of the model's parameters (sums to 1). */
+/** Per run id and per deployment id (ids never collide: run-…, dep-…): each stage's share of the model's parameters (sums to 1). */
 export type StageShares = Record<string, number[]>;
+
+/** What a work row's stage shares are keyed by: its run, else its deployment. */
+export function sharesKey(r: Pick<WorkRow, 'runId' | 'deploymentId'>): string | null {
+  return r.runId ?? r.deploymentId ?? null;
+}
 
 /** Stage shares of a run of `model` (a model reference) from its stage ranges (parts [from, to)); an MLP's one stage holds it all. */
 export function stageSharesOf(model: string, ranges: readonly { from: number; to: number }[]): number[] {
@@ -41,12 +49,12 @@ export function stageSharesOf(model: string, ranges: readonly { from: number; to
 
 /**
  * The weight of one unit: its stage's share; a unit whose stage is unknown
- * counts as an average stage of its run (1 / stages); one with no run at all
+ * counts as an average stage of its run or deployment (1 / stages); one with no run at all
  * (a refused request) as the average stage over the epoch's runs, else 1.
  */
-export function unitWeight(shares: StageShares, runId: string | null, stage: number | null): number {
-  if (runId !== null && shares[runId]) {
-    const s = shares[runId];
+export function unitWeight(shares: StageShares, key: string | null, stage: number | null): number {
+  if (key !== null && shares[key]) {
+    const s = shares[key];
     if (stage !== null && stage >= 0 && stage < s.length) return s[stage];
     return 1 / s.length;
   }
@@ -72,13 +80,13 @@ export function scoreEpoch(rows: readonly WorkRow[], shares: StageShares): Miner
   for (const r of rows) {
     let m = byMiner.get(r.minerId);
     if (!m) {
-      m = { miner: r.minerId, work: 0, penalty: 0, score: 0, units: { forward: 0, backward: 0, merge: 0, dropped: 0, invalid: 0, failed_check: 0 } };
+      m = { miner: r.minerId, work: 0, penalty: 0, score: 0, units: { forward: 0, backward: 0, merge: 0, inference: 0, dropped: 0, invalid: 0, failed_check: 0 } };
       byMiner.set(r.minerId, m);
     }
     if (!(r.units > 0) || !Number.isFinite(r.units)) continue;
-    const w = unitWeight(shares, r.runId, r.stage);
+    const w = unitWeight(shares, sharesKey(r), r.stage);
     m.units[r.kind] += r.units;
-    if (r.kind === 'forward' || r.kind === 'backward' || r.kind === 'merge') m.work += r.units * w;
+    if (r.kind === 'forward' || r.kind === 'backward' || r.kind === 'merge' || r.kind === 'inference') m.work += r.units * w;
     else if (r.kind === 'dropped') m.penalty += DROPPED_PENALTY * r.units * w;
     else if (r.kind === 'invalid') m.penalty += INVALID_PENALTY * r.units * w;
     else if (r.kind === 'failed_check') m.penalty += FAILED_CHECK_PENALTY * r.units * w;

@@ -2,6 +2,7 @@
 // coordinator, the HTTP API on a loopback port (by default), and the clock.
 import { mkdirSync } from 'node:fs';
 import { join } from 'node:path';
+import { mobyDickBytes } from '../data/corpus.ts';
 import { FsBlobStore } from './blobs.ts';
 import { Completions } from './completions.ts';
 import { Coordinator, type CoordinatorOptions } from './coordinator.ts';
@@ -9,10 +10,15 @@ import { DatasetService } from './datasets.ts';
 import { chainModelRegistry, RegistrySync } from './deployment-registry.ts';
 import { Epochs, type ChainOptions } from './epochs.ts';
 import { buildApi } from './http.ts';
+import { operatorLoginOf } from './routes/dashboard.ts';
+import { InferenceBilling, registryPrices } from './inference-billing.ts';
+import { modelOfSha256 } from '../chain/registry.ts';
+import { InferenceChecks, type InferenceCheckOptions } from './inference-checks.ts';
 import { DEFAULT_CHECKPOINT_RETENTION_MS, JobService } from './jobs.ts';
 import { slashWindowMs } from './spot-checks.ts';
 import { loadOrCreateOrchestratorIdentity } from './identity.ts';
 import { OrchestratorState } from './state/index.ts';
+import { SyntheticPrompts, type SyntheticOptions } from './synthetic-prompts.ts';
 
 export interface OrchestratorOptions {
   dataDir: string;
@@ -25,15 +31,27 @@ export interface OrchestratorOptions {
   chain?: ChainOptions;
   /** an ended job's checkpoints are kept this long (default 3 days) */
   checkpointRetentionMs?: number;
+  /** spot checks of inference: the share of windows recomputed, memory bounds (src/orchestrator/inference-checks.ts) */
+  inferenceChecks?: Partial<InferenceCheckOptions>;
+  /** synthetic traffic to the serving deployments (src/orchestrator/synthetic-prompts.ts); absent: none */
+  syntheticPrompts?: Partial<SyntheticOptions> & { rate: number };
 }
 
 export interface RunningOrchestrator {
   url: string;
+  /** the dashboard's operator login URL, with its one-time-printed token (docs/dashboard.md) */
+  loginUrl: string;
   coordinator: Coordinator;
   jobs: JobService;
   epochs: Epochs | null;
   /** the serving path of /v1/completions (observers: the inference work log, spot checks) */
   completions: Completions;
+  /** API keys, reservations and charges of /v1/completions, and its work log (docs/inference.md, "Payment") */
+  billing: InferenceBilling;
+  /** spot checks of the inference steps miners serve */
+  inferenceChecks: InferenceChecks;
+  /** the synthetic traffic (null: --synthetic-prompts not given) */
+  syntheticPrompts: SyntheticPrompts | null;
   /** Closes the epoch if due and settles what is settling, now (a no-op when unpaid). */
   settleNow(): Promise<void>;
   close(): Promise<void>;
@@ -60,7 +78,27 @@ export async function startOrchestrator(options: OrchestratorOptions): Promise<R
   // an unused dataset is kept as long as an ended job's checkpoints
   const datasets = new DatasetService(state, blobs, { retentionMs: options.checkpointRetentionMs ?? DEFAULT_CHECKPOINT_RETENTION_MS });
   const completions = new Completions(coordinator);
-  const app = buildApi(coordinator, epochs, jobs, datasets, completions);
+  const inferenceChecks = new InferenceChecks(
+    { state, blobs, engine: () => coordinator.verifier(), offences: coordinator.offences, log: coordinator.log },
+    options.inferenceChecks,
+  );
+  completions.observe(inferenceChecks.recorder);
+  const synthetic = options.syntheticPrompts
+    ? new SyntheticPrompts(
+        {
+          serving: () => state.deployments.live(),
+          generate: (d, r, aborted) => completions.generate(d, r, () => {}, aborted),
+          text: () => mobyDickBytes(),
+          log: coordinator.log,
+        },
+        options.syntheticPrompts,
+      )
+    : null;
+  const chain = options.chain;
+  const prices = chain ? registryPrices((sha256) => modelOfSha256(chain.client, sha256)) : null;
+  const billing = new InferenceBilling(state, epochs?.credits ?? null, prices, (line) => console.error(`orchestrator: ${line}`));
+  completions.observe(billing.observer());
+  const app = buildApi(coordinator, epochs, jobs, datasets, completions, billing);
   // the ModelRegistry's deployed flag follows the deployments (paid networks)
   const registry = options.chain ? new RegistrySync(state, chainModelRegistry(options.chain), (line) => console.error(`orchestrator: ${line}`)) : null;
   const host = options.host ?? '127.0.0.1';
@@ -72,17 +110,24 @@ export async function startOrchestrator(options: OrchestratorOptions): Promise<R
       coordinator.tick();
       jobs.tick();
       datasets.tick();
+      inferenceChecks.tick();
       void registry?.step();
     } catch (err) {
       console.error('orchestrator: tick failed:', err);
     }
   }, options.tickMs ?? 200);
+  synthetic?.start();
+  const url = `http://${host.includes(':') ? `[${host}]` : host}:${port}`;
   return {
-    url: `http://${host.includes(':') ? `[${host}]` : host}:${port}`,
+    url,
+    loginUrl: `${url}${operatorLoginOf(app) ?? '/'}`,
     coordinator,
     jobs,
     epochs,
     completions,
+    billing,
+    inferenceChecks,
+    syntheticPrompts: synthetic,
     async settleNow() {
       // a pass already under way may have started before the last work arrived
       await epochs?.step();
@@ -90,8 +135,10 @@ export async function startOrchestrator(options: OrchestratorOptions): Promise<R
     },
     async close() {
       clearInterval(timer);
+      await synthetic?.close();
       jobs.closeStreams();
       await app.close();
+      await inferenceChecks.close();
       await jobs.settled();
       await registry?.settled();
       await coordinator.close();

@@ -109,6 +109,7 @@ export function epochView(state: OrchestratorState, e: EpochRecord): EpochView {
       amountWei: r.amount,
       units: r.units,
     })),
+    inferencePayments: inferencePaymentsOf(state, e.id),
     slashes: state.ledger.slashes({ epoch: e.id }).map((x) => ({
       miner: x.miner,
       check: x.checkId,
@@ -121,4 +122,24 @@ export function epochView(state: OrchestratorState, e: EpochRecord): EpochView {
       error: x.error,
     })),
   };
+}
+
+/** What credit escrows paid for an epoch's inference, per payee and role (the escrows summed). */
+function inferencePaymentsOf(state: OrchestratorState, epoch: number): EpochView['inferencePayments'] {
+  const byKey = new Map<string, { payee: string; role: 'miner' | 'owner'; wei: bigint; pending: boolean }>();
+  for (const s of state.credits.shares(epoch)) {
+    const key = `${s.payee}/${s.role}`;
+    const hit = byKey.get(key) ?? { payee: s.payee, role: s.role, wei: 0n, pending: false };
+    hit.wei += BigInt(s.amount);
+    hit.pending ||= s.status === 'pending';
+    byKey.set(key, hit);
+  }
+  return [...byKey.values()].map((p) => ({
+    payee: p.payee,
+    name: state.miners.get(p.payee)?.name ?? null,
+    role: p.role,
+    amount: formatEther(p.wei),
+    amountWei: p.wei.toString(),
+    status: p.pending ? 'pending' : 'paid',
+  }));
 }

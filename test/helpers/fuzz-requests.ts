@@ -70,6 +70,10 @@ export interface FuzzKeys {
   futureSession: RequestSigner;
   /** a session key nobody bound */
   stranger: RequestSigner;
+  /** an API key of the attacker's wallet: /v1/completions requests that get past the key check */
+  apiKey: string;
+  /** the Cookie header of an operator's dashboard session: /operator/* requests that get past the login */
+  operatorCookie: string;
 }
 
 /** Names the fuzz uses where a value should look plausible (so requests get past the schemas). */
@@ -400,7 +404,9 @@ export async function fuzzRoute(rng: Rng, target: string, route: RouteSummary, k
     method = pick(rng, METHODS.filter((m) => m !== route.method));
     kind.push(`method:${method}`);
   }
-  const path = fillPath(rng, route, world, kind) + fillQuery(rng, route, world, kind);
+  let path = fillPath(rng, route, world, kind) + fillQuery(rng, route, world, kind);
+  // the operator may cancel anything: with its session the fuzz acts only on runs and jobs that do not exist
+  if (route.url.startsWith('/operator/') && route.method === 'POST') for (const id of world.runIds) path = path.split(id).join(`run-${hex(rng, 8)}`);
   const hasBody = (method === 'POST' || method === 'PUT' || method === 'PATCH') ? true : chance(rng, 0.05);
   let body: Uint8Array | undefined;
   let contentType: string | undefined;
@@ -429,6 +435,17 @@ export async function fuzzRoute(rng: Rng, target: string, route: RouteSummary, k
     }
   }
   const { headers, replay } = await sign(rng, keys, route, method, path, body, kind);
+  if (route.url === '/v1/completions' && chance(rng, 0.8)) {
+    const own = chance(rng, 0.9);
+    headers.authorization = own ? `Bearer ${keys.apiKey}` : `Bearer nk-${hex(rng, 48)}`;
+    kind.push(own ? 'api-key:valid' : 'api-key:unknown');
+  }
+  if (route.url.startsWith('/operator/') && chance(rng, 0.8)) {
+    const own = chance(rng, 0.9);
+    headers.cookie = own ? keys.operatorCookie : `nimble_operator=${hex(rng, 43)}`;
+    if (chance(rng, 0.9)) headers['sec-fetch-site'] = 'same-origin';
+    kind.push(own ? 'operator:valid' : 'operator:unknown');
+  }
   if (contentType) headers['content-type'] = contentType;
   const req: FuzzRequest = { target, route: `${route.method} ${route.url}`, kind, method, path, headers, body, announce };
   return replay ? [req, { ...req, kind: [...kind, 'replayed'] }] : [req];

@@ -87,6 +87,8 @@ test(`the peer API takes ${REQUESTS} random frames signed by its own neighbours:
     staleSession: new RequestSigner({ session: n.session, address: n.wallet.address }, { domain: DOMAIN, now: () => Date.now() - 5 * 60_000 }),
     futureSession: new RequestSigner({ session: n.session, address: n.wallet.address }, { domain: DOMAIN, now: () => Date.now() + 5 * 60_000 }),
     stranger: neighbour().signer,
+    apiKey: 'nk-none', // the peer API has no /v1 route
+    operatorCookie: '', // nor an operator's
   });
   // a forward signed by the previous stage, a gradient by the next: valid signatures reach the frame checks
   const keys = { '/forward': keysOf(upstream), '/backward': keysOf(downstream) } as Record<string, FuzzKeys>;

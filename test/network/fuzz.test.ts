@@ -35,6 +35,7 @@ import { RequestSigner, RequestVerifier } from '../../src/protocol/signing.ts';
 import { forgedHeaders, randomAddress, rssOf, sampleMax, streamUpload, type UploadResult } from '../helpers/http-flood.ts';
 import { fuzzRoute, prng, rawRequest, unknownRoute, type FuzzKeys, type FuzzRequest, type FuzzWorld } from '../helpers/fuzz-requests.ts';
 import { sendFuzz, type FuzzResult } from '../helpers/fuzz-send.ts';
+import { CreditClient } from '../../src/api/credit-client.ts';
 import { Cluster } from './helpers.ts';
 
 const SEED = process.env.NIMBLE_FUZZ_SEED ? Number(process.env.NIMBLE_FUZZ_SEED) >>> 0 : randomInt(2 ** 31);
@@ -49,6 +50,14 @@ let runId: string;
 let keys: FuzzKeys;
 let attacker: { wallet: RequestSigner; session: RequestSigner; key: `0x${string}` };
 let routes: { orchestrator: RouteSummary[]; peer: RouteSummary[] };
+
+/** Logs in to the dashboard as its operator: the session cookie the login URL sets. */
+async function operatorCookie(loginUrl: string): Promise<string> {
+  const res = await fetch(loginUrl, { redirect: 'manual' });
+  const set = res.headers.get('set-cookie');
+  assert.ok(set, `the login URL set no cookie (HTTP ${res.status})`);
+  return set.split(';')[0];
+}
 
 before(async () => {
   routes = await declaredRoutes();
@@ -77,6 +86,8 @@ before(async () => {
     staleSession: other(() => Date.now() - 5 * 60_000),
     futureSession: other(() => Date.now() + 5 * 60_000),
     stranger: new RequestSigner({ session: SessionKey.generate(), address: randomAddress() as `0x${string}` }, { domain }),
+    apiKey: (await new CreditClient(new OrchestratorClient(cluster.url, { wallet: attacker.key })).createKey('fuzz')).key,
+    operatorCookie: await operatorCookie(cluster.loginUrl),
   };
   runId = (await cluster.createRun({ model: 'gpt-micro', data: 'moby-dick', steps: 1_000_000, stages: 2, batchSize: 2, mergeEvery: 20, minMiners: 2 })).id;
   await cluster.waitRun(runId, (v) => v.microbatchesDone >= 3);

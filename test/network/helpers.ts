@@ -28,6 +28,8 @@ export class Cluster {
   readonly dir = mkdtempSync(join(tmpdir(), 'nimble-net-'));
   readonly procs: Proc[] = [];
   url = '';
+  /** the orchestrator's dashboard login URL (its operator token) */
+  loginUrl = '';
   orchestrator: Proc | null = null;
   port = 0;
 
@@ -102,6 +104,7 @@ export class Cluster {
     this.orchestrator = this.spawnNbcli(['orchestrator', 'start', '--port', String(this.port), ...(opts.chain ? [] : ['--no-chain']), ...extra], join(this.dir, 'orch'));
     const v = await this.orchestrator.waitFor((v) => v.event === 'listening');
     this.url = v.url as string;
+    this.loginUrl = v.login as string;
   }
 
   async startMiner(name: string, extra: string[] = []): Promise<Proc> {

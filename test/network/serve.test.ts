@@ -1,13 +1,17 @@
 // Serving a completion through the stage miners, end to end: a real
-// orchestrator on its local anvil, 2 real miner processes serving the 2 stages
-// of a published gpt-micro, and the OpenAI HTTP API called by the official
-// `openai` client (its `baseURL` pointed at the orchestrator) and by plain
-// fetch (POST /v1/completions with and without `stream`, GET /v1/models). The
-// streamed text equals generateCached on the same checkpoint, seed and
-// sampling options in this process, byte for byte: the miners and this
-// process run the same kernel build (build/, the one the worktree links), and
-// the frames between stages are f32. Bad requests get 4xx answers in OpenAI's
-// error shape.
+// orchestrator on its local anvil, 4 real miner processes serving the 2 stages
+// of a published gpt-micro (2 replicas each), and the OpenAI HTTP API called
+// by the official `openai` client (its `baseURL` pointed at the orchestrator)
+// and by plain fetch (POST /v1/completions with and without `stream`, GET
+// /v1/models). The text equals generateCached on the same checkpoint, seed and
+// sampling options in this process, cut into the deployment's stages with the
+// activations rounded to f16 between them as the frames round them, byte for
+// byte, whichever replicas serve it: the miners and this process run the same
+// kernel build (build/, the one the worktree links). Bad requests get 4xx
+// answers in OpenAI's error shape. Then several concurrent streams, one
+// replica of stage 1 killed with SIGKILL while every stream is under way: the
+// sessions on it are replayed on the other replica and every text is still
+// the reference's.
 import assert from 'node:assert/strict';
 import { createHash } from 'node:crypto';
 import { writeFileSync } from 'node:fs';
@@ -18,11 +22,33 @@ import { generatePrivateKey } from 'viem/accounts';
 import { saveWallet } from '../../src/chain/wallets.ts';
 import { Engine } from '../../src/engine/engine.ts';
 import { generateCached } from '../../src/inference/generate.ts';
+import type { StageRange } from '../../src/model/gpt.ts';
+import type { DeploymentView } from '../../src/api/deployments.ts';
 import { wholeModelBytes } from '../helpers/whole-model.ts';
-import { Cluster } from './helpers.ts';
+import { Cluster, type Proc } from './helpers.ts';
 
 const cluster = new Cluster();
 after(() => cluster.stopGracefully());
+const MINERS = ['a', 'b', 'c', 'd'];
+/** each miner's process by its address */
+const minerProcs = new Map<string, Proc>();
+let bytes: Uint8Array = new Uint8Array(0);
+/** the dev wallet's API key for /v1/completions */
+let apiKey = '';
+/** the deployment's cut, once placed */
+let cuts: StageRange[] = [];
+
+/** The deployment of moby-micro once every replica serves. */
+async function servingDeployment(timeoutMs = 60_000): Promise<DeploymentView> {
+  const end = Date.now() + timeoutMs;
+  for (;;) {
+    const list = (await (await fetch(`${cluster.url}/deployments`)).json()) as DeploymentView[];
+    const d = list.find((x) => x.name === 'moby-micro' && x.status === 'serving');
+    if (d && d.stages.every((s) => s.miners.length === 2 && s.miners.every((m) => m.state === 'serving'))) return d;
+    if (Date.now() > end) throw new Error(`moby-micro is not served by 2 replicas per stage: ${JSON.stringify(d ?? list)}`);
+    await new Promise((r) => setTimeout(r, 250));
+  }
+}
 
 /** The text of a server-sent-events completion stream, its chunks and finish reason. */
 async function readStream(res: Response): Promise<{ text: string; chunks: number; finish: string | null; done: boolean }> {
@@ -47,29 +73,37 @@ async function readStream(res: Response): Promise<{ text: string; chunks: number
   return { text, chunks, finish, done };
 }
 
-test('a completion generated through 2 stage miners, streamed and not, equals generateCached on the same checkpoint; bad requests get OpenAI-shaped 4xx', { timeout: 150_000 }, async () => {
+test('a completion generated through 2 stages of 2 replicas, streamed and not, equals generateCached cut the same way with f16 activations; bad requests get OpenAI-shaped 4xx', { timeout: 150_000 }, async () => {
   process.env.NIMBLE_CHAIN_RPC = '';
   process.env.NIMBLE_PASSWORD = 'serve-test';
   await cluster.startOrchestrator(['--min-stake', '0'], { chain: true });
   const home = join(cluster.dir, 'orch');
   saveWallet(home, 'dev', generatePrivateKey(), 'serve-test');
-  for (const n of ['a', 'b']) saveWallet(home, `w-${n}`, generatePrivateKey(), 'serve-test');
-  await Promise.all(['a', 'b'].map((name) => cluster.startMiner(name, ['--data-dir', home, '--wallet.name', `w-${name}`, '--serve', 'inference'])));
+  for (const n of MINERS) saveWallet(home, `w-${n}`, generatePrivateKey(), 'serve-test');
+  const procs = await Promise.all(MINERS.map((name) => cluster.startMiner(name, ['--data-dir', home, '--wallet.name', `w-${name}`, '--serve', 'inference'])));
+  for (const p of procs) minerProcs.set(((await p.waitFor((v) => v.event === 'started')).address as string).toLowerCase(), p);
   const nbcli = (...args: string[]) => cluster.nbcli([...args, '--orchestrator', cluster.url], home);
 
-  const bytes = wholeModelBytes(41, 500);
+  bytes = wholeModelBytes(41, 500);
   const file = join(cluster.dir, 'micro.safetensors');
   writeFileSync(file, bytes);
   assert.equal((await nbcli('model', 'publish', '--file', file, '--name', 'moby-micro', '--wallet.name', 'dev')).code, 0);
   const other = join(cluster.dir, 'other.safetensors');
   writeFileSync(other, wholeModelBytes(42, 500));
   assert.equal((await nbcli('model', 'publish', '--file', other, '--name', 'kept-micro', '--wallet.name', 'dev')).code, 0);
-  const deployed = await nbcli('model', 'deploy', 'moby-micro', '--stages', '2', '--wallet.name', 'dev', '--wait', '--timeout', '60');
+  const deployed = await nbcli('model', 'deploy', 'moby-micro', '--stages', '2', '--replicas', '2', '--wallet.name', 'dev', '--wait', '--timeout', '60');
   assert.equal(deployed.code, 0, deployed.stderr);
+  cuts = (await servingDeployment()).stages.map((s) => ({ from: s.parts[0], to: s.parts[1] }));
+  assert.equal(cuts.length, 2);
+  // completions take an API key (the model is free: published without a price)
+  const created = await nbcli('api-key', 'create', '--name', 'serve-test', '--wallet.name', 'dev');
+  assert.equal(created.code, 0, created.stderr);
+  apiKey = created.out[0].key as string;
 
   const base = `${cluster.url}/v1`;
-  const openai = new OpenAI({ baseURL: base, apiKey: 'not-needed', maxRetries: 0 });
-  const post = (body: unknown): Promise<Response> => fetch(`${base}/completions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) });
+  const openai = new OpenAI({ baseURL: base, apiKey, maxRetries: 0 });
+  const headers = { 'content-type': 'application/json', authorization: `Bearer ${apiKey}` };
+  const post = (body: unknown): Promise<Response> => fetch(`${base}/completions`, { method: 'POST', headers, body: JSON.stringify(body) });
 
   const models = (await (await fetch(`${base}/models`)).json()) as { object: string; data: { id: string; sha256: string }[] };
   assert.equal(models.object, 'list');
@@ -82,7 +116,7 @@ test('a completion generated through 2 stage miners, streamed and not, equals ge
     { prompt: 'Ahab ', max_tokens: 60, temperature: 1, seed: 3, stop: ['e'] },
   ];
   for (const c of cases) {
-    const local = generateCached(engine, bytes, c.prompt, { maxTokens: c.max_tokens, temperature: c.temperature, topP: c.top_p, seed: c.seed, stop: c.stop });
+    const local = generateCached(engine, bytes, c.prompt, { maxTokens: c.max_tokens, temperature: c.temperature, topP: c.top_p, seed: c.seed, stop: c.stop, stages: cuts, activations: 'f16' });
     const res = await post({ model: 'moby-micro', ...c, stream: true });
     assert.equal(res.status, 200);
     assert.match(res.headers.get('content-type') ?? '', /text\/event-stream/);
@@ -132,7 +166,50 @@ test('a completion generated through 2 stage miners, streamed and not, equals ge
   await refused({ model: 'moby-micro', prompt: '\ud800' }, 400, 'invalid_value');
   await refused({ model: 'no-such-model', prompt: 'hi' }, 404, 'model_not_found');
   await refused({ model: 'kept-micro', prompt: 'hi' }, 409, 'model_not_deployed');
-  const notJson = await fetch(`${base}/completions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: '{' });
+  const notJson = await fetch(`${base}/completions`, { method: 'POST', headers, body: '{' });
   assert.equal(notJson.status, 400);
   assert.equal(typeof ((await notJson.json()) as { error: { message: string } }).error.message, 'string');
+});
+
+test('concurrent streams through the openai client, one replica of stage 1 killed with SIGKILL mid-stream: every text is the one without the failure', { timeout: 120_000 }, async () => {
+  const deployment = await servingDeployment();
+  const engine = await Engine.create({ threads: 1 });
+  const cases = [
+    { prompt: 'Call me Ishmael. ', max_tokens: 400, temperature: 0.9, top_p: 0.95, seed: 7 },
+    { prompt: 'The whale', max_tokens: 400, temperature: 0, seed: 1 },
+    { prompt: 'Ahab ', max_tokens: 400, temperature: 1, seed: 3 },
+    { prompt: 'Queequeg', max_tokens: 400, temperature: 1.2, top_p: 0.8, seed: 5 },
+  ];
+  const expected = cases.map((c) => generateCached(engine, bytes, c.prompt, { maxTokens: c.max_tokens, temperature: c.temperature, topP: c.top_p, seed: c.seed, stages: cuts, activations: 'f16' }).text);
+  await engine.close();
+  const openai = new OpenAI({ baseURL: `${cluster.url}/v1`, apiKey, maxRetries: 0 });
+  const victim = deployment.stages[1].miners[0].id.toLowerCase();
+  const proc = minerProcs.get(victim);
+  assert.ok(proc, `miner ${victim} is one of ours`);
+  const texts = cases.map(() => '');
+  const arrivals: number[][] = cases.map(() => []);
+  let killedAt = 0;
+  const kill = (): void => {
+    if (killedAt || !texts.every((t) => t.length >= 8)) return;
+    killedAt = performance.now();
+    proc.child.kill('SIGKILL');
+  };
+  await Promise.all(cases.map(async (c, i) => {
+    const stream = await openai.completions.create({ model: 'moby-micro', ...c, stream: true });
+    for await (const chunk of stream) {
+      texts[i] += chunk.choices[0]?.text ?? '';
+      arrivals[i].push(performance.now());
+      kill();
+    }
+  }));
+  assert.ok(killedAt > 0, 'the miner was killed while every stream was under way');
+  assert.ok(arrivals.every((a) => a.some((at) => at > killedAt)), 'every stream went on after the kill');
+  texts.forEach((t, i) => assert.equal(t, expected[i], `stream ${i}: ${JSON.stringify(cases[i])}`));
+  // the sessions on the killed replica were replayed (the orchestrator logs each replay)
+  const replays = cluster.orchestrator!.lines.filter((l) => l.toLowerCase().includes(`(miner ${victim}) failed`) && l.includes('replaying its'));
+  assert.ok(replays.length >= 1, `replays logged: ${replays.length}`);
+  // from the kill to the next token of every stream (those on the killed replica waited for their replay)
+  const gap = Math.max(...arrivals.map((a) => a.find((at) => at > killedAt)! - killedAt));
+  console.log(`failover: every stream had its next token ${gap.toFixed(0)} ms after the kill`);
+  assert.ok(gap < 5_000, `${gap} ms from the kill to the next token`);
 });

@@ -34,7 +34,7 @@ async function fakeMiner(answer: (body: Buffer) => { status: number; body: Uint8
 
 function fakeCoordinator(url: string): { c: Coordinator; d: DeploymentRecord } {
   const key = SessionKey.generate();
-  const d = { id: 'dep-1', name: 'm', sha256: 'a'.repeat(64), model: 'gpt-micro', status: 'serving', message: null } as unknown as DeploymentRecord;
+  const d = { id: 'dep-1', name: 'm', sha256: 'a'.repeat(64), model: 'gpt-micro', status: 'serving', message: null, sessions: 4 } as unknown as DeploymentRecord;
   const c = {
     identity: { key, domain: domainOf(key.publicKey) },
     state: { deployments: { stages: () => [{ stage: 0, fromPart: 0, toPart: 4 }] } },

@@ -29,7 +29,7 @@ test('work is weighted by the stage’s parameter share; merges likewise', () =>
   assert.deepEqual(s.map((m) => m.miner), [A, B]);
   assert.equal(s[0].score, 8 * 0.75);
   assert.equal(s[1].score, 10 * 0.25);
-  assert.deepEqual(s[1].units, { forward: 4, backward: 4, merge: 2, dropped: 0, invalid: 0, failed_check: 0 });
+  assert.deepEqual(s[1].units, { forward: 4, backward: 4, merge: 2, inference: 0, dropped: 0, invalid: 0, failed_check: 0 });
 });
 
 test('a dropped unit costs 3 done units, an invalid one 5; scores clip at 0', () => {
@@ -90,4 +90,17 @@ test('conservation: Σ amounts + remainder == emission for random epochs', () =>
     const sorted = [...split.rewards].sort((a, b) => a.score - b.score);
     for (let i = 1; i < sorted.length; i++) assert.ok(sorted[i].amount >= sorted[i - 1].amount);
   }
+});
+
+test('inference units are work weighed by the stage share of the deployment they served, beside training', () => {
+  const rows: WorkRow[] = [
+    { minerId: 'a', runId: null, deploymentId: 'dep-1', kind: 'inference', units: 2, stage: 0 },
+    { minerId: 'b', runId: null, deploymentId: 'dep-1', kind: 'inference', units: 2, stage: 1 },
+    { minerId: 'b', runId: 'r', kind: 'forward', units: 1, stage: 0 },
+  ];
+  const s = scoreEpoch(rows, { 'dep-1': [0.25, 0.75], r: [0.5, 0.5] });
+  assert.equal(s[0].score, 0.5);
+  assert.equal(s[1].score, 1.5 + 0.5);
+  assert.equal(s[1].units.inference, 2);
+  assert.equal(unitWeight({ 'dep-1': [0.25, 0.75] }, 'dep-1', null), 0.5);
 });

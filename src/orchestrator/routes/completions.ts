@@ -1,7 +1,11 @@
 // The OpenAI-compatible subset (docs/inference.md, "Serve"): `POST
 // /v1/completions` (model, prompt, max_tokens, temperature, top_p, seed, stop,
 // stream: server-sent events) and `GET /v1/models` (the deployed models).
-// The contracts are ../../api/completions.ts. Unsigned and unpaid for now.
+// The contracts are ../../api/completions.ts. A completion is paid with an
+// API key (`Authorization: Bearer nk-…`, checked before the body is read):
+// its most is reserved from the key's wallet before generating and what was
+// processed is charged after, even when the client left
+// (../inference-billing.ts, docs/inference.md "Payment").
 // Answers, errors included, are in OpenAI's shape
 // (`{ error: { message, type, param, code } }`), written straight to the
 // socket so that the official `openai` client reads them as it reads
@@ -11,8 +15,12 @@ import type { FastifyReply } from 'fastify';
 import { Completion, CompletionBody, ModelList } from '../../api/completions.ts';
 import type { HttpServer } from '../../http/server.ts';
 import { NimbleError } from '../../protocol/errors.ts';
-import { type CompletionRequest, Completions, deploymentFor, OpenAiError, parseCompletionRequest } from '../completions.ts';
+import { type CompletionRequest, OpenAiError, parseCompletionRequest } from '../completion-request.ts';
+import { type CompletionResult, Completions, deploymentFor } from '../completions.ts';
 import type { Coordinator } from '../coordinator.ts';
+import { InferenceBilling } from '../inference-billing.ts';
+import type { ApiKeyRecord } from '../state/api-keys.ts';
+import type { DeploymentRecord } from '../state/deployments.ts';
 
 const BODY_LIMIT = 1 << 20;
 
@@ -46,8 +54,28 @@ function fail(reply: FastifyReply, err: unknown): void {
   else reply.raw.end();
 }
 
-export function completionRoutes(app: HttpServer, c: Coordinator, completions = new Completions(c)): void {
+export function completionRoutes(app: HttpServer, c: Coordinator, completions = new Completions(c), billing = new InferenceBilling(c.state, null, null)): void {
   const errorHandler = (err: Error, _req: unknown, reply: FastifyReply): void => fail(reply, err);
+  const keys = new WeakMap<object, ApiKeyRecord>();
+
+  /** Generates for `key` with the request reserved before and charged after (what it processed, once). */
+  const paidGenerate = async (
+    key: ApiKeyRecord, d: DeploymentRecord, r: CompletionRequest, onBytes?: (bytes: Uint8Array) => void, aborted?: () => boolean, onId?: (id: string) => void,
+  ): Promise<CompletionResult> => {
+    const reservation = await billing.reserve(key, d, r);
+    let id: string | null = null;
+    let result: CompletionResult | null = null;
+    try {
+      result = await completions.generate(d, r, onBytes, aborted, (cid) => {
+        id = cid;
+        billing.track(reservation, cid);
+        onId?.(cid);
+      });
+      return result;
+    } finally {
+      billing.settle(reservation, id, result);
+    }
+  };
 
   app.get('/v1/models', { errorHandler, schema: { response: { 200: ModelList } } }, async (_req, reply) => {
     reply.hijack();
@@ -57,16 +85,21 @@ export function completionRoutes(app: HttpServer, c: Coordinator, completions = 
     });
   });
 
-  app.post('/v1/completions', { bodyLimit: BODY_LIMIT, errorHandler, schema: { body: CompletionBody, response: { 200: Completion } } }, async (req, reply) => {
+  // the key before the body is read: a request without a valid one costs nothing to refuse
+  const onRequest = async (req: { headers: { authorization?: string }; raw: object }): Promise<void> => {
+    keys.set(req.raw, billing.authorize(req.headers.authorization));
+  };
+  app.post('/v1/completions', { bodyLimit: BODY_LIMIT, errorHandler, onRequest, schema: { body: CompletionBody, response: { 200: Completion } } }, async (req, reply) => {
     let r: CompletionRequest;
     try {
+      const key = keys.get(req.raw) ?? billing.authorize(req.headers.authorization);
       r = parseCompletionRequest(req.body);
       const d = deploymentFor(c, r.model);
       const created = Math.floor(Date.now() / 1000);
       reply.hijack();
       const res = reply.raw;
       if (!r.stream) {
-        const out = await completions.generate(d, r);
+        const out = await paidGenerate(key, d, r);
         writeJson(res, 200, {
           id: out.id, object: 'text_completion', created, model: r.model,
           choices: [{ text: new TextDecoder().decode(out.bytes), index: 0, logprobs: null, finish_reason: out.finishReason }],
@@ -84,8 +117,8 @@ export function completionRoutes(app: HttpServer, c: Coordinator, completions = 
         res.write(`data: ${JSON.stringify({ id, object: 'text_completion', created, model: r.model, choices: [{ text, index: 0, logprobs: null, finish_reason: finish }] })}\n\n`);
       };
       try {
-        const out = await completions.generate(
-          d, r,
+        const out = await paidGenerate(
+          key, d, r,
           (bytes) => {
             const text = decoder.decode(bytes, { stream: true });
             if (text) chunk(text, null);

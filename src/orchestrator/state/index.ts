@@ -1,11 +1,14 @@
 // The orchestrator's durable state: one SQLite file and a store per domain.
 // Everything the orchestrator remembers across a restart goes through here.
+import { ApiKeyStore, API_KEY_MIGRATIONS } from './api-keys.ts';
 import { ClaimStore, CLAIM_MIGRATIONS } from './claims.ts';
+import { CreditStore, CREDIT_MIGRATIONS } from './credits.ts';
 import { DatasetStore, DATASET_MIGRATIONS } from './datasets.ts';
 import { DeploymentStore, DEPLOYMENT_MIGRATIONS } from './deployments.ts';
 import { StateDb } from './db.ts';
 import { EscrowStore, ESCROW_MIGRATIONS } from './escrows.ts';
 import { BlobGarbage, GARBAGE_MIGRATIONS } from './garbage.ts';
+import { InferenceRequestStore, INFERENCE_REQUEST_MIGRATIONS } from './inference-requests.ts';
 import { JobStore, JOB_MIGRATIONS } from './jobs.ts';
 import { Ledger, LEDGER_MIGRATIONS } from './ledger.ts';
 import { MergeRoundStore, MERGE_ROUND_MIGRATIONS } from './merge-rounds.ts';
@@ -15,7 +18,7 @@ import { ModelStore, MODEL_MIGRATIONS } from './models.ts';
 import { RunStore, RUN_MIGRATIONS } from './runs.ts';
 import { SpotCheckStore, SPOT_CHECK_MIGRATIONS } from './spot-checks.ts';
 
-export const MIGRATIONS = [MINER_MIGRATIONS, RUN_MIGRATIONS, MICROBATCH_MIGRATIONS, CLAIM_MIGRATIONS, MERGE_ROUND_MIGRATIONS, LEDGER_MIGRATIONS, SPOT_CHECK_MIGRATIONS, GARBAGE_MIGRATIONS, JOB_MIGRATIONS, MODEL_MIGRATIONS, ESCROW_MIGRATIONS, DATASET_MIGRATIONS, DEPLOYMENT_MIGRATIONS];
+export const MIGRATIONS = [MINER_MIGRATIONS, RUN_MIGRATIONS, MICROBATCH_MIGRATIONS, CLAIM_MIGRATIONS, MERGE_ROUND_MIGRATIONS, LEDGER_MIGRATIONS, SPOT_CHECK_MIGRATIONS, GARBAGE_MIGRATIONS, JOB_MIGRATIONS, MODEL_MIGRATIONS, ESCROW_MIGRATIONS, DATASET_MIGRATIONS, DEPLOYMENT_MIGRATIONS, API_KEY_MIGRATIONS, CREDIT_MIGRATIONS, INFERENCE_REQUEST_MIGRATIONS];
 
 export class OrchestratorState {
   readonly miners: MinerStore;
@@ -31,6 +34,9 @@ export class OrchestratorState {
   readonly datasets: DatasetStore;
   readonly escrows: EscrowStore;
   readonly deployments: DeploymentStore;
+  readonly apiKeys: ApiKeyStore;
+  readonly credits: CreditStore;
+  readonly inferenceRequests: InferenceRequestStore;
 
   private constructor(readonly db: StateDb) {
     this.miners = new MinerStore(db);
@@ -46,6 +52,9 @@ export class OrchestratorState {
     this.datasets = new DatasetStore(db);
     this.escrows = new EscrowStore(db);
     this.deployments = new DeploymentStore(db);
+    this.apiKeys = new ApiKeyStore(db);
+    this.credits = new CreditStore(db);
+    this.inferenceRequests = new InferenceRequestStore(db);
   }
 
   /** Opens (creating or migrating) the state file; ':memory:' for a throwaway one. */

@@ -42,6 +42,8 @@ export const LEDGER_MIGRATIONS: Migrations = {
     DROP TABLE slashes;
     ALTER TABLE slashes_by_check RENAME TO slashes;
     CREATE INDEX slashes_by_status ON slashes (status)`,
+    // inference work names the deployment it served (its stage shares weigh it, as a run's weigh training)
+    `ALTER TABLE work_log ADD COLUMN deployment_id TEXT`,
   ],
 };
 
@@ -56,6 +58,8 @@ const Wei = Type.String({ pattern: '^[0-9]{1,78}$' });
 export interface WorkEntry {
   minerId: string;
   runId: string | null;
+  /** the deployment served (inference work); default null */
+  deploymentId?: string | null;
   kind: WorkKind;
   /** default 1 */
   units?: number;
@@ -63,7 +67,7 @@ export interface WorkEntry {
   detail?: string | null;
 }
 
-const WorkRow = Type.Object({ id: Int, minerId: Type.String(), runId: NullableText, kind: WorkKind, units: Type.Number(), stage: NullableInt });
+const WorkRow = Type.Object({ id: Int, minerId: Type.String(), runId: NullableText, deploymentId: NullableText, kind: WorkKind, units: Type.Number(), stage: NullableInt });
 export type WorkRecord = Static<typeof WorkRow>;
 const decodeWork = rowReader(WorkRow, 'work log entry');
 
@@ -159,9 +163,10 @@ export class Ledger {
 
   logWork(w: WorkEntry, now: number): void {
     this.db.run(
-      'INSERT INTO work_log (miner_id, run_id, kind, units, stage, at, detail) VALUES (?, ?, ?, ?, ?, ?, ?)',
+      'INSERT INTO work_log (miner_id, run_id, deployment_id, kind, units, stage, at, detail) VALUES (?, ?, ?, ?, ?, ?, ?, ?)',
       w.minerId,
       w.runId,
+      w.deploymentId ?? null,
       w.kind,
       w.units ?? 1,
       w.stage ?? null,
@@ -189,7 +194,7 @@ export class Ledger {
     return all(
       this.db,
       decodeWork,
-      'SELECT id, miner_id AS minerId, run_id AS runId, kind, units, stage FROM work_log WHERE id > ? AND id <= ? ORDER BY id',
+      'SELECT id, miner_id AS minerId, run_id AS runId, deployment_id AS deploymentId, kind, units, stage FROM work_log WHERE id > ? AND id <= ? ORDER BY id',
       fromExclusive,
       toInclusive,
     );

@@ -1,0 +1,87 @@
+// The dashboard's contracts (docs/dashboard.md): what `GET /events` streams
+// (a server-sent event per section of the network's state that changed, and
+// the new points of the loss curves), what `GET /runs/:id/loss` and
+// `GET /jobs/:id/loss` answer (a curve recorded so far), whether the caller is
+// logged in as the operator, and the operator's actions. Routes in
+// src/orchestrator/routes/dashboard.ts; the page in web/.
+import { Type, type Static, type TSchema } from '@sinclair/typebox';
+import { DeploymentView } from './deployments.ts';
+import { JobView } from './jobs.ts';
+import { StoredModelView } from './models.ts';
+import { EpochList, MinerView, RunView, WorkKind } from './schemas.ts';
+
+const Count = Type.Integer({ minimum: 0, maximum: Number.MAX_SAFE_INTEGER });
+const Ms = Type.Integer({ minimum: 0, maximum: Number.MAX_SAFE_INTEGER });
+const Nullable = <T extends TSchema>(t: T) => Type.Union([t, Type.Null()]);
+const Wei = Type.String({ pattern: '^[0-9]{1,78}$' });
+const Nim = Type.String({ pattern: '^-?[0-9]+(\\.[0-9]+)?$' });
+
+/** What a miner does now: holds a stage of a run, or of a deployed model. */
+export const MinerRole = Type.Object({
+  kind: Type.Union([Type.Literal('training'), Type.Literal('serving')]),
+  /** the run's id, or the deployment's model name */
+  of: Type.String(),
+  stage: Count,
+  stages: Count,
+  /** its place among the stage's replicas (1-based) and how many there are */
+  replica: Count,
+  replicas: Count,
+});
+export type MinerRole = Static<typeof MinerRole>;
+
+/** A miner as the Network page shows it: its view, what it does, its work and what it earned. */
+export const DashboardMiner = Type.Object({
+  ...MinerView.properties,
+  roles: Type.Array(MinerRole),
+  /** the work log summed per kind (forward, backward, merge, inference, dropped, invalid, failed_check) */
+  units: Type.Record(WorkKind, Type.Number()),
+  /** what scored epochs gave it, in wei and NIM (exact) */
+  earnedWei: Wei,
+  earned: Nim,
+});
+export type DashboardMiner = Static<typeof DashboardMiner>;
+
+/** One point of a loss curve: [step, train loss, tokens/s, unix ms]. */
+export const LossPoint = Type.Tuple([Count, Type.Number(), Type.Number({ minimum: 0 }), Ms]);
+export type LossPoint = Static<typeof LossPoint>;
+
+/** A curve's key: `run:<id>` or `job:<id>`. */
+export const SeriesKey = Type.String({ pattern: '^(run|job):[A-Za-z0-9_.:-]{1,128}$' });
+
+/** A run's or job's curve as recorded by this orchestrator since it started, and the statuses it was seen in. */
+export const LossHistory = Type.Object({
+  key: SeriesKey,
+  points: Type.Array(LossPoint),
+  statuses: Type.Array(Type.Object({ at: Ms, status: Type.String() })),
+});
+export type LossHistory = Static<typeof LossHistory>;
+
+/** `event: loss`: points recorded since the last one, per curve. */
+export const LossEvent = Type.Object({ series: Type.Array(Type.Object({ key: SeriesKey, points: Type.Array(LossPoint) })) });
+export type LossEvent = Static<typeof LossEvent>;
+
+/** The sections `GET /events` streams, each sent whole when it changed (at most once a second), and the event each is sent as. */
+export const DashboardSections = {
+  miners: Type.Array(DashboardMiner),
+  /** the runs not ended and the newest ended ones */
+  runs: Type.Array(RunView),
+  jobs: Type.Array(JobView),
+  epochs: EpochList,
+  models: Type.Array(StoredModelView),
+  deployments: Type.Array(DeploymentView),
+};
+export type DashboardSectionName = keyof typeof DashboardSections;
+export type DashboardSection<K extends DashboardSectionName> = Static<(typeof DashboardSections)[K]>;
+export const SECTION_NAMES = Object.keys(DashboardSections) as DashboardSectionName[];
+
+/** `event: hello`: sent first on every stream. */
+export const HelloEvent = Type.Object({ at: Ms, operator: Type.Boolean(), paid: Type.Boolean() });
+export type HelloEvent = Static<typeof HelloEvent>;
+
+/** `GET /session`: whether the caller's cookie makes it the operator. */
+export const SessionView = Type.Object({ operator: Type.Boolean(), paid: Type.Boolean() });
+export type SessionView = Static<typeof SessionView>;
+
+/** What an operator's cancel answers: what was cancelled, and its status after. */
+export const CancelAnswer = Type.Object({ kind: Type.Union([Type.Literal('run'), Type.Literal('job')]), id: Type.String(), status: Type.String(), message: Nullable(Type.String()) });
+export type CancelAnswer = Static<typeof CancelAnswer>;

@@ -1,0 +1,127 @@
+// The sections of the network's state the dashboard shows (src/api/dashboard.ts):
+// miners with what they do, their work and their earnings; runs; jobs;
+// epochs; stored models and deployments. Built from the same views as the
+// public API (../views.ts, ../routes/jobs.ts, ../deployments.ts), bounded in
+// length, and with the costlier sums (the work log, every epoch's rewards)
+// recomputed only when they can have changed.
+import { formatEther } from 'viem';
+import type { DashboardMiner, DashboardSection, DashboardSectionName, MinerRole } from '../../api/dashboard.ts';
+import { FINAL_RUN_STATUSES, WORK_KINDS, type RunView, type WorkKind } from '../../api/schemas.ts';
+import { isFinalJobStatus } from '../../jobs/status.ts';
+import type { Coordinator } from '../coordinator.ts';
+import { deploymentView, deploymentViewOf } from '../deployments.ts';
+import type { JobService } from '../jobs.ts';
+import { storedModelView } from '../models.ts';
+import { jobView } from '../routes/jobs.ts';
+import { epochView, minerView, runView } from '../views.ts';
+
+/** Ended runs and jobs shown beside the ones under way (the newest). */
+export const ENDED_SHOWN = 100;
+/** Epochs, models and deployments shown (the newest). */
+export const LIST_SHOWN = 100;
+/** The work log is summed again at most this often. */
+const WORK_EVERY_MS = 2_000;
+
+export class DashboardSections {
+  private work: { at: number; byMiner: Map<string, Record<WorkKind, number>> } | null = null;
+  private earned: { key: string; byMiner: Map<string, bigint> } | null = null;
+
+  constructor(
+    private readonly c: Coordinator,
+    private readonly jobs: JobService | null,
+    private readonly paid: boolean,
+    private readonly now: () => number = Date.now,
+  ) {}
+
+  build<K extends DashboardSectionName>(name: K): DashboardSection<K> {
+    const built: { [S in DashboardSectionName]: () => DashboardSection<S> } = {
+      miners: () => this.miners(),
+      runs: () => this.runs(),
+      jobs: () => this.jobList(),
+      epochs: () => {
+        const all = this.c.state.ledger.epochs();
+        return { paid: this.paid, epochs: all.slice(-LIST_SHOWN).reverse().map((e) => epochView(this.c.state, e)) };
+      },
+      models: () => this.c.state.models.list().slice(0, LIST_SHOWN).map((m) => ({ ...storedModelView(m), deployment: deploymentViewOf(this.c.state, m.sha256) })),
+      deployments: () => this.c.state.deployments.list().slice(0, LIST_SHOWN).map((d) => deploymentView(this.c.state, d)),
+    };
+    return built[name]();
+  }
+
+  miners(): DashboardMiner[] {
+    const { state } = this.c;
+    const roles = this.roles();
+    const work = this.workTotals();
+    const earned = this.earnings();
+    return state.miners.list().map((m) => {
+      const wei = earned.get(m.id) ?? 0n;
+      return { ...minerView(m), roles: roles.get(m.id) ?? [], units: work.get(m.id) ?? zeroUnits(), earnedWei: wei.toString(), earned: formatEther(wei) };
+    });
+  }
+
+  runs(): RunView[] {
+    const { state } = this.c;
+    const all = state.runs.list();
+    const ended = all.filter((r) => FINAL_RUN_STATUSES.includes(r.status));
+    const shown = new Set([...all.filter((r) => !FINAL_RUN_STATUSES.includes(r.status)), ...ended.slice(-ENDED_SHOWN)]);
+    // newest first
+    return all
+      .filter((r) => shown.has(r))
+      .reverse()
+      .map((r) => runView(state, this.c.microbatches, r));
+  }
+
+  private jobList(): DashboardSection<'jobs'> {
+    if (!this.jobs) return [];
+    const all = this.c.state.jobs.list();
+    let ended = 0;
+    return all.filter((j) => !isFinalJobStatus(j.status) || ended++ < ENDED_SHOWN).map((j) => jobView(this.c, j));
+  }
+
+  /** What each miner holds: a stage of a run under way, or of a deployment being served. */
+  private roles(): Map<string, MinerRole[]> {
+    const { state } = this.c;
+    const out = new Map<string, MinerRole[]>();
+    const add = (id: string, r: MinerRole): void => void (out.get(id) ?? out.set(id, []).get(id)!).push(r);
+    for (const run of state.runs.active()) {
+      const stages = state.runs.stages(run.id).length;
+      const assignments = state.runs.assignments(run.id);
+      for (const a of assignments) {
+        const same = assignments.filter((b) => b.stage === a.stage);
+        add(a.minerId, { kind: 'training', of: run.id, stage: a.stage, stages, replica: same.indexOf(a) + 1, replicas: same.length });
+      }
+    }
+    for (const d of state.deployments.live()) {
+      const v = deploymentView(state, d);
+      for (const s of v.stages) s.miners.forEach((m, i) => add(m.id, { kind: 'serving', of: v.name, stage: s.stage, stages: v.stages.length, replica: i + 1, replicas: s.miners.length }));
+    }
+    return out;
+  }
+
+  private workTotals(): Map<string, Record<WorkKind, number>> {
+    const now = this.now();
+    if (this.work && now - this.work.at < WORK_EVERY_MS) return this.work.byMiner;
+    const byMiner = new Map<string, Record<WorkKind, number>>();
+    for (const t of this.c.state.ledger.workTotals()) {
+      const units = byMiner.get(t.minerId) ?? byMiner.set(t.minerId, zeroUnits()).get(t.minerId)!;
+      units[t.kind] += t.units;
+    }
+    this.work = { at: now, byMiner };
+    return byMiner;
+  }
+
+  /** Every scored epoch's rewards summed per miner, summed again only when an epoch closed or settled. */
+  private earnings(): Map<string, bigint> {
+    const epochs = this.c.state.ledger.epochs();
+    const key = epochs.map((e) => `${e.id}:${e.status}`).join(',');
+    if (this.earned?.key === key) return this.earned.byMiner;
+    const byMiner = new Map<string, bigint>();
+    for (const e of epochs) for (const r of this.c.state.ledger.rewards(e.id)) byMiner.set(r.miner, (byMiner.get(r.miner) ?? 0n) + BigInt(r.amount));
+    this.earned = { key, byMiner };
+    return byMiner;
+  }
+}
+
+function zeroUnits(): Record<WorkKind, number> {
+  return Object.fromEntries(WORK_KINDS.map((k) => [k, 0])) as Record<WorkKind, number>;
+}

@@ -1,0 +1,155 @@
+// Paying for inference end to end (docs/inference.md, "Payment"): a real
+// orchestrator on its local anvil, one real miner serving a published
+// gpt-micro priced at 0.5 NIM per 1,000 tokens, nbcli processes for the
+// model's owner and a caller. The caller makes an API key and adds credit
+// (an escrow on JobEscrow); the official `openai` client generates with the
+// key and the balance goes down by exactly the price of the tokens; a caller
+// without credit gets 402, a wrong or revoked key 401; another wallet's
+// escrow, or one used twice, is refused. Once the epochs settle, the miner's
+// stake grew by its emission and its 80 % of what was paid, the owner's by
+// the rest, `nbcli rewards` shows the inference units, and after the caller
+// withdraws the rest comes back: NIM is conserved.
+import assert from 'node:assert/strict';
+import { writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { after, test } from 'node:test';
+import OpenAI from 'openai';
+import { parseEther, type Address, type Hex } from 'viem';
+import { generatePrivateKey, privateKeyToAccount } from 'viem/accounts';
+import { OrchestratorClient } from '../../src/api/client.ts';
+import { CreditClient } from '../../src/api/credit-client.ts';
+import type { EpochView } from '../../src/api/schemas.ts';
+import { signerFor, type ChainClient } from '../../src/chain/client.ts';
+import { escrowTotalHeld, openEscrow } from '../../src/chain/escrow.ts';
+import { openChain } from '../../src/chain/session.ts';
+import { readStake } from '../../src/chain/staking.ts';
+import { faucet, nimBalance } from '../../src/chain/token.ts';
+import { saveWallet } from '../../src/chain/wallets.ts';
+import { NimbleError } from '../../src/protocol/errors.ts';
+import { wholeModelBytes } from '../helpers/whole-model.ts';
+import { Cluster } from './helpers.ts';
+
+const cluster = new Cluster();
+after(() => cluster.stopGracefully());
+const PASSWORD = 'pay-test';
+const PRICE = parseEther('0.5'); // per 1,000 tokens
+
+async function onChain<T>(home: string, fn: (client: ChainClient) => Promise<T>): Promise<T> {
+  const session = await openChain({ dataDir: home });
+  try {
+    return await fn(session.client);
+  } finally {
+    await session.close();
+  }
+}
+
+async function refused(p: Promise<unknown>, status: number, code: RegExp): Promise<void> {
+  await assert.rejects(p, (e: unknown) => {
+    const err = e as { status?: number; code?: string; message: string };
+    assert.equal(err.status, status, err.message);
+    assert.match(String(err.code), code, err.message);
+    return true;
+  });
+}
+
+test('a caller pays per token from its credit with an API key; miners and the model owner are paid at the epoch; NIM is conserved', { timeout: 60_000 }, async () => {
+  process.env.NIMBLE_CHAIN_RPC = '';
+  process.env.NIMBLE_PASSWORD = PASSWORD;
+  await cluster.startOrchestrator(['--min-stake', '0', '--emission', '1', '--epoch-minutes', '0.02', '--check-rate', '0'], { chain: true });
+  const home = join(cluster.dir, 'orch');
+  const devKey = generatePrivateKey();
+  const aliceKey = generatePrivateKey();
+  const owner = saveWallet(home, 'dev', devKey, PASSWORD).address as Address;
+  const alice = saveWallet(home, 'alice', aliceKey, PASSWORD).address as Address;
+  const miner = saveWallet(home, 'w-a', generatePrivateKey(), PASSWORD).address as Address;
+  const nbcli = (...args: string[]) => cluster.nbcli([...args, '--orchestrator', cluster.url], home);
+  const file = join(cluster.dir, 'micro.safetensors');
+  writeFileSync(file, wholeModelBytes(41, 500));
+  await Promise.all([
+    cluster.startMiner('a', ['--data-dir', home, '--wallet.name', 'w-a', '--serve', 'inference']),
+    nbcli('model', 'publish', '--file', file, '--name', 'paid-micro', '--price-per-1k-tokens', '0.5', '--wallet.name', 'dev').then((r) => assert.equal(r.code, 0, r.stderr)),
+    onChain(home, (c) => faucet(c, alice, parseEther('2'))),
+  ]);
+  const [deployed, created, added] = await Promise.all([
+    nbcli('model', 'deploy', 'paid-micro', '--stages', '1', '--wallet.name', 'dev', '--wait', '--timeout', '30'),
+    nbcli('api-key', 'create', '--name', 'laptop', '--wallet.name', 'alice'),
+    nbcli('credit', 'add', '--amount', '1', '--wallet.name', 'alice'),
+  ]);
+  assert.equal(deployed.code, 0, deployed.stderr);
+  assert.equal(created.code, 0, created.stderr);
+  assert.equal(added.code, 0, added.stderr);
+  const key = created.out[0].key as string;
+  const escrowId = added.out[0].escrowId as Hex;
+  const credits = new CreditClient(new OrchestratorClient(cluster.url, { wallet: aliceKey }));
+  assert.equal((await credits.balance()).balance, parseEther('1').toString());
+
+  // the official client with the key: the balance goes down by the price of the tokens, exactly
+  const openai = new OpenAI({ baseURL: `${cluster.url}/v1`, apiKey: key, maxRetries: 0 });
+  const out = await openai.completions.create({ model: 'paid-micro', prompt: 'Call me Ishmael. ', max_tokens: 24, temperature: 0, seed: 1 });
+  const tokens = out.usage!.prompt_tokens + out.usage!.completion_tokens;
+  const cost = (PRICE * BigInt(tokens) + 999n) / 1000n;
+  let view = await credits.balance();
+  assert.equal(BigInt(view.balance), parseEther('1') - cost);
+  assert.equal(view.spent, cost.toString());
+  assert.equal(view.reserved, '0');
+
+  // refusals: a wrong key, no key, a revoked key (401); no credit (402)
+  await refused(new OpenAI({ baseURL: `${cluster.url}/v1`, apiKey: `nk-${'0'.repeat(48)}`, maxRetries: 0 }).completions.create({ model: 'paid-micro', prompt: 'x' }), 401, /invalid_api_key/);
+  const bare = await fetch(`${cluster.url}/v1/completions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ model: 'paid-micro', prompt: 'x' }) });
+  assert.equal(bare.status, 401);
+  assert.equal(((await bare.json()) as { error: { code: string } }).error.code, 'invalid_api_key');
+  const second = await credits.createKey('spare');
+  await credits.revokeKey(second.apiKey.id);
+  await refused(new OpenAI({ baseURL: `${cluster.url}/v1`, apiKey: second.key, maxRetries: 0 }).completions.create({ model: 'paid-micro', prompt: 'x' }), 401, /invalid_api_key/);
+  const bobKey = generatePrivateKey();
+  const bob = new CreditClient(new OrchestratorClient(cluster.url, { wallet: bobKey }));
+  const bobApi = new OpenAI({ baseURL: `${cluster.url}/v1`, apiKey: (await bob.createKey()).key, maxRetries: 0 });
+  await refused(bobApi.completions.create({ model: 'paid-micro', prompt: 'hello', max_tokens: 10 }), 402, /insufficient_quota/);
+  // attacks on credit: someone else's escrow, an escrow used twice, another wallet's key
+  const bobEscrow = `0x${'b0'.repeat(32)}` as Hex;
+  await onChain(home, async (c) => {
+    await faucet(c, privateKeyToAccount(bobKey).address, parseEther('1'));
+    await openEscrow(c, signerFor(c, privateKeyToAccount(bobKey)), bobEscrow, parseEther('0.001'));
+  });
+  await refused(credits.add(bobEscrow), 403, /forbidden/);
+  await bob.add(bobEscrow);
+  await refused(bob.add(bobEscrow), 409, /conflict/);
+  await refused(bob.add(escrowId), 409, /conflict/);
+  await refused(credits.add(escrowId), 409, /conflict/);
+  await refused(bob.revokeKey(second.apiKey.id), 404, /not_found/);
+  await refused(bobApi.completions.create({ model: 'paid-micro', prompt: 'hello', max_tokens: 10 }), 402, /insufficient_quota/); // 0.0075 NIM > 0.001
+
+  // the epochs pay what was charged: 80 % to the miner, the rest to the owner, as stake
+  const deadline = Date.now() + 20_000;
+  let epochs: EpochView[] = [];
+  const paidTo = (role: string): bigint => epochs.flatMap((e) => e.inferencePayments).filter((p) => p.role === role && p.status === 'paid').reduce((a, p) => a + BigInt(p.amountWei), 0n);
+  while (paidTo('miner') + paidTo('owner') < cost || epochs.some((e) => e.status === 'settling')) {
+    if (Date.now() > deadline) throw new Error(`not paid: ${JSON.stringify(epochs.map((e) => [e.id, e.status, e.inferencePayments]))}`);
+    await new Promise((r) => setTimeout(r, 300));
+    epochs = await cluster.epochs();
+  }
+  assert.equal(paidTo('miner') + paidTo('owner'), cost, 'exactly what was charged');
+  assert.ok(paidTo('miner') <= (cost * 8000n) / 10_000n && (cost * 8000n) / 10_000n - paidTo('miner') < 2n, `the miner's 80 %: ${paidTo('miner')} of ${cost}`);
+  const emission = epochs.flatMap((e) => (e.status === 'settled' ? e.rewards : [])).filter((r) => r.miner.toLowerCase() === miner.toLowerCase()).reduce((a, r) => a + BigInt(r.amountWei), 0n);
+  assert.ok(emission > 0n, 'inference earns emission');
+  const rewards = await nbcli('rewards');
+  assert.equal(rewards.code, 0, rewards.stderr);
+  const listed = (rewards.out[0] as { epochs: EpochView[] }).epochs.flatMap((e) => e.rewards).filter((r) => r.miner.toLowerCase() === miner.toLowerCase());
+  assert.ok(listed.reduce((a, r) => a + (r.units.inference ?? 0), 0) > 0, 'nbcli rewards shows the inference units');
+
+  // withdrawing closes the escrow and refunds the rest; NIM is conserved
+  await credits.withdraw();
+  for (;;) {
+    view = await credits.balance();
+    if (view.escrows.every((e) => e.status === 'closed')) break;
+    if (Date.now() > deadline + 10_000) throw new NimbleError('timeout', `not closed: ${JSON.stringify(view)}`);
+    await new Promise((r) => setTimeout(r, 300));
+  }
+  assert.equal(view.escrows[0].refunded, (parseEther('1') - cost).toString());
+  await onChain(home, async (c) => {
+    assert.equal(await nimBalance(c, alice), parseEther('2') - cost);
+    assert.equal((await readStake(c, owner)).staked, paidTo('owner'));
+    assert.equal((await readStake(c, miner)).staked, emission + paidTo('miner'));
+    assert.equal(await escrowTotalHeld(c), parseEther('0.001'), "only bob's escrow is held");
+  });
+});

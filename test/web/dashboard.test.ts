@@ -1,0 +1,127 @@
+// The dashboard in a real browser (headless Chromium from npm, driven by
+// playwright-core) on a real local network: an orchestrator and two miner
+// processes, one named with a script injection. The miners appear, a short
+// gpt-micro run's loss points arrive in the chart and it reaches completed,
+// the injected name stays text, and cancelling is refused without the
+// operator's login cookie and works with it. Saves a screenshot of each page
+// under docs/images/.
+import assert from 'node:assert/strict';
+import { spawnSync } from 'node:child_process';
+import { existsSync, mkdirSync } from 'node:fs';
+import { join } from 'node:path';
+import { after, before, test } from 'node:test';
+import chromium from '@sparticuz/chromium';
+import pw, { type Browser, type Page } from 'playwright-core';
+import { Cluster } from '../network/helpers.ts';
+
+const root = new URL('../..', import.meta.url).pathname;
+const IMAGES = join(root, 'docs/images');
+const EVIL = '<img src=x onerror=alert(1)>';
+
+const cluster = new Cluster();
+let browser: Browser | null = null;
+
+before(async () => {
+  // `npm ci` builds the page; a checkout that has not is built here
+  if (!existsSync(join(root, 'dist/web/index.html'))) {
+    const r = spawnSync(process.execPath, [join(root, 'node_modules/vite/bin/vite.js'), 'build', '--config', 'web/vite.config.ts'], { cwd: root, stdio: 'inherit' });
+    assert.equal(r.status, 0, 'the dashboard builds');
+  }
+  mkdirSync(IMAGES, { recursive: true });
+});
+
+after(async () => {
+  await browser?.close();
+  await cluster.stop();
+});
+
+/** The status badge of the run page shows `status`. */
+async function waitStatus(page: Page, status: string, timeout: number): Promise<void> {
+  await page.waitForFunction((s) => document.querySelector('#status .badge')?.textContent === s, status, { timeout });
+}
+
+test('the dashboard shows the network live, draws the loss, renders miner names as text, and cancels only as the operator', async () => {
+  const launching = chromium.executablePath().then((executablePath) => pw.chromium.launch({ executablePath, args: chromium.args, headless: true }));
+  await cluster.startOrchestrator();
+  const listening = await cluster.orchestrator!.waitFor((v) => v.event === 'listening');
+  const login = String(listening.login);
+  assert.match(login, /^http:\/\/127\.0\.0\.1:\d+\/login\?token=[A-Za-z0-9_-]{43}$/);
+  assert.equal(listening.dashboard, `${cluster.url}/`);
+  const [b] = await Promise.all([launching, cluster.startMiner('alpha'), cluster.startMiner(EVIL)]);
+  browser = b;
+  const context = await browser.newContext({ viewport: { width: 1280, height: 860 }, locale: 'en-US' });
+  const page = await context.newPage();
+  const dialogs: string[] = [];
+  page.on('dialog', (d) => {
+    dialogs.push(d.message());
+    void d.dismiss();
+  });
+  const requests: string[] = [];
+  page.on('request', (r) => requests.push(r.url()));
+  const errors: string[] = [];
+  page.on('console', (m) => void (m.type() === 'error' && errors.push(m.text())));
+  page.on('pageerror', (e) => errors.push(e.message));
+
+  // the network: both miners appear (from the event stream), the injected name as plain text
+  await page.goto(`${cluster.url}/`);
+  await page.waitForFunction(() => document.querySelectorAll('#miners [data-miner]').length === 2, null, { timeout: 10_000 }).catch(async (err: Error) => {
+    throw new Error(`${err.message}\npage errors: ${errors.join('\n')}\npage: ${await page.textContent('body')}`);
+  });
+  const names = await page.$$eval('#miners [data-miner]', (els) => els.map((e) => e.textContent));
+  assert.deepEqual([...names].sort(), [EVIL, 'alpha'].sort());
+  assert.equal(await page.$$eval('img', (els) => els.length), 0, 'no element was made from a miner name');
+  assert.equal(await page.textContent('#who'), 'read-only');
+
+  // a short run: loss points arrive in the chart, the run reaches completed
+  const run = await cluster.createRun({ model: 'gpt-micro', data: 'moby-dick', steps: 40, stages: 2, mergeEvery: 10, batchSize: 8, lr: 0.003, minMiners: 2 });
+  await page.goto(`${cluster.url}/#/runs/${run.id}`);
+  await page.waitForFunction(() => Number((document.querySelector('#chart') as HTMLElement | null)?.dataset.points ?? 0) >= 3, null, { timeout: 25_000 });
+  await page.screenshot({ path: join(IMAGES, 'dashboard-run.png'), fullPage: true }).catch(() => {});
+  await waitStatus(page, 'completed', 30_000);
+  const points = Number(await page.$eval('#chart', (e) => (e as HTMLElement).dataset.points));
+  assert.ok(points >= 3, `${points} loss points drawn`);
+  assert.match((await page.textContent('#timeline')) ?? '', /completed/);
+  await page.screenshot({ path: join(IMAGES, 'dashboard-run.png'), fullPage: true });
+
+  for (const [hash, file] of [['#/', 'network'], ['#/runs', 'runs'], ['#/rewards', 'rewards'], ['#/models', 'models']] as const) {
+    await page.goto(`${cluster.url}/${hash}`);
+    await page.waitForSelector('main table', { timeout: 5_000 });
+    await page.waitForTimeout(300);
+    await page.screenshot({ path: join(IMAGES, `dashboard-${file}.png`), fullPage: true });
+  }
+
+  // cancel: refused without the login cookie, even asked for directly; the button is off
+  const long = await cluster.createRun({ model: 'gpt-micro', data: 'moby-dick', steps: 100_000, stages: 2, minMiners: 2 });
+  await page.goto(`${cluster.url}/#/runs/${long.id}`);
+  await page.waitForSelector('#status .badge', { timeout: 5_000 });
+  assert.equal(await page.$eval('#cancel', (e) => (e as HTMLButtonElement).disabled), true);
+  const refused = await page.evaluate((id) => fetch(`/operator/runs/${id}/cancel`, { method: 'POST' }).then((r) => r.status), long.id);
+  assert.equal(refused, 401);
+  assert.notEqual((await cluster.run(long.id)).status, 'cancelled');
+
+  // log in: the token is exchanged for an HttpOnly cookie, and the address bar no longer holds it
+  await page.goto(login);
+  assert.equal(page.url(), `${cluster.url}/`);
+  const cookies = await context.cookies();
+  assert.equal(cookies.length, 1);
+  assert.equal(cookies[0].httpOnly, true);
+  assert.equal(cookies[0].sameSite, 'Strict');
+  assert.equal(await page.evaluate(() => document.cookie), '', 'the page cannot read the cookie');
+  await page.waitForFunction(() => document.querySelector('#who')?.textContent?.startsWith('operator'), null, { timeout: 5_000 });
+  assert.ok(!(await page.content()).includes(login.split('token=')[1]), 'the token is not in the page');
+
+  await page.goto(`${cluster.url}/#/runs/${long.id}`);
+  await page.waitForFunction(() => (document.querySelector('#cancel') as HTMLButtonElement | null)?.disabled === false, null, { timeout: 5_000 });
+  await page.click('#cancel');
+  await waitStatus(page, 'cancelled', 10_000).catch(async (err: Error) => {
+    throw new Error(`${err.message}: ${await page.textContent('#message')} ${await page.textContent('#status')}`);
+  });
+  assert.equal((await cluster.run(long.id)).status, 'cancelled');
+
+  assert.deepEqual(dialogs, [], 'no script ran from a miner name');
+  // the refused cancel (401) is the only error the browser saw: no script or style refused by the page's policy
+  assert.deepEqual(errors.filter((e) => !/401/.test(e)), []);
+  const foreign = requests.filter((u) => !u.startsWith(`${cluster.url}/`));
+  assert.deepEqual(foreign, [], 'the page talks to its orchestrator only');
+  await context.close();
+});

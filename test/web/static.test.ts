@@ -1,0 +1,185 @@
+// The dashboard's routes without a browser (src/orchestrator/routes/dashboard.ts):
+// the built files served with their content types and caching headers, names
+// that could leave the build folder refused, the API's routes not shadowed,
+// the operator's login (token → HttpOnly SameSite=Strict cookie, never in the
+// URL it sends the browser on to), reading open to loopback only, actions
+// refused without the cookie or from another origin, the snapshot of
+// GET /events against its contracts; the loss curves' bounds; NIM for people.
+import assert from 'node:assert/strict';
+import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { after, before, test } from 'node:test';
+import { TypeCompiler } from '@sinclair/typebox/compiler';
+import { DashboardSections, LossHistory, SECTION_NAMES } from '../../src/api/dashboard.ts';
+import { displayNim } from '../../src/chain/nim-display.ts';
+import { createHttpServer, type HttpServer } from '../../src/http/server.ts';
+import { FsBlobStore } from '../../src/orchestrator/blobs.ts';
+import { Coordinator } from '../../src/orchestrator/coordinator.ts';
+import { OperatorAuth, isLoopback, sessionIdOf } from '../../src/orchestrator/dashboard/auth.ts';
+import { LossHistories } from '../../src/orchestrator/dashboard/loss-history.ts';
+import { StaticFiles } from '../../src/orchestrator/dashboard/static-files.ts';
+import { buildApi } from '../../src/orchestrator/http.ts';
+import { dashboardRoutes } from '../../src/orchestrator/routes/dashboard.ts';
+import { OrchestratorState } from '../../src/orchestrator/state/index.ts';
+
+const TOKEN = 'a'.repeat(20) + 'B'.repeat(20) + '0123456789_-';
+let dir: string;
+let web: string;
+let state: OrchestratorState;
+let app: HttpServer;
+let full: HttpServer;
+
+before(async () => {
+  dir = mkdtempSync(join(tmpdir(), 'nimble-web-'));
+  web = join(dir, 'web');
+  mkdirSync(join(web, 'assets'), { recursive: true });
+  writeFileSync(join(web, 'index.html'), '<!doctype html><title>t</title><script type="module" src="/assets/app-1a2b.js"></script>');
+  writeFileSync(join(web, 'assets', 'app-1a2b.js'), 'console.log(1)');
+  writeFileSync(join(web, 'assets', 'app-1a2b.css'), 'body{}');
+  writeFileSync(join(web, 'assets', 'notes.txt'), 'not a type the dashboard serves');
+  writeFileSync(join(dir, 'secret.js'), 'the secret');
+  state = OrchestratorState.open(join(dir, 'o.sqlite'));
+  const coordinator = new Coordinator(state, await FsBlobStore.open(join(dir, 'blobs')), { spotChecks: { rate: 0 } });
+  app = createHttpServer({ bodyLimit: 1 << 20 });
+  dashboardRoutes(app, coordinator, { jobs: null, paid: false, webRoot: web, auth: new OperatorAuth(TOKEN) });
+  await app.ready();
+  full = buildApi(coordinator);
+  await full.ready();
+});
+
+after(async () => {
+  await app.close();
+  await full.close();
+  state.close();
+  rmSync(dir, { recursive: true, force: true });
+});
+
+test('the page and its assets: content types, caching, a policy that runs only its own scripts', async () => {
+  const page = await app.inject({ method: 'GET', url: '/' });
+  assert.equal(page.statusCode, 200);
+  assert.equal(page.headers['content-type'], 'text/html; charset=utf-8');
+  assert.equal(page.headers['cache-control'], 'no-cache');
+  assert.match(String(page.headers['content-security-policy']), /script-src 'self';/);
+  assert.equal(page.headers['x-content-type-options'], 'nosniff');
+  assert.match(page.body, /app-1a2b\.js/);
+  const js = await app.inject({ method: 'GET', url: '/assets/app-1a2b.js' });
+  assert.equal(js.statusCode, 200);
+  assert.equal(js.headers['content-type'], 'text/javascript; charset=utf-8');
+  assert.equal(js.headers['cache-control'], 'public, max-age=31536000, immutable');
+  assert.equal(js.body, 'console.log(1)');
+  const css = await app.inject({ method: 'GET', url: '/assets/app-1a2b.css' });
+  assert.equal(css.headers['content-type'], 'text/css; charset=utf-8');
+  const head = await app.inject({ method: 'HEAD', url: '/assets/app-1a2b.js' });
+  assert.equal(head.statusCode, 200);
+});
+
+test('no directory traversal: names that could leave the build folder, unknown types and files are refused', async () => {
+  for (const url of ['/assets/..%2Fsecret.js', '/assets/%2e%2e%2fsecret.js', '/assets/..%2F..%2Fsecret.js', '/assets/.hidden.js', '/assets/a%5C..%5Csecret.js', '/assets/%2Fetc%2Fpasswd', '/assets/']) {
+    const r = await app.inject({ method: 'GET', url });
+    assert.ok(r.statusCode === 400 || r.statusCode === 404, `${url}: ${r.statusCode}`);
+    assert.doesNotMatch(r.body, /the secret/);
+    assert.equal(r.headers['content-type'], 'application/json; charset=utf-8');
+    assert.ok(['invalid', 'not_found'].includes(JSON.parse(r.body).code), r.body);
+  }
+  for (const url of ['/assets/../secret.js', '/secret.js', '/assets/notes.txt', '/assets/missing.js', '/index.html']) {
+    const r = await app.inject({ method: 'GET', url });
+    assert.equal(r.statusCode, 404, url);
+    assert.doesNotMatch(r.body, /the secret|not a type/);
+  }
+  const files = new StaticFiles(web);
+  for (const name of ['..', '../secret.js', '..%2Fsecret.js', 'a/../../secret.js', '', 'app-1a2b.js/']) assert.equal(await files.asset(name), null, name);
+  assert.ok(await files.asset('app-1a2b.js'));
+  // not built: a 404 that says how to build it, not a crash
+  const none = await new StaticFiles(join(dir, 'nowhere')).page();
+  assert.equal(none, null);
+});
+
+test('/ does not shadow the API: every route of the full server still answers JSON', async () => {
+  const miners = await full.inject({ method: 'GET', url: '/miners' });
+  assert.equal(miners.statusCode, 200);
+  assert.deepEqual(JSON.parse(miners.body), []);
+  assert.equal((await full.inject({ method: 'GET', url: '/health' })).body, '{"ok":true}');
+  const unknown = await full.inject({ method: 'GET', url: '/no-such-route' });
+  assert.equal(unknown.statusCode, 404);
+  assert.equal(JSON.parse(unknown.body).code, 'not_found');
+});
+
+test('login: the token becomes an HttpOnly SameSite=Strict cookie and the browser is sent on to a URL without it', async () => {
+  const wrong = await app.inject({ method: 'GET', url: `/login?token=${'x'.repeat(52)}` });
+  assert.equal(wrong.statusCode, 403);
+  assert.equal(wrong.headers['set-cookie'], undefined);
+  const r = await app.inject({ method: 'GET', url: `/login?token=${TOKEN}` });
+  assert.equal(r.statusCode, 303);
+  assert.equal(r.headers.location, '/');
+  const cookie = String(r.headers['set-cookie']);
+  assert.match(cookie, /^nimble_operator=[A-Za-z0-9_-]{43}; Path=\/; HttpOnly; SameSite=Strict; Max-Age=\d+$/);
+  assert.ok(!cookie.includes(TOKEN), 'the cookie holds a session id, not the token');
+  const session = cookie.split(';')[0];
+  assert.deepEqual(JSON.parse((await app.inject({ method: 'GET', url: '/session', headers: { cookie: session } })).body), { operator: true, paid: false });
+  assert.deepEqual(JSON.parse((await app.inject({ method: 'GET', url: '/session' })).body), { operator: false, paid: false });
+  assert.equal(sessionIdOf(`a=b; ${session}`), session.split('=')[1]);
+
+  // actions: refused without the cookie (401), from another origin (403); with both, they reach the state (an unknown run: 404)
+  const cancel = (headers: Record<string, string>) => app.inject({ method: 'POST', url: '/operator/runs/r-nope/cancel', headers });
+  assert.equal((await cancel({ origin: 'http://localhost:80' })).statusCode, 401);
+  assert.equal((await cancel({ cookie: session, origin: 'http://evil.example' })).statusCode, 403);
+  assert.equal((await cancel({ cookie: session })).statusCode, 403);
+  const host = 'localhost:80';
+  const ok = await cancel({ cookie: session, origin: `http://${host}`, host });
+  assert.equal(ok.statusCode, 404, ok.body);
+  assert.equal((await cancel({ cookie: session, 'sec-fetch-site': 'same-origin' })).statusCode, 404);
+  assert.equal((await cancel({ cookie: session, 'sec-fetch-site': 'cross-site' })).statusCode, 403);
+
+  // reading: open to loopback; from elsewhere only with the cookie
+  assert.equal((await app.inject({ method: 'GET', url: '/', remoteAddress: '10.1.2.3' })).statusCode, 403);
+  assert.equal((await app.inject({ method: 'GET', url: '/', remoteAddress: '10.1.2.3', headers: { cookie: session } })).statusCode, 200);
+  assert.ok(isLoopback('127.0.0.1') && isLoopback('::1') && isLoopback('::ffff:127.0.0.1') && !isLoopback('10.0.0.1') && !isLoopback(undefined));
+
+  // logging out ends the session
+  await app.inject({ method: 'POST', url: '/logout', headers: { cookie: session } });
+  assert.deepEqual(JSON.parse((await app.inject({ method: 'GET', url: '/session', headers: { cookie: session } })).body), { operator: false, paid: false });
+});
+
+test('GET /events without a stream: every section now, each matching its contract; a curve of an unknown run is a 404', async () => {
+  const r = await app.inject({ method: 'GET', url: '/events' });
+  assert.equal(r.statusCode, 200);
+  const body = JSON.parse(r.body) as Record<string, unknown>;
+  for (const name of SECTION_NAMES) assert.ok(TypeCompiler.Compile(DashboardSections[name]).Check(body[name]), name);
+  assert.equal((await app.inject({ method: 'GET', url: '/runs/r-nope/loss' })).statusCode, 404);
+});
+
+test('loss curves: steps only move forward, thinned past the limit (newest kept whole), drained once', () => {
+  const h = new LossHistories({ maxPoints: 100, maxSeries: 2 });
+  for (let step = 1; step <= 250; step++) h.record('run:a', step, 5 - step / 100, 1000, step);
+  assert.equal(h.record('run:a', 250, 1, 1, 1), false, 'a repeated step is ignored');
+  assert.equal(h.record('run:a', 10, 1, 1, 1), false, 'an older step is ignored');
+  const curve = h.get('run:a');
+  assert.ok(TypeCompiler.Compile(LossHistory).Check(curve));
+  assert.ok(curve.points.length <= 100 && curve.points.length >= 50, String(curve.points.length));
+  assert.equal(curve.points[curve.points.length - 1][0], 250);
+  assert.deepEqual(curve.points.map((p) => p[0]), [...curve.points.map((p) => p[0])].sort((a, b) => a - b));
+  const drained = h.drain();
+  assert.equal(drained.length, 1);
+  assert.equal(drained[0].points.length, 100, 'what was not yet sent stays whole up to the limit');
+  assert.deepEqual(h.drain(), []);
+  h.status('run:a', 'executing', 1);
+  h.status('run:a', 'executing', 2);
+  h.status('run:a', 'completed', 3);
+  assert.deepEqual(h.get('run:a').statuses.map((s) => s.status), ['executing', 'completed']);
+  h.record('run:b', 1, 1, 0, 1);
+  h.record('run:c', 1, 1, 0, 1);
+  assert.equal(h.size, 2);
+  assert.deepEqual(h.get('run:a').points, [], 'the least recently updated curve is forgotten');
+  assert.equal(h.record('run:b', 2, Number.NaN, 0, 1), false);
+});
+
+test('NIM for people: rounded half up to 4 decimals (4 significant digits below 1), exact strings untouched elsewhere', () => {
+  assert.equal(displayNim('99.999999999999999997'), '100');
+  assert.equal(displayNim('1.23456'), '1.2346');
+  assert.equal(displayNim('0.000012345'), '0.00001235');
+  assert.equal(displayNim('0'), '0');
+  assert.equal(displayNim('-2.50005'), '-2.5001');
+  assert.equal(displayNim('12.5'), '12.5');
+  assert.equal(displayNim('not a number'), 'not a number');
+});

@@ -1,0 +1,36 @@
+// The dashboard's requests besides the live feed: reads of what the feed does
+// not carry (a curve so far, a job's history, whether this browser is the
+// operator) and the operator's actions, on this server only. Errors come back
+// in the API's one contract ({ error, code }) and are thrown as ApiError.
+import type { CancelAnswer, LossHistory, SessionView } from '../../src/api/dashboard.ts';
+import type { JobEvent } from '../../src/api/jobs.ts';
+
+export class ApiError extends Error {
+  constructor(
+    readonly status: number,
+    readonly code: string,
+    message: string,
+  ) {
+    super(message);
+  }
+}
+
+async function call<T>(method: 'GET' | 'POST', path: string): Promise<T> {
+  const res = await fetch(path, { method, credentials: 'same-origin', headers: { accept: 'application/json' } });
+  const body: unknown = await res.json().catch(() => null);
+  if (!res.ok) {
+    const e = (body ?? {}) as { error?: unknown; code?: unknown };
+    throw new ApiError(res.status, typeof e.code === 'string' ? e.code : 'error', typeof e.error === 'string' ? e.error : `${method} ${path}: HTTP ${res.status}`);
+  }
+  return body as T;
+}
+
+const seg = (s: string): string => encodeURIComponent(s);
+
+export const api = {
+  session: (): Promise<SessionView> => call('GET', '/session'),
+  logout: (): Promise<SessionView> => call('POST', '/logout'),
+  loss: (kind: 'run' | 'job', id: string): Promise<LossHistory> => call('GET', `/${kind}s/${seg(id)}/loss`),
+  jobEvents: (id: string): Promise<JobEvent[]> => call('GET', `/jobs/${seg(id)}/events`),
+  cancel: (kind: 'run' | 'job', id: string): Promise<CancelAnswer> => call('POST', `/operator/${kind}s/${seg(id)}/cancel`),
+};

@@ -1,0 +1,181 @@
+// A run's or a job's own page: its status and timeline, the live loss chart
+// (train loss, held-out loss at checkpoints, tokens/s), its figures, its
+// checkpoints with download links (for the operator), its pipeline, and the
+// operator's cancel button.
+import type { LossPoint } from '../../../src/api/dashboard.ts';
+import type { JobEvent, JobView } from '../../../src/api/jobs.ts';
+import type { RunView } from '../../../src/api/schemas.ts';
+import { FINAL_JOB_STATUSES, FINAL_RUN_STATUSES } from '../status.ts';
+import { api, ApiError } from '../api.ts';
+import { LossChart } from '../chart.ts';
+import { badge, fill, h, table, type Child } from '../dom.ts';
+import { bytes, duration, num, short, time } from '../format.ts';
+import type { Page, PageContext } from './page.ts';
+import { pipeline } from './pipeline.ts';
+import { progress } from './runs.ts';
+
+
+export function detailPage(root: HTMLElement, ctx: PageContext, kind: 'run' | 'job', id: string): Page {
+  const status = h('span', { id: 'status' });
+  const cancel = h('button', { id: 'cancel', type: 'button', disabled: !ctx.operator, title: ctx.operator ? `cancel this ${kind}` : 'log in as the operator to cancel' }, `Cancel ${kind}`);
+  const facts = h('dl', { class: 'facts' });
+  const timeline = h('ol', { id: 'timeline', class: 'timeline' });
+  const chartEl = h('div', { id: 'chart', class: 'chart' });
+  const checkpoints = h('div', { id: 'checkpoints' });
+  const pipe = h('div', { id: 'pipeline' });
+  fill(
+    root,
+    h('h1', null, `${kind === 'run' ? 'Run' : 'Job'} `, h('code', null, id), ' ', status),
+    h('div', { class: 'actions' }, cancel),
+    facts,
+    h('h2', null, 'Loss'),
+    chartEl,
+    h('h2', null, 'Status timeline'),
+    timeline,
+    h('h2', null, 'Checkpoints'),
+    checkpoints,
+    h('h2', null, 'Pipeline'),
+    pipe,
+  );
+  const chart = new LossChart(chartEl);
+  const key = `${kind}:${id}`;
+  // points that arrive live before the curve so far: added after it
+  let early: LossPoint[] | null = [];
+  const offLoss = ctx.feed.listenLoss((k, points) => {
+    if (k !== key) return;
+    if (early) early.push(...points);
+    else chart.add(points);
+  });
+  let statuses: { at: number; status: string; message?: string }[] = [];
+  void api
+    .loss(kind, id)
+    .then((hist) => {
+      chart.add(hist.points);
+      if (kind === 'run') statuses = hist.statuses;
+    })
+    .catch((err: Error) => ctx.notify(`loss history: ${err.message}`, true))
+    .finally(() => {
+      chart.add(early ?? []);
+      early = null;
+      draw();
+    });
+
+  let jobEventsKey = '';
+  const refreshJobEvents = (job: JobView): void => {
+    const k = `${job.status}/${job.checkpoints.length}/${job.runId}`;
+    if (k === jobEventsKey) return;
+    jobEventsKey = k;
+    void api.jobEvents(id).then((events: JobEvent[]) => {
+      statuses = events.map((e) => ({ at: e.at, status: e.status, message: e.message }));
+      draw();
+    });
+  };
+
+  cancel.addEventListener('click', () => {
+    cancel.setAttribute('disabled', '');
+    api
+      .cancel(kind, id)
+      .then((a) => ctx.notify(`${a.kind} ${a.id}: ${a.status}`))
+      .catch((err: Error) => {
+        ctx.notify(err instanceof ApiError ? `refused (${err.status}): ${err.message}` : err.message, true);
+        if (ctx.operator) cancel.removeAttribute('disabled');
+      });
+  });
+
+  const draw = (): void => {
+    const { runs, jobs } = ctx.feed.store;
+    const job = kind === 'job' ? jobs?.find((j) => j.id === id) : undefined;
+    const run = kind === 'run' ? runs?.find((r) => r.id === id) : runs?.find((r) => r.id === job?.runId);
+    const subject = kind === 'job' ? job : run;
+    if (!subject) {
+      fill(status, runs === null ? 'loading…' : 'not found (or older than the newest shown)');
+      return;
+    }
+    fill(status, badge(subject.status));
+    // a run's timeline: what the orchestrator recorded before this page opened, then what the feed shows
+    if (kind === 'run' && early === null && statuses[statuses.length - 1]?.status !== subject.status) statuses.push({ at: Date.now(), status: subject.status });
+    const ended = kind === 'job' ? FINAL_JOB_STATUSES.includes(subject.status as JobView['status']) : FINAL_RUN_STATUSES.includes(subject.status as RunView['status']);
+    if (ended || !ctx.operator) cancel.setAttribute('disabled', '');
+    if (job) {
+      refreshJobEvents(job);
+      chart.setHeldout(job.checkpoints.filter((c) => c.heldoutLoss !== null).map((c) => [c.step, c.heldoutLoss!]));
+    }
+    fill(facts, kind === 'job' && job ? jobFacts(job) : run ? runFacts(run) : []);
+    fill(timeline, timelineItems(statuses, subject.createdAt));
+    fill(checkpoints, job ? jobCheckpoints(job, ctx.operator) : run ? runCheckpoint(run, ctx.operator) : []);
+    fill(pipe, run ? pipeline(run) : h('p', { class: 'muted' }, 'not placed yet'));
+  };
+  const off = ctx.feed.listen((changed) => {
+    if (changed === 'runs' || changed === 'jobs') draw();
+  });
+  draw();
+  return {
+    dispose: () => {
+      off();
+      offLoss();
+      chart.dispose();
+    },
+  };
+}
+
+function fact(term: string, value: Child): Child[] {
+  return [h('dt', null, term), h('dd', null, value)];
+}
+
+function runFacts(r: RunView): Child[] {
+  return [
+    fact('model', `${r.model} on ${r.data}`),
+    fact('progress', progress(r.microbatchesDone, r.steps)),
+    fact('train loss', r.loss === null ? '–' : r.loss.toFixed(4)),
+    fact('tokens/s', FINAL_RUN_STATUSES.includes(r.status) ? '–' : num(r.tokensPerSecond)),
+    fact('tokens', num(r.tokensDone)),
+    fact('merges', `${num(r.mergesDone)} (every ${r.mergeEvery} steps)`),
+    fact('owner', r.owner ? h('code', { title: r.owner }, short(r.owner)) : '–'),
+    r.message ? fact('message', r.message) : null,
+  ].flat();
+}
+
+function jobFacts(j: JobView): Child[] {
+  return [
+    fact('name', j.name),
+    fact('progress', progress(j.step, j.steps)),
+    fact('train loss', j.loss === null ? '–' : j.loss.toFixed(4)),
+    fact('tokens/s', num(j.tokensPerSecond)),
+    fact('ETA', j.etaMs === null ? '–' : duration(j.etaMs)),
+    fact('run', j.runId ? h('a', { href: `#/runs/${encodeURIComponent(j.runId)}` }, j.runId) : '–'),
+    fact('owner', h('code', { title: j.owner }, short(j.owner))),
+    j.upgrade ? fact('upgrade', `to ${j.upgrade.stages} stages × ${j.upgrade.replicas} replicas`) : null,
+    j.message ? fact('message', j.message) : null,
+  ].flat();
+}
+
+function timelineItems(statuses: readonly { at: number; status: string; message?: string }[], createdAt: number): Child[] {
+  const list = statuses.length ? statuses : [{ at: createdAt, status: 'created' }];
+  return list.map((s) => h('li', null, h('span', { class: 'when' }, time(s.at)), ' ', badge(s.status), s.message ? h('span', { class: 'muted' }, ` ${s.message}`) : null));
+}
+
+function jobCheckpoints(j: JobView, operator: boolean): Child {
+  return table(
+    ['step', 'tokens', 'train loss', 'held-out loss', 'size', 'sha256', 'kept', 'download'],
+    [...j.checkpoints].reverse().map((c) => [
+      num(c.step),
+      num(c.tokens),
+      c.loss === null ? '–' : c.loss.toFixed(4),
+      c.heldoutLoss === null ? '–' : c.heldoutLoss.toFixed(4),
+      bytes(c.bytes),
+      h('code', { title: c.sha256 }, short(c.sha256)),
+      c.expiresAt === null ? 'while it runs' : `until ${new Date(c.expiresAt).toLocaleString('en-GB')}`,
+      operator
+        ? h('a', { href: `/operator/jobs/${encodeURIComponent(j.id)}/checkpoints/${c.step}`, download: `${j.id}-step${c.step}.safetensors` }, 'download')
+        : h('code', { title: 'signed with the owner wallet' }, `nbcli checkpoint download ${j.id} --step ${c.step}`),
+    ]),
+    { class: 'grid' },
+  );
+}
+
+function runCheckpoint(r: RunView, operator: boolean): Child {
+  if (r.status !== 'completed' && r.mergesDone === 0) return h('p', { class: 'muted' }, 'none yet: a whole-model checkpoint is assembled from the stages’ merged states');
+  return operator
+    ? h('p', null, h('a', { href: `/operator/runs/${encodeURIComponent(r.id)}/checkpoint`, download: `${r.id}.safetensors` }, 'download the whole-model checkpoint'), h('span', { class: 'muted' }, ' (the stages’ latest merged states)'))
+    : h('p', null, h('code', null, `nbcli run checkpoint ${r.id}`), h('span', { class: 'muted' }, ' (its owner), or log in as the operator'));
+}

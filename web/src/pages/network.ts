@@ -1,0 +1,48 @@
+// The Network page: every miner (name, address, speed, memory, what it does,
+// its work done and dropped, what it earned, when it was last seen) and the
+// pipeline of each run under way.
+import type { DashboardMiner } from '../../../src/api/dashboard.ts';
+import { FINAL_RUN_STATUSES } from '../status.ts';
+import { fill, h, table } from '../dom.ts';
+import { ago, bytes, displayNim, num, short } from '../format.ts';
+import { livePage, type Page, type PageContext } from './page.ts';
+import { pipeline } from './pipeline.ts';
+
+const DONE_KINDS = ['forward', 'backward', 'merge', 'inference'] as const;
+
+export function networkPage(root: HTMLElement, ctx: PageContext): Page {
+  const summary = h('p', { class: 'summary' });
+  const miners = h('div', { id: 'miners' });
+  const pipes = h('div', { id: 'pipelines' });
+  fill(root, h('h1', null, 'Network'), summary, h('h2', null, 'Miners'), miners, h('h2', null, 'Pipelines of the runs under way'), pipes);
+  return livePage(ctx, ['miners', 'runs'], () => {
+    const { miners: list, runs } = ctx.feed.store;
+    const active = (runs ?? []).filter((r) => !FINAL_RUN_STATUSES.includes(r.status));
+    const alive = (list ?? []).filter((m) => m.alive);
+    fill(summary, list === null ? 'waiting for the orchestrator…' : `${alive.length} of ${list.length} miners alive · ${num(alive.reduce((a, m) => a + m.gflops, 0), 0)} GFLOP/s · ${active.length} runs under way · ${num(active.reduce((a, r) => a + r.tokensPerSecond, 0))} tokens/s`);
+    if (list !== null) fill(miners, minerTable(list));
+    fill(pipes, active.length ? active.map((r) => h('section', null, h('h3', null, h('a', { href: `#/runs/${encodeURIComponent(r.id)}` }, r.id), ` · ${r.model} · ${r.status}`), pipeline(r))) : h('p', { class: 'muted' }, 'no run under way'));
+  });
+}
+
+function minerTable(list: readonly DashboardMiner[]): HTMLTableElement {
+  const now = Date.now();
+  const sorted = [...list].sort((a, b) => Number(b.alive) - Number(a.alive) || a.name.localeCompare(b.name));
+  return table(
+    ['name', 'address', 'GFLOP/s', 'threads', 'memory', 'bandwidth', 'stage / role', 'work done', 'dropped', 'NIM earned', 'last seen'],
+    sorted.map((m) => [
+      h('span', { class: m.alive ? 'alive' : 'gone', data: { miner: m.id } }, m.name),
+      h('code', { title: m.id }, short(m.id)),
+      num(m.gflops, 1),
+      num(m.threads),
+      bytes(m.memoryBytes),
+      `${num(m.bandwidthMbps)} Mbit/s`,
+      m.roles.length ? m.roles.map((r) => h('div', null, `${r.kind === 'training' ? 'trains' : 'serves'} stage ${r.stage + 1}/${r.stages} of ${r.of} (replica ${r.replica}/${r.replicas})`)) : h('span', { class: 'muted' }, m.serve ? `idle (offers ${m.serve})` : 'idle'),
+      num(DONE_KINDS.reduce((a, k) => a + (m.units[k] ?? 0), 0), 1),
+      num(m.units.dropped ?? 0, 1),
+      h('span', { title: `${m.earned} NIM (${m.earnedWei} wei)` }, displayNim(m.earned)),
+      m.alive ? ago(m.lastSeen, now) : `gone (${ago(m.lastSeen, now)})`,
+    ]),
+    { class: 'grid' },
+  );
+}
