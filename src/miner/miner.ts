@@ -47,6 +47,9 @@ import { inFlightLimit, StageRunner } from './stage-runner.ts';
 import { tamperedServing, type Tamper } from './tamper.ts';
 import { Throttle } from './throttle.ts';
 
+/** Live nonces the orchestrator may hold at a miner: 1,000 serving calls a second over the 30 s replay window (a peer holds 3,000). */
+export const ORCHESTRATOR_NONCES = 30_000;
+
 export interface MinerOptions {
   orchestrator: string;
   dataDir: string;
@@ -159,7 +162,8 @@ export class Miner {
         ? network.orchestratorKey
         : [...this.pipeline.previousStage(), ...this.pipeline.nextStage()].find((p) => p.id === id)?.sessionKey;
     this.app = buildPeerApi({
-      verifier: new RequestVerifier({ domain, notBefore: Date.now(), sessionKeyOf: neighbour }),
+      // the orchestrator signs one serving call per token and stage: its own quota, not a peer's
+      verifier: new RequestVerifier({ domain, notBefore: Date.now(), sessionKeyOf: neighbour, quotaOf: (a) => (a.toLowerCase() === orchestrator.toLowerCase() ? ORCHESTRATOR_NONCES : undefined) }),
       network: { ...network, sessionKey: this.sessionKey, previousStage: () => this.pipeline.previousStage(), nextStage: () => this.pipeline.nextStage() },
       work: this.pipeline,
       stats: this.stats,

@@ -11,8 +11,9 @@
 // key and no credit.
 //
 // The work log: an observer of the serving path (./completions.ts) counts the
-// rows (tokens) each miner ran at each stage for each paid request; when the
-// request is charged, the same transaction logs them as `inference` work,
+// rows (tokens) each miner ran at each stage for each paid request (and each
+// synthetic one, which nobody pays: `unpaid`); when the request is charged,
+// the same transaction logs them as `inference` work,
 // INFERENCE_TOKENS_PER_UNIT rows making one unit (about a training forward
 // unit of a gpt-micro microbatch: 12 × 64 = 768 tokens), weighed at scoring
 // by the stage's share of the model's parameters like training units, and
@@ -170,6 +171,34 @@ export class InferenceBilling {
     return { id, owner: key.owner, deployment: d, price, tokens, promptTokens };
   }
 
+  /**
+   * Generates through `generate` for the network itself (synthetic traffic,
+   * ./synthetic-prompts.ts): nobody is charged, and the rows each miner ran
+   * are logged as `inference` work when it ends, so serving miners earn
+   * emission without outside users.
+   */
+  async unpaid(d: DeploymentRecord, generate: (onId: (id: string) => void) => Promise<CompletionResult>): Promise<CompletionResult> {
+    let id: string | null = null;
+    try {
+      return await generate((cid) => {
+        id = cid;
+        this.tallies.set(cid, { requestId: `synthetic ${cid}`, stages: Math.max(1, this.state.deployments.stages(d.id).length), rows: new Map(), sampled: 0 });
+      });
+    } finally {
+      const t = id ? this.tallies.get(id) : undefined;
+      if (id) this.tallies.delete(id);
+      if (t && t.rows.size > 0) this.state.tx(() => this.logWork(d, t, this.now()));
+    }
+  }
+
+  /** Logs a request's rows as each miner's `inference` work. */
+  private logWork(d: DeploymentRecord, t: Tally, now: number): void {
+    for (const [key, rows] of t.rows) {
+      const [miner, stage] = key.split(' ');
+      this.state.ledger.logWork({ minerId: miner, runId: null, deploymentId: d.id, kind: 'inference', units: rows / INFERENCE_TOKENS_PER_UNIT, stage: Number(stage), detail: `${rows} rows of ${t.requestId}` }, now);
+    }
+  }
+
   /** Counts the stage steps of completion `completionId` for reservation `res` (call when its id is known, before any step). */
   track(res: Reservation, completionId: string): void {
     const stages = Math.max(1, this.state.deployments.stages(res.deployment.id).length);
@@ -207,11 +236,8 @@ export class InferenceBilling {
       for (const [key, rows] of t?.rows ?? []) {
         const [miner, stage] = key.split(' ');
         this.state.inferenceRequests.addWork(res.id, miner, Number(stage), rows);
-        this.state.ledger.logWork(
-          { minerId: miner, runId: null, deploymentId: res.deployment.id, kind: 'inference', units: rows / INFERENCE_TOKENS_PER_UNIT, stage: Number(stage), detail: `${rows} rows of ${res.id}` },
-          now,
-        );
       }
+      if (t) this.logWork(res.deployment, t, now);
       return { tokens, charged };
     });
   }

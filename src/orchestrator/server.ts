@@ -83,21 +83,22 @@ export async function startOrchestrator(options: OrchestratorOptions): Promise<R
     options.inferenceChecks,
   );
   completions.observe(inferenceChecks.recorder);
+  const chain = options.chain;
+  const prices = chain ? registryPrices((sha256) => modelOfSha256(chain.client, sha256)) : null;
+  const billing = new InferenceBilling(state, epochs?.credits ?? null, prices, (line) => console.error(`orchestrator: ${line}`));
+  completions.observe(billing.observer());
+  // synthetic requests are nobody's: unbilled, their rows logged as the miners' inference work
   const synthetic = options.syntheticPrompts
     ? new SyntheticPrompts(
         {
           serving: () => state.deployments.live(),
-          generate: (d, r, aborted) => completions.generate(d, r, () => {}, aborted),
+          generate: (d, r, aborted) => billing.unpaid(d, (onId) => completions.generate(d, r, () => {}, aborted, onId)),
           text: () => mobyDickBytes(),
           log: coordinator.log,
         },
         options.syntheticPrompts,
       )
     : null;
-  const chain = options.chain;
-  const prices = chain ? registryPrices((sha256) => modelOfSha256(chain.client, sha256)) : null;
-  const billing = new InferenceBilling(state, epochs?.credits ?? null, prices, (line) => console.error(`orchestrator: ${line}`));
-  completions.observe(billing.observer());
   const app = buildApi(coordinator, epochs, jobs, datasets, completions, billing);
   // the ModelRegistry's deployed flag follows the deployments (paid networks)
   const registry = options.chain ? new RegistrySync(state, chainModelRegistry(options.chain), (line) => console.error(`orchestrator: ${line}`)) : null;

@@ -40,17 +40,18 @@ export class NonceCache {
 
   /**
    * Records `nonce` of `sender` until `expiresAt`. Returns 'ok', 'seen' if a
-   * live entry already holds it, 'sender_full' if the sender's quota is full
-   * of live entries, 'full' if the whole cache is.
+   * live entry already holds it, 'sender_full' if the sender's quota (the
+   * default, or `maxOfSender` for a sender with its own) is full of live
+   * entries, 'full' if the whole cache is.
    */
-  add(sender: string, nonce: string, expiresAt: number, now: number): NonceAnswer {
+  add(sender: string, nonce: string, expiresAt: number, now: number, maxOfSender: number = this.maxPerSender): NonceAnswer {
     if (now >= this.nextSweep) this.sweep(now);
     const key = `${sender}:${nonce}`;
     const prior = this.expiries.get(key);
     if (prior !== undefined && prior.expiry >= now) return 'seen';
     if (prior === undefined) {
-      if (this.countOf(sender) >= this.maxPerSender || this.expiries.size >= this.maxEntries) this.sweep(now);
-      if (this.countOf(sender) >= this.maxPerSender) return 'sender_full';
+      if (this.countOf(sender) >= maxOfSender || this.expiries.size >= this.maxEntries) this.sweep(now);
+      if (this.countOf(sender) >= maxOfSender) return 'sender_full';
       if (this.expiries.size >= this.maxEntries) return 'full';
       this.perSender.set(sender, this.countOf(sender) + 1);
     }

@@ -172,6 +172,8 @@ export interface VerifierOptions {
   maxNonces?: number;
   /** Most live nonces of one sender (default 3 000); beyond that its requests get 'rate_limited' (429). */
   maxNoncesPerSender?: number;
+  /** A sender with a quota of its own (a miner's orchestrator, which drives every served token): its most live nonces. */
+  quotaOf?: (address: Address) => number | undefined;
   /**
    * Requests signed before this time are refused (ms): a restarted server has
    * forgotten the nonces it saw, so the replay window starts when it starts.
@@ -198,6 +200,7 @@ export class RequestVerifier {
   private readonly notBefore: number;
   private readonly nonces: NonceCache;
   private readonly sessionKeyOf: (address: Address) => string | undefined;
+  private readonly quotaOf: (address: Address) => number | undefined;
 
   constructor(options: VerifierOptions = {}) {
     this.windowMs = options.windowMs ?? DEFAULT_WINDOW_MS;
@@ -206,6 +209,7 @@ export class RequestVerifier {
     this.notBefore = options.notBefore ?? 0;
     this.nonces = new NonceCache(options.maxNonces ?? DEFAULT_MAX_NONCES, this.windowMs, options.maxNoncesPerSender ?? DEFAULT_MAX_NONCES_PER_SENDER);
     this.sessionKeyOf = options.sessionKeyOf ?? (() => undefined);
+    this.quotaOf = options.quotaOf ?? (() => undefined);
   }
 
   /** Nonces currently remembered. */
@@ -269,7 +273,7 @@ export class RequestVerifier {
       }
     }
 
-    const seen = this.nonces.add(signer, nonce, timestamp + this.windowMs, now);
+    const seen = this.nonces.add(signer, nonce, timestamp + this.windowMs, now, this.quotaOf(signer));
     if (seen === 'seen') throw new AuthError('replayed', `nonce ${nonce} was already used by ${signer}`);
     if (seen === 'sender_full') throw new AuthError('rate_limited', `${signer} sent too many requests in the replay window; retry later`);
     if (seen === 'full') throw new AuthError('overloaded', 'too many requests in the replay window; retry later');

@@ -140,6 +140,16 @@ test('a completion generated through 2 stages of 2 replicas, streamed and not, e
     let streamedByClient = '';
     for await (const chunk of await openai.completions.create({ ...request, stream: true })) streamedByClient += chunk.choices[0]?.text ?? '';
     assert.equal(streamedByClient, local.text, `openai client stream, ${JSON.stringify(c)}`);
+    if (c === cases[0]) {
+      // and nbcli generate, from the terminal; without a key it is refused with the orchestrator's words
+      const flags = ['--model', 'moby-micro', '--prompt', c.prompt, '--max-tokens', String(c.max_tokens), '--temperature', String(c.temperature), '--top-p', String(c.top_p), '--seed', String(c.seed)];
+      const generated = await nbcli('generate', ...flags, '--api-key', apiKey);
+      assert.equal(generated.code, 0, generated.stderr);
+      assert.equal(generated.out[0].text, local.text, 'nbcli generate');
+      const keyless = await nbcli('generate', ...flags);
+      assert.equal(keyless.code, 1);
+      assert.match(keyless.stderr, /no API key/);
+    }
   }
   const listed = await openai.models.list();
   assert.deepEqual(listed.data.map((m) => m.id), ['moby-micro']);

@@ -88,6 +88,11 @@ test('public reads answer their declared views', async () => {
   isError(await request('GET', '/epochs/abc'), 400, 'invalid', /params/);
   isError(await request('GET', '/epochs/999'), 404, 'not_found');
   isError(await request('GET', '/nowhere'), 404, 'not_found');
+  // under /v1 the OpenAI-compatible subset answers in OpenAI's error shape, unknown paths included
+  const v1 = await request('POST', '/v1/chat/completions', { json: { model: 'm', messages: [] } });
+  assert.equal(v1.status, 404);
+  assert.deepEqual(Object.keys(v1.body.error as object).sort(), ['code', 'message', 'param', 'type']);
+  assert.equal((v1.body.error as unknown as { code: string }).code, 'unknown_url');
 });
 
 test('POST /runs: signed by a developer, validated against CreateRunRequest, 201 with the run view; cancel and the checkpoint are the owner\'s', async () => {

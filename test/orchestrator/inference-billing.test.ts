@@ -227,3 +227,31 @@ test('an escrow that is a credit can neither pay for a job nor be released, and 
   await rejectsWith(w.credits.register(jobEscrow, ALICE), 409, 'conflict', /pays for job/);
 });
 
+
+test('a synthetic generation is nobody\'s: nothing is reserved or charged, and its rows are logged as its miners\' inference work, even when it fails', async () => {
+  const w = world();
+  const result = (id: string): CompletionResult => ({ id, bytes: new Uint8Array(3), finishReason: 'length', promptTokens: 4, completionTokens: 3 });
+  const out = await w.billing.unpaid(w.d, async (onId) => {
+    onId('cmpl-s1');
+    run(w, 'cmpl-s1', 4, 3);
+    return result('cmpl-s1');
+  });
+  assert.equal(out.id, 'cmpl-s1');
+  await assert.rejects(
+    w.billing.unpaid(w.d, async (onId) => {
+      onId('cmpl-s2');
+      run(w, 'cmpl-s2', 4, 1);
+      throw new Error('stage 1 is gone');
+    }),
+    /stage 1 is gone/,
+  );
+  const work = w.state.ledger.workBetween(0, w.state.ledger.lastWorkId());
+  // 4 + 1 + 1 rows at each stage for the first, 4 for the second
+  assert.deepEqual(
+    work.map((r) => [r.minerId, r.stage, r.kind, r.units * INFERENCE_TOKENS_PER_UNIT, r.deploymentId]),
+    [[M1, 0, 'inference', 6, w.d.id], [M2, 1, 'inference', 6, w.d.id], [M1, 0, 'inference', 4, w.d.id], [M2, 1, 'inference', 4, w.d.id]],
+  );
+  run(w, 'cmpl-s1', 4, 2); // steps after the end count for nothing
+  assert.equal(w.state.ledger.workBetween(0, w.state.ledger.lastWorkId()).length, 4);
+  assert.equal(w.state.inferenceRequests.price(w.d.sha256), undefined, 'nothing asked the registry for a price');
+});

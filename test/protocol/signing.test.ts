@@ -148,6 +148,12 @@ test("one sender's flood fills its own share of the nonce cache, not everyone's"
   const cache = new NonceCache(10, 100, 2);
   assert.deepEqual([cache.add('x', '1', 500, 0), cache.add('x', '2', 500, 0), cache.add('x', '3', 500, 0), cache.add('y', '1', 500, 0)], ['ok', 'ok', 'sender_full', 'ok']);
   assert.equal(cache.add('x', '4', 900, 501), 'ok', 'expired nonces give the quota back');
+  // a sender with a quota of its own (a miner's orchestrator) goes past the default, and only to its own
+  const own = new RequestVerifier({ maxNonces: 100, maxNoncesPerSender: 3, quotaOf: (a) => (a === loud.address ? 5 : undefined) });
+  for (let i = 0; i < 5; i++) await own.verify({ method: 'GET', path: '/p', headers: await loud.sign('GET', '/p') });
+  await rejects(own.verify({ method: 'GET', path: '/p', headers: await loud.sign('GET', '/p') }), 'rate_limited');
+  for (let i = 0; i < 3; i++) await own.verify({ method: 'GET', path: '/p', headers: await quiet.sign('GET', '/p') });
+  await rejects(own.verify({ method: 'GET', path: '/p', headers: await quiet.sign('GET', '/p') }), 'rate_limited');
 });
 
 test('the nonce cache holds no more senders than nonces: a flood of distinct senders is refused past maxEntries, and expired senders are forgotten', () => {

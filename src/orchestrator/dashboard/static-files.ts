@@ -1,4 +1,4 @@
-// The dashboard's built files (web/, built by Vite into dist/web at install):
+// The dashboard's built files (web/, bundled by scripts/build-web.mjs into dist/web at install):
 // index.html and the files under assets/, looked up by a name checked
 // against a strict pattern and resolved inside the build folder only (no
 // directory traversal), served with their content type and caching headers

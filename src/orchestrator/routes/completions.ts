@@ -77,6 +77,17 @@ export function completionRoutes(app: HttpServer, c: Coordinator, completions = 
     }
   };
 
+  // a path under /v1 that is no route is answered as OpenAI answers one
+  void app.register(
+    async (v1) => {
+      v1.setNotFoundHandler((req, reply) => {
+        const path = req.url.split('?')[0];
+        fail(reply, new OpenAiError(404, `no route ${req.method} ${path.length > 200 ? `${path.slice(0, 200)}…` : path}`, 'unknown_url'));
+      });
+    },
+    { prefix: '/v1' },
+  );
+
   app.get('/v1/models', { errorHandler, schema: { response: { 200: ModelList } } }, async (_req, reply) => {
     reply.hijack();
     writeJson(reply.raw, 200, {
