@@ -3,8 +3,10 @@
 // processes, one named with a script injection. The miners appear, a short
 // gpt-micro run's loss points arrive in the chart and it reaches completed,
 // the injected name stays text, and cancelling is refused without the
-// operator's login cookie and works with it. Saves a screenshot of each page
-// under docs/images/.
+// operator's login cookie and works with it. With NIMBLE_SCREENSHOTS=1 it
+// saves a screenshot of each page under docs/images/ (the README's); without,
+// it still takes them (a page that cannot render fails) and keeps them in
+// memory, so a test run never rewrites files of the repository.
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
 import { existsSync, mkdirSync } from 'node:fs';
@@ -16,6 +18,9 @@ import { Cluster } from '../network/helpers.ts';
 
 const root = new URL('../..', import.meta.url).pathname;
 const IMAGES = join(root, 'docs/images');
+/** Takes a screenshot of `page`, written to docs/images/NAME only when asked (NIMBLE_SCREENSHOTS=1). */
+const shoot = (page: { screenshot(o: { path?: string; fullPage: boolean }): Promise<Buffer> }, name: string): Promise<Buffer> =>
+  page.screenshot({ fullPage: true, ...(process.env.NIMBLE_SCREENSHOTS === '1' ? { path: join(IMAGES, name) } : {}) });
 const EVIL = '<img src=x onerror=alert(1)>';
 
 const cluster = new Cluster();
@@ -76,18 +81,18 @@ test('the dashboard shows the network live, draws the loss, renders miner names 
   const run = await cluster.createRun({ model: 'gpt-micro', data: 'moby-dick', steps: 40, stages: 2, mergeEvery: 10, batchSize: 8, lr: 0.003, minMiners: 2 });
   await page.goto(`${cluster.url}/#/runs/${run.id}`);
   await page.waitForFunction(() => Number((document.querySelector('#chart') as HTMLElement | null)?.dataset.points ?? 0) >= 3, null, { timeout: 25_000 });
-  await page.screenshot({ path: join(IMAGES, 'dashboard-run.png'), fullPage: true }).catch(() => {});
+  await shoot(page, 'dashboard-run.png').catch(() => {});
   await waitStatus(page, 'completed', 30_000);
   const points = Number(await page.$eval('#chart', (e) => (e as HTMLElement).dataset.points));
   assert.ok(points >= 3, `${points} loss points drawn`);
   assert.match((await page.textContent('#timeline')) ?? '', /completed/);
-  await page.screenshot({ path: join(IMAGES, 'dashboard-run.png'), fullPage: true });
+  await shoot(page, 'dashboard-run.png');
 
   for (const [hash, file] of [['#/', 'network'], ['#/runs', 'runs'], ['#/rewards', 'rewards'], ['#/models', 'models']] as const) {
     await page.goto(`${cluster.url}/${hash}`);
     await page.waitForSelector('main table', { timeout: 5_000 });
     await page.waitForTimeout(300);
-    await page.screenshot({ path: join(IMAGES, `dashboard-${file}.png`), fullPage: true });
+    await shoot(page, `dashboard-${file}.png`);
   }
 
   // cancel: refused without the login cookie, even asked for directly; the button is off
