@@ -5,6 +5,7 @@ import type { Static, TSchema } from '@sinclair/typebox';
 import { NimbleError } from '../protocol/errors.ts';
 import { parseJson } from '../protocol/messages.ts';
 import type { RequestSigner } from '../protocol/signing.ts';
+import { send, type Sent, type TransportError } from './transport.ts';
 
 export type HttpMethod = 'GET' | 'POST' | 'DELETE';
 
@@ -19,21 +20,17 @@ export interface HttpRequest {
 
 /** Sends a request; returns the body bytes of a 2xx answer, else throws the answer's error. */
 export async function httpRequest(url: URL, req: HttpRequest): Promise<Uint8Array> {
-  let res: Response;
+  let sent: Sent;
   try {
-    res = await fetch(url, { method: req.method, headers: req.headers, body: req.body as BodyInit | undefined, signal: AbortSignal.timeout(req.timeoutMs ?? 30_000) });
+    sent = await send(url, req.method, req.headers, req.body, req.timeoutMs ?? 30_000);
   } catch (err) {
+    const e = err as TransportError;
+    if (e.started) throw new NimbleError('unreachable', `${req.method} ${url.pathname}: the answer was cut off: ${e.message}`, 502, { cause: err });
     const who = req.peer ? `${req.peer} at ${url.origin}` : url.origin;
-    throw new NimbleError('unreachable', `cannot reach ${who}: ${(err as Error).message}`, 502, { cause: err });
+    throw new NimbleError('unreachable', `cannot reach ${who}: ${e.message}`, 502, { cause: err });
   }
-  let bytes: Uint8Array;
-  try {
-    bytes = new Uint8Array(await res.arrayBuffer());
-  } catch (err) {
-    throw new NimbleError('unreachable', `${req.method} ${url.pathname}: the answer was cut off: ${(err as Error).message}`, 502, { cause: err });
-  }
-  if (!res.ok) throw errorOf(res.status, res.statusText, bytes, `${req.method} ${url.pathname}`);
-  return bytes;
+  if (sent.status < 200 || sent.status > 299) throw errorOf(sent.status, sent.statusText, sent.bytes, `${req.method} ${url.pathname}`);
+  return sent.bytes;
 }
 
 /** The NimbleError an error answer carries. */
