@@ -5,7 +5,8 @@
 // the miner), against one single-thread process generating the same requests
 // alone.
 //
-//   inference.chain2.tokens_per_s.b8   8 concurrent generations through the 2 stage processes (f16 frames)
+//   inference.chain2.tokens_per_s.b8   8 concurrent generations through the 2 stage processes (f16 frames, 2 lanes: the default)
+//   inference.chain2.lanes1.*          the same with every session in one frame per stage and step (no pipeline)
 //   inference.chain2.ratio             that over the single-thread in-process Generator at batch 8
 //   inference.bytes_per_token[.f32]    frame bytes sent and received by the orchestrator per generated token
 //   inference.failover_ms              from the SIGKILL of a stage-1 replica to the next token of a stream it served
@@ -86,24 +87,33 @@ function prompt(i: number): number[] {
 
 const request = (i: number, maxTokens: number) => parseCompletionRequest({ model: MODEL, prompt: prompt(i), max_tokens: maxTokens, temperature: 0.8, seed: i });
 
-/** Tokens/s of SESSIONS concurrent generations through the chain, and frame bytes per generated token. */
-async function chainRate(s: Setup, replicas: Peer[][], options: CompletionsOptions, repeats: number): Promise<{ rate: number; bytesPerToken: number }> {
+/**
+ * Tokens/s of SESSIONS concurrent generations through the chain, and frame
+ * bytes per generated token, for each of `configs`: one warm-up run of each,
+ * then `repeats` rounds that run each config once in turn (so that warming up
+ * and the machine's noise fall on all alike); the median of each.
+ */
+async function chainRates<K extends string>(s: Setup, replicas: Peer[][], configs: Record<K, CompletionsOptions>, repeats: number): Promise<Record<K, { rate: number; bytesPerToken: number }>> {
   const { c, d } = coordinator(s, replicas);
-  const completions = new Completions(c, options);
-  let bytes = 0;
-  completions.observe({ stageStep: (st) => void (bytes += st.bytesSent + st.bytesReceived) });
-  const rates: number[] = [];
-  let perToken = 0;
+  const keys = Object.keys(configs) as K[];
+  const runs = keys.map((k) => {
+    const completions = new Completions(c, configs[k]);
+    const run = { completions, bytes: 0, rates: [] as number[], perToken: 0 };
+    completions.observe({ stageStep: (st) => void (run.bytes += st.bytesSent + st.bytesReceived) });
+    return run;
+  });
   for (let r = 0; r < repeats + 1; r++) {
-    bytes = 0;
-    const t0 = performance.now();
-    const out = await Promise.all(Array.from({ length: SESSIONS }, (_, i) => completions.generate(d, request(i, s.config.contextLength - PROMPT))));
-    const ms = performance.now() - t0;
-    const tokens = out.reduce((n, o) => n + o.completionTokens, 0);
-    if (r > 0) rates.push((tokens * 1000) / ms); // the first run warms up
-    perToken = bytes / tokens;
+    for (const run of runs) {
+      run.bytes = 0;
+      const t0 = performance.now();
+      const out = await Promise.all(Array.from({ length: SESSIONS }, (_, i) => run.completions.generate(d, request(i, s.config.contextLength - PROMPT))));
+      const ms = performance.now() - t0;
+      const tokens = out.reduce((n, o) => n + o.completionTokens, 0);
+      if (r > 0) run.rates.push((tokens * 1000) / ms); // the first round warms up
+      run.perToken = run.bytes / tokens;
+    }
   }
-  return { rate: median(rates), bytesPerToken: perToken };
+  return Object.fromEntries(keys.map((k, i) => [k, { rate: median(runs[i].rates), bytesPerToken: runs[i].perToken }])) as Record<K, { rate: number; bytesPerToken: number }>;
 }
 
 /** Tokens/s of the same requests through one whole-model StageInference on a single-thread engine in this process. */
@@ -166,11 +176,9 @@ export const inferenceServeBench: Bench = {
       writeFileSync(s.checkpoint, checkpoint);
       o.log(`${MODEL} cut into 2 stages on 2 single-thread processes, ${SESSIONS} concurrent generations of ${config.contextLength - PROMPT} tokens`);
       const [a, b] = await Promise.all([spawnStage(s, 0, 1), spawnStage(s, 1, 2)]);
-      const f16 = await chainRate(s, [[a.peer], [b.peer]], {}, REPEATS);
-      const f32 = await chainRate(s, [[a.peer], [b.peer]], { codec: 'f32' }, 1);
-      const piped = await chainRate(s, [[a.peer], [b.peer]], { lanesPerRoute: 2 }, REPEATS);
+      const { f16, oneLane, f32 } = await chainRates(s, [[a.peer], [b.peer]], { f16: {}, oneLane: { lanesPerRoute: 1 }, f32: { codec: 'f32' } }, REPEATS);
       const local = await localRate(s, checkpoint);
-      o.log(`two lanes (a pipeline of 2 groups of 4): ${piped.rate.toFixed(0)} tokens/s (${(piped.rate / local).toFixed(2)})`);
+      o.log(`one lane (every session in one frame per stage and step, no pipeline): ${oneLane.rate.toFixed(0)} tokens/s (${(oneLane.rate / local).toFixed(2)})`);
       o.log(`chain ${f16.rate.toFixed(0)} tokens/s, one process ${local.toFixed(0)} tokens/s (${(f16.rate / local).toFixed(2)}); ${f16.bytesPerToken.toFixed(0)} bytes/token in f16 frames, ${f32.bytesPerToken.toFixed(0)} in f32`);
       o.log('failover: a second stage-1 replica, the first killed with SIGKILL mid-generation (3 times)');
       // fresh processes: a miner's verifier takes at most 3,000 signed requests per sender in its 30 s
@@ -188,8 +196,8 @@ export const inferenceServeBench: Bench = {
       return [
         { bench: 'inference.chain2.tokens_per_s.b8', value: Math.round(f16.rate), unit: 'tokens/s' },
         { bench: 'inference.chain2.ratio', value: Math.round((f16.rate / local) * 100) / 100, unit: 'x' },
-        { bench: 'inference.chain2.lanes2.tokens_per_s.b8', value: Math.round(piped.rate), unit: 'tokens/s' },
-        { bench: 'inference.chain2.lanes2.ratio', value: Math.round((piped.rate / local) * 100) / 100, unit: 'x' },
+        { bench: 'inference.chain2.lanes1.tokens_per_s.b8', value: Math.round(oneLane.rate), unit: 'tokens/s' },
+        { bench: 'inference.chain2.lanes1.ratio', value: Math.round((oneLane.rate / local) * 100) / 100, unit: 'x' },
         { bench: 'inference.local.t1.tokens_per_s.b8', value: Math.round(local), unit: 'tokens/s' },
         { bench: 'inference.bytes_per_token', value: Math.round(f16.bytesPerToken), unit: 'bytes' },
         { bench: 'inference.bytes_per_token.f32', value: Math.round(f32.bytesPerToken), unit: 'bytes' },

@@ -131,13 +131,18 @@ export interface CompletionsOptions {
   /** failovers per request at most (default DEFAULT_MAX_FAILOVERS) */
   maxFailovers?: number;
   /**
-   * lanes per route (default 1): the sessions on the same replicas are split
-   * into this many groups, each stepping on its own, so that while one
-   * group's frame is on stage 1 the next group's is on stage 0 (a pipeline);
-   * 1 sends every ready session in one frame per stage and step
+   * lanes per route (default: one per stage of the route, at most
+   * MAX_DEFAULT_LANES): the sessions on the same replicas are split into this
+   * many groups, each stepping on its own, so that while one group's frame is
+   * on stage 1 the next group's is on stage 0 (a pipeline); 1 sends every
+   * ready session in one frame per stage and step. With 2 stages, 2 lanes
+   * served 1.3 times the tokens/s of 1 lane ("Serve figures").
    */
   lanesPerRoute?: number;
 }
+
+/** The most lanes a route gets by default (one per stage up to this). */
+export const MAX_DEFAULT_LANES = 4;
 
 /** Drives generations through the stage miners. */
 export class Completions {
@@ -146,7 +151,8 @@ export class Completions {
   private readonly lanes = new Map<string, StageLane>();
   private readonly codec: ActivationCodec;
   private readonly maxFailovers: number;
-  private readonly lanesPerRoute: number;
+  /** null: one lane per stage of the route */
+  private readonly lanesPerRoute: number | null;
   private turn = 0;
   private sessions = 0;
 
@@ -157,8 +163,10 @@ export class Completions {
     if (this.codec !== 'f16' && this.codec !== 'f32') throw new RangeError(`codec must be 'f16' or 'f32', got ${String(this.codec)}`);
     this.maxFailovers = options.maxFailovers ?? DEFAULT_MAX_FAILOVERS;
     if (!(Number.isInteger(this.maxFailovers) && this.maxFailovers >= 0)) throw new RangeError(`maxFailovers must be an integer ≥ 0, got ${this.maxFailovers}`);
-    this.lanesPerRoute = options.lanesPerRoute ?? 1;
-    if (!(Number.isInteger(this.lanesPerRoute) && this.lanesPerRoute >= 1 && this.lanesPerRoute <= 64)) throw new RangeError(`lanesPerRoute must be an integer in [1, 64], got ${this.lanesPerRoute}`);
+    this.lanesPerRoute = options.lanesPerRoute ?? null;
+    if (this.lanesPerRoute !== null && !(Number.isInteger(this.lanesPerRoute) && this.lanesPerRoute >= 1 && this.lanesPerRoute <= 64)) {
+      throw new RangeError(`lanesPerRoute must be an integer in [1, 64], got ${this.lanesPerRoute}`);
+    }
   }
 
   /** How activations cross stage boundaries on this path. */
@@ -217,7 +225,7 @@ export class Completions {
     /** every miner this session ran on (each is told to free it at the end) */
     const touched = new Map<string, Peer>(route.map((p) => [p.id, p]));
     const excluded = new Set<string>();
-    const group = this.sessions++ % this.lanesPerRoute;
+    const group = this.sessions++ % (this.lanesPerRoute ?? Math.min(route.length, MAX_DEFAULT_LANES));
     let failovers = 0;
     /** where the session's context window starts in `sequence` (what a replay prefills) */
     let windowStart = sequence.length <= T ? 0 : sequence.length - keep;

@@ -11,6 +11,7 @@ import { serveRoutes } from '../../src/miner/serve-api.ts';
 import type { DeploymentAssignment, Peer } from '../../src/protocol/messages.ts';
 import { orchestratorAddress } from '../../src/protocol/network.ts';
 import { RequestVerifier } from '../../src/protocol/signing.ts';
+import { ORCHESTRATOR_NONCES } from '../../src/miner/miner.ts';
 
 export interface StageServer {
   /** the peer the orchestrator routes to (a made-up address as its id) */
@@ -40,7 +41,12 @@ export async function startStageServer(o: StageServerOptions): Promise<StageServ
   const orchestrator = orchestratorAddress(o.orchestratorKey);
   const app = createHttpServer({
     bodyLimit: 1 << 16,
-    verifier: new RequestVerifier({ domain: o.domain, sessionKeyOf: (a) => (a.toLowerCase() === orchestrator.toLowerCase() ? o.orchestratorKey : undefined) }),
+    // the orchestrator's own nonce quota, as a miner gives it (src/miner/miner.ts)
+    verifier: new RequestVerifier({
+      domain: o.domain,
+      sessionKeyOf: (a) => (a.toLowerCase() === orchestrator.toLowerCase() ? o.orchestratorKey : undefined),
+      quotaOf: (a) => (a.toLowerCase() === orchestrator.toLowerCase() ? ORCHESTRATOR_NONCES : undefined),
+    }),
   });
   let calls = 0;
   app.addHook('onRequest', async (req) => {

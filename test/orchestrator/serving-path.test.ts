@@ -125,11 +125,19 @@ test('f16 frames by default: the text is generateCached cut the same way with f1
   assert.ok(saved >= 2 * config.channels * 2, `bytes per token: f16 ${perToken.f16[0]}, f32 ${perToken.f32[0]}`);
 });
 
-test('concurrent generations share each step\'s frames, and each text is what it is alone', async () => {
+test('concurrent generations share each step\'s frames, and each text is what it is alone, in one lane or in a pipeline of lanes', async () => {
   const a = await serve(0, cuts[0], 2, 3);
   const b = await serve(1, cuts[1], 2, 4);
   const { c, d } = coordinator([[a.peer], [b.peer]], cuts);
-  const completions = new Completions(c);
+  // by default a 2-stage route has 2 lanes (a pipeline): the texts are the same
+  const pipeline = new Completions(c);
+  const laneBatches: number[] = [];
+  pipeline.observe({ stageStep: (s) => void (s.stage === 0 && laneBatches.push(s.batch ?? 1)) });
+  const piped = await Promise.all(cases.map((k) => generate(pipeline, d, k)));
+  piped.forEach((t, i) => assert.equal(t, reference(cases[i], cuts, 'f16'), `2 lanes: ${JSON.stringify(cases[i])}`));
+  const most = Math.max(...laneBatches);
+  assert.ok(most >= 2 && most <= cases.length / 2, `each of the 2 lanes carries up to half the ${cases.length} sessions: up to ${most}`);
+  const completions = new Completions(c, { lanesPerRoute: 1 });
   const batches: number[] = [];
   completions.observe({ stageStep: (s) => void (s.stage === 0 && batches.push(s.batch ?? 1)) });
   const before = a.calls();
