@@ -1,5 +1,5 @@
 // Serving benchmarks (docs/inference.md, "Figures"): the orchestrator's
-// serving path (src/orchestrator/completions.ts, in this process) driving a
+// serving path (src/orchestrator/serving/completions.ts, in this process) driving a
 // model cut into 2 stages served by single-thread processes on loopback
 // (test/helpers/stage-server-child.ts: a miner's /infer without the rest of
 // the miner), against one single-thread process generating the same requests
@@ -26,7 +26,7 @@ import { encodeStage } from '../src/model/checkpoint.ts';
 import { gptConfig, type GptConfig } from '../src/model/config.ts';
 import { GptStage, partCount, splitEvenly, type StageRange } from '../src/model/gpt.ts';
 import { mulberry32 } from '../src/model/init.ts';
-import { Completions, type CompletionsOptions, parseCompletionRequest } from '../src/orchestrator/completions.ts';
+import { Completions, type CompletionsOptions, parseCompletionRequest } from '../src/orchestrator/serving/completions.ts';
 import type { Coordinator } from '../src/orchestrator/coordinator.ts';
 import type { DeploymentRecord } from '../src/orchestrator/state/deployments.ts';
 import type { Peer } from '../src/protocol/messages.ts';

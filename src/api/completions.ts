@@ -2,7 +2,7 @@
 // body of `POST /v1/completions`, its answers (a completion, or a stream of
 // chunks of the same shape), `GET /v1/models`, and OpenAI's error shape. The
 // schema holds the types and ranges; the orchestrator's parse
-// (src/orchestrator/completions.ts) adds what a schema cannot say (valid
+// (src/orchestrator/serving/completions.ts) adds what a schema cannot say (valid
 // Unicode, UTF-8 lengths). Other OpenAI fields (`user`, `logprobs`, …) are
 // accepted and ignored, as clients send them.
 import { Type, type Static, type TSchema } from '@sinclair/typebox';

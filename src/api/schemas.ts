@@ -19,7 +19,7 @@ export const WorkKind = Type.Union([
   Type.Literal('forward'),
   Type.Literal('backward'),
   Type.Literal('merge'),
-  /** tokens run through a stage of a deployed model, in units of INFERENCE_TOKENS_PER_UNIT (src/orchestrator/inference-billing.ts) */
+  /** tokens run through a stage of a deployed model, in units of INFERENCE_TOKENS_PER_UNIT (src/orchestrator/serving/billing.ts) */
   Type.Literal('inference'),
   Type.Literal('dropped'),
   Type.Literal('invalid'),

@@ -5,7 +5,7 @@ import { join } from 'node:path';
 import type { Command } from 'commander';
 import { parseDuration } from '../jobs/duration.ts';
 import { startOrchestrator } from '../orchestrator/server.ts';
-import { MAX_SYNTHETIC_RATE } from '../orchestrator/synthetic-prompts.ts';
+import { MAX_SYNTHETIC_RATE } from '../orchestrator/serving/synthetic-prompts.ts';
 import { emit, parsePositiveInt, resolveDataDir, withCommonOptions } from './common.ts';
 import { orchestratorChain, withOrchestratorChainOptions, type OrchestratorChainFlags } from './orchestrator-chain.ts';
 

@@ -32,7 +32,7 @@ import { normalizeRewards, readEpoch, rewardsDigest, settleEpoch, settlementTxOf
 import { ChainTxError } from '../chain/tx.ts';
 import { findSlash, readStake, setCooldown, slashStake, stakingTotals } from '../chain/staking.ts';
 import { NimbleError } from '../protocol/errors.ts';
-import { CreditService } from './credits.ts';
+import { CreditService } from './serving/credits.ts';
 import { JobPayments } from './job-payments.ts';
 import type { OrchestratorState } from './state/index.ts';
 import type { EpochRecord, SlashRecord } from './state/ledger.ts';

@@ -10,7 +10,7 @@
 import { createHttpServer, type HttpServer } from '../http/server.ts';
 import { AuthError } from '../protocol/errors.ts';
 import { RequestVerifier } from '../protocol/signing.ts';
-import { Completions } from './completions.ts';
+import { Completions } from './serving/completions.ts';
 import type { Coordinator } from './coordinator.ts';
 import { DatasetService } from './datasets.ts';
 import type { Epochs } from './epochs.ts';
@@ -21,7 +21,7 @@ import { datasetRoutes } from './routes/datasets.ts';
 import { completionRoutes } from './routes/completions.ts';
 import { dashboardRoutes } from './routes/dashboard.ts';
 import { creditRoutes } from './routes/credits.ts';
-import { InferenceBilling } from './inference-billing.ts';
+import { InferenceBilling } from './serving/billing.ts';
 import { deploymentRoutes } from './routes/deployments.ts';
 import { jobRoutes } from './routes/jobs.ts';
 import { minerRoutes } from './routes/miners.ts';

@@ -112,7 +112,7 @@ export class JobPayments {
 
   /**
    * What every escrow taken here must be (a job's budget, or a wallet's
-   * inference credit, src/orchestrator/credits.ts): `owner`'s on chain, open,
+   * inference credit, src/orchestrator/serving/credits.ts): `owner`'s on chain, open,
    * untouched, and bound to nothing here yet. Call under `locked`.
    */
   async checkFreshEscrow(escrowId: string, owner: string): Promise<JobEscrowState> {

@@ -3,7 +3,7 @@
 //   - a forward its recomputation contradicts, or a spot check left unanswered
 //     (src/orchestrator/spot-checks.ts)
 //   - served inference answers their recomputation contradicts
-//     (src/orchestrator/inference-checks.ts)
+//     (src/orchestrator/serving/checks.ts)
 //   - a pseudo-gradient no honest AdamW steps could produce, or a stage state
 //     that is not the round's (src/orchestrator/merge-checks.ts)
 //   - a merged partition that is not the merge of its inputs

@@ -9,7 +9,7 @@
 //
 // Done units are forward, backward, merge (one merged partition) and
 // inference (tokens run through a stage of a deployed model, per
-// INFERENCE_TOKENS_PER_UNIT in src/orchestrator/inference-billing.ts, weighed
+// INFERENCE_TOKENS_PER_UNIT in src/orchestrator/serving/billing.ts, weighed
 // by the stage's share of the deployment's parameters). A dropped
 // unit (a microbatch lost while held, a missing pseudo-gradient) costs 3 done
 // units, as in IOTA; an invalid one (a malformed or forged request, a report

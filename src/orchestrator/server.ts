@@ -4,21 +4,21 @@ import { mkdirSync } from 'node:fs';
 import { join } from 'node:path';
 import { mobyDickBytes } from '../data/corpus.ts';
 import { FsBlobStore } from './blobs.ts';
-import { Completions } from './completions.ts';
+import { Completions } from './serving/completions.ts';
 import { Coordinator, type CoordinatorOptions } from './coordinator.ts';
 import { DatasetService } from './datasets.ts';
 import { chainModelRegistry, RegistrySync } from './deployment-registry.ts';
 import { Epochs, type ChainOptions } from './epochs.ts';
 import { buildApi } from './http.ts';
 import { operatorLoginOf } from './routes/dashboard.ts';
-import { InferenceBilling, registryPrices } from './inference-billing.ts';
+import { InferenceBilling, registryPrices } from './serving/billing.ts';
 import { modelOfSha256 } from '../chain/registry.ts';
-import { InferenceChecks, type InferenceCheckOptions } from './inference-checks.ts';
+import { InferenceChecks, type InferenceCheckOptions } from './serving/checks.ts';
 import { DEFAULT_CHECKPOINT_RETENTION_MS, JobService } from './jobs.ts';
 import { slashWindowMs } from './spot-checks.ts';
 import { loadOrCreateOrchestratorIdentity } from './identity.ts';
 import { OrchestratorState } from './state/index.ts';
-import { SyntheticPrompts, type SyntheticOptions } from './synthetic-prompts.ts';
+import { SyntheticPrompts, type SyntheticOptions } from './serving/synthetic-prompts.ts';
 
 export interface OrchestratorOptions {
   dataDir: string;
@@ -31,9 +31,9 @@ export interface OrchestratorOptions {
   chain?: ChainOptions;
   /** an ended job's checkpoints are kept this long (default 3 days) */
   checkpointRetentionMs?: number;
-  /** spot checks of inference: the share of windows recomputed, memory bounds (src/orchestrator/inference-checks.ts) */
+  /** spot checks of inference: the share of windows recomputed, memory bounds (src/orchestrator/serving/checks.ts) */
   inferenceChecks?: Partial<InferenceCheckOptions>;
-  /** synthetic traffic to the serving deployments (src/orchestrator/synthetic-prompts.ts); absent: none */
+  /** synthetic traffic to the serving deployments (src/orchestrator/serving/synthetic-prompts.ts); absent: none */
   syntheticPrompts?: Partial<SyntheticOptions> & { rate: number };
 }
 

@@ -26,7 +26,7 @@ export function verifyNetwork(info: { publicKey: string; signature: string }, ch
 
 /**
  * The address the orchestrator signs its own requests to miners with (the
- * serving path, src/orchestrator/completions.ts): derived from its key, which
+ * serving path, src/orchestrator/serving/completions.ts): derived from its key, which
  * every miner knows, so a miner checks such a request against that key. It is
  * no wallet: nothing is paid from or to it.
  */

@@ -5,7 +5,7 @@
 // API key (`Authorization: Bearer nk-…`, checked before the body is read):
 // its most is reserved from the key's wallet before generating and what was
 // processed is charged after, even when the client left
-// (../inference-billing.ts, docs/inference.md "Payment").
+// (../serving/billing.ts, docs/inference.md "Payment").
 // Answers, errors included, are in OpenAI's shape
 // (`{ error: { message, type, param, code } }`), written straight to the
 // socket so that the official `openai` client reads them as it reads
@@ -15,10 +15,10 @@ import type { FastifyReply } from 'fastify';
 import { Completion, CompletionBody, ModelList } from '../../api/completions.ts';
 import type { HttpServer } from '../../http/server.ts';
 import { NimbleError } from '../../protocol/errors.ts';
-import { type CompletionRequest, OpenAiError, parseCompletionRequest } from '../completion-request.ts';
-import { type CompletionResult, Completions, deploymentFor } from '../completions.ts';
+import { type CompletionRequest, OpenAiError, parseCompletionRequest } from '../serving/completion-request.ts';
+import { type CompletionResult, Completions, deploymentFor } from '../serving/completions.ts';
 import type { Coordinator } from '../coordinator.ts';
-import { InferenceBilling } from '../inference-billing.ts';
+import { InferenceBilling } from '../serving/billing.ts';
 import type { ApiKeyRecord } from '../state/api-keys.ts';
 import type { DeploymentRecord } from '../state/deployments.ts';
 

@@ -9,9 +9,9 @@ import { escrowAddress } from '../../chain/escrow.ts';
 import type { HttpServer } from '../../http/server.ts';
 import { signerOf } from '../../http/signed.ts';
 import { NimbleError } from '../../protocol/errors.ts';
-import type { CreditService } from '../credits.ts';
-import { MINERS_SHARE_BPS } from '../credits.ts';
-import { apiKeyView, INFERENCE_TOKENS_PER_UNIT, type InferenceBilling } from '../inference-billing.ts';
+import type { CreditService } from '../serving/credits.ts';
+import { MINERS_SHARE_BPS } from '../serving/credits.ts';
+import { apiKeyView, INFERENCE_TOKENS_PER_UNIT, type InferenceBilling } from '../serving/billing.ts';
 import type { OrchestratorState } from '../state/index.ts';
 import type { ChainClient } from '../../chain/client.ts';
 

@@ -1,5 +1,5 @@
 // Prepaid inference credit (docs/inference.md, "Payment";
-// src/orchestrator/credits.ts drives it): JobEscrow escrows a wallet
+// src/orchestrator/serving/credits.ts drives it): JobEscrow escrows a wallet
 // registered as its balance for /v1/completions, and what each epoch pays
 // from each of them (written when the epoch closes, sent afterwards).
 //

@@ -1,5 +1,5 @@
 // Paid completion requests (docs/inference.md, "Payment";
-// src/orchestrator/inference-billing.ts drives them): each POST
+// src/orchestrator/serving/billing.ts drives them): each POST
 // /v1/completions reserves the most it may cost from its key's wallet before
 // it is generated, is charged what its tokens cost once it ends (never more
 // than it reserved), and is allocated to the epoch that closes next, whose

@@ -16,10 +16,10 @@
 // and whether trying another replica makes sense (./completions.ts replays
 // them there). A 4xx that says our request was bad is not worth another
 // replica: the same rows would be refused again.
-import type { ActivationCodec } from '../inference/activations.ts';
-import type { NimbleError } from '../protocol/errors.ts';
-import { decodeFrame, encodeFrame, type JsonValue } from '../protocol/frame.ts';
-import type { Peer } from '../protocol/messages.ts';
+import type { ActivationCodec } from '../../inference/activations.ts';
+import type { NimbleError } from '../../protocol/errors.ts';
+import { decodeFrame, encodeFrame, type JsonValue } from '../../protocol/frame.ts';
+import type { Peer } from '../../protocol/messages.ts';
 
 const MAX_FRAME_BYTES = 64 << 20;
 /** Statuses that say the miner, not the request, is the problem: another replica may serve it. */

@@ -2,9 +2,9 @@
 // "Serve"): the checks of a request body (model, prompt as bytes, max_tokens,
 // temperature, top_p, seed, stop, stream, n) and the error in OpenAI's shape
 // that every refusal is answered with. The serving path is ./completions.ts.
-import { MAX_COMPLETION_TOKENS, MAX_PROMPT_BYTES, MAX_STOP_BYTES, MAX_STOPS, MAX_TEMPERATURE, type OpenAiErrorBody } from '../api/completions.ts';
-import { stopSequences } from '../inference/sampling.ts';
-import { NimbleError } from '../protocol/errors.ts';
+import { MAX_COMPLETION_TOKENS, MAX_PROMPT_BYTES, MAX_STOP_BYTES, MAX_STOPS, MAX_TEMPERATURE, type OpenAiErrorBody } from '../../api/completions.ts';
+import { stopSequences } from '../../inference/sampling.ts';
+import { NimbleError } from '../../protocol/errors.ts';
 
 /** A checked request. */
 export interface CompletionRequest {

@@ -6,10 +6,10 @@
 // aborting what runs and sending nothing more.
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { mobyDickBytes } from '../../src/data/corpus.ts';
-import type { CompletionRequest, CompletionResult } from '../../src/orchestrator/completions.ts';
-import type { DeploymentRecord } from '../../src/orchestrator/state/deployments.ts';
-import { SyntheticPrompts, syntheticOptions, syntheticRequest } from '../../src/orchestrator/synthetic-prompts.ts';
+import { mobyDickBytes } from '../../../src/data/corpus.ts';
+import type { CompletionRequest, CompletionResult } from '../../../src/orchestrator/serving/completions.ts';
+import type { DeploymentRecord } from '../../../src/orchestrator/state/deployments.ts';
+import { SyntheticPrompts, syntheticOptions, syntheticRequest } from '../../../src/orchestrator/serving/synthetic-prompts.ts';
 
 const TEXT = mobyDickBytes();
 

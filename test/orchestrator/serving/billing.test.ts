@@ -7,16 +7,16 @@
 // model's owner, across escrows, conserved to the wei.
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { gptConfig } from '../../src/model/config.ts';
-import { partCount } from '../../src/model/gpt.ts';
-import type { CompletionRequest } from '../../src/orchestrator/completion-request.ts';
-import type { CompletionResult, StageStep } from '../../src/orchestrator/completions.ts';
-import { CreditService, MINERS_SHARE_BPS } from '../../src/orchestrator/credits.ts';
-import { costOf, hashApiKey, InferenceBilling, INFERENCE_TOKENS_PER_UNIT } from '../../src/orchestrator/inference-billing.ts';
-import { JobPayments } from '../../src/orchestrator/job-payments.ts';
-import { scoreEpoch, stageSharesOf } from '../../src/orchestrator/scoring.ts';
-import type { DeploymentRecord } from '../../src/orchestrator/state/deployments.ts';
-import { OrchestratorState } from '../../src/orchestrator/state/index.ts';
+import { gptConfig } from '../../../src/model/config.ts';
+import { partCount } from '../../../src/model/gpt.ts';
+import type { CompletionRequest } from '../../../src/orchestrator/serving/completion-request.ts';
+import type { CompletionResult, StageStep } from '../../../src/orchestrator/serving/completions.ts';
+import { CreditService, MINERS_SHARE_BPS } from '../../../src/orchestrator/serving/credits.ts';
+import { costOf, hashApiKey, InferenceBilling, INFERENCE_TOKENS_PER_UNIT } from '../../../src/orchestrator/serving/billing.ts';
+import { JobPayments } from '../../../src/orchestrator/job-payments.ts';
+import { scoreEpoch, stageSharesOf } from '../../../src/orchestrator/scoring.ts';
+import type { DeploymentRecord } from '../../../src/orchestrator/state/deployments.ts';
+import { OrchestratorState } from '../../../src/orchestrator/state/index.ts';
 
 const ALICE = '0x00000000000000000000000000000000000a11ce';
 const BOB = '0x0000000000000000000000000000000000000b0b';

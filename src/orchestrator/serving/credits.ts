@@ -23,15 +23,15 @@
 // by it would be backed by nothing). An ending escrow is closed (the rest
 // refunded) once nothing it may still owe is pending.
 import type { Address, Hex } from 'viem';
-import type { CreditEscrowView, CreditView } from '../api/credits.ts';
-import { formatNim } from '../chain/amounts.ts';
-import { closeEscrow, payJob } from '../chain/escrow.ts';
-import { normalizeRewards } from '../chain/rewards.ts';
-import { NimbleError } from '../protocol/errors.ts';
-import type { JobPayments, JobPaymentsOptions } from './job-payments.ts';
-import { splitEmission, unitWeight, type StageShares } from './scoring.ts';
-import type { OrchestratorState } from './state/index.ts';
-import type { CreditRecord, CreditShare } from './state/credits.ts';
+import type { CreditEscrowView, CreditView } from '../../api/credits.ts';
+import { formatNim } from '../../chain/amounts.ts';
+import { closeEscrow, payJob } from '../../chain/escrow.ts';
+import { normalizeRewards } from '../../chain/rewards.ts';
+import { NimbleError } from '../../protocol/errors.ts';
+import type { JobPayments, JobPaymentsOptions } from '../job-payments.ts';
+import { splitEmission, unitWeight, type StageShares } from '../scoring.ts';
+import type { OrchestratorState } from '../state/index.ts';
+import type { CreditRecord, CreditShare } from '../state/credits.ts';
 
 /** The serving miners' share of what a request pays, in basis points (80 %); the model's owner receives the rest. */
 export const MINERS_SHARE_BPS = 8_000n;

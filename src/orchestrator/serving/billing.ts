@@ -21,15 +21,15 @@
 // the request paid (./credits.ts).
 import { createHash, randomBytes } from 'node:crypto';
 import type { Address, Hex } from 'viem';
-import type { ApiKeyView } from '../api/credits.ts';
-import { formatNim } from '../chain/amounts.ts';
-import { NimbleError } from '../protocol/errors.ts';
+import type { ApiKeyView } from '../../api/credits.ts';
+import { formatNim } from '../../chain/amounts.ts';
+import { NimbleError } from '../../protocol/errors.ts';
 import { type CompletionRequest, OpenAiError } from './completion-request.ts';
 import type { CompletionObserver, CompletionResult, StageStep } from './completions.ts';
 import type { CreditService } from './credits.ts';
-import type { ApiKeyRecord } from './state/api-keys.ts';
-import type { DeploymentRecord } from './state/deployments.ts';
-import type { OrchestratorState } from './state/index.ts';
+import type { ApiKeyRecord } from '../state/api-keys.ts';
+import type { DeploymentRecord } from '../state/deployments.ts';
+import type { OrchestratorState } from '../state/index.ts';
 
 /** Rows (tokens) run through a stage that make one unit of inference work. */
 export const INFERENCE_TOKENS_PER_UNIT = 1000;

@@ -1,4 +1,4 @@
-// Verifying a recorded inference window (./inference-recorder.ts): its steps
+// Verifying a recorded inference window (./check-recorder.ts): its steps
 // replayed, in order, on a StageInference holding the published weights of
 // the window's stage, each answer compared with what the miner sent. Pure
 // apart from the stage it runs on: no state, no I/O.
@@ -16,10 +16,10 @@
 // |norm ratio − 1| ≤ 4.1e-6). Rows are compared one by one, so a row
 // changed in a long prefill is not averaged away; a miner adding 1% noise
 // to its activations fails (1 − cosine ≈ 5e-5).
-import type { StageInference } from '../inference/stage-inference.ts';
-import { decodeFrame, encodeFrame } from '../protocol/frame.ts';
-import type { RecordedWindow } from './inference-recorder.ts';
-import { CHECK_THRESHOLDS, compare } from './spot-check-verify.ts';
+import type { StageInference } from '../../inference/stage-inference.ts';
+import { decodeFrame, encodeFrame } from '../../protocol/frame.ts';
+import type { RecordedWindow } from './check-recorder.ts';
+import { CHECK_THRESHOLDS, compare } from '../spot-check-verify.ts';
 
 export interface WindowOutcome {
   passed: boolean;

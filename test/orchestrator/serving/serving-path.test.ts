@@ -1,4 +1,4 @@
-// The orchestrator's serving path (src/orchestrator/completions.ts and
+// The orchestrator's serving path (src/orchestrator/serving/completions.ts and
 // stage-lanes.ts) against real serving stages in this process
 // (test/helpers/stage-server.ts: the miner's /infer routes on their own
 // servers): gpt-micro cut into 2 stages, 2 replicas each. The text always
@@ -12,21 +12,21 @@ import assert from 'node:assert/strict';
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { after, before, test } from 'node:test';
-import { Engine } from '../../src/engine/engine.ts';
-import { roundToF16 } from '../../src/inference/activations.ts';
-import { generateCached } from '../../src/inference/generate.ts';
-import { inferenceFromCheckpoint } from '../../src/inference/load.ts';
-import type { StageInference } from '../../src/inference/stage-inference.ts';
-import { gptConfig } from '../../src/model/config.ts';
-import { partCount, splitEvenly, type StageRange } from '../../src/model/gpt.ts';
-import { Completions, type CompletionsOptions, type Failover, OpenAiError, parseCompletionRequest, type StageStep } from '../../src/orchestrator/completions.ts';
-import type { Coordinator } from '../../src/orchestrator/coordinator.ts';
-import type { DeploymentRecord } from '../../src/orchestrator/state/deployments.ts';
-import type { Peer } from '../../src/protocol/messages.ts';
-import { domainOf } from '../../src/protocol/network.ts';
-import { SessionKey } from '../../src/protocol/session-key.ts';
-import { startStageServer, type StageServer } from '../helpers/stage-server.ts';
-import { wholeModelBytes } from '../helpers/whole-model.ts';
+import { Engine } from '../../../src/engine/engine.ts';
+import { roundToF16 } from '../../../src/inference/activations.ts';
+import { generateCached } from '../../../src/inference/generate.ts';
+import { inferenceFromCheckpoint } from '../../../src/inference/load.ts';
+import type { StageInference } from '../../../src/inference/stage-inference.ts';
+import { gptConfig } from '../../../src/model/config.ts';
+import { partCount, splitEvenly, type StageRange } from '../../../src/model/gpt.ts';
+import { Completions, type CompletionsOptions, type Failover, OpenAiError, parseCompletionRequest, type StageStep } from '../../../src/orchestrator/serving/completions.ts';
+import type { Coordinator } from '../../../src/orchestrator/coordinator.ts';
+import type { DeploymentRecord } from '../../../src/orchestrator/state/deployments.ts';
+import type { Peer } from '../../../src/protocol/messages.ts';
+import { domainOf } from '../../../src/protocol/network.ts';
+import { SessionKey } from '../../../src/protocol/session-key.ts';
+import { startStageServer, type StageServer } from '../../helpers/stage-server.ts';
+import { wholeModelBytes } from '../../helpers/whole-model.ts';
 
 const config = gptConfig('gpt-micro');
 const checkpoint = wholeModelBytes(41, 500);

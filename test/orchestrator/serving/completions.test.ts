@@ -7,12 +7,12 @@ import assert from 'node:assert/strict';
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { after, test } from 'node:test';
-import { encodeFrame } from '../../src/protocol/frame.ts';
-import { SessionKey } from '../../src/protocol/session-key.ts';
-import { domainOf } from '../../src/protocol/network.ts';
-import { Completions, OpenAiError, parseCompletionRequest } from '../../src/orchestrator/completions.ts';
-import type { Coordinator } from '../../src/orchestrator/coordinator.ts';
-import type { DeploymentRecord } from '../../src/orchestrator/state/deployments.ts';
+import { encodeFrame } from '../../../src/protocol/frame.ts';
+import { SessionKey } from '../../../src/protocol/session-key.ts';
+import { domainOf } from '../../../src/protocol/network.ts';
+import { Completions, OpenAiError, parseCompletionRequest } from '../../../src/orchestrator/serving/completions.ts';
+import type { Coordinator } from '../../../src/orchestrator/coordinator.ts';
+import type { DeploymentRecord } from '../../../src/orchestrator/state/deployments.ts';
 
 const servers: Server[] = [];
 after(() => servers.forEach((s) => s.close()));

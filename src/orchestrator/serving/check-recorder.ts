@@ -22,7 +22,7 @@
 // cannot be replayed as one miner's work, and is dropped too.
 import { randomInt } from 'node:crypto';
 import type { CompletionObserver, CompletionRequest, CompletionResult, StageStep } from './completions.ts';
-import type { DeploymentRecord } from './state/deployments.ts';
+import type { DeploymentRecord } from '../state/deployments.ts';
 
 /** One stage call of a recorded window. */
 export interface RecordedStep {

@@ -37,17 +37,17 @@
 // with its activations rounded as the frames round them (`activations: 'f16'`
 // unless the orchestrator was given codec f32).
 import { randomBytes } from 'node:crypto';
-import { SignedClient } from '../http/client.ts';
-import type { ActivationCodec } from '../inference/activations.ts';
-import { gptConfigOf } from '../model/model-ref.ts';
-import { Sampler, stopAt } from '../inference/sampling.ts';
-import { orchestratorAddress } from '../protocol/network.ts';
-import type { Peer } from '../protocol/messages.ts';
-import { RequestSigner } from '../protocol/signing.ts';
+import { SignedClient } from '../../http/client.ts';
+import type { ActivationCodec } from '../../inference/activations.ts';
+import { gptConfigOf } from '../../model/model-ref.ts';
+import { Sampler, stopAt } from '../../inference/sampling.ts';
+import { orchestratorAddress } from '../../protocol/network.ts';
+import type { Peer } from '../../protocol/messages.ts';
+import { RequestSigner } from '../../protocol/signing.ts';
 import { OpenAiError, type CompletionRequest } from './completion-request.ts';
-import type { Coordinator } from './coordinator.ts';
+import type { Coordinator } from '../coordinator.ts';
 import { StageCallError, StageLane, type LaneStep } from './stage-lanes.ts';
-import type { DeploymentRecord } from './state/deployments.ts';
+import type { DeploymentRecord } from '../state/deployments.ts';
 
 export { OpenAiError, parseCompletionRequest, type CompletionRequest } from './completion-request.ts';
 

@@ -2,7 +2,7 @@
 // a sample of the windows miners serve is recomputed on the orchestrator and
 // a miner whose answers differ is charged as a training cheat is.
 //
-//   1. Record. ./inference-recorder.ts watches every stage call of the
+//   1. Record. ./check-recorder.ts watches every stage call of the
 //      serving path and keeps a sampled share (`rate`) of windows: each
 //      step's input and the miner's answer.
 //   2. Queue. An ended window waits here (at most `maxQueued`; the windows
@@ -12,23 +12,23 @@
 //   3. Replay. The window's stage of the published model, loaded from the
 //      model store's file (the blob named by its sha256, which the store
 //      checked) as a miner loads it (inferenceFromCheckpoint), replays the
-//      steps (./inference-verify.ts): every answer must be bitwise the
+//      steps (./check-verify.ts): every answer must be bitwise the
 //      replay's, or within the training checks' thresholds.
 //   4. Decide. A failed window is an offence (./offences.ts): 'failed_check'
 //      work, on a paid network a slash under a key naming the window (unique:
 //      charged once), and the miner is evicted, which takes it out of serving
 //      (its deployment stage is given to another miner). A window that
 //      cannot be replayed here (the model file gone) charges nobody.
-import type { Engine } from '../engine/engine.ts';
-import { inferenceFromCheckpoint } from '../inference/load.ts';
-import type { StageInference } from '../inference/stage-inference.ts';
-import { gptConfigOf } from '../model/model-ref.ts';
-import type { BlobStore } from './blobs.ts';
-import { remember } from './cache.ts';
-import { ByteBudget, InferenceRecorder, type Draw, type RecordedWindow, type RecorderCounts } from './inference-recorder.ts';
-import { UncheckableError, verifyWindow, type WindowOutcome } from './inference-verify.ts';
-import type { Offences } from './offences.ts';
-import type { OrchestratorState } from './state/index.ts';
+import type { Engine } from '../../engine/engine.ts';
+import { inferenceFromCheckpoint } from '../../inference/load.ts';
+import type { StageInference } from '../../inference/stage-inference.ts';
+import { gptConfigOf } from '../../model/model-ref.ts';
+import type { BlobStore } from '../blobs.ts';
+import { remember } from '../cache.ts';
+import { ByteBudget, InferenceRecorder, type Draw, type RecordedWindow, type RecorderCounts } from './check-recorder.ts';
+import { UncheckableError, verifyWindow, type WindowOutcome } from './check-verify.ts';
+import type { Offences } from '../offences.ts';
+import type { OrchestratorState } from '../state/index.ts';
 
 export interface InferenceCheckOptions {
   /** share of windows (a session's calls at one stage, reset to reset) recomputed; 0 disables */

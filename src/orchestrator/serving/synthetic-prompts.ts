@@ -13,10 +13,10 @@
 // piles up behind slow miners. Counts are logged every `summaryMs` and at the
 // end; close() stops the clock and ends the requests under way (they are
 // aborted at their next token).
-import { gptConfigOf } from '../model/model-ref.ts';
-import { mulberry32 } from '../model/init.ts';
+import { gptConfigOf } from '../../model/model-ref.ts';
+import { mulberry32 } from '../../model/init.ts';
 import type { CompletionRequest, CompletionResult } from './completions.ts';
-import type { DeploymentRecord } from './state/deployments.ts';
+import type { DeploymentRecord } from '../state/deployments.ts';
 
 export interface SyntheticOptions {
   /** requests a second, over all deployments (0 < rate ≤ MAX_SYNTHETIC_RATE) */
