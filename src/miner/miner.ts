@@ -161,16 +161,17 @@ export class Miner {
       id.toLowerCase() === orchestrator.toLowerCase()
         ? network.orchestratorKey
         : [...this.pipeline.previousStage(), ...this.pipeline.nextStage()].find((p) => p.id === id)?.sessionKey;
+    // the orchestrator signs one serving call per token and stage over HTTP: its own quota, not a peer's
+    const verifier = new RequestVerifier({ domain, notBefore: Date.now(), sessionKeyOf: neighbour, quotaOf: (a) => (a.toLowerCase() === orchestrator.toLowerCase() ? ORCHESTRATOR_NONCES : undefined) });
     this.app = buildPeerApi({
-      // the orchestrator signs one serving call per token and stage: its own quota, not a peer's
-      verifier: new RequestVerifier({ domain, notBefore: Date.now(), sessionKeyOf: neighbour, quotaOf: (a) => (a.toLowerCase() === orchestrator.toLowerCase() ? ORCHESTRATOR_NONCES : undefined) }),
+      verifier,
       network: { ...network, sessionKey: this.sessionKey, previousStage: () => this.pipeline.previousStage(), nextStage: () => this.pipeline.nextStage() },
       work: this.pipeline,
       stats: this.stats,
       health: () => ({ ok: true, address: this.address, stage: this.stageInfo, stats: this.stats }),
       log: this.log,
     });
-    const serve = serveRoutes(this.app, { served: () => tamperedServing(this.serving.served(), this.options.tamper?.inference), orchestrator, log: this.log });
+    const serve = serveRoutes(this.app, { served: () => tamperedServing(this.serving.served(), this.options.tamper?.inference), orchestrator, verifier, log: this.log });
     setInterval(() => serve.sweep(), SESSION_IDLE_MS / 4).unref();
   }
 

@@ -22,18 +22,25 @@
 // drops its sessions (their caches are in an unknown state for the
 // orchestrator, which replays or ends them).
 //
+//   GET /infer/channel  an upgrade to a serving channel (./serve-channel.ts):
+//                    the same two calls as frames on one connection, the
+//                    path the orchestrator uses; the routes above stay for
+//                    clients that cannot hold a connection.
+//
 // Only the orchestrator may call these (signed with its key, under the
 // address orchestratorAddress derives from it). A session nobody used for
 // SESSION_IDLE_MS is freed, so a generation the orchestrator abandoned (it
 // died, its client left) does not hold a cache slot for ever.
-import { Type } from '@sinclair/typebox';
+import { Type, type Static } from '@sinclair/typebox';
 import type { HttpServer } from '../http/server.ts';
 import { signerOf } from '../http/signed.ts';
 import { NimbleError } from '../protocol/errors.ts';
 import { decodeFrame, encodeFrame } from '../protocol/frame.ts';
-import { parse } from '../protocol/messages.ts';
+import { parse, parseJson } from '../protocol/messages.ts';
+import type { RequestVerifier } from '../protocol/signing.ts';
 import type { SessionRows } from '../inference/stage-inference.ts';
 import type { ServedStage } from './deployment.ts';
+import { serveChannels } from './serve-channel.ts';
 
 /** A session idle this long is freed. */
 export const SESSION_IDLE_MS = 60_000;
@@ -62,11 +69,15 @@ export interface ServeApiOptions {
   served(): ServedStage | null;
   /** the address the orchestrator signs with */
   orchestrator: string;
+  /** checks the signed upgrade that opens a serving channel (the peer API's verifier) */
+  verifier: RequestVerifier;
   log(line: string): void;
   now?: () => number;
+  /** runs before each serving call, on either path (the test helper counts calls and holds them) */
+  beforeCall?: (call: 'infer' | 'end') => Promise<void>;
 }
 
-export function serveRoutes(app: HttpServer, options: ServeApiOptions): { sweep(): void } {
+export function serveRoutes(app: HttpServer, options: ServeApiOptions): { sweep(): void; closeChannels(): void } {
   const now = options.now ?? Date.now;
   const lastUsed = new Map<string, number>();
   const sweep = (): void => {
@@ -88,15 +99,15 @@ export function serveRoutes(app: HttpServer, options: ServeApiOptions): { sweep(
     return s;
   };
 
-  app.post('/infer', { bodyLimit: MAX_INFER_FRAME_BYTES, config: { signed: 'session' as const }, schema: { body: Type.Uint8Array() } }, async (req, reply) => {
-    const sender = signerOf(req);
+  /** A POST /infer body run: the answer's frame bytes, or a NimbleError. */
+  const infer = (sender: string, body: Uint8Array): Uint8Array => {
     if (sender.toLowerCase() !== options.orchestrator.toLowerCase()) throw new NimbleError('forbidden', 'only the orchestrator drives a generation');
     sweep();
     const s = options.served();
     if (!s) throw new NimbleError('conflict', 'this miner serves no deployment stage (yet)');
     const inf = s.inference;
     const C = inf.config.channels;
-    const frame = decodeFrame(req.body, { shape: inf.isFirst ? [-1] : [-1, C], codecs: ['f32', 'f16'], maxBytes: MAX_INFER_FRAME_BYTES });
+    const frame = decodeFrame(body, { shape: inf.isFirst ? [-1] : [-1, C], codecs: ['f32', 'f16'], maxBytes: MAX_INFER_FRAME_BYTES });
     const meta = parse(InferMeta, frame.meta, 'infer meta');
     stage(sender, meta.deploymentId);
     if (meta.stage !== s.assignment.stage) throw new NimbleError('conflict', `this miner serves stage ${s.assignment.stage}, not ${meta.stage}`);
@@ -149,16 +160,43 @@ export function serveRoutes(app: HttpServer, options: ServeApiOptions): { sweep(
       throw new NimbleError('invalid', (err as Error).message);
     }
     const shape = inf.isLast ? [ids.length, inf.config.vocabSize] : [rows, C];
-    const bytes = encodeFrame(out, shape, meta.codec ?? 'f32', { stage: meta.stage, positions: ids.map((id) => inf.position(id)) });
+    return encodeFrame(out, shape, meta.codec ?? 'f32', { stage: meta.stage, positions: ids.map((id) => inf.position(id)) });
+  };
+
+  /** A POST /infer/end body: frees the session's cache. */
+  const end = (sender: string, body: Static<typeof InferEnd>): void => {
+    const s = stage(sender, body.deploymentId);
+    s.inference.leave(body.session);
+    lastUsed.delete(body.session);
+  };
+
+  app.post('/infer', { bodyLimit: MAX_INFER_FRAME_BYTES, config: { signed: 'session' as const }, schema: { body: Type.Uint8Array() } }, async (req, reply) => {
+    await options.beforeCall?.('infer');
+    const bytes = infer(signerOf(req), req.body);
     return reply.status(200).header('content-type', 'application/octet-stream').send(Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength));
   });
 
   app.post('/infer/end', { config: { signed: 'session' as const }, schema: { body: InferEnd, response: { 200: Type.Object({ ok: Type.Literal(true) }) } } }, async (req) => {
-    const s = stage(signerOf(req), req.body.deploymentId);
-    s.inference.leave(req.body.session);
-    lastUsed.delete(req.body.session);
+    await options.beforeCall?.('end');
+    end(signerOf(req), req.body);
     return { ok: true as const };
   });
 
-  return { sweep };
+  // the same calls on a serving channel (./serve-channel.ts): one connection, a frame per call
+  const channels = serveChannels(app, {
+    verifier: options.verifier,
+    orchestrator: options.orchestrator,
+    maxPayload: MAX_INFER_FRAME_BYTES,
+    infer: async (sender, body) => {
+      await options.beforeCall?.('infer');
+      return infer(sender, body);
+    },
+    end: async (sender, bytes) => {
+      await options.beforeCall?.('end');
+      end(sender, parseJson(InferEnd, bytes, 'infer end'));
+    },
+    log: options.log,
+  });
+
+  return { sweep, closeChannels: () => channels.closeAll() };
 }

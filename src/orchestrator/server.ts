@@ -139,6 +139,7 @@ export async function startOrchestrator(options: OrchestratorOptions): Promise<R
       await synthetic?.close();
       jobs.closeStreams();
       await app.close();
+      completions.close();
       await inferenceChecks.close();
       await jobs.settled();
       await registry?.settled();

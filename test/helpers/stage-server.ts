@@ -17,7 +17,7 @@ export interface StageServer {
   /** the peer the orchestrator routes to (a made-up address as its id) */
   peer: Peer;
   app: HttpServer;
-  /** /infer calls answered (any status) */
+  /** serving calls (HTTP or channel frames) answered (any status), /infer/end not counted */
   calls(): number;
   /** drops the listener and every connection at once */
   kill(): void;
@@ -39,26 +39,24 @@ export interface StageServerOptions {
 
 export async function startStageServer(o: StageServerOptions): Promise<StageServer> {
   const orchestrator = orchestratorAddress(o.orchestratorKey);
-  const app = createHttpServer({
-    bodyLimit: 1 << 16,
-    // the orchestrator's own nonce quota, as a miner gives it (src/miner/miner.ts)
-    verifier: new RequestVerifier({
-      domain: o.domain,
-      sessionKeyOf: (a) => (a.toLowerCase() === orchestrator.toLowerCase() ? o.orchestratorKey : undefined),
-      quotaOf: (a) => (a.toLowerCase() === orchestrator.toLowerCase() ? ORCHESTRATOR_NONCES : undefined),
-    }),
+  // the orchestrator's own nonce quota, as a miner gives it (src/miner/miner.ts)
+  const verifier = new RequestVerifier({
+    domain: o.domain,
+    sessionKeyOf: (a) => (a.toLowerCase() === orchestrator.toLowerCase() ? o.orchestratorKey : undefined),
+    quotaOf: (a) => (a.toLowerCase() === orchestrator.toLowerCase() ? ORCHESTRATOR_NONCES : undefined),
   });
+  const app = createHttpServer({ bodyLimit: 1 << 16, verifier });
   let calls = 0;
-  app.addHook('onRequest', async (req) => {
-    if (req.url !== '/infer') return;
+  const beforeCall = async (call: 'infer' | 'end'): Promise<void> => {
+    if (call !== 'infer') return;
     calls++;
     if (o.delayMs) await new Promise((r) => setTimeout(r, o.delayMs));
-  });
+  };
   const assignment: DeploymentAssignment = {
     deploymentId: o.deploymentId, sha256: '0'.repeat(64), bytes: 1, model: 'gpt', stage: o.stage, stageCount: o.stageCount,
     from: o.inference.range.from, to: o.inference.range.to, maxSessions: o.inference.maxSessions, registry: null,
   };
-  serveRoutes(app, { served: () => ({ assignment, inference: o.inference, sha256: assignment.sha256, verifiedBy: 'sha256' }), orchestrator, log: () => {} });
+  const serve = serveRoutes(app, { served: () => ({ assignment, inference: o.inference, sha256: assignment.sha256, verifiedBy: 'sha256' }), orchestrator, verifier, log: () => {}, beforeCall });
   await app.listen({ host: '127.0.0.1', port: 0 });
   const url = `http://127.0.0.1:${(app.server.address() as AddressInfo).port}`;
   return {
@@ -68,6 +66,7 @@ export async function startStageServer(o: StageServerOptions): Promise<StageServ
     kill: () => {
       app.server.close();
       app.server.closeAllConnections();
+      serve.closeChannels();
     },
   };
 }

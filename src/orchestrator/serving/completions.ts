@@ -7,7 +7,8 @@
 // the next, the last stage's logits back; it samples (../inference/sampling.ts:
 // deterministic given the seed and the logits) and feeds the token back.
 // Concurrent generations routed through the same replicas share each step's
-// frames (./stage-lanes.ts: continuous batching). The session is keyed by the
+// frames (./stage-lanes.ts: continuous batching), sent on one serving channel
+// per miner (./stage-channels.ts). The session is keyed by the
 // request id on every miner and freed at the end (or by the miners' idle
 // sweep).
 //
@@ -37,7 +38,6 @@
 // with its activations rounded as the frames round them (`activations: 'f16'`
 // unless the orchestrator was given codec f32).
 import { randomBytes } from 'node:crypto';
-import { SignedClient } from '../../http/client.ts';
 import type { ActivationCodec } from '../../inference/activations.ts';
 import { gptConfigOf } from '../../model/model-ref.ts';
 import { Sampler, stopAt } from '../../inference/sampling.ts';
@@ -47,6 +47,7 @@ import { RequestSigner } from '../../protocol/signing.ts';
 import { OpenAiError, type CompletionRequest } from './completion-request.ts';
 import type { Coordinator } from '../coordinator.ts';
 import { StageCallError, StageLane, type LaneStep } from './stage-lanes.ts';
+import { StageChannels } from './stage-channels.ts';
 import type { DeploymentRecord } from '../state/deployments.ts';
 
 export { OpenAiError, parseCompletionRequest, type CompletionRequest } from './completion-request.ts';
@@ -146,7 +147,7 @@ export const MAX_DEFAULT_LANES = 4;
 
 /** Drives generations through the stage miners. */
 export class Completions {
-  private readonly client: SignedClient;
+  private readonly channels: StageChannels;
   private readonly observers: CompletionObserver[] = [];
   private readonly lanes = new Map<string, StageLane>();
   private readonly codec: ActivationCodec;
@@ -158,7 +159,7 @@ export class Completions {
 
   constructor(private readonly c: Coordinator, options: CompletionsOptions = {}) {
     const { key, domain } = c.identity;
-    this.client = new SignedClient('http://127.0.0.1', new RequestSigner({ session: key, address: orchestratorAddress(key.publicKey) }, { domain }), options.timeoutMs ?? 30_000);
+    this.channels = new StageChannels(new RequestSigner({ session: key, address: orchestratorAddress(key.publicKey) }, { domain }), options.timeoutMs ?? 30_000);
     this.codec = options.codec ?? 'f16';
     if (this.codec !== 'f16' && this.codec !== 'f32') throw new RangeError(`codec must be 'f16' or 'f32', got ${String(this.codec)}`);
     this.maxFailovers = options.maxFailovers ?? DEFAULT_MAX_FAILOVERS;
@@ -167,6 +168,11 @@ export class Completions {
     if (this.lanesPerRoute !== null && !(Number.isInteger(this.lanesPerRoute) && this.lanesPerRoute >= 1 && this.lanesPerRoute <= 64)) {
       throw new RangeError(`lanesPerRoute must be an integer in [1, 64], got ${this.lanesPerRoute}`);
     }
+  }
+
+  /** Closes the serving channels to the miners (generations still running fail over or fail). */
+  close(): void {
+    this.channels.close();
   }
 
   /** How activations cross stage boundaries on this path. */
@@ -291,7 +297,7 @@ export class Completions {
       const done = result;
       this.notify((o) => o.completed?.(d, r, done));
       const body = new TextEncoder().encode(JSON.stringify({ deploymentId: d.id, session: id }));
-      for (const p of touched.values()) this.client.request('POST', new URL('/infer/end', p.url).href, body, 'application/json').catch(() => {});
+      for (const p of touched.values()) this.channels.call(p, 'end', body).catch(() => {});
     }
   }
 
@@ -310,7 +316,7 @@ export class Completions {
       deploymentId: d.id, channels: C, vocab: V, codec: this.codec,
       // the miners' StageInference runs max(T, sessions) rows per call
       maxRows: Math.max(T, sessions), maxSessions: Math.min(sessions, MAX_BATCH_SESSIONS),
-      call: (peer, body) => this.client.request('POST', new URL('/infer', peer.url).href, body),
+      call: (peer, body) => this.channels.call(peer, 'infer', body),
       onStep: (s: LaneStep) => {
         const step: StageStep = {
           deployment: d, session: s.session, stage: s.stage, minerId: s.peer.id, reset: s.reset, rows: s.rows,

@@ -174,14 +174,14 @@ test('a replica dropped mid-stream: its sessions are replayed on the other repli
   assert.ok(logs.some((l) => /replaying its \d+-token window/.test(l)), logs.join('\n'));
 });
 
-/** A server answering every request with `status`; counts its calls. */
+/** A server answering every request with `status` (a serving channel's upgrade too: its calls then come over HTTP); counts its /infer calls. */
 async function fakeMiner(status: number, code: string): Promise<{ peer: Peer; calls: () => number }> {
   let calls = 0;
   const id = address(1000 + fakes.length);
   const server = createServer((req, res) => {
     req.resume();
     req.on('end', () => {
-      calls++;
+      if (req.url === '/infer') calls++;
       res.writeHead(status, { 'content-type': 'application/json' });
       res.end(JSON.stringify({ error: 'refused', code }));
     });
