@@ -9,7 +9,11 @@
 //   `sessions` sessions (2 · T · C floats per block, ./kv-cache.ts) and the
 //   activation buffers of one call of `maxRows` rows (./stage-inference.ts);
 //   no gradients, optimizer state or activations kept for a backward pass;
-// - speed: forward FLOPs per token only;
+// - speed: forward FLOPs per token only, and upload bandwidth: a replica
+//   sends one row per generated token to the orchestrator (an activation row
+//   in f16, or the last stage's logits in f32), so it serves at most its
+//   upload over those bytes; a miner's serving rate is the lesser of the two,
+//   and a miner that reports no upload bandwidth serves nothing;
 // - a deployment takes exactly `replicas` miners per stage (training takes
 //   every miner that fits): the fastest miners that keep every stage coverable;
 // - the stage count, when not given, is the fewest that fit: every stage
@@ -23,6 +27,35 @@ import { formatBytes, PlanError } from '../planner/errors.ts';
 import { cutStages, DEFAULT_EXACT_SEARCH_LIMIT, stageLabel } from '../planner/placement.ts';
 import type { MinerCapacity } from '../planner/types.ts';
 import { kvCacheBytes } from './kv-cache.ts';
+
+/** A miner that may serve: what it offers, and its measured upload bandwidth. */
+export interface ServingMiner extends MinerCapacity {
+  /** Mbit/s */
+  bandwidthMbps: number;
+}
+
+/**
+ * Bytes a replica of the stage sends per generated token: its activation row
+ * in f16 (the serving path's default frames), or on the last stage the
+ * token's logits in f32. A prompt's rows are sent once per request, and the
+ * frame's header (about 100 bytes) once per step for all its sessions: left out.
+ */
+export function uploadBytesPerToken(config: GptConfig, range: StageRange): number {
+  return range.to === partCount(config) ? config.vocabSize * 4 : config.channels * 2;
+}
+
+/** What a stage asks of a replica's speed. */
+export interface StageLoad {
+  flopsPerToken: number;
+  uploadBytesPerToken: number;
+}
+
+/** Tokens/s a miner serves a stage at: what its compute allows or what its upload allows, whichever is less. */
+export function servingRate(m: ServingMiner, load: StageLoad): number {
+  const compute = stageThroughput(m.gflops, load.flopsPerToken);
+  const upload = Number.isFinite(m.bandwidthMbps) && m.bandwidthMbps > 0 ? (m.bandwidthMbps * 1e6) / 8 / load.uploadBytesPerToken : 0;
+  return Math.min(compute, upload);
+}
 
 /** Sessions a deployed stage keeps room for (StageInference's default). */
 export const DEFAULT_DEPLOY_SESSIONS = 16;
@@ -80,8 +113,12 @@ export interface DeploymentStagePlan {
   flopsPerToken: number;
   /** its replicas, by miner id */
   miners: string[];
-  /** tokens per second its replicas generate together */
+  /** bytes a replica sends per generated token */
+  uploadBytesPerToken: number;
+  /** tokens per second its replicas generate together (each at the lesser of its compute and its upload) */
   throughputTokensPerS: number;
+  /** what bounds the stage: its replicas' compute or their upload */
+  limitedBy: 'compute' | 'upload';
 }
 
 export interface DeploymentPlan {
@@ -93,7 +130,7 @@ export interface DeploymentPlan {
 export interface DeploymentPlanInput {
   config: GptConfig;
   /** the miners that may serve it (alive, serving inference, holding nothing else) */
-  miners: MinerCapacity[];
+  miners: ServingMiner[];
   replicas: number;
   /** the stage count (default: the fewest that fit) */
   stages?: number;
@@ -123,6 +160,14 @@ export function planDeployment(input: DeploymentPlanInput): DeploymentPlan {
     throw new RangeError(`stages must be an integer in [1, ${P}], got ${input.stages}`);
   }
   if (miners.length === 0) throw new PlanError('no miner serving inference is free');
+  const usable = miners.filter((m) => Number.isFinite(m.bandwidthMbps) && m.bandwidthMbps > 0);
+  if (usable.length === 0) throw new PlanError(`the ${miners.length} free miner${miners.length === 1 ? '' : 's'} serving inference report no upload bandwidth: a stage sends a row for every generated token`);
+  return planOn(input, usable);
+}
+
+function planOn(input: DeploymentPlanInput, miners: ServingMiner[]): DeploymentPlan {
+  const { config, replicas, sessions } = input;
+  const P = partCount(config);
   const counts = input.stages !== undefined ? [input.stages] : Array.from({ length: Math.max(1, Math.min(P, Math.floor(miners.length / replicas))) }, (_, i) => i + 1);
   let reason = '';
   for (const S of counts) {
@@ -133,18 +178,23 @@ export function planDeployment(input: DeploymentPlanInput): DeploymentPlan {
       reason = why;
       continue;
     }
-    const picked = pickMiners(demands, miners, replicas);
+    const loads = ranges.map((range, s): StageLoad => ({ flopsPerToken: demands[s].flopsPerToken, uploadBytesPerToken: uploadBytesPerToken(config, range) }));
+    const picked = pickMiners(demands, miners, replicas, (m, s) => servingRate(m, loads[s]));
     const result = assignMiners(demands, picked, { minReplicas: replicas, exactSearchLimit: DEFAULT_EXACT_SEARCH_LIMIT });
-    const stages = ranges.map((range, s) => {
+    const stages = ranges.map((range, s): DeploymentStagePlan => {
       const held = picked.filter((_, i) => result.stageOf[i] === s);
       const cost = inferenceStageCost(config, range, sessions);
+      const compute = stageThroughput(held.reduce((a, m) => a + m.gflops, 0), cost.flopsPerToken);
+      const served = held.reduce((a, m) => a + servingRate(m, loads[s]), 0);
       return {
         range: { ...range },
         params: cost.params,
         memoryBytes: cost.memoryBytes.total,
         flopsPerToken: cost.flopsPerToken,
         miners: held.map((m) => m.id),
-        throughputTokensPerS: stageThroughput(held.reduce((a, m) => a + m.gflops, 0), cost.flopsPerToken),
+        uploadBytesPerToken: loads[s].uploadBytesPerToken,
+        throughputTokensPerS: served,
+        limitedBy: served < compute ? 'upload' : 'compute',
       };
     });
     return { stages, bottleneckTokensPerS: Math.min(...stages.map((s) => s.throughputTokensPerS)) };
@@ -153,17 +203,19 @@ export function planDeployment(input: DeploymentPlanInput): DeploymentPlan {
 }
 
 /**
- * `replicas` miners per stage out of `miners`, fastest first: the stages
- * needing the most memory choose first, each the fastest miners that fit it.
- * Memory eligibility is nested (a miner that fits a stage fits every stage
- * needing less), so this picks a coverable set whenever one exists
- * (diagnoseAssignment said so).
+ * `replicas` miners per stage out of `miners`, fastest first (by `rate` on
+ * the stage: its GFLOP/s unless given): the stages needing the most memory
+ * choose first, each the fastest miners that fit it. Memory eligibility is
+ * nested (a miner that fits a stage fits every stage needing less), so this
+ * picks a coverable set whenever one exists (diagnoseAssignment said so),
+ * whatever the rate.
  */
-export function pickMiners(demands: readonly StageDemand[], miners: readonly MinerCapacity[], replicas: number): MinerCapacity[] {
+export function pickMiners<M extends MinerCapacity>(demands: readonly StageDemand[], miners: readonly M[], replicas: number, rate: (m: M, stage: number) => number = (m) => m.gflops): M[] {
   const order = demands.map((_, s) => s).sort((a, b) => demands[b].memoryBytes - demands[a].memoryBytes);
-  const left = [...miners].sort((a, b) => b.gflops - a.gflops || (a.id < b.id ? -1 : 1));
-  const picked: MinerCapacity[] = [];
+  const left = [...miners];
+  const picked: M[] = [];
   for (const s of order) {
+    left.sort((a, b) => rate(b, s) - rate(a, s) || b.gflops - a.gflops || (a.id < b.id ? -1 : 1));
     for (let r = 0; r < replicas; r++) {
       const i = left.findIndex((m) => m.memoryBytes >= demands[s].memoryBytes);
       if (i < 0) throw new PlanError(`${demands[s].label} needs a miner with ${formatBytes(demands[s].memoryBytes)}; none is left`);
@@ -173,10 +225,14 @@ export function pickMiners(demands: readonly StageDemand[], miners: readonly Min
   return picked;
 }
 
-/** The fastest of `candidates` that fit a stage needing `memoryBytes`, at most `count` of them (replacing replicas that left). */
-export function pickReplacements(memoryBytes: number, candidates: readonly MinerCapacity[], count: number): MinerCapacity[] {
+/**
+ * The fastest of `candidates` (by serving rate on the stage) that fit a
+ * stage needing `memoryBytes` and can upload, at most `count` of them
+ * (replacing replicas that left).
+ */
+export function pickReplacements(memoryBytes: number, load: StageLoad, candidates: readonly ServingMiner[], count: number): ServingMiner[] {
   return candidates
-    .filter((m) => m.memoryBytes >= memoryBytes)
-    .sort((a, b) => b.gflops - a.gflops || (a.id < b.id ? -1 : 1))
+    .filter((m) => m.memoryBytes >= memoryBytes && servingRate(m, load) > 0)
+    .sort((a, b) => servingRate(b, load) - servingRate(a, load) || b.gflops - a.gflops || (a.id < b.id ? -1 : 1))
     .slice(0, Math.max(0, count));
 }

@@ -17,10 +17,9 @@
 // that do both go to whichever asks first.
 import { randomBytes } from 'node:crypto';
 import type { DeploymentView } from '../api/deployments.ts';
-import { DEFAULT_DEPLOY_SESSIONS, pickReplacements, planDeployment } from '../inference/deploy-plan.ts';
+import { DEFAULT_DEPLOY_SESSIONS, inferenceStageCost, pickReplacements, planDeployment, uploadBytesPerToken, type ServingMiner } from '../inference/deploy-plan.ts';
 import { gptConfigOf, modelParts } from '../model/model-ref.ts';
 import { formatBytes, PlanError } from '../planner/errors.ts';
-import type { MinerCapacity } from '../planner/types.ts';
 import { NimbleError } from '../protocol/errors.ts';
 import type { DeploymentAssignment, DeploymentReport, Peer } from '../protocol/messages.ts';
 import type { DeploymentRecord, RegistryEntry, ReplicaReport } from './state/deployments.ts';
@@ -232,7 +231,7 @@ export class Deployments {
         plan.stages.forEach((s, i) => s.miners.forEach((m) => this.state.deployments.assign(d.id, i, m, now)));
         this.state.deployments.setMessage(d.id, null);
       });
-      this.log(`deployment ${d.id} planned: ${plan.stages.map((s, i) => `stage ${i} [${s.range.from}, ${s.range.to}) on ${s.miners.join(', ')}`).join('; ')}`);
+      this.log(`deployment ${d.id} planned: ${plan.stages.map((s, i) => `stage ${i} [${s.range.from}, ${s.range.to}) on ${s.miners.join(', ')} (${Math.round(s.throughputTokensPerS)} tokens/s, limited by ${s.limitedBy})`).join('; ')}`);
     } else {
       const held = this.state.deployments.replicas(d.id);
       let left = free;
@@ -240,13 +239,16 @@ export class Deployments {
       for (const s of stages) {
         const need = d.replicas - held.filter((r) => r.stage === s.stage).length;
         if (need <= 0) continue;
-        const picked = pickReplacements(s.memoryBytes, left.map(capacity), need);
+        const config = gptConfigOf(d.model);
+        const range = { from: s.fromPart, to: s.toPart };
+        const load = { flopsPerToken: inferenceStageCost(config, range, d.sessions).flopsPerToken, uploadBytesPerToken: uploadBytesPerToken(config, range) };
+        const picked = pickReplacements(s.memoryBytes, load, left.map(capacity), need);
         for (const m of picked) {
           this.state.deployments.assign(d.id, s.stage, m.id, now);
           this.log(`deployment ${d.id}: miner ${m.id} takes stage ${s.stage} [${s.fromPart}, ${s.toPart})`);
         }
         left = left.filter((m) => !picked.some((p) => p.id === m.id));
-        if (picked.length < need) short.push(`stage ${s.stage} has ${d.replicas - need + picked.length} of ${d.replicas} replicas (no free miner serving inference with ${formatBytes(s.memoryBytes)})`);
+        if (picked.length < need) short.push(`stage ${s.stage} has ${d.replicas - need + picked.length} of ${d.replicas} replicas (no free miner serving inference with ${formatBytes(s.memoryBytes)} and upload bandwidth)`);
       }
       const message = short.length ? `waiting for miners: ${short.join('; ')}` : null;
       if (message !== d.message) this.state.deployments.setMessage(d.id, message);
@@ -286,8 +288,8 @@ export function checkDeployable(model: ModelRecord): void {
   }
 }
 
-function capacity(m: MinerRecord): MinerCapacity {
-  return { id: m.id, gflops: m.gflops, memoryBytes: m.memoryBytes };
+function capacity(m: MinerRecord): ServingMiner {
+  return { id: m.id, gflops: m.gflops, memoryBytes: m.memoryBytes, bandwidthMbps: m.bandwidthMbps };
 }
 
 /** "24 h", "90 min", "45 s". */

@@ -7,7 +7,7 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { Engine } from '../../src/engine/engine.ts';
-import { inferenceStageCost, pickMiners, pickReplacements, planDeployment, inferenceDemands } from '../../src/inference/deploy-plan.ts';
+import { inferenceStageCost, pickMiners, pickReplacements, planDeployment, inferenceDemands, servingRate, uploadBytesPerToken } from '../../src/inference/deploy-plan.ts';
 import { StageInference, stageParamLayout } from '../../src/inference/stage-inference.ts';
 import { gptConfig } from '../../src/model/config.ts';
 import { partCount } from '../../src/model/gpt.ts';
@@ -42,7 +42,7 @@ test('an inference stage costs what StageInference allocates: weights, every ses
   }
 });
 
-const miner = (id: string, gflops: number, memoryBytes = GB) => ({ id, gflops, memoryBytes });
+const miner = (id: string, gflops: number, memoryBytes = GB, bandwidthMbps = 1000) => ({ id, gflops, memoryBytes, bandwidthMbps });
 
 test('a deployment takes exactly `replicas` miners per stage, the fastest, cut as training cuts', () => {
   const miners = [miner('a', 5), miner('b', 50), miner('c', 20), miner('d', 40), miner('e', 10)];
@@ -95,7 +95,35 @@ test('a deployment that cannot fit is refused with the numbers', () => {
 });
 
 test('replacements are the fastest free miners that fit the stage', () => {
-  const picked = pickReplacements(500, [miner('a', 5, 1000), miner('b', 50, 100), miner('c', 20, 600), miner('d', 40, 500)], 2);
+  const load = { flopsPerToken: 1e6, uploadBytesPerToken: 512 };
+  const picked = pickReplacements(500, load, [miner('a', 5, 1000), miner('b', 50, 100), miner('c', 20, 600), miner('d', 40, 500)], 2);
   assert.deepEqual(picked.map((m) => m.id), ['d', 'c']);
-  assert.deepEqual(pickReplacements(500, [miner('b', 50, 100)], 1), []);
+  assert.deepEqual(pickReplacements(500, load, [miner('b', 50, 100)], 1), []);
+  // by serving rate: a fast miner on a thin uplink serves fewer tokens than a slower one on a good link; no uplink, no pick
+  const thin = pickReplacements(500, load, [miner('fast-thin', 40, 600, 0.4), miner('slow-wide', 20, 600, 100), miner('mute', 90, 600, 0)], 3);
+  assert.deepEqual(thin.map((m) => m.id), ['slow-wide', 'fast-thin']);
+});
+
+test('upload bandwidth: a replica serves at the lesser of its compute and its upload over the row it sends per token; a miner with no upload serves nothing', () => {
+  const P = partCount(TINY);
+  assert.equal(uploadBytesPerToken(TINY, { from: 0, to: 2 }), TINY.channels * 2, 'an f16 activation row');
+  assert.equal(uploadBytesPerToken(TINY, { from: 2, to: P }), TINY.vocabSize * 4, 'the last stage sends f32 logits');
+  const load = { flopsPerToken: 2e6, uploadBytesPerToken: 1000 };
+  assert.equal(servingRate(miner('m', 10, GB, 1000), load), 5_000, 'compute: 10 GFLOP/s over 2 MFLOP');
+  assert.equal(servingRate(miner('m', 10, GB, 0.8), load), 100, 'upload: 0.8 Mbit/s over 1,000 bytes');
+  assert.equal(servingRate(miner('m', 10, GB, 0), load), 0);
+  // two stages; the fastest miner's link is too thin to keep up: the plan says so and counts its tokens/s at its upload
+  const plan = planDeployment({ config: TINY, miners: [miner('fast-thin', 100, GB, 0.05), miner('b', 20), miner('c', 20), miner('mute', 500, GB, 0)], replicas: 1, stages: 2, sessions: 16 });
+  const ids = plan.stages.flatMap((s) => s.miners);
+  assert.ok(!ids.includes('mute'), 'a miner with no upload is never picked');
+  assert.deepEqual(ids.sort(), ['b', 'c'], 'the miners whose links keep up are picked before the fast one on a thin link');
+  for (const s of plan.stages) assert.equal(s.limitedBy, 'compute');
+  const thin = planDeployment({ config: TINY, miners: [miner('fast-thin', 100, GB, 0.05)], replicas: 1, sessions: 16 });
+  assert.equal(thin.stages[0].limitedBy, 'upload');
+  assert.equal(thin.stages[0].throughputTokensPerS, (0.05e6 / 8) / (TINY.vocabSize * 4));
+  assert.equal(thin.bottleneckTokensPerS, thin.stages[0].throughputTokensPerS);
+  assert.throws(
+    () => planDeployment({ config: TINY, miners: [miner('mute', 500, GB, 0), miner('mute2', 5, GB, 0)], replicas: 1, sessions: 16 }),
+    (e: unknown) => e instanceof PlanError && /2 free miners serving inference report no upload bandwidth/.test(e.message),
+  );
 });
