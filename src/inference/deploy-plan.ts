@@ -151,7 +151,7 @@ export function inferenceDemands(config: GptConfig, ranges: readonly StageRange[
  * the numbers when no stage count (or not the one asked for) fits the miners.
  */
 export function planDeployment(input: DeploymentPlanInput): DeploymentPlan {
-  const { config, miners, replicas, sessions } = input;
+  const { config, miners, replicas } = input;
   validateGptConfig(config);
   validateMiners(miners);
   if (!(Number.isInteger(replicas) && replicas >= 1)) throw new RangeError(`replicas must be a positive integer, got ${replicas}`);

@@ -35,6 +35,8 @@ export interface StageServerOptions {
   id: string;
   /** waits this long before answering each /infer call (to hold a generation mid-stream in tests) */
   delayMs?: number;
+  /** answers this many /infer calls, then never answers again, its connections open (a hung miner) */
+  hangAfter?: number;
 }
 
 export async function startStageServer(o: StageServerOptions): Promise<StageServer> {
@@ -50,6 +52,7 @@ export async function startStageServer(o: StageServerOptions): Promise<StageServ
   const beforeCall = async (call: 'infer' | 'end'): Promise<void> => {
     if (call !== 'infer') return;
     calls++;
+    if (o.hangAfter !== undefined && calls > o.hangAfter) await new Promise(() => {});
     if (o.delayMs) await new Promise((r) => setTimeout(r, o.delayMs));
   };
   const assignment: DeploymentAssignment = {

@@ -48,6 +48,7 @@ import { OpenAiError, type CompletionRequest } from './completion-request.ts';
 import type { Coordinator } from '../coordinator.ts';
 import { StageCallError, StageLane, type LaneStep } from './stage-lanes.ts';
 import { StageChannels } from './stage-channels.ts';
+import { StallDeadlines } from './stall-deadlines.ts';
 import type { DeploymentRecord } from '../state/deployments.ts';
 
 export { OpenAiError, parseCompletionRequest, type CompletionRequest } from './completion-request.ts';
@@ -142,12 +143,22 @@ export interface CompletionsOptions {
   lanesPerRoute?: number;
 }
 
+/**
+ * A miner whose call failed (unreachable, hung, a 5xx) is left out of new
+ * routes for this long while other replicas of its stage serve; the
+ * deployment drops it for good when it misses its heartbeats.
+ */
+export const SUSPECT_MS = 30_000;
+
 /** The most lanes a route gets by default (one per stage up to this). */
 export const MAX_DEFAULT_LANES = 4;
 
 /** Drives generations through the stage miners. */
 export class Completions {
   private readonly channels: StageChannels;
+  private readonly deadlines: StallDeadlines;
+  /** miners whose calls failed lately, by id: until when new generations avoid them */
+  private readonly suspects = new Map<string, number>();
   private readonly observers: CompletionObserver[] = [];
   private readonly lanes = new Map<string, StageLane>();
   private readonly codec: ActivationCodec;
@@ -160,6 +171,7 @@ export class Completions {
   constructor(private readonly c: Coordinator, options: CompletionsOptions = {}) {
     const { key, domain } = c.identity;
     this.channels = new StageChannels(new RequestSigner({ session: key, address: orchestratorAddress(key.publicKey) }, { domain }), options.timeoutMs ?? 30_000);
+    this.deadlines = new StallDeadlines(options.timeoutMs ?? 30_000);
     this.codec = options.codec ?? 'f16';
     if (this.codec !== 'f16' && this.codec !== 'f32') throw new RangeError(`codec must be 'f16' or 'f32', got ${String(this.codec)}`);
     this.maxFailovers = options.maxFailovers ?? DEFAULT_MAX_FAILOVERS;
@@ -203,8 +215,26 @@ export class Completions {
     return stages.map((s) => {
       const peers = this.c.deployments.servingPeers(d.id, s.stage);
       if (peers.length === 0) throw new OpenAiError(503, `stage ${s.stage} of model '${d.name}' has no serving replica right now`, 'model_not_ready', 'model');
-      return peers[turn % peers.length];
+      // replicas that failed a call lately are left out while others serve
+      const trusted = peers.filter((p) => !this.suspected(p.id));
+      const pool = trusted.length > 0 ? trusted : peers;
+      return pool[turn % pool.length];
     });
+  }
+
+  /** Miner `id` failed a call: new routes leave it out for SUSPECT_MS. */
+  private suspect(id: string): void {
+    if (this.suspects.size >= 10_000) for (const [k, until] of this.suspects) if (Date.now() >= until) this.suspects.delete(k);
+    this.suspects.set(id, Date.now() + SUSPECT_MS);
+  }
+
+  /** Whether a call to miner `id` failed within the last SUSPECT_MS. */
+  private suspected(id: string): boolean {
+    const until = this.suspects.get(id);
+    if (until === undefined) return false;
+    if (Date.now() < until) return true;
+    this.suspects.delete(id);
+    return false;
   }
 
   /**
@@ -244,6 +274,7 @@ export class Completions {
         } catch (err) {
           if (!(err instanceof StageCallError)) throw err;
           excluded.add(err.peer.id);
+          if (err.retryable) this.suspect(err.peer.id);
           const next = err.retryable && failovers < this.maxFailovers ? this.replica(d, err.stage, excluded) : null;
           if (!next) {
             const why = !err.retryable ? '' : failovers >= this.maxFailovers ? ` (after ${failovers} failovers)` : ' (no other replica of the stage is serving)';
@@ -301,9 +332,10 @@ export class Completions {
     }
   }
 
-  /** A serving replica of `stage` not excluded (the first in the deployment's order, so that sessions failing over together share steps again); null when none. */
+  /** A serving replica of `stage` not excluded, not suspected if one is left (the first in the deployment's order, so that sessions failing over together share steps again); null when none. */
   private replica(d: DeploymentRecord, stage: number, excluded: ReadonlySet<string>): Peer | null {
-    return this.c.deployments.servingPeers(d.id, stage).find((p) => !excluded.has(p.id)) ?? null;
+    const left = this.c.deployments.servingPeers(d.id, stage).filter((p) => !excluded.has(p.id));
+    return left.find((p) => !this.suspected(p.id)) ?? left[0] ?? null;
   }
 
   /** Lane `group` of `route` on `d` (generations on the same replicas and in the same group share its steps). */
@@ -316,7 +348,8 @@ export class Completions {
       deploymentId: d.id, channels: C, vocab: V, codec: this.codec,
       // the miners' StageInference runs max(T, sessions) rows per call
       maxRows: Math.max(T, sessions), maxSessions: Math.min(sessions, MAX_BATCH_SESSIONS),
-      call: (peer, body) => this.channels.call(peer, 'infer', body),
+      call: (peer, body, timeoutMs) => this.channels.call(peer, 'infer', body, timeoutMs),
+      deadlines: this.deadlines,
       onStep: (s: LaneStep) => {
         const step: StageStep = {
           deployment: d, session: s.session, stage: s.stage, minerId: s.peer.id, reset: s.reset, rows: s.rows,

@@ -10,7 +10,8 @@
 // does not open one (an older miner, anything answering the upgrade with
 // something else) is sent its calls as signed HTTP requests for NO_CHANNEL_MS
 // before a channel is tried again: the caller sees the same answers either
-// way. A call that gets no answer within the timeout, a channel that closes
+// way (over HTTP a call has the whole timeout, whatever it asks for). A call
+// that gets no answer within its timeout, a channel that closes
 // with calls on it, or an answer that fails its MAC fails those calls as
 // `unreachable` (the lane fails them over) and drops the channel.
 import http from 'node:http';
@@ -53,7 +54,6 @@ class Channel {
     private readonly socket: Socket,
     private readonly keys: ChannelKeys,
     private readonly origin: string,
-    private readonly timeoutMs: number,
     private readonly onClose: () => void,
   ) {
     this.reader = new FrameReader(keys.answer, MAX_ANSWER_BYTES);
@@ -66,13 +66,13 @@ class Channel {
     this.armIdle();
   }
 
-  call(kind: ServingCall, payload: Uint8Array): Promise<Uint8Array> {
+  call(kind: ServingCall, payload: Uint8Array, timeoutMs: number): Promise<Uint8Array> {
     if (this.closed) return Promise.reject(new NimbleError('unreachable', `the serving channel to ${this.origin} is closed`, 502));
     const seq = ++this.seq;
     if (this.idle) clearTimeout(this.idle);
     this.idle = null;
     return new Promise((resolve, reject) => {
-      const timer = setTimeout(() => this.close(`no answer in ${this.timeoutMs} ms`), this.timeoutMs);
+      const timer = setTimeout(() => this.close(`no answer in ${timeoutMs} ms`), timeoutMs);
       this.pending.set(seq, { resolve, reject, timer });
       this.socket.write(encodeChannelFrame(this.keys.request, seq, kind === 'infer' ? FrameKind.INFER : FrameKind.END, payload));
     });
@@ -131,8 +131,12 @@ export class StageChannels {
     this.http = new SignedClient('http://127.0.0.1', signer, timeoutMs);
   }
 
-  /** Sends one call to `peer`; its answer's bytes, or the NimbleError the miner answered (or `unreachable`). */
-  async call(peer: Peer, kind: ServingCall, payload: Uint8Array): Promise<Uint8Array> {
+  /**
+   * Sends one call to `peer`; its answer's bytes, or the NimbleError the
+   * miner answered (or `unreachable`, also when no answer came within
+   * `timeoutMs`: on a channel, that closes it with every call on it).
+   */
+  async call(peer: Peer, kind: ServingCall, payload: Uint8Array, timeoutMs = this.timeoutMs): Promise<Uint8Array> {
     const origin = new URL(peer.url).origin;
     const until = this.noChannelUntil.get(origin);
     if (until !== undefined && Date.now() < until) return this.overHttp(origin, kind, payload);
@@ -143,7 +147,7 @@ export class StageChannels {
       this.noChannelUntil.set(origin, Date.now() + NO_CHANNEL_MS);
       return this.overHttp(origin, kind, payload);
     }
-    return channel.call(kind, payload);
+    return channel.call(kind, payload, timeoutMs);
   }
 
   /** Open channels (tests). */
@@ -211,7 +215,7 @@ export class StageChannels {
           socket.destroy();
           return reject(new NimbleError('unreachable', `${origin}'s channel key: ${(err as Error).message}`, 502));
         }
-        const channel: Channel = new Channel(socket, keys, origin, this.timeoutMs, () => {
+        const channel: Channel = new Channel(socket, keys, origin, () => {
           if (this.channels.get(origin) === opened) this.channels.delete(origin);
         });
         const opened = Promise.resolve(channel);

@@ -10,7 +10,7 @@
 // a macrotask, so that every session the last step answered has submitted its
 // next token).
 //
-// A stage call that fails (unreachable, a timeout, a 5xx, a malformed frame,
+// A stage call that fails (unreachable, a timeout or a stall (./stall-deadlines.ts), a 5xx, a malformed frame,
 // a miner that no longer holds the stage or the session) rejects every
 // session of that step with a StageCallError naming the stage and the miner,
 // and whether trying another replica makes sense (./completions.ts replays
@@ -20,6 +20,7 @@ import type { ActivationCodec } from '../../inference/activations.ts';
 import type { NimbleError } from '../../protocol/errors.ts';
 import { decodeFrame, encodeFrame, type JsonValue } from '../../protocol/frame.ts';
 import type { Peer } from '../../protocol/messages.ts';
+import type { StallDeadlines } from './stall-deadlines.ts';
 
 const MAX_FRAME_BYTES = 64 << 20;
 /** Statuses that say the miner, not the request, is the problem: another replica may serve it. */
@@ -75,8 +76,10 @@ export interface LaneSettings {
   maxRows: number;
   /** sessions one call may carry */
   maxSessions: number;
-  /** sends a signed POST /infer; resolves with the answer's bytes or throws a NimbleError */
-  call(peer: Peer, body: Uint8Array): Promise<Uint8Array>;
+  /** sends a POST /infer body (./stage-channels.ts); resolves with the answer's bytes or throws a NimbleError (`unreachable` after `timeoutMs`) */
+  call(peer: Peer, body: Uint8Array, timeoutMs: number): Promise<Uint8Array>;
+  /** how long a call may take before its miner is taken as hung */
+  deadlines: StallDeadlines;
   /** each session's step at each stage that answered well */
   onStep(step: LaneStep): void;
   /** the lane has nothing queued or in flight */
@@ -167,8 +170,11 @@ export class StageLane {
       // token ids go as f32 (exact); activations in the lane's codec (f16 rows were rounded by the miner that sent them: re-encoding is exact)
       const body = encodeFrame(data, stage === 0 ? [rows] : [rows, C], stage === 0 ? 'f32' : this.s.codec, { deploymentId: this.s.deploymentId, stage, sessions, codec });
       let answer: Uint8Array;
+      const prefill = batch.some((e) => e.reset);
       try {
-        answer = await this.s.call(peer, body);
+        const t0 = performance.now();
+        answer = await this.s.call(peer, body, this.s.deadlines.deadline(peer.id, rows));
+        this.s.deadlines.note(peer.id, performance.now() - t0, rows, prefill);
       } catch (err) {
         const e = err as NimbleError;
         const status = typeof e.status === 'number' ? e.status : 502;

@@ -25,6 +25,7 @@ import type { DeploymentRecord } from '../../../src/orchestrator/state/deploymen
 import type { Peer } from '../../../src/protocol/messages.ts';
 import { domainOf } from '../../../src/protocol/network.ts';
 import { SessionKey } from '../../../src/protocol/session-key.ts';
+import { STALL_FLOOR_MS } from '../../../src/orchestrator/serving/stall-deadlines.ts';
 import { startStageServer, type StageServer } from '../../helpers/stage-server.ts';
 import { wholeModelBytes } from '../../helpers/whole-model.ts';
 
@@ -51,10 +52,10 @@ after(async () => {
 const address = (n: number): string => `0x${n.toString(16).padStart(40, '0')}`;
 
 /** A serving stage of parts `range` on a server of its own. */
-async function serve(stage: number, range: StageRange, stageCount: number, n: number, delayMs = 0): Promise<StageServer> {
+async function serve(stage: number, range: StageRange, stageCount: number, n: number, delayMs = 0, hangAfter?: number): Promise<StageServer> {
   const inference = inferenceFromCheckpoint(engine, checkpoint, range, { maxSessions: 8 });
   stages.push(inference);
-  const s = await startStageServer({ orchestratorKey: key.publicKey, domain, deploymentId: 'dep-1', stage, stageCount, inference, id: address(n), delayMs });
+  const s = await startStageServer({ orchestratorKey: key.publicKey, domain, deploymentId: 'dep-1', stage, stageCount, inference, id: address(n), delayMs, hangAfter });
   servers.push(s);
   return s;
 }
@@ -172,6 +173,30 @@ test('a replica dropped mid-stream: its sessions are replayed on the other repli
   assert.ok(failovers.length >= 1, 'some sessions were on the dropped replica');
   for (const f of failovers) assert.deepEqual([f.stage, f.from, f.to], [1, s1[0].peer.id, s1[1].peer.id]);
   assert.ok(logs.some((l) => /replaying its \d+-token window/.test(l)), logs.join('\n'));
+});
+
+test('a replica that stops answering, its connection open, is failed over after STALL_FACTOR times its usual decode time, not the whole timeout; new generations avoid it while another serves', async () => {
+  const s0 = await serve(0, cuts[0], 2, 11);
+  const s1 = [await serve(1, cuts[1], 2, 12, 0, 30), await serve(1, cuts[1], 2, 13)];
+  const { c, d } = coordinator([[s0.peer], s1.map((s) => s.peer)], cuts);
+  // a timeout far longer than the test's own: only the stall deadline can fail the hung replica over in time
+  const completions = new Completions(c, { timeoutMs: 600_000 });
+  const failovers: Failover[] = [];
+  completions.observe({ failover: (f) => failovers.push(f) });
+  const texts = await Promise.all(cases.map((k) => generate(completions, d, k)));
+  texts.forEach((t, i) => assert.equal(t, reference(cases[i], cuts, 'f16'), JSON.stringify(cases[i])));
+  assert.ok(failovers.length >= 1, 'the sessions on the hung replica moved');
+  for (const f of failovers) {
+    assert.deepEqual([f.stage, f.from, f.to], [1, s1[0].peer.id, s1[1].peer.id]);
+    const ms = Number(/no answer in (\d+) ms/.exec(f.reason)?.[1]);
+    assert.ok(ms >= STALL_FLOOR_MS && ms < 600_000, f.reason);
+  }
+  // the hung replica is suspected: round-robin routes every new generation to the other
+  const steps: StageStep[] = [];
+  completions.observe({ stageStep: (s) => steps.push(s) });
+  for (const k of cases.slice(0, 2)) assert.equal(await generate(completions, d, k), reference(k, cuts, 'f16'));
+  assert.ok(steps.length > 0 && steps.filter((s) => s.stage === 1).every((s) => s.minerId === s1[1].peer.id));
+  completions.close();
 });
 
 /** A server answering every request with `status` (a serving channel's upgrade too: its calls then come over HTTP); counts its /infer calls. */
