@@ -49,6 +49,7 @@ import type { Coordinator } from '../coordinator.ts';
 import { StageCallError, StageLane, type LaneStep } from './stage-lanes.ts';
 import { StageChannels } from './stage-channels.ts';
 import { StallDeadlines } from './stall-deadlines.ts';
+import { Admission } from './admission.ts';
 import type { DeploymentRecord } from '../state/deployments.ts';
 
 export { OpenAiError, parseCompletionRequest, type CompletionRequest } from './completion-request.ts';
@@ -132,6 +133,8 @@ export interface CompletionsOptions {
   timeoutMs?: number;
   /** failovers per request at most (default DEFAULT_MAX_FAILOVERS) */
   maxFailovers?: number;
+  /** how long a request waits for room on full replicas before a 503 (default ./admission.ts's WAIT_MS) */
+  queueWaitMs?: number;
   /**
    * lanes per route (default: one per stage of the route, at most
    * MAX_DEFAULT_LANES): the sessions on the same replicas are split into this
@@ -150,6 +153,11 @@ export interface CompletionsOptions {
  */
 export const SUSPECT_MS = 30_000;
 
+/** Generations a replica of `d` holds at once (its miners' KV cache sessions). */
+function sessionsOf(d: DeploymentRecord): number {
+  return Number.isInteger(d.sessions) && d.sessions > 0 ? d.sessions : 1;
+}
+
 /** The most lanes a route gets by default (one per stage up to this). */
 export const MAX_DEFAULT_LANES = 4;
 
@@ -157,6 +165,7 @@ export const MAX_DEFAULT_LANES = 4;
 export class Completions {
   private readonly channels: StageChannels;
   private readonly deadlines: StallDeadlines;
+  private readonly admission: Admission;
   /** miners whose calls failed lately, by id: until when new generations avoid them */
   private readonly suspects = new Map<string, number>();
   private readonly observers: CompletionObserver[] = [];
@@ -172,6 +181,7 @@ export class Completions {
     const { key, domain } = c.identity;
     this.channels = new StageChannels(new RequestSigner({ session: key, address: orchestratorAddress(key.publicKey) }, { domain }), options.timeoutMs ?? 30_000);
     this.deadlines = new StallDeadlines(options.timeoutMs ?? 30_000);
+    this.admission = new Admission({ waitMs: options.queueWaitMs });
     this.codec = options.codec ?? 'f16';
     if (this.codec !== 'f16' && this.codec !== 'f32') throw new RangeError(`codec must be 'f16' or 'f32', got ${String(this.codec)}`);
     this.maxFailovers = options.maxFailovers ?? DEFAULT_MAX_FAILOVERS;
@@ -207,19 +217,37 @@ export class Completions {
     }
   }
 
-  /** One serving replica per stage (round-robin among those serving); a 503 when a stage has none. */
-  route(d: DeploymentRecord): Peer[] {
+  /**
+   * One serving replica per stage with room for one more generation (the
+   * least loaded, round-robin among equals, leaving out suspects while others
+   * serve); null when a stage has none with room; a 503 when a stage has no
+   * serving replica at all.
+   */
+  route(d: DeploymentRecord): Peer[] | null {
     const stages = this.c.state.deployments.stages(d.id);
     if (stages.length === 0 || d.status !== 'serving') throw new OpenAiError(503, `model '${d.name}' is deployed but not serving yet (${d.status}${d.message ? `: ${d.message}` : ''})`, 'model_not_ready', 'model');
     const turn = this.turn++;
-    return stages.map((s) => {
+    const room = sessionsOf(d);
+    const route: Peer[] = [];
+    for (const s of stages) {
       const peers = this.c.deployments.servingPeers(d.id, s.stage);
       if (peers.length === 0) throw new OpenAiError(503, `stage ${s.stage} of model '${d.name}' has no serving replica right now`, 'model_not_ready', 'model');
       // replicas that failed a call lately are left out while others serve
       const trusted = peers.filter((p) => !this.suspected(p.id));
-      const pool = trusted.length > 0 ? trusted : peers;
-      return pool[turn % pool.length];
-    });
+      const open = (trusted.length > 0 ? trusted : peers).filter((p) => this.admission.loadOf(p.id) < room);
+      if (open.length === 0) return null;
+      const least = Math.min(...open.map((p) => this.admission.loadOf(p.id)));
+      const best = open.filter((p) => this.admission.loadOf(p.id) === least);
+      route.push(best[turn % best.length]);
+    }
+    return route;
+  }
+
+  /** Generations deployment `d` holds at once: its sessions per replica times its fewest replicas of a stage. */
+  private room(d: DeploymentRecord): number {
+    const stages = this.c.state.deployments.stages(d.id);
+    const replicas = stages.map((s) => this.c.deployments.servingPeers(d.id, s.stage).length);
+    return sessionsOf(d) * Math.max(1, Math.min(...replicas));
   }
 
   /** Miner `id` failed a call: new routes leave it out for SUSPECT_MS. */
@@ -247,8 +275,8 @@ export class Completions {
   ): Promise<CompletionResult> {
     const config = gptConfigOf(d.model);
     if (config.vocabSize !== 256) throw new OpenAiError(400, `model '${d.name}' is not a byte-level GPT (vocabulary ${config.vocabSize})`, 'unsupported_model', 'model');
-    let route = this.route(d);
     this.c.deployments.noteRequest(d.id);
+    let route = await this.admission.admit(d.id, `model '${d.name}'`, () => this.route(d), this.room(d), aborted);
     const id = `cmpl-${randomBytes(12).toString('hex')}`;
     onId(id);
     const T = config.contextLength;
@@ -274,13 +302,15 @@ export class Completions {
         } catch (err) {
           if (!(err instanceof StageCallError)) throw err;
           excluded.add(err.peer.id);
-          if (err.retryable) this.suspect(err.peer.id);
+          // a miner full of sessions (503) is busy, not broken
+          if (err.retryable && err.status !== 503) this.suspect(err.peer.id);
           const next = err.retryable && failovers < this.maxFailovers ? this.replica(d, err.stage, excluded) : null;
           if (!next) {
             const why = !err.retryable ? '' : failovers >= this.maxFailovers ? ` (after ${failovers} failovers)` : ' (no other replica of the stage is serving)';
             throw new OpenAiError(err.status === 503 ? 503 : 502, `${err.message}${why}`.slice(0, 600), err.status === 503 ? 'overloaded' : 'upstream_error');
           }
           failovers++;
+          this.admission.move(err.peer.id, next.id);
           route = route.map((p, s) => (s === err.stage ? next : p));
           touched.set(next.id, next);
           tokens = sequence.slice(windowStart);
@@ -325,6 +355,7 @@ export class Completions {
         }
       }
     } finally {
+      this.admission.release(route.map((p) => p.id));
       const done = result;
       this.notify((o) => o.completed?.(d, r, done));
       const body = new TextEncoder().encode(JSON.stringify({ deploymentId: d.id, session: id }));
@@ -343,7 +374,7 @@ export class Completions {
     const key = `${d.id} ${group} ${route.map((p) => `${p.id}@${p.url}`).join(' ')}`;
     const existing = this.lanes.get(key);
     if (existing) return existing;
-    const sessions = Number.isInteger(d.sessions) && d.sessions > 0 ? d.sessions : 1;
+    const sessions = sessionsOf(d);
     const lane: StageLane = new StageLane(route, {
       deploymentId: d.id, channels: C, vocab: V, codec: this.codec,
       // the miners' StageInference runs max(T, sessions) rows per call

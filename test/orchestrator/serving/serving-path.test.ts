@@ -199,6 +199,18 @@ test('a replica that stops answering, its connection open, is failed over after 
   completions.close();
 });
 
+test('more generations than the replicas hold: the rest wait for room and every text is its own', async () => {
+  const a = await serve(0, cuts[0], 2, 14);
+  const b = await serve(1, cuts[1], 2, 15);
+  const { c, d } = coordinator([[a.peer], [b.peer]], cuts);
+  const completions = new Completions(c);
+  // 8 sessions per replica (the stub deployment's and the servers' maxSessions): 14 requests at once
+  const many = [...cases, ...cases.map((k) => ({ ...k, seed: k.seed + 100 })), cases[0], cases[1]];
+  const texts = await Promise.all(many.map((k) => generate(completions, d, k)));
+  texts.forEach((t, i) => assert.equal(t, reference(many[i], cuts, 'f16'), JSON.stringify(many[i])));
+  completions.close();
+});
+
 /** A server answering every request with `status` (a serving channel's upgrade too: its calls then come over HTTP); counts its /infer calls. */
 async function fakeMiner(status: number, code: string): Promise<{ peer: Peer; calls: () => number }> {
   let calls = 0;
