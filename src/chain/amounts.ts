@@ -1,4 +1,5 @@
 // NIM amounts: decimal strings typed by users <-> 18-decimal bigints on chain.
+import { displayNim } from './nim-display.ts';
 import { NimbleError } from '../protocol/errors.ts';
 
 export const NIM_DECIMALS = 18;
@@ -26,6 +27,11 @@ export function parseNim(value: string | undefined, flag = '--amount'): bigint {
 }
 
 /** Formats base units as a decimal NIM string without trailing zeros: 1500000000000000000n -> "1.5". */
+/** An amount as people read it: formatNim rounded for display (../chain/nim-display.ts); JSON keeps formatNim's exact string. */
+export function showNim(units: bigint): string {
+  return displayNim(formatNim(units));
+}
+
 export function formatNim(units: bigint): string {
   const negative = units < 0n;
   const abs = negative ? -units : units;

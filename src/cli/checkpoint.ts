@@ -14,7 +14,7 @@ import { ProgressBar } from './progress.ts';
 import { withChainOption } from './chain-options.ts';
 import { keepCheckpoints } from './job-escrow.ts';
 import { describeHeldout } from './job-follow.ts';
-import { formatNim } from '../chain/amounts.ts';
+import { showNim } from '../chain/amounts.ts';
 import { STORAGE_NIM_PER_GB_DAY } from '../jobs/plan-constants.ts';
 
 interface Flags extends CommonOptions {
@@ -69,6 +69,6 @@ export function registerCheckpoint(program: Command): void {
     const key = await signingKey(flags, DEVELOPER_KEY_FILE);
     const client = new JobClient(new OrchestratorClient(flags.orchestrator, { wallet: key }));
     const { list, paid } = await keepCheckpoints(flags, client, job, parsePositiveInt('--days', flags.days, 3), key);
-    emit(flags, list, () => [...list.map((c) => `step ${c.step} kept until ${c.expiresAt ? new Date(c.expiresAt).toISOString() : 'the job ends'}`), ...(paid > 0n ? [`paid ${formatNim(paid)} NIM`] : [])].join('\n') || `${job} has no checkpoint`);
+    emit(flags, list, () => [...list.map((c) => `step ${c.step} kept until ${c.expiresAt ? new Date(c.expiresAt).toISOString() : 'the job ends'}`), ...(paid > 0n ? [`paid ${showNim(paid)} NIM`] : [])].join('\n') || `${job} has no checkpoint`);
   });
 }

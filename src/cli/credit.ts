@@ -12,7 +12,7 @@ import { OrchestratorClient } from '../api/client.ts';
 import { CreditClient } from '../api/credit-client.ts';
 import type { CreditView } from '../api/credits.ts';
 import { JobClient } from '../api/job-client.ts';
-import { formatNim, parseNim } from '../chain/amounts.ts';
+import { formatNim, parseNim, showNim } from '../chain/amounts.ts';
 import { signerFor } from '../chain/client.ts';
 import { openEscrow } from '../chain/escrow.ts';
 import { NimbleError } from '../protocol/errors.ts';
@@ -25,7 +25,7 @@ export interface CreditFlags extends ChainCommandOptions {
   orchestrator: string;
 }
 
-const nim = (wei: string): string => formatNim(BigInt(wei));
+const nim = (wei: string): string => showNim(BigInt(wei));
 
 /** The options every credit and api-key command takes. */
 export function creditOptions(cmd: Command): Command {
@@ -64,11 +64,11 @@ export function registerCredit(program: Command): void {
     } catch (err) {
       // the escrow is no credit: give it back
       const back = await new JobClient(api).release(escrowId).catch((e: Error) => e);
-      const note = back instanceof Error ? ` Escrow ${escrowId} still holds ${formatNim(amount)} NIM: ${back.message.split('\n')[0]}` : ` Escrow ${escrowId} was refunded.`;
+      const note = back instanceof Error ? ` Escrow ${escrowId} still holds ${showNim(amount)} NIM: ${back.message.split('\n')[0]}` : ` Escrow ${escrowId} was refunded.`;
       if (err instanceof NimbleError) throw new NimbleError(err.code, `${err.message}.${note}`, err.status, { cause: err });
       throw err;
     }
-    emit(flags, { escrowId, added: formatNim(amount), credit: view }, () => `escrowed ${formatNim(amount)} NIM in ${escrowId}\n${describeCredit(view)}`);
+    emit(flags, { escrowId, added: formatNim(amount), credit: view }, () => `escrowed ${showNim(amount)} NIM in ${escrowId}\n${describeCredit(view)}`);
   });
   common(credit.command('balance').description('balance, reserved, owed and spent, and the escrows behind them')).action(async (flags: CreditFlags) => {
     const view = await (await client(flags)).credits.balance();
@@ -91,7 +91,7 @@ export function registerCredit(program: Command): void {
     }
     const refunded = view.escrows.reduce((a, e) => a + BigInt(e.refunded ?? '0'), 0n);
     const waiting = view.escrows.filter((e) => e.status !== 'closed').length;
-    emit(flags, view, () => `${describeCredit(view)}\n${waiting === 0 ? `all closed: ${formatNim(refunded)} NIM refunded in all` : `${waiting} escrow(s) close once what they owe is paid (at the next epoch); nbcli credit balance follows them`}`);
+    emit(flags, view, () => `${describeCredit(view)}\n${waiting === 0 ? `all closed: ${showNim(refunded)} NIM refunded in all` : `${waiting} escrow(s) close once what they owe is paid (at the next epoch); nbcli credit balance follows them`}`);
   });
 }
 

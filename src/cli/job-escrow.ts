@@ -12,7 +12,7 @@ import { getAddress, type Address, type Hex } from 'viem';
 import { privateKeyToAccount } from 'viem/accounts';
 import type { JobClient } from '../api/job-client.ts';
 import type { CheckpointView, JobView, PaymentTermsView } from '../api/jobs.ts';
-import { formatNim } from '../chain/amounts.ts';
+import { showNim } from '../chain/amounts.ts';
 import { signerFor, type ChainClient } from '../chain/client.ts';
 import { openEscrow } from '../chain/escrow.ts';
 import { faucet, transferNim } from '../chain/token.ts';
@@ -39,13 +39,13 @@ export async function submitJob(flags: ChainCommandOptions, jobs: JobClient, spe
     if (opts.faucet) await faucet(client, developer.account.address, amount);
     await openEscrow(client, developer, escrowId, amount);
   });
-  opts.log?.(`escrowed ${formatNim(amount)} NIM for ${spec.name} in ${escrowId}`);
+  opts.log?.(`escrowed ${showNim(amount)} NIM for ${spec.name} in ${escrowId}`);
   try {
     return await jobs.submit(spec, escrowId);
   } catch (err) {
     // the escrow pays for nothing: give it back (the orchestrator refuses if the job was recorded after all)
     const back = await jobs.release(escrowId).catch((e: Error) => e);
-    const note = back instanceof Error ? ` Escrow ${escrowId} still holds ${formatNim(amount)} NIM: ${back.message.split('\n')[0]}` : ` Escrow ${escrowId} was refunded (${formatNim(BigInt(back.refunded))} NIM).`;
+    const note = back instanceof Error ? ` Escrow ${escrowId} still holds ${showNim(amount)} NIM: ${back.message.split('\n')[0]}` : ` Escrow ${escrowId} was refunded (${showNim(BigInt(back.refunded))} NIM).`;
     if (err instanceof NimbleError) throw new NimbleError(err.code, `${err.message}.${note}`, err.status, { cause: err });
     throw err;
   }

@@ -1,7 +1,7 @@
 // Following a job on the network (`nbcli job follow`, `job submit --follow`,
 // `up --job`): its events as lines and its progress as a bar on stderr, or
 // JSON lines with --json, until it ends.
-import { formatNim } from '../chain/amounts.ts';
+import { showNim } from '../chain/amounts.ts';
 import type { JobClient, JobProgress } from '../api/job-client.ts';
 import type { CheckpointView, JobView } from '../api/jobs.ts';
 import { formatDuration } from '../jobs/duration.ts';
@@ -24,8 +24,8 @@ export function describeHeldout(c: Pick<CheckpointView, 'heldoutLoss' | 'heldout
 
 /** A job's escrow in one line: budget, paid so far, refunded. */
 export function describePayment(p: NonNullable<JobView['payment']>): string {
-  const refund = p.refunded === null ? '' : `, ${formatNim(BigInt(p.refunded))} NIM refunded`;
-  return `paid from escrow ${p.escrowId.slice(0, 10)}…: budget ${formatNim(BigInt(p.budget))} NIM at ${p.nimPerPetaflop} NIM per PFLOP, ${formatNim(BigInt(p.committed))} NIM to its miners${refund} (${p.spent ? 'budget spent, ' : ''}${p.status})`;
+  const refund = p.refunded === null ? '' : `, ${showNim(BigInt(p.refunded))} NIM refunded`;
+  return `paid from escrow ${p.escrowId.slice(0, 10)}…: budget ${showNim(BigInt(p.budget))} NIM at ${p.nimPerPetaflop} NIM per PFLOP, ${showNim(BigInt(p.committed))} NIM to its miners${refund} (${p.spent ? 'budget spent, ' : ''}${p.status})`;
 }
 
 /**

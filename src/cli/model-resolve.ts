@@ -5,7 +5,7 @@
 // weights be downloaded); one owner's republished name means its newest model.
 import type { Address, Hex } from 'viem';
 import type { ChainClient } from '../chain/client.ts';
-import { formatNim } from '../chain/amounts.ts';
+import { formatNim, showNim } from '../chain/amounts.ts';
 import { listModels, modelOfSha256, type PublishedModel } from '../chain/registry.ts';
 import { NimbleError } from '../protocol/errors.ts';
 
@@ -57,5 +57,5 @@ export function publishedJson(m: PublishedModel): Record<string, unknown> {
 
 /** One line per published model. */
 export function publishedLine(m: PublishedModel): string {
-  return `#${m.id}  ${m.name}  by ${m.owner}  ${formatNim(m.pricePer1kTokens)} NIM / 1k tokens  sha256 ${m.checkpointSha256.slice(2)}  ${new Date(m.publishedAt * 1000).toISOString()}${m.deployed ? '  deployed' : ''}`;
+  return `#${m.id}  ${m.name}  by ${m.owner}  ${showNim(m.pricePer1kTokens)} NIM / 1k tokens  sha256 ${m.checkpointSha256.slice(2)}  ${new Date(m.publishedAt * 1000).toISOString()}${m.deployed ? '  deployed' : ''}`;
 }

@@ -12,7 +12,7 @@ import type { DeploymentView } from '../api/deployments.ts';
 import { downloadVerified } from '../api/download.ts';
 import { ModelClient } from '../api/model-client.ts';
 import { MetadataUri, ModelName, type StoredModelView } from '../api/models.ts';
-import { formatNim, parseNim } from '../chain/amounts.ts';
+import { formatNim, showNim, parseNim } from '../chain/amounts.ts';
 import type { PublishedModel } from '../chain/registry.ts';
 import { loadWalletFile, unlockWallet } from '../chain/wallets.ts';
 import { NimbleError } from '../protocol/errors.ts';
@@ -65,7 +65,7 @@ export function registerModel(program: Command): void {
     emit(
       flags,
       { event: 'published', id: Number(r.id), name: m.name, kind: m.kind, model: m.model, owner: account.address, sha256: m.sha256, bytes: m.bytes, jobId: m.jobId, step: m.step, pricePer1kTokens: formatNim(terms.pricePer1kTokens), metadataURI: r.ticket.attestation.metadataURI, tx: r.tx },
-      () => `published ${m.name} (${kindLabel(m)}) as model #${r.id}: sha256 ${m.sha256}, ${m.bytes} bytes, owner ${account.address}, ${formatNim(terms.pricePer1kTokens)} NIM / 1k ${m.kind === 'mlp' ? 'classifications' : 'tokens'} (tx ${r.tx})`,
+      () => `published ${m.name} (${kindLabel(m)}) as model #${r.id}: sha256 ${m.sha256}, ${m.bytes} bytes, owner ${account.address}, ${showNim(terms.pricePer1kTokens)} NIM / 1k ${m.kind === 'mlp' ? 'classifications' : 'tokens'} (tx ${r.tx})`,
     );
   });
 

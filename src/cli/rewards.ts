@@ -3,6 +3,7 @@
 // miner served and what callers' credit paid for it, to miners and model
 // owners (docs/inference.md, "Payment"). What reached the chain is also in
 // `nbcli wallet balance` (rewards per epoch, from the chain's events).
+import { displayNim } from '../chain/nim-display.ts';
 import type { Command } from 'commander';
 import { OrchestratorClient } from '../api/client.ts';
 import type { EpochView } from '../api/schemas.ts';
@@ -35,21 +36,21 @@ export function registerRewards(program: Command): void {
 }
 
 export function describeEpoch(e: EpochView): string {
-  const head = `epoch ${e.id}  ${e.status}${e.runId ? `  run ${e.runId}` : ''}${e.emission !== null ? `  emission ${e.emission} NIM` : ''}${
+  const head = `epoch ${e.id}  ${e.status}${e.runId ? `  run ${e.runId}` : ''}${e.emission !== null ? `  emission ${displayNim(e.emission)} NIM` : ''}${
     e.chainEpoch ? `  on-chain epoch ${e.chainEpoch}` : ''
   }${e.txHash ? `  tx ${e.txHash}` : ''}${e.error ? `  (last error: ${e.error})` : ''}`;
   if (e.rewards.length === 0 && e.inferencePayments.length === 0) return `${head}\n  no work`;
   const served = e.rewards.some((r) => (r.units.inference ?? 0) > 0);
   const rows = [
     ['miner', 'name', 'score', ...(served ? ['inference units'] : []), 'NIM'],
-    ...e.rewards.map((r) => [r.miner, r.name ?? '', r.score.toFixed(3), ...(served ? [(r.units.inference ?? 0).toFixed(3)] : []), r.amount]),
+    ...e.rewards.map((r) => [r.miner, r.name ?? '', r.score.toFixed(3), ...(served ? [(r.units.inference ?? 0).toFixed(3)] : []), displayNim(r.amount)]),
   ];
   const widths = rows[0].map((_, c) => Math.max(...rows.map((r) => r[c].length)));
   const lines = rows.map((r) => '  ' + r.map((v, c) => (c >= 2 ? v.padStart(widths[c]) : v.padEnd(widths[c]))).join('  '));
-  if (e.remainder !== null && e.remainder !== '0') lines.push(`  remainder ${e.remainder} NIM (not minted)`);
+  if (e.remainder !== null && e.remainder !== '0') lines.push(`  remainder ${displayNim(e.remainder)} NIM (not minted)`);
   if (e.inferencePayments.length > 0) {
     lines.push('  inference paid from credit (as stake):');
-    for (const p of e.inferencePayments) lines.push(`    ${p.payee}  ${p.role === 'owner' ? 'model owner' : `miner${p.name ? ` ${p.name}` : ''}`}  ${p.amount} NIM  ${p.status}`);
+    for (const p of e.inferencePayments) lines.push(`    ${p.payee}  ${p.role === 'owner' ? 'model owner' : `miner${p.name ? ` ${p.name}` : ''}`}  ${displayNim(p.amount)} NIM  ${p.status}`);
   }
   return [head, ...lines].join('\n');
 }

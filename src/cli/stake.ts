@@ -1,7 +1,7 @@
 // nbcli stake add|remove|withdraw
 import { NimbleError } from '../protocol/errors.ts';
 import type { Command } from 'commander';
-import { formatNim, parseNim } from '../chain/amounts.ts';
+import { formatNim, showNim, parseNim } from '../chain/amounts.ts';
 import { nimBalance } from '../chain/token.ts';
 import { addStake, readStake, removeStake, withdrawIfReady } from '../chain/staking.ts';
 import { onChain, unlock, withChainOption, withWalletName, type ChainCommandOptions } from './chain-options.ts';
@@ -33,7 +33,7 @@ export function registerStake(program: Command): void {
           free: formatNim(out.free),
           txs: out.txs.map((t) => t.hash),
         },
-        () => `staked ${formatNim(amount)} NIM from ${info.name}: ${formatNim(out.position.staked)} NIM staked, ${formatNim(out.free)} NIM free`,
+        () => `staked ${showNim(amount)} NIM from ${info.name}: ${showNim(out.position.staked)} NIM staked, ${showNim(out.free)} NIM free`,
       );
     });
 
@@ -62,9 +62,9 @@ export function registerStake(program: Command): void {
         },
         () =>
           [
-            `unstaked ${formatNim(out.unstaked)} NIM from ${info.name}; ${formatNim(out.position.staked)} NIM still staked`,
-            out.withdrawn > 0n ? `  ${formatNim(out.withdrawn)} NIM back in the wallet: ${formatNim(out.free)} NIM free` : '',
-            pending ? `  ${formatNim(out.position.unstaking)} NIM unstaking until ${pending}: then run nbcli stake withdraw` : '',
+            `unstaked ${showNim(out.unstaked)} NIM from ${info.name}; ${showNim(out.position.staked)} NIM still staked`,
+            out.withdrawn > 0n ? `  ${showNim(out.withdrawn)} NIM back in the wallet: ${showNim(out.free)} NIM free` : '',
+            pending ? `  ${showNim(out.position.unstaking)} NIM unstaking until ${pending}: then run nbcli stake withdraw` : '',
           ]
             .filter(Boolean)
             .join('\n'),
@@ -82,10 +82,10 @@ export function registerStake(program: Command): void {
         return { ...r, before, free: await nimBalance(client, info.address) };
       });
       if (out.withdrawn === 0n) {
-        throw new NimbleError('invalid', `${formatNim(out.before.unstaking)} NIM is unstaking until ${new Date(out.before.releaseAt * 1000).toISOString()}: not yet`);
+        throw new NimbleError('invalid', `${showNim(out.before.unstaking)} NIM is unstaking until ${new Date(out.before.releaseAt * 1000).toISOString()}: not yet`);
       }
       emit(opts, { address: info.address, withdrawn: formatNim(out.withdrawn), free: formatNim(out.free), tx: out.tx?.hash ?? null }, () =>
-        `withdrew ${formatNim(out.withdrawn)} NIM to ${info.name}: ${formatNim(out.free)} NIM free`,
+        `withdrew ${showNim(out.withdrawn)} NIM to ${info.name}: ${showNim(out.free)} NIM free`,
       );
     });
 }

@@ -2,6 +2,8 @@
 // child processes of different speeds, a gpt-tiny run on Moby Dick, progress,
 // and at the end the held-out loss and a generated sample. With --job FILE
 // the network trains that job instead (./up-job.ts).
+import { showNim } from '../chain/amounts.ts';
+import { displayNim } from '../chain/nim-display.ts';
 import { childEnv } from '../protocol/child-env.ts';
 import { NimbleError } from '../protocol/errors.ts';
 import { spawn, type ChildProcess } from 'node:child_process';
@@ -99,7 +101,7 @@ export function registerUp(program: Command): void {
         for (let i = 0; i < minerCount; i++) wallets.push(await demoWallet(dataDir, `up-miner-${i + 1}`, password, chain, stake));
         say(
           { event: 'wallets', wallets, stake: formatEther(stake), chainId: chain.client.chainId, ms: Math.round(performance.now() - t0) },
-          `local chain ${chain.client.chainId} (${join(dataDir, 'chain')}): demo miners' wallets ${wallets.map((w) => w.name).join(', ')} in ${walletsDir(dataDir)}${stake > 0n ? `, ${formatEther(stake)} NIM staked each` : ''}`,
+          `local chain ${chain.client.chainId} (${join(dataDir, 'chain')}): demo miners' wallets ${wallets.map((w) => w.name).join(', ')} in ${walletsDir(dataDir)}${stake > 0n ? `, ${showNim(stake)} NIM staked each` : ''}`,
         );
       }
       orch = await startOrchestrator({ dataDir: join(root, 'orchestrator'), port: 0, chain: chain ?? undefined });
@@ -107,7 +109,7 @@ export function registerUp(program: Command): void {
       await chain?.close?.();
       throw err;
     }
-    say({ event: 'orchestrator', url: orch.url, dashboard: `${orch.url}/`, login: orch.loginUrl }, `orchestrator on ${orch.url} (state in ${join(root, 'orchestrator')}; ${chain ? `paying ${formatEther(chain.emission ?? 0n)} NIM per epoch` : 'unpaid'})\ndashboard: ${orch.url}/ (operator login: ${orch.loginUrl})`);
+    say({ event: 'orchestrator', url: orch.url, dashboard: `${orch.url}/`, login: orch.loginUrl }, `orchestrator on ${orch.url} (state in ${join(root, 'orchestrator')}; ${chain ? `paying ${showNim(chain.emission ?? 0n)} NIM per epoch` : 'unpaid'})\ndashboard: ${orch.url}/ (operator login: ${orch.loginUrl})`);
     const children: ChildProcess[] = [];
     let stopping = false;
     const stopAll = async (): Promise<void> => {
@@ -162,7 +164,7 @@ export function registerUp(program: Command): void {
         const named = wallets.map((w) => ({ ...w, earned: formatEther(totals.get(w.address) ?? 0n) }));
         say(
           { event: 'rewards', epochs, miners: named },
-          `rewards (staked for the miners):\n${epochs.map(describeEpoch).join('\n')}\ntotal: ${named.map((w) => `${w.name} ${w.earned} NIM`).join(', ')}\n(nbcli rewards, nbcli wallet balance --wallet.name up-miner-1)`,
+          `rewards (staked for the miners):\n${epochs.map(describeEpoch).join('\n')}\ntotal: ${named.map((w) => `${w.name} ${displayNim(w.earned)} NIM`).join(', ')}\n(nbcli rewards, nbcli wallet balance --wallet.name up-miner-1)`,
         );
       }
       if (flags.steps === undefined) {

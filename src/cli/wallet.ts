@@ -1,9 +1,10 @@
 // nbcli wallet create|import|list|balance|transfer|faucet
+import { displayNim } from '../chain/nim-display.ts';
 import { NimbleError } from '../protocol/errors.ts';
 import type { Command } from 'commander';
 import { formatEther, type Address } from 'viem';
 import { generatePrivateKey } from 'viem/accounts';
-import { formatNim, parseNim } from '../chain/amounts.ts';
+import { formatNim, showNim, parseNim } from '../chain/amounts.ts';
 import type { ChainClient } from '../chain/client.ts';
 import { rewardHistory } from '../chain/rewards.ts';
 import { readStake } from '../chain/staking.ts';
@@ -94,7 +95,7 @@ export function registerWallet(program: Command): void {
       emit(
         opts,
         { from: info.address, to, amount: formatNim(amount), tx: result.tx.hash, free: formatNim(result.free) },
-        () => `sent ${formatNim(amount)} NIM from ${info.name} (${info.address}) to ${to}\n  tx ${result.tx.hash}\n  ${formatNim(result.free)} NIM left free`,
+        () => `sent ${showNim(amount)} NIM from ${info.name} (${info.address}) to ${to}\n  tx ${result.tx.hash}\n  ${showNim(result.free)} NIM left free`,
       );
     });
 
@@ -112,7 +113,7 @@ export function registerWallet(program: Command): void {
         return { tx, free: await nimBalance(client, info.address) };
       });
       emit(opts, { name: info.name, address: info.address, amount: formatNim(amount), tx: result.tx.hash, free: formatNim(result.free) }, () =>
-        `faucet: ${formatNim(amount)} NIM to ${info.name} (${info.address}); ${formatNim(result.free)} NIM free`,
+        `faucet: ${showNim(amount)} NIM to ${info.name} (${info.address}); ${showNim(result.free)} NIM free`,
       );
     });
 }
@@ -163,11 +164,11 @@ async function readBalanceView(client: ChainClient, address: Address): Promise<B
 function humanBalance(name: string | undefined, v: BalanceView): string {
   const lines = [
     `${name ? `wallet ${name} ` : ''}${v.address} (chain ${v.chainId})`,
-    `  free       ${v.free} NIM`,
-    `  staked     ${v.staked} NIM`,
-    `  unstaking  ${v.unstaking} NIM${v.unstakingReleaseAt ? ` (withdrawable from ${v.unstakingReleaseAt})` : ''}`,
-    `  rewards    ${v.rewardsTotal} NIM over ${v.rewards.length} epoch${v.rewards.length === 1 ? '' : 's'}`,
-    ...v.rewards.map((r) => `    epoch ${r.epoch.padEnd(8)} ${r.amount} NIM`),
+    `  free       ${displayNim(v.free)} NIM`,
+    `  staked     ${displayNim(v.staked)} NIM`,
+    `  unstaking  ${displayNim(v.unstaking)} NIM${v.unstakingReleaseAt ? ` (withdrawable from ${v.unstakingReleaseAt})` : ''}`,
+    `  rewards    ${displayNim(v.rewardsTotal)} NIM over ${v.rewards.length} epoch${v.rewards.length === 1 ? '' : 's'}`,
+    ...v.rewards.map((r) => `    epoch ${r.epoch.padEnd(8)} ${displayNim(r.amount)} NIM`),
     `  gas        ${v.gas} ETH`,
   ];
   return lines.join('\n');
