@@ -54,7 +54,8 @@ test('the dashboard shows the network live, draws the loss, renders miner names 
   assert.equal(listening.dashboard, `${cluster.url}/`);
   const [b] = await Promise.all([launching, cluster.startMiner('alpha'), cluster.startMiner(EVIL)]);
   browser = b;
-  const context = await browser.newContext({ viewport: { width: 1280, height: 860 }, locale: 'en-US' });
+  // the language this headless Chromium reports on a POSIX locale, which its own Intl refuses (web/src/intl-guard.ts)
+  const context = await browser.newContext({ viewport: { width: 1280, height: 860 }, locale: 'en-US@posix' });
   const page = await context.newPage();
   const dialogs: string[] = [];
   page.on('dialog', (d) => {

@@ -3,6 +3,8 @@
 // hash (#/, #/runs, #/runs/ID, #/jobs/ID, #/rewards, #/models) and draws the
 // page asked for; whether this browser is the operator comes from
 // GET /session (the login cookie itself is HttpOnly: the page never sees it).
+// first: the uPlot module reads navigator.language as it loads
+import './intl-guard.ts';
 import './style.css';
 import { api } from './api.ts';
 import { fill, h } from './dom.ts';
