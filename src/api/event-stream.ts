@@ -7,20 +7,36 @@ export interface ServerEvent {
   id: string | null;
 }
 
-/** Events of `res`'s body in order; ends when the stream does. */
+/**
+ * Events of `res`'s body in order; ends when the stream does (a consumer that
+ * stops early cancels the body). Read with getReader, which browsers and Node
+ * both have: the dashboard's playground uses it too.
+ */
 export async function* readEvents(res: Response): AsyncGenerator<ServerEvent> {
   if (!res.body) return;
+  const reader = res.body.getReader();
   const decoder = new TextDecoder();
   let buffer = '';
-  for await (const chunk of res.body as AsyncIterable<Uint8Array>) {
-    buffer += decoder.decode(chunk, { stream: true });
-    let cut: number;
-    while ((cut = buffer.indexOf('\n\n')) >= 0) {
-      const block = buffer.slice(0, cut);
-      buffer = buffer.slice(cut + 2);
-      const e = parseBlock(block);
-      if (e) yield e;
+  let ended = false;
+  try {
+    for (;;) {
+      const { value, done } = await reader.read();
+      if (done) {
+        ended = true;
+        return;
+      }
+      buffer += decoder.decode(value, { stream: true });
+      let cut: number;
+      while ((cut = buffer.indexOf('\n\n')) >= 0) {
+        const block = buffer.slice(0, cut);
+        buffer = buffer.slice(cut + 2);
+        const e = parseBlock(block);
+        if (e) yield e;
+      }
     }
+  } finally {
+    if (!ended) await reader.cancel().catch(() => undefined);
+    reader.releaseLock();
   }
 }
 

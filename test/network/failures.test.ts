@@ -63,7 +63,7 @@ test('a merger killed during a merge round: every partition is still merged and 
     const victim = await cluster.startMiner('victim', ['--merge-delay-ms', '60000']);
     await cluster.startMiner('b');
     await cluster.startMiner('c');
-    const run = await cluster.createRun({ model: 'gpt-micro', data: 'moby-dick', steps: 60, stages: 1, mergeEvery: 5, batchSize: 8, minMiners: 3 });
+    const run = await cluster.createRun({ model: 'gpt-micro', data: 'moby-dick', steps: 30, stages: 1, mergeEvery: 5, batchSize: 8, minMiners: 3 });
     const merging = await cluster.waitRun(run.id, (v) => v.stages[0].mergePhase === 'merging');
     const round = merging.stages[0].round + 1;
     victim.child.kill('SIGKILL');

@@ -11,13 +11,16 @@
 // answers in OpenAI's error shape. Then several concurrent streams, one
 // replica of stage 1 killed with SIGKILL while every stream is under way: the
 // sessions on it are replayed on the other replica and every text is still
-// the reference's.
+// the reference's. Last, the dashboard's playground in a headless Chromium
+// streams a completion with the API key typed into it.
 import assert from 'node:assert/strict';
 import { createHash } from 'node:crypto';
 import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { after, test } from 'node:test';
+import chromium from '@sparticuz/chromium';
 import OpenAI from 'openai';
+import pw from 'playwright-core';
 import { generatePrivateKey } from 'viem/accounts';
 import { saveWallet } from '../../src/chain/wallets.ts';
 import { Engine } from '../../src/engine/engine.ts';
@@ -222,4 +225,43 @@ test('concurrent streams through the openai client, one replica of stage 1 kille
   const gap = Math.max(...arrivals.map((a) => a.find((at) => at > killedAt)! - killedAt));
   console.log(`failover: every stream had its next token ${gap.toFixed(0)} ms after the kill`);
   assert.ok(gap < 5_000, `${gap} ms from the kill to the next token`);
+});
+
+test('the dashboard playground streams the deployed model\'s completion with the API key typed in, byte for byte; no key or a wrong one is refused in the page, and the key is in no URL', { timeout: 120_000 }, async () => {
+  const engine = await Engine.create({ threads: 1 });
+  const c = { prompt: 'Call me Ishmael. ', max_tokens: 48, temperature: 0.9, seed: 11 };
+  const local = generateCached(engine, bytes, c.prompt, { maxTokens: c.max_tokens, temperature: c.temperature, seed: c.seed, stages: cuts, activations: 'f16' });
+  await engine.close();
+  const browser = await pw.chromium.launch({ executablePath: await chromium.executablePath(), args: chromium.args, headless: true });
+  try {
+    const page = await (await browser.newContext({ locale: 'en-US' })).newPage();
+    const urls: string[] = [];
+    page.on('request', (r) => urls.push(r.url()));
+    await page.goto(`${cluster.url}/#/playground`);
+    await page.waitForFunction(() => [...document.querySelectorAll('#pg-model option')].some((o) => o.textContent === 'moby-micro'), null, { timeout: 30_000 });
+    await page.fill('#pg-prompt', c.prompt);
+    await page.fill('#pg-max-tokens', String(c.max_tokens));
+    await page.fill('#pg-temperature', String(c.temperature));
+    await page.fill('#pg-seed', String(c.seed));
+    const message = (): Promise<string> => page.evaluate(() => document.querySelector('#message')?.textContent ?? '');
+    await page.click('#pg-generate');
+    await page.waitForFunction(() => /API key is needed/.test(document.querySelector('#message')?.textContent ?? ''));
+    await page.fill('#pg-key', `nk-${'0'.repeat(48)}`);
+    await page.click('#pg-generate');
+    await page.waitForFunction(() => document.querySelector('#pg-output')?.getAttribute('data-state') === 'error');
+    assert.match(await message(), /^401: /);
+    await page.fill('#pg-key', apiKey);
+    await page.click('#pg-generate');
+    await page.waitForFunction(() => document.querySelector('#pg-output')?.getAttribute('data-state') === 'done', null, { timeout: 60_000 });
+    assert.equal(await page.textContent('#pg-output'), local.text);
+    assert.match((await page.textContent('#pg-status')) ?? '', /ended at 48 tokens/);
+    assert.ok(urls.length > 0 && urls.every((u) => !u.includes(apiKey) && !u.includes('nk-')), 'no key in any URL');
+    // the README's picture, when asked (as test/web/dashboard.test.ts does for the other pages)
+    if (process.env.NIMBLE_SCREENSHOTS === '1') {
+      await page.fill('#pg-key', '');
+      await page.screenshot({ fullPage: true, path: join(new URL('../../docs/images', import.meta.url).pathname, 'dashboard-playground.png') });
+    }
+  } finally {
+    await browser.close();
+  }
 });

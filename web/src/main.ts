@@ -1,6 +1,6 @@
 // The dashboard (docs/dashboard.md): a small single-page app on the
 // orchestrator's HTTP API. It opens the live feed once, routes on the URL's
-// hash (#/, #/runs, #/runs/ID, #/jobs/ID, #/rewards, #/models) and draws the
+// hash (#/, #/runs, #/runs/ID, #/jobs/ID, #/rewards, #/models, #/playground) and draws the
 // page asked for; whether this browser is the operator comes from
 // GET /session (the login cookie itself is HttpOnly: the page never sees it).
 // first: the uPlot module reads navigator.language as it loads
@@ -12,6 +12,7 @@ import { Feed } from './feed.ts';
 import { detailPage } from './pages/detail.ts';
 import { modelsPage } from './pages/models.ts';
 import { networkPage } from './pages/network.ts';
+import { playgroundPage } from './pages/playground.ts';
 import type { Page, PageContext } from './pages/page.ts';
 import { rewardsPage } from './pages/rewards.ts';
 import { runsPage } from './pages/runs.ts';
@@ -21,6 +22,7 @@ const NAV: readonly [string, string][] = [
   ['#/runs', 'Runs and jobs'],
   ['#/rewards', 'Rewards'],
   ['#/models', 'Models'],
+  ['#/playground', 'Playground'],
 ];
 const ID = /^[A-Za-z0-9_.:-]{1,128}$/;
 
@@ -40,7 +42,7 @@ const ctx: PageContext = {
   operator: false,
   notify(text, error = false) {
     fill(message, text);
-    message.className = `message${error ? ' error' : ' ok'}`;
+    message.className = text ? `message${error ? ' error' : ' ok'}` : 'message';
   },
 };
 
@@ -63,6 +65,7 @@ function route(): void {
   else if (section === 'runs') current = runsPage(app, ctx);
   else if (section === 'rewards') current = rewardsPage(app, ctx);
   else if (section === 'models') current = modelsPage(app, ctx);
+  else if (section === 'playground') current = playgroundPage(app, ctx);
   else current = networkPage(app, ctx);
 }
 

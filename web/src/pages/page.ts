@@ -5,7 +5,7 @@ import type { Feed } from '../feed.ts';
 export interface PageContext {
   feed: Feed;
   operator: boolean;
-  /** shows an action's outcome (or error) in the page's message line */
+  /** shows an action's outcome (or error) in the page's message line; '' clears it */
   notify(message: string, error?: boolean): void;
 }
 
