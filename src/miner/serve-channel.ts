@@ -11,7 +11,7 @@ import { STATUS_CODES, type IncomingMessage } from 'node:http';
 import type { Socket } from 'node:net';
 import type { Duplex } from 'node:stream';
 import type { HttpServer } from '../http/server.ts';
-import { asNimbleError, NimbleError } from '../protocol/errors.ts';
+import { asNimbleError, AuthError, NimbleError } from '../protocol/errors.ts';
 import { bodySha256, type RequestVerifier } from '../protocol/signing.ts';
 import {
   CHANNEL_KEY_HEADER, CHANNEL_KEY_RE, CHANNEL_PATH, CHANNEL_PROTOCOL, ChannelError, channelKeyPair, channelKeys,
@@ -67,8 +67,13 @@ export function serveChannels(app: HttpServer, o: ServeChannelOptions): { closeA
     const params = new URLSearchParams(q < 0 ? '' : url.slice(q + 1));
     const keys = params.getAll('key');
     if (keys.length !== 1 || [...params.keys()].length !== 1 || !CHANNEL_KEY_RE.test(keys[0])) throw new NimbleError('invalid', 'the query must be key=<32-byte X25519 public key, base64url>');
-    const v = await o.verifier.verifyHeaders({ method: 'GET', path: url, headers: req.headers });
-    if (v.scheme !== 'session') throw new NimbleError('forbidden', 'a serving channel is opened with a session key');
+    // the kind of key before any signature work: a wallet signature costs a recovery, and only the orchestrator's session key opens a channel
+    const v = await o.verifier.verifyHeaders({
+      method: 'GET', path: url, headers: req.headers,
+      beforeSignatureCheck: (scheme) => {
+        if (scheme !== 'session') throw new AuthError('bad_signature', 'a serving channel is opened with a session key, not a wallet key');
+      },
+    });
     if (v.bodySha256 !== EMPTY_SHA256) throw new NimbleError('invalid', 'an upgrade has no body');
     if (v.signer.toLowerCase() !== o.orchestrator.toLowerCase()) throw new NimbleError('forbidden', 'only the orchestrator opens a serving channel');
     if (socket.destroyed) return;

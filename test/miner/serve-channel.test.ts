@@ -9,6 +9,7 @@ import assert from 'node:assert/strict';
 import http from 'node:http';
 import type { Socket } from 'node:net';
 import { after, before, test } from 'node:test';
+import { generatePrivateKey } from 'viem/accounts';
 import { Engine } from '../../src/engine/engine.ts';
 import { SignedClient } from '../../src/http/client.ts';
 import { inferenceFromCheckpoint } from '../../src/inference/load.ts';
@@ -154,12 +155,15 @@ async function openRaw(s: StageServer, by: RequestSigner = signer, headers?: Aut
   });
 }
 
-test('attacks on the upgrade fail: a signer other than the orchestrator, no signature, a replayed upgrade, another path', async () => {
+test('attacks on the upgrade fail: a signer other than the orchestrator, a wallet signature, no signature, a replayed upgrade, another path', async () => {
   const s = await server();
   const stranger = SessionKey.generate();
   const other = await openRaw(s, new RequestSigner({ session: stranger, address: orchestratorAddress(stranger.publicKey) }, { domain }));
   assert.equal(other.ok, false);
   assert.ok(!other.ok && other.status === 401, JSON.stringify(other));
+  // a wallet signature is refused before it is recovered (it would cost 1.6 ms each)
+  const wallet = await openRaw(s, new RequestSigner(generatePrivateKey(), { domain }));
+  assert.ok(!wallet.ok && wallet.status === 401 && /session key, not a wallet key/.test(wallet.body), JSON.stringify(wallet));
   const unsigned = await openRaw(s, signer, {} as AuthHeaders);
   assert.ok(!unsigned.ok && unsigned.status === 401 && /missing/.test(unsigned.body), JSON.stringify(unsigned));
   // the orchestrator's upgrade, sent again by someone who saw it: its nonce is spent
