@@ -85,3 +85,7 @@ export type SessionView = Static<typeof SessionView>;
 /** What an operator's cancel answers: what was cancelled, and its status after. */
 export const CancelAnswer = Type.Object({ kind: Type.Union([Type.Literal('run'), Type.Literal('job')]), id: Type.String(), status: Type.String(), message: Nullable(Type.String()) });
 export type CancelAnswer = Static<typeof CancelAnswer>;
+
+/** What the operator's upgrade of a job did: the job's status, the group it moves to, and its message (what happens now). */
+export const UpgradeAnswer = Type.Object({ id: Type.String(), status: Type.String(), stages: Type.Integer({ minimum: 1 }), replicas: Type.Integer({ minimum: 1 }), message: Nullable(Type.String()) });
+export type UpgradeAnswer = Static<typeof UpgradeAnswer>;

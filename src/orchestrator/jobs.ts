@@ -173,6 +173,18 @@ export class JobService {
    * cannot make the group.
    */
   upgrade(id: string, by: string, layout?: JobLayout, why?: string): JobRecord {
+    return this.upgradeBy(id, by, layout, why ? `auto-upgrade (${why}): ` : '').job;
+  }
+
+  /** The operator moves any job onto the default group (the dashboard's Upgrade button), as its owner may: the job, and the group. */
+  upgradeAsOperator(id: string): { job: JobRecord; to: JobLayout } {
+    const job = this.state.jobs.get(id);
+    if (!job) throw new NimbleError('not_found', `unknown job ${id}`);
+    return this.upgradeBy(id, job.owner, undefined, 'by the operator (dashboard): ');
+  }
+
+  /** upgrade's work; `note` begins the message the job records. */
+  private upgradeBy(id: string, by: string, layout: JobLayout | undefined, note: string): { job: JobRecord; to: JobLayout } {
     const job = this.state.jobs.get(id);
     if (!job) throw new NimbleError('not_found', `unknown job ${id}`);
     if (job.owner !== by) throw new NimbleError('forbidden', `job ${id} is not ${by}'s`);
@@ -198,15 +210,15 @@ export class JobService {
     if (!run || run.microbatchesCreated === 0) {
       // nothing trained in this run yet: the group takes it over at once, from the last checkpoint (if any)
       if (run) this.c.stopRun(run.id, `its job was upgraded to ${shape(to)}`);
-      this.state.jobs.requestUpgrade(id, to, `${why ? `auto-upgrade (${why}): ` : ''}upgrade to ${shape(to)}: nothing trained in the current run yet, the group starts now`, now);
+      this.state.jobs.requestUpgrade(id, to, `${note}upgrade to ${shape(to)}: nothing trained in the current run yet, the group starts now`, now);
       this.moveOn(this.state.jobs.get(id)!, run ?? null);
     } else {
       this.c.finishRunEarly(run.id);
       const at = job.stepBase + run.microbatchesCreated;
-      this.state.jobs.requestUpgrade(id, to, `${why ? `auto-upgrade (${why}): ` : ''}upgrade to ${shape(to)}: the current run stops at step ${at}, merges, and the job goes on from that checkpoint`, now);
+      this.state.jobs.requestUpgrade(id, to, `${note}upgrade to ${shape(to)}: the current run stops at step ${at}, merges, and the job goes on from that checkpoint`, now);
     }
     this.changed(id);
-    return this.state.jobs.get(id)!;
+    return { job: this.state.jobs.get(id)!, to };
   }
 
   /** Follows every active job; collects expired checkpoints now and then. Called on the orchestrator's clock. */

@@ -3,7 +3,8 @@
 // processes, one named with a script injection. The miners appear, a short
 // gpt-micro run's loss points arrive in the chart and it reaches completed,
 // the injected name stays text, and cancelling is refused without the
-// operator's login cookie and works with it. With NIMBLE_SCREENSHOTS=1 it
+// operator's login cookie and works with it; as the operator, a job's
+// Upgrade button moves it onto a group of the miners alive. With NIMBLE_SCREENSHOTS=1 it
 // saves a screenshot of each page under docs/images/ (the README's); without,
 // it still takes them (a page that cannot render fails) and keeps them in
 // memory, so a test run never rewrites files of the repository.
@@ -14,6 +15,9 @@ import { join } from 'node:path';
 import { after, before, test } from 'node:test';
 import chromium from '@sparticuz/chromium';
 import pw, { type Browser, type Page } from 'playwright-core';
+import { generatePrivateKey } from 'viem/accounts';
+import { OrchestratorClient } from '../../src/api/client.ts';
+import { JobClient } from '../../src/api/job-client.ts';
 import { Cluster } from '../network/helpers.ts';
 
 const root = new URL('../..', import.meta.url).pathname;
@@ -45,7 +49,7 @@ async function waitStatus(page: Page, status: string, timeout: number): Promise<
   await page.waitForFunction((s) => document.querySelector('#status .badge')?.textContent === s, status, { timeout });
 }
 
-test('the dashboard shows the network live, draws the loss, renders miner names as text, and cancels only as the operator', async () => {
+test('the dashboard shows the network live, draws the loss, renders miner names as text, and cancels and upgrades only as the operator', async () => {
   const launching = chromium.executablePath().then((executablePath) => pw.chromium.launch({ executablePath, args: chromium.args, headless: true }));
   await cluster.startOrchestrator();
   const listening = await cluster.orchestrator!.waitFor((v) => v.event === 'listening');
@@ -123,6 +127,22 @@ test('the dashboard shows the network live, draws the loss, renders miner names 
     throw new Error(`${err.message}: ${await page.textContent('#message')} ${await page.textContent('#status')}`);
   });
   assert.equal((await cluster.run(long.id)).status, 'cancelled');
+
+  // upgrade: from a job's page the operator moves the job onto a group of the miners alive, as its owner could
+  const developer = new JobClient(new OrchestratorClient(cluster.url, { wallet: generatePrivateKey() }));
+  const job = await developer.submit({ name: 'dash-upgrade', model: 'gpt-micro', data: 'moby-dick', training: { steps: 100_000, batchSize: 8, mergeEvery: 10 } });
+  await page.goto(`${cluster.url}/#/jobs/${job.id}`);
+  await page.waitForFunction(() => ['started', 'executing'].includes(document.querySelector('#status .badge')?.textContent ?? ''), null, { timeout: 20_000 });
+  await page.waitForFunction(() => (document.querySelector('#upgrade') as HTMLButtonElement | null)?.disabled === false, null, { timeout: 5_000 });
+  await page.click('#upgrade');
+  await page.waitForFunction(() => /upgrading to \d+ stages × \d+ replicas/.test(document.querySelector('#message')?.textContent ?? ''), null, { timeout: 10_000 }).catch(async (err: Error) => {
+    throw new Error(`${err.message}: ${await page.textContent('#message')}`);
+  });
+  assert.ok((await developer.events(job.id)).some((e) => /^by the operator \(dashboard\): upgrade to /.test(e.message)), 'the job records the operator\'s upgrade');
+  await page.waitForFunction(() => (document.querySelector('#upgrade') as HTMLButtonElement | null)?.disabled === true, null, { timeout: 5_000 });
+  await page.click('#cancel');
+  await waitStatus(page, 'cancelled', 10_000);
+  assert.equal((await developer.get(job.id)).status, 'cancelled');
 
   assert.deepEqual(dialogs, [], 'no script ran from a miner name');
   // the refused cancel (401) is the only error the browser saw: no script or style refused by the page's policy

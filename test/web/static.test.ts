@@ -130,6 +130,11 @@ test('login: the token becomes an HttpOnly SameSite=Strict cookie and the browse
   assert.equal(ok.statusCode, 404, ok.body);
   assert.equal((await cancel({ cookie: session, 'sec-fetch-site': 'same-origin' })).statusCode, 404);
   assert.equal((await cancel({ cookie: session, 'sec-fetch-site': 'cross-site' })).statusCode, 403);
+  // the upgrade of a job: the same gate
+  const upgrade = (headers: Record<string, string>) => app.inject({ method: 'POST', url: '/operator/jobs/job-00000000000000ab/upgrade', headers });
+  assert.equal((await upgrade({ origin: 'http://localhost:80' })).statusCode, 401);
+  assert.equal((await upgrade({ cookie: session, origin: 'http://evil.example' })).statusCode, 403);
+  assert.equal((await upgrade({ cookie: session, 'sec-fetch-site': 'same-origin' })).statusCode, 404);
 
   // reading: open to loopback; from elsewhere only with the cookie
   assert.equal((await app.inject({ method: 'GET', url: '/', remoteAddress: '10.1.2.3' })).statusCode, 403);

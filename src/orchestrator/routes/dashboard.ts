@@ -3,13 +3,13 @@
 // `GET /events` (server-sent events, ../dashboard/feed.ts), the loss curves
 // recorded so far (`GET /runs/:id/loss`, `GET /jobs/:id/loss`), the operator's
 // login (`GET /login?token=…` → an HttpOnly SameSite=Strict cookie, `GET
-// /session`, `POST /logout`) and the operator's actions: cancel a run or a
+// /session`, `POST /logout`) and the operator's actions: upgrade a job, cancel a run or a
 // job, download a checkpoint. Reading is open to this machine (loopback)
 // and to the logged-in operator; actions need the operator's cookie, sent
 // from the dashboard's own origin. Contracts in src/api/dashboard.ts.
 import { Type } from '@sinclair/typebox';
 import type { FastifyReply, FastifyRequest } from 'fastify';
-import { CancelAnswer, LossHistory, SessionView } from '../../api/dashboard.ts';
+import { CancelAnswer, LossHistory, SessionView, UpgradeAnswer } from '../../api/dashboard.ts';
 import { JobId } from '../../api/jobs.ts';
 import { FINAL_RUN_STATUSES } from '../../api/schemas.ts';
 import { BINARY, type HttpServer } from '../../http/server.ts';
@@ -121,6 +121,13 @@ export function dashboardRoutes(app: HttpServer, c: Coordinator, options: Dashbo
   app.post('/operator/jobs/:id/cancel', { onRequest: operator, schema: { params: JobParams, response: { 200: CancelAnswer } } }, async (req) => {
     if (!options.jobs) throw new NimbleError('not_found', 'this orchestrator takes no jobs');
     return cancelJob(options.jobs, req.params.id);
+  });
+
+  // the operator upgrades any job onto the default group, as its owner may with nbcli job upgrade
+  app.post('/operator/jobs/:id/upgrade', { onRequest: operator, schema: { params: JobParams, response: { 200: UpgradeAnswer } } }, async (req) => {
+    if (!options.jobs) throw new NimbleError('not_found', 'this orchestrator takes no jobs');
+    const { job, to } = options.jobs.upgradeAsOperator(req.params.id);
+    return { id: job.id, status: job.status, stages: to.stages, replicas: to.replicas, message: job.message };
   });
 
   // downloads: the operator may read every checkpoint its orchestrator holds

@@ -1,7 +1,8 @@
 // A run's or a job's own page: its status and timeline, the live loss chart
 // (train loss, held-out loss at checkpoints, tokens/s), its figures, its
 // checkpoints with download links (for the operator), its pipeline, and the
-// operator's cancel button.
+// operator's buttons: cancel, and for a job upgrade (onto the orchestrator's
+// default group of the miners alive, as `nbcli job upgrade` does).
 import type { LossPoint } from '../../../src/api/dashboard.ts';
 import type { JobEvent, JobView } from '../../../src/api/jobs.ts';
 import type { RunView } from '../../../src/api/schemas.ts';
@@ -18,6 +19,7 @@ import { progress } from './runs.ts';
 export function detailPage(root: HTMLElement, ctx: PageContext, kind: 'run' | 'job', id: string): Page {
   const status = h('span', { id: 'status' });
   const cancel = h('button', { id: 'cancel', type: 'button', disabled: !ctx.operator, title: ctx.operator ? `cancel this ${kind}` : 'log in as the operator to cancel' }, `Cancel ${kind}`);
+  const upgrade = kind === 'job' ? h('button', { id: 'upgrade', type: 'button', disabled: !ctx.operator, title: ctx.operator ? 'move this job onto a group of miners (the default for the miners alive)' : 'log in as the operator to upgrade' }, 'Upgrade job') : null;
   const facts = h('dl', { class: 'facts' });
   const timeline = h('ol', { id: 'timeline', class: 'timeline' });
   const chartEl = h('div', { id: 'chart', class: 'chart' });
@@ -26,7 +28,7 @@ export function detailPage(root: HTMLElement, ctx: PageContext, kind: 'run' | 'j
   fill(
     root,
     h('h1', null, `${kind === 'run' ? 'Run' : 'Job'} `, h('code', null, id), ' ', status),
-    h('div', { class: 'actions' }, cancel),
+    h('div', { class: 'actions' }, upgrade, upgrade ? ' ' : null, cancel),
     facts,
     h('h2', null, 'Loss'),
     chartEl,
@@ -82,6 +84,17 @@ export function detailPage(root: HTMLElement, ctx: PageContext, kind: 'run' | 'j
       });
   });
 
+  upgrade?.addEventListener('click', () => {
+    upgrade.setAttribute('disabled', '');
+    api
+      .upgrade(id)
+      .then((a) => ctx.notify(`job ${a.id}: upgrading to ${a.stages} stages × ${a.replicas} replicas${a.message ? `: ${a.message}` : ''}`))
+      .catch((err: Error) => {
+        ctx.notify(err instanceof ApiError ? `refused (${err.status}): ${err.message}` : err.message, true);
+        if (ctx.operator) upgrade.removeAttribute('disabled');
+      });
+  });
+
   const draw = (): void => {
     const { runs, jobs } = ctx.feed.store;
     const job = kind === 'job' ? jobs?.find((j) => j.id === id) : undefined;
@@ -96,6 +109,7 @@ export function detailPage(root: HTMLElement, ctx: PageContext, kind: 'run' | 'j
     if (kind === 'run' && early === null && statuses[statuses.length - 1]?.status !== subject.status) statuses.push({ at: Date.now(), status: subject.status });
     const ended = kind === 'job' ? FINAL_JOB_STATUSES.includes(subject.status as JobView['status']) : FINAL_RUN_STATUSES.includes(subject.status as RunView['status']);
     if (ended || !ctx.operator) cancel.setAttribute('disabled', '');
+    if (upgrade && (ended || !ctx.operator || job?.upgrade)) upgrade.setAttribute('disabled', '');
     if (job) {
       refreshJobEvents(job);
       chart.setHeldout(job.checkpoints.filter((c) => c.heldoutLoss !== null).map((c) => [c.step, c.heldoutLoss!]));
