@@ -89,3 +89,24 @@ export type CancelAnswer = Static<typeof CancelAnswer>;
 /** What the operator's upgrade of a job did: the job's status, the group it moves to, and its message (what happens now). */
 export const UpgradeAnswer = Type.Object({ id: Type.String(), status: Type.String(), stages: Type.Integer({ minimum: 1 }), replicas: Type.Integer({ minimum: 1 }), message: Nullable(Type.String()) });
 export type UpgradeAnswer = Static<typeof UpgradeAnswer>;
+
+/** A wallet of the data dir as the Wallets page shows it: its balances on the orchestrator's chain (null: unpaid network, or not read). */
+export const WalletRow = Type.Object({
+  name: Type.String(),
+  address: Type.String({ pattern: '^0x[0-9a-fA-F]{40}$' }),
+  /** NIM, exact decimal strings */
+  balance: Nullable(Type.Object({ free: Type.String(), staked: Type.String(), unstaking: Type.String(), rewardsTotal: Type.String() })),
+  /** why the balance could not be read */
+  error: Nullable(Type.String()),
+});
+export type WalletRow = Static<typeof WalletRow>;
+
+/** `GET /wallets`: the wallets of the orchestrator's data dir (read-only: names, addresses, balances; never a key). */
+export const WalletsView = Type.Object({
+  /** the folder they are read from (null: this orchestrator was given none) */
+  dir: Nullable(Type.String()),
+  /** the chain the balances are read on (null: the network is unpaid) */
+  chainId: Nullable(Type.Integer({ minimum: 0 })),
+  wallets: Type.Array(WalletRow),
+});
+export type WalletsView = Static<typeof WalletsView>;

@@ -66,7 +66,7 @@ export function registerOrchestrator(program: Command): void {
     const chain = await orchestratorChain(flags, log);
     let orch;
     try {
-      orch = await startOrchestrator({ dataDir, host: flags.host, port, coordinator, chain: chain ?? undefined, checkpointRetentionMs, inferenceChecks, syntheticPrompts });
+      orch = await startOrchestrator({ dataDir, walletsDataDir: resolveDataDir(flags), host: flags.host, port, coordinator, chain: chain ?? undefined, checkpointRetentionMs, inferenceChecks, syntheticPrompts });
     } catch (err) {
       await chain?.close?.();
       throw err;

@@ -104,7 +104,7 @@ export function registerUp(program: Command): void {
           `local chain ${chain.client.chainId} (${join(dataDir, 'chain')}): demo miners' wallets ${wallets.map((w) => w.name).join(', ')} in ${walletsDir(dataDir)}${stake > 0n ? `, ${showNim(stake)} NIM staked each` : ''}`,
         );
       }
-      orch = await startOrchestrator({ dataDir: join(root, 'orchestrator'), port: 0, chain: chain ?? undefined });
+      orch = await startOrchestrator({ dataDir: join(root, 'orchestrator'), walletsDataDir: dataDir, port: 0, chain: chain ?? undefined });
     } catch (err) {
       await chain?.close?.();
       throw err;

@@ -2,14 +2,12 @@
 import { displayNim } from '../chain/nim-display.ts';
 import { NimbleError } from '../protocol/errors.ts';
 import type { Command } from 'commander';
-import { formatEther, type Address } from 'viem';
+import type { Address } from 'viem';
 import { generatePrivateKey } from 'viem/accounts';
 import { formatNim, showNim, parseNim } from '../chain/amounts.ts';
-import type { ChainClient } from '../chain/client.ts';
-import { rewardHistory } from '../chain/rewards.ts';
-import { readStake } from '../chain/staking.ts';
 import { faucet, nimBalance, transferNim } from '../chain/token.ts';
 import { checkWalletName, listWallets, loadWalletFile, privateKeyFromSecret, saveWallet } from '../chain/wallets.ts';
+import { readBalanceView, type BalanceView } from '../chain/balance-view.ts';
 import { chainRpcOf, onChain, parseAddress, unlock, withChainOption, withWalletName, type ChainCommandOptions } from './chain-options.ts';
 import { emit, resolveDataDir, withCommonOptions } from './common.ts';
 import { readPassword, readSecret } from './prompt.ts';
@@ -125,40 +123,6 @@ function assertNewWallet(dataDir: string, name: string): void {
     return;
   }
   throw new NimbleError('invalid', `wallet '${name}' already exists`);
-}
-
-export interface BalanceView {
-  address: Address;
-  chainId: number;
-  free: string;
-  staked: string;
-  unstaking: string;
-  /** ISO time when `unstaking` can be withdrawn, null when nothing is unstaking */
-  unstakingReleaseAt: string | null;
-  rewardsTotal: string;
-  rewards: { epoch: string; amount: string }[];
-  /** ether for gas */
-  gas: string;
-}
-
-async function readBalanceView(client: ChainClient, address: Address): Promise<BalanceView> {
-  const [free, stake, rewards, gas] = await Promise.all([
-    nimBalance(client, address),
-    readStake(client, address),
-    rewardHistory(client, address),
-    client.public.getBalance({ address }),
-  ]);
-  return {
-    address,
-    chainId: client.chainId,
-    free: formatNim(free),
-    staked: formatNim(stake.staked),
-    unstaking: formatNim(stake.unstaking),
-    unstakingReleaseAt: stake.unstaking > 0n ? new Date(stake.releaseAt * 1000).toISOString() : null,
-    rewardsTotal: formatNim(rewards.reduce((s, r) => s + r.amount, 0n)),
-    rewards: rewards.map((r) => ({ epoch: String(r.epochId), amount: formatNim(r.amount) })),
-    gas: formatEther(gas),
-  };
 }
 
 function humanBalance(name: string | undefined, v: BalanceView): string {

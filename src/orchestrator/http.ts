@@ -27,6 +27,7 @@ import { jobRoutes } from './routes/jobs.ts';
 import { minerRoutes } from './routes/miners.ts';
 import { modelRoutes } from './routes/models.ts';
 import { publicRoutes } from './routes/public.ts';
+import { readWallets } from './dashboard/wallets.ts';
 
 /** Refusals that count as the signer's invalid work: a malformed, oversized or mistyped request. */
 const MALFORMED = new Set([400, 413, 415]);
@@ -37,6 +38,8 @@ export const MAX_JSON_BYTES = 1 << 20;
 export function buildApi(
   coordinator: Coordinator, epochs: Epochs | null = null, jobs: JobService | null = null, datasets: DatasetService | null = null, completions: Completions = new Completions(coordinator),
   billing: InferenceBilling | null = null,
+  /** the data dir whose wallets the dashboard shows (null: none) */
+  walletsDataDir: string | null = null,
 ): HttpServer {
   if (!billing) {
     billing = new InferenceBilling(coordinator.state, epochs?.credits ?? null, null);
@@ -68,6 +71,6 @@ export function buildApi(
   completionRoutes(app, coordinator, completions, billing);
   creditRoutes(app, coordinator.state, billing, epochs?.credits ?? null, epochs?.chain.client ?? null);
   datasetRoutes(app, coordinator, datasets ?? new DatasetService(coordinator.state, coordinator.blobs));
-  dashboardRoutes(app, coordinator, { jobs, paid: epochs !== null });
+  dashboardRoutes(app, coordinator, { jobs, paid: epochs !== null, wallets: () => readWallets(walletsDataDir, epochs?.chain.client ?? null) });
   return app;
 }

@@ -22,6 +22,8 @@ import { SyntheticPrompts, type SyntheticOptions } from './serving/synthetic-pro
 
 export interface OrchestratorOptions {
   dataDir: string;
+  /** the data dir whose wallets (`<it>/wallets`) the dashboard's Wallets page shows; absent: none */
+  walletsDataDir?: string;
   host?: string;
   /** 0 picks a free port */
   port?: number;
@@ -99,7 +101,7 @@ export async function startOrchestrator(options: OrchestratorOptions): Promise<R
         options.syntheticPrompts,
       )
     : null;
-  const app = buildApi(coordinator, epochs, jobs, datasets, completions, billing);
+  const app = buildApi(coordinator, epochs, jobs, datasets, completions, billing, options.walletsDataDir ?? null);
   // the ModelRegistry's deployed flag follows the deployments (paid networks)
   const registry = options.chain ? new RegistrySync(state, chainModelRegistry(options.chain), (line) => console.error(`orchestrator: ${line}`)) : null;
   const host = options.host ?? '127.0.0.1';

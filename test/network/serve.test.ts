@@ -12,7 +12,8 @@
 // replica of stage 1 killed with SIGKILL while every stream is under way: the
 // sessions on it are replayed on the other replica and every text is still
 // the reference's. Last, the dashboard's playground in a headless Chromium
-// streams a completion with the API key typed into it.
+// streams a completion with the API key typed into it, and its Wallets page
+// shows the data dir's wallets with their balances.
 import assert from 'node:assert/strict';
 import { createHash } from 'node:crypto';
 import { writeFileSync } from 'node:fs';
@@ -227,7 +228,7 @@ test('concurrent streams through the openai client, one replica of stage 1 kille
   assert.ok(gap < 5_000, `${gap} ms from the kill to the next token`);
 });
 
-test('the dashboard playground streams the deployed model\'s completion with the API key typed in, byte for byte; no key or a wrong one is refused in the page, and the key is in no URL', { timeout: 120_000 }, async () => {
+test('the dashboard playground streams the deployed model\'s completion with the API key typed in, byte for byte; no key or a wrong one is refused in the page, and the key is in no URL; the Wallets page shows the data dir\'s wallets with their balances', { timeout: 120_000 }, async () => {
   const engine = await Engine.create({ threads: 1 });
   const c = { prompt: 'Call me Ishmael. ', max_tokens: 48, temperature: 0.9, seed: 11 };
   const local = generateCached(engine, bytes, c.prompt, { maxTokens: c.max_tokens, temperature: c.temperature, seed: c.seed, stages: cuts, activations: 'f16' });
@@ -256,11 +257,33 @@ test('the dashboard playground streams the deployed model\'s completion with the
     assert.equal(await page.textContent('#pg-output'), local.text);
     assert.match((await page.textContent('#pg-status')) ?? '', /ended at 48 tokens/);
     assert.ok(urls.length > 0 && urls.every((u) => !u.includes(apiKey) && !u.includes('nk-')), 'no key in any URL');
-    // the README's picture, when asked (as test/web/dashboard.test.ts does for the other pages)
+    // the README's pictures, when asked (as test/web/dashboard.test.ts does for the other pages)
+    const images = new URL('../../docs/images', import.meta.url).pathname;
     if (process.env.NIMBLE_SCREENSHOTS === '1') {
       await page.fill('#pg-key', '');
-      await page.screenshot({ fullPage: true, path: join(new URL('../../docs/images', import.meta.url).pathname, 'dashboard-playground.png') });
+      await page.screenshot({ fullPage: true, path: join(images, 'dashboard-playground.png') });
     }
+
+    // the Wallets page: the data dir's wallets with their balances on the chain, as nbcli wallet balance reads them
+    const home = join(cluster.dir, 'orch');
+    const minted = await cluster.nbcli(['wallet', 'faucet', '--wallet.name', 'dev', '--amount', '12.345678901234567891'], home);
+    assert.equal(minted.code, 0, minted.stderr);
+    await page.goto(`${cluster.url}/#/wallets`);
+    await page.waitForSelector('[data-wallet="dev"]', { timeout: 15_000 });
+    for (const name of ['dev', 'w-a']) {
+      const balance = await cluster.nbcli(['wallet', 'balance', '--wallet.name', name], home);
+      assert.equal(balance.code, 0, balance.stderr);
+      const v = balance.out[0] as { address: string; free: string; staked: string };
+      const row = await page.$$eval(`[data-wallet="${name}"]`, (els) => [...(els[0].closest('tr')?.querySelectorAll('td') ?? [])].map((td) => [td.textContent ?? '', td.querySelector('span')?.getAttribute('title') ?? '']));
+      assert.equal(row[1][0], v.address, name);
+      assert.equal(row[2][1], `${v.free} NIM`, `${name}: the exact free amount in the tooltip`);
+      assert.equal(row[3][1], `${v.staked} NIM`, `${name}: staked`);
+    }
+    // shown rounded for people, exact in the tooltip
+    const dev = await page.$eval('[data-wallet="dev"]', (el) => el.closest('tr')?.querySelectorAll('td')[2]?.textContent);
+    assert.equal(dev, '12.3457');
+    assert.match((await page.textContent('#wallets-summary')) ?? '', /5 wallets in .*wallets · balances on chain \d+/);
+    if (process.env.NIMBLE_SCREENSHOTS === '1') await page.screenshot({ fullPage: true, path: join(images, 'dashboard-wallets.png') });
   } finally {
     await browser.close();
   }

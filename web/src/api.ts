@@ -2,7 +2,7 @@
 // not carry (a curve so far, a job's history, whether this browser is the
 // operator) and the operator's actions, on this server only. Errors come back
 // in the API's one contract ({ error, code }) and are thrown as ApiError.
-import type { CancelAnswer, LossHistory, SessionView, UpgradeAnswer } from '../../src/api/dashboard.ts';
+import type { CancelAnswer, LossHistory, SessionView, UpgradeAnswer, WalletsView } from '../../src/api/dashboard.ts';
 import type { JobEvent } from '../../src/api/jobs.ts';
 
 export class ApiError extends Error {
@@ -33,5 +33,6 @@ export const api = {
   loss: (kind: 'run' | 'job', id: string): Promise<LossHistory> => call('GET', `/${kind}s/${seg(id)}/loss`),
   jobEvents: (id: string): Promise<JobEvent[]> => call('GET', `/jobs/${seg(id)}/events`),
   cancel: (kind: 'run' | 'job', id: string): Promise<CancelAnswer> => call('POST', `/operator/${kind}s/${seg(id)}/cancel`),
+  wallets: (): Promise<WalletsView> => call('GET', '/wallets'),
   upgrade: (id: string): Promise<UpgradeAnswer> => call('POST', `/operator/jobs/${seg(id)}/upgrade`),
 };

@@ -1,6 +1,6 @@
 // The dashboard (docs/dashboard.md): a small single-page app on the
 // orchestrator's HTTP API. It opens the live feed once, routes on the URL's
-// hash (#/, #/runs, #/runs/ID, #/jobs/ID, #/rewards, #/models, #/playground) and draws the
+// hash (#/, #/runs, #/runs/ID, #/jobs/ID, #/rewards, #/models, #/playground, #/wallets) and draws the
 // page asked for; whether this browser is the operator comes from
 // GET /session (the login cookie itself is HttpOnly: the page never sees it).
 // first: the uPlot module reads navigator.language as it loads
@@ -16,6 +16,7 @@ import { playgroundPage } from './pages/playground.ts';
 import type { Page, PageContext } from './pages/page.ts';
 import { rewardsPage } from './pages/rewards.ts';
 import { runsPage } from './pages/runs.ts';
+import { walletsPage } from './pages/wallets.ts';
 
 const NAV: readonly [string, string][] = [
   ['#/', 'Network'],
@@ -23,6 +24,7 @@ const NAV: readonly [string, string][] = [
   ['#/rewards', 'Rewards'],
   ['#/models', 'Models'],
   ['#/playground', 'Playground'],
+  ['#/wallets', 'Wallets'],
 ];
 const ID = /^[A-Za-z0-9_.:-]{1,128}$/;
 
@@ -66,6 +68,7 @@ function route(): void {
   else if (section === 'rewards') current = rewardsPage(app, ctx);
   else if (section === 'models') current = modelsPage(app, ctx);
   else if (section === 'playground') current = playgroundPage(app, ctx);
+  else if (section === 'wallets') current = walletsPage(app, ctx);
   else current = networkPage(app, ctx);
 }
 

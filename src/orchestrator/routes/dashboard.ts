@@ -1,7 +1,8 @@
 // The dashboard's routes (docs/dashboard.md): the page at `/` and its files
 // under `/assets/` (../dashboard/static-files.ts), its live feed
 // `GET /events` (server-sent events, ../dashboard/feed.ts), the loss curves
-// recorded so far (`GET /runs/:id/loss`, `GET /jobs/:id/loss`), the operator's
+// recorded so far (`GET /runs/:id/loss`, `GET /jobs/:id/loss`), the data dir's
+// wallets and their balances (`GET /wallets`, read-only), the operator's
 // login (`GET /login?token=…` → an HttpOnly SameSite=Strict cookie, `GET
 // /session`, `POST /logout`) and the operator's actions: upgrade a job, cancel a run or a
 // job, download a checkpoint. Reading is open to this machine (loopback)
@@ -9,7 +10,7 @@
 // from the dashboard's own origin. Contracts in src/api/dashboard.ts.
 import { Type } from '@sinclair/typebox';
 import type { FastifyReply, FastifyRequest } from 'fastify';
-import { CancelAnswer, LossHistory, SessionView, UpgradeAnswer } from '../../api/dashboard.ts';
+import { CancelAnswer, LossHistory, SessionView, UpgradeAnswer, WalletsView } from '../../api/dashboard.ts';
 import { JobId } from '../../api/jobs.ts';
 import { FINAL_RUN_STATUSES } from '../../api/schemas.ts';
 import { BINARY, type HttpServer } from '../../http/server.ts';
@@ -37,6 +38,8 @@ export interface DashboardOptions {
   webRoot?: string;
   /** the login token (default: a random one) */
   auth?: OperatorAuth;
+  /** the wallets the Wallets page shows (../dashboard/wallets.ts); absent: none */
+  wallets?: () => Promise<WalletsView>;
 }
 
 const logins = new WeakMap<HttpServer, OperatorAuth>();
@@ -102,6 +105,7 @@ export function dashboardRoutes(app: HttpServer, c: Coordinator, options: Dashbo
     if (!c.state.runs.get(req.params.id)) throw new NimbleError('not_found', `unknown run ${req.params.id}`);
     return feed.losses.get(`run:${req.params.id}`);
   });
+  app.get('/wallets', { onRequest: reader, schema: { response: { 200: WalletsView } } }, async () => (options.wallets ? options.wallets() : { dir: null, chainId: null, wallets: [] }));
   app.get('/jobs/:id/loss', { onRequest: reader, schema: { params: JobParams, response: { 200: LossHistory } } }, async (req) => {
     if (!c.state.jobs.get(req.params.id)) throw new NimbleError('not_found', `unknown job ${req.params.id}`);
     return feed.losses.get(`job:${req.params.id}`);
