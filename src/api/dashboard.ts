@@ -35,6 +35,8 @@ export const DashboardMiner = Type.Object({
   roles: Type.Array(MinerRole),
   /** the work log summed per kind (forward, backward, merge, inference, dropped, invalid, failed_check) */
   units: Type.Record(WorkKind, Type.Number()),
+  /** work done (forward, backward, merge and inference units) per minute over about the last minute; null until the orchestrator has watched for a while */
+  workPerMinute: Nullable(Type.Number({ minimum: 0 })),
   /** what scored epochs gave it, in wei and NIM (exact) */
   earnedWei: Wei,
   earned: Nim,

@@ -21,9 +21,17 @@ export const ENDED_SHOWN = 100;
 export const LIST_SHOWN = 100;
 /** The work log is summed again at most this often. */
 const WORK_EVERY_MS = 2_000;
+/** A miner's rate of work is taken over about this long. */
+export const RATE_WINDOW_MS = 60_000;
+/** ... and only once the orchestrator has watched for at least this long. */
+const RATE_MIN_MS = 5_000;
+/** The work that counts in a miner's rate. */
+const DONE_KINDS: readonly WorkKind[] = ['forward', 'backward', 'merge', 'inference'];
 
 export class DashboardSections {
-  private work: { at: number; byMiner: Map<string, Record<WorkKind, number>> } | null = null;
+  private work: { at: number; byMiner: Map<string, Record<WorkKind, number>>; perMinute: Map<string, number> | null } | null = null;
+  /** [time, last work log id] when the log was summed: where a rate's window starts */
+  private marks: [number, number][] = [];
   private earned: { key: string; byMiner: Map<string, bigint> } | null = null;
 
   constructor(
@@ -55,7 +63,8 @@ export class DashboardSections {
     const earned = this.earnings();
     return state.miners.list().map((m) => {
       const wei = earned.get(m.id) ?? 0n;
-      return { ...minerView(m), roles: roles.get(m.id) ?? [], units: work.get(m.id) ?? zeroUnits(), earnedWei: wei.toString(), earned: formatEther(wei) };
+      const perMinute = work.perMinute === null ? null : (work.perMinute.get(m.id) ?? 0);
+      return { ...minerView(m), roles: roles.get(m.id) ?? [], units: work.byMiner.get(m.id) ?? zeroUnits(), workPerMinute: perMinute, earnedWei: wei.toString(), earned: formatEther(wei) };
     });
   }
 
@@ -98,16 +107,27 @@ export class DashboardSections {
     return out;
   }
 
-  private workTotals(): Map<string, Record<WorkKind, number>> {
+  /** The work log summed per miner and kind, and each miner's work per minute over about RATE_WINDOW_MS; summed again at most every WORK_EVERY_MS. */
+  private workTotals(): { byMiner: Map<string, Record<WorkKind, number>>; perMinute: Map<string, number> | null } {
     const now = this.now();
-    if (this.work && now - this.work.at < WORK_EVERY_MS) return this.work.byMiner;
+    if (this.work && now - this.work.at < WORK_EVERY_MS) return this.work;
+    const { ledger } = this.c.state;
     const byMiner = new Map<string, Record<WorkKind, number>>();
-    for (const t of this.c.state.ledger.workTotals()) {
+    for (const t of ledger.workTotals()) {
       const units = byMiner.get(t.minerId) ?? byMiner.set(t.minerId, zeroUnits()).get(t.minerId)!;
       units[t.kind] += t.units;
     }
-    this.work = { at: now, byMiner };
-    return byMiner;
+    // the rate: the units logged since the newest mark at least a window old (or the oldest mark), over the time since it
+    this.marks.push([now, ledger.lastWorkId()]);
+    while (this.marks.length > 1 && this.marks[1][0] <= now - RATE_WINDOW_MS) this.marks.shift();
+    const [since, afterId] = this.marks[0];
+    let perMinute: Map<string, number> | null = null;
+    if (now - since >= RATE_MIN_MS) {
+      perMinute = new Map();
+      for (const r of ledger.unitsSince(afterId, DONE_KINDS)) perMinute.set(r.minerId, (r.units * 60_000) / (now - since));
+    }
+    this.work = { at: now, byMiner, perMinute };
+    return this.work;
   }
 
   /** Every scored epoch's rewards summed per miner, summed again only when an epoch closed or settled. */

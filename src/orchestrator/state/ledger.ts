@@ -74,6 +74,7 @@ const decodeWork = rowReader(WorkRow, 'work log entry');
 const TotalRow = Type.Object({ minerId: Type.String(), kind: WorkKind, units: Type.Number() });
 export type WorkTotalRecord = Static<typeof TotalRow>;
 const decodeTotal = rowReader(TotalRow, 'work total');
+const decodeMinerUnits = rowReader(Type.Object({ minerId: Type.String(), units: Type.Number() }), 'units of a miner');
 
 // ---- epochs -------------------------------------------------------------------------
 
@@ -182,6 +183,17 @@ export class Ledger {
       decodeTotal,
       `SELECT miner_id AS minerId, kind, SUM(units) AS units FROM work_log ${runId ? 'WHERE run_id = ?' : ''} GROUP BY miner_id, kind ORDER BY miner_id, kind`,
       ...(runId ? [runId] : []),
+    );
+  }
+
+  /** Units of `kinds` per miner logged after entry `afterId` (a range of the primary key: cheap on a long log). */
+  unitsSince(afterId: number, kinds: readonly WorkKind[]): { minerId: string; units: number }[] {
+    return all(
+      this.db,
+      decodeMinerUnits,
+      `SELECT miner_id AS minerId, SUM(units) AS units FROM work_log WHERE id > ? AND kind IN (${kinds.map(() => '?').join(', ')}) GROUP BY miner_id`,
+      afterId,
+      ...kinds,
     );
   }
 

@@ -1,5 +1,6 @@
 // The Network page: every miner (name, address, speed, memory, what it does,
-// its work done and dropped, what it earned, when it was last seen) and the
+// its work done, its work per minute lately and its dropped work, what it
+// earned, when it was last seen) and the
 // pipeline of each run under way.
 import type { DashboardMiner } from '../../../src/api/dashboard.ts';
 import { FINAL_RUN_STATUSES } from '../status.ts';
@@ -29,7 +30,7 @@ function minerTable(list: readonly DashboardMiner[]): HTMLTableElement {
   const now = Date.now();
   const sorted = [...list].sort((a, b) => Number(b.alive) - Number(a.alive) || a.name.localeCompare(b.name));
   return table(
-    ['name', 'address', 'GFLOP/s', 'threads', 'memory', 'bandwidth', 'stage / role', 'work done', 'dropped', 'NIM earned', 'last seen'],
+    ['name', 'address', 'GFLOP/s', 'threads', 'memory', 'bandwidth', 'stage / role', 'work done', 'work/min', 'dropped', 'NIM earned', 'last seen'],
     sorted.map((m) => [
       h('span', { class: m.alive ? 'alive' : 'gone', data: { miner: m.id } }, m.name),
       h('code', { title: m.id }, short(m.id)),
@@ -39,6 +40,7 @@ function minerTable(list: readonly DashboardMiner[]): HTMLTableElement {
       `${num(m.bandwidthMbps)} Mbit/s`,
       m.roles.length ? m.roles.map((r) => h('div', null, `${r.kind === 'training' ? 'trains' : 'serves'} stage ${r.stage + 1}/${r.stages} of ${r.of} (replica ${r.replica}/${r.replicas})`)) : h('span', { class: 'muted' }, m.serve ? `idle (offers ${m.serve})` : 'idle'),
       num(DONE_KINDS.reduce((a, k) => a + (m.units[k] ?? 0), 0), 1),
+      h('span', { title: 'forward, backward, merge and inference units per minute over about the last minute' }, m.workPerMinute === null ? '–' : num(m.workPerMinute, 1)),
       num(m.units.dropped ?? 0, 1),
       h('span', { title: `${m.earned} NIM (${m.earnedWei} wei)` }, displayNim(m.earned)),
       m.alive ? ago(m.lastSeen, now) : `gone (${ago(m.lastSeen, now)})`,
