@@ -84,6 +84,11 @@ export class OrchestratorClient {
     return this.http.get('/work', WorkList, 'work totals');
   }
 
+  /** A run's work log summed per miner and kind. */
+  runWork(id: string): Promise<WorkTotal[]> {
+    return this.http.get(`/runs/${encodeURIComponent(id)}/work`, WorkList, 'run work totals');
+  }
+
   epochs(): Promise<EpochList> {
     return this.http.get('/epochs', EpochList, 'epoch list');
   }

@@ -81,8 +81,9 @@ function checksView(state: OrchestratorState, runId: string): RunView['checks'] 
   return [...byMiner.values()];
 }
 
-export function workView(state: OrchestratorState): WorkTotal[] {
-  return state.ledger.workTotals().map((t) => ({ miner: t.minerId, kind: t.kind, units: t.units }));
+/** The work log summed per miner and kind: of one run, or of all. */
+export function workView(state: OrchestratorState, runId?: string): WorkTotal[] {
+  return state.ledger.workTotals(runId).map((t) => ({ miner: t.minerId, kind: t.kind, units: t.units }));
 }
 
 export function epochView(state: OrchestratorState, e: EpochRecord): EpochView {

@@ -91,6 +91,18 @@ test('the dashboard shows the network live, draws the loss, renders miner names 
   const points = Number(await page.$eval('#chart', (e) => (e as HTMLElement).dataset.points));
   assert.ok(points >= 3, `${points} loss points drawn`);
   assert.match((await page.textContent('#timeline')) ?? '', /completed/);
+  // who did the run's work: both miners, by name (the injected one as text), their units as the API sums them
+  await page.waitForFunction(() => document.querySelectorAll('#work [data-worker]').length === 2, null, { timeout: 10_000 });
+  const totals = await cluster.api.runWork(run.id);
+  const done = await cluster.run(run.id);
+  assert.equal(totals.filter((t) => t.kind === 'forward').reduce((a, t) => a + t.units, 0), 2 * done.microbatchesDone, 'a forward per stage per microbatch');
+  const rows = await page.$$eval('#work tbody tr', (trs) => trs.map((tr) => [...tr.querySelectorAll('td')].map((td) => td.textContent ?? '')));
+  assert.deepEqual(rows.map((r) => r[0]).sort(), [EVIL, 'alpha'].sort());
+  for (const r of rows) {
+    const id = await page.$eval(`#work [data-worker] >> text=${JSON.stringify(r[0])}`, (el) => el.getAttribute('title')).catch(() => null);
+    const forward = totals.find((t) => t.miner === id && t.kind === 'forward')?.units ?? 0;
+    assert.ok(forward > 0 && Number(r[1].replace(/,/g, '')) === forward, `${JSON.stringify(r)} against ${forward}`);
+  }
   await shoot(page, 'dashboard-run.png');
 
   for (const [hash, file] of [['#/', 'network'], ['#/runs', 'runs'], ['#/rewards', 'rewards'], ['#/models', 'models']] as const) {

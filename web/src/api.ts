@@ -4,6 +4,7 @@
 // in the API's one contract ({ error, code }) and are thrown as ApiError.
 import type { CancelAnswer, LossHistory, SessionView, UpgradeAnswer, WalletsView } from '../../src/api/dashboard.ts';
 import type { JobEvent } from '../../src/api/jobs.ts';
+import type { WorkTotal } from '../../src/api/schemas.ts';
 
 export class ApiError extends Error {
   constructor(
@@ -34,5 +35,6 @@ export const api = {
   jobEvents: (id: string): Promise<JobEvent[]> => call('GET', `/jobs/${seg(id)}/events`),
   cancel: (kind: 'run' | 'job', id: string): Promise<CancelAnswer> => call('POST', `/operator/${kind}s/${seg(id)}/cancel`),
   wallets: (): Promise<WalletsView> => call('GET', '/wallets'),
+  runWork: (id: string): Promise<WorkTotal[]> => call('GET', `/runs/${seg(id)}/work`),
   upgrade: (id: string): Promise<UpgradeAnswer> => call('POST', `/operator/jobs/${seg(id)}/upgrade`),
 };

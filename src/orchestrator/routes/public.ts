@@ -34,6 +34,11 @@ export function publicRoutes(app: HttpServer, c: Coordinator, paid: boolean): vo
   app.get('/miners', { schema: { response: { 200: Type.Array(MinerView) } } }, async () => state.miners.list().map(minerView));
   app.get('/runs', { schema: { response: { 200: Type.Array(RunView) } } }, async () => state.runs.list().map((r) => runView(state, c.microbatches, r)));
   app.get('/runs/:id', { schema: { params: RunParams, response: { 200: RunView } } }, async (req) => view(req.params.id));
+  // who did a run's work: its work log summed per miner and kind
+  app.get('/runs/:id/work', { schema: { params: RunParams, response: { 200: Type.Array(WorkTotal) } } }, async (req) => {
+    if (!state.runs.get(req.params.id)) throw new NimbleError('not_found', `unknown run ${req.params.id}`);
+    return workView(state, req.params.id);
+  });
   app.post('/runs', { config: developer, schema: { body: CreateRunRequest, response: { 201: RunView } } }, async (req, reply) => {
     const run = c.createRun(req.body, signerOf(req));
     void reply.status(201);

@@ -1,11 +1,12 @@
 // A run's or a job's own page: its status and timeline, the live loss chart
 // (train loss, held-out loss at checkpoints, tokens/s), its figures, its
-// checkpoints with download links (for the operator), its pipeline, and the
+// checkpoints with download links (for the operator), its pipeline, the work
+// each miner did on its run, and the
 // operator's buttons: cancel, and for a job upgrade (onto the orchestrator's
 // default group of the miners alive, as `nbcli job upgrade` does).
-import type { LossPoint } from '../../../src/api/dashboard.ts';
 import type { JobEvent, JobView } from '../../../src/api/jobs.ts';
-import type { RunView } from '../../../src/api/schemas.ts';
+import type { DashboardMiner, LossPoint } from '../../../src/api/dashboard.ts';
+import type { RunView, WorkTotal } from '../../../src/api/schemas.ts';
 import { FINAL_JOB_STATUSES, FINAL_RUN_STATUSES } from '../status.ts';
 import { api, ApiError } from '../api.ts';
 import { LossChart } from '../chart.ts';
@@ -25,6 +26,7 @@ export function detailPage(root: HTMLElement, ctx: PageContext, kind: 'run' | 'j
   const chartEl = h('div', { id: 'chart', class: 'chart' });
   const checkpoints = h('div', { id: 'checkpoints' });
   const pipe = h('div', { id: 'pipeline' });
+  const work = h('div', { id: 'work' });
   fill(
     root,
     h('h1', null, `${kind === 'run' ? 'Run' : 'Job'} `, h('code', null, id), ' ', status),
@@ -38,6 +40,8 @@ export function detailPage(root: HTMLElement, ctx: PageContext, kind: 'run' | 'j
     checkpoints,
     h('h2', null, 'Pipeline'),
     pipe,
+    h('h2', null, 'Work per miner'),
+    work,
   );
   const chart = new LossChart(chartEl);
   const key = `${kind}:${id}`;
@@ -95,6 +99,28 @@ export function detailPage(root: HTMLElement, ctx: PageContext, kind: 'run' | 'j
       });
   });
 
+  // who did the run's work (GET /runs/:id/work): fetched again when its counters move, one request at a time
+  let workShown = '';
+  let workWanted = '';
+  let workBusy = false;
+  const refreshWork = (r: RunView): void => {
+    workWanted = `${r.id}/${r.microbatchesDone}/${r.mergesDone}/${r.status}`;
+    if (workBusy || workWanted === workShown) return;
+    workBusy = true;
+    const asked = workWanted;
+    void api
+      .runWork(r.id)
+      .then((totals) => {
+        workShown = asked;
+        fill(work, workTable(totals, ctx.feed.store.miners ?? []));
+      })
+      .catch(() => undefined)
+      .finally(() => {
+        workBusy = false;
+        if (workWanted !== workShown) refreshWork(r);
+      });
+  };
+
   const draw = (): void => {
     const { runs, jobs } = ctx.feed.store;
     const job = kind === 'job' ? jobs?.find((j) => j.id === id) : undefined;
@@ -118,6 +144,7 @@ export function detailPage(root: HTMLElement, ctx: PageContext, kind: 'run' | 'j
     fill(timeline, timelineItems(statuses, subject.createdAt));
     fill(checkpoints, job ? jobCheckpoints(job, ctx.operator) : run ? runCheckpoint(run, ctx.operator) : []);
     fill(pipe, run ? pipeline(run) : h('p', { class: 'muted' }, 'not placed yet'));
+    if (run) refreshWork(run);
   };
   const off = ctx.feed.listen((changed) => {
     if (changed === 'runs' || changed === 'jobs') draw();
@@ -130,6 +157,23 @@ export function detailPage(root: HTMLElement, ctx: PageContext, kind: 'run' | 'j
       chart.dispose();
     },
   };
+}
+
+const WORK_COLUMNS = ['forward', 'backward', 'merge', 'dropped', 'invalid', 'failed_check'] as const;
+
+/** A run's work per miner: units of each kind (fractions are shares of a unit: a replica's part of a merge). */
+function workTable(totals: readonly WorkTotal[], miners: readonly DashboardMiner[]): HTMLElement {
+  const names = new Map(miners.map((m) => [m.id, m.name]));
+  const byMiner = new Map<string, Map<string, number>>();
+  for (const t of totals) (byMiner.get(t.miner) ?? byMiner.set(t.miner, new Map()).get(t.miner)!).set(t.kind, t.units);
+  return table(
+    ['miner', ...WORK_COLUMNS.map((k) => k.replace('_', ' '))],
+    [...byMiner].map(([id, units]) => [h('span', { title: id, data: { worker: id } }, names.get(id) ?? short(id)), ...WORK_COLUMNS.map((k) => {
+      const u = units.get(k) ?? 0;
+      return num(u, Number.isInteger(u) ? 0 : 2);
+    })]),
+    { class: 'grid' },
+  );
 }
 
 function fact(term: string, value: Child): Child[] {
