@@ -33,7 +33,8 @@ import type { RunRecord } from './state/runs.ts';
 import type { MinerRecord } from './state/miners.ts';
 import { placeOnOneMiner, type WaitingForOne } from '../jobs/matching.ts';
 import { DEFAULT_PRICING } from '../jobs/plan-constants.ts';
-import type { PoolMiner } from '../jobs/plan-schema.ts';
+import type { JobPlan, PoolMiner } from '../jobs/plan-schema.ts';
+import { planJob } from '../jobs/plan.ts';
 
 /** The escrow a job is submitted with, checked on chain (src/orchestrator/job-payments.ts). */
 export interface JobEscrowTerms {
@@ -176,7 +177,14 @@ export class JobService {
     return this.upgradeBy(id, by, layout, why ? `auto-upgrade (${why}): ` : '').job;
   }
 
-  /** The operator moves any job onto the default group (the dashboard's Upgrade button), as its owner may: the job, and the group. */
+  /** The job planned on the miners alive now at the network's price, as `nbcli job plan` plans a spec (src/jobs/plan.ts). */
+  plan(id: string): JobPlan {
+    const job = this.state.jobs.get(id);
+    if (!job) throw new NimbleError('not_found', `unknown job ${id}`);
+    return planJob(resolveJobSpec(job.spec), this.state.miners.list(true).map(poolMiner), { nimPerPetaflop: this.options.nimPerPetaflop ?? DEFAULT_PRICING.nimPerPetaflop }, { slots: this.options.slots });
+  }
+
+  /** The operator moves any job onto the default group for the miners alive (the dashboard's Upgrade button), as its owner's `nbcli job upgrade` does: the job, and the group. */
   upgradeAsOperator(id: string): { job: JobRecord; to: JobLayout } {
     const job = this.state.jobs.get(id);
     if (!job) throw new NimbleError('not_found', `unknown job ${id}`);
@@ -383,8 +391,7 @@ export class JobService {
       queue.push({ job, run, need: { id: job.id, offer: resolved.offer, queuedAt: job.createdAt, needBytes: wholeModelBytes(resolved, this.options.slots) } });
     }
     if (queue.length === 0) return;
-    const pool = (m: MinerRecord): PoolMiner => ({ id: m.id, name: m.name, gflops: m.gflops, memoryBytes: m.memoryBytes, bandwidthMbps: m.bandwidthMbps });
-    const { placed, waiting } = placeOnOneMiner(queue.map((q) => q.need), idle.map(pool), this.state.miners.list(true).map(pool), now, { nimPerPetaflop: this.options.nimPerPetaflop ?? DEFAULT_PRICING.nimPerPetaflop });
+    const { placed, waiting } = placeOnOneMiner(queue.map((q) => q.need), idle.map(poolMiner), this.state.miners.list(true).map(poolMiner), now, { nimPerPetaflop: this.options.nimPerPetaflop ?? DEFAULT_PRICING.nimPerPetaflop });
     const byId = new Map(queue.map((q) => [q.job.id, q]));
     for (const p of placed) {
       const q = byId.get(p.id)!;
@@ -436,3 +443,6 @@ function statusReason(status: JobStatus, run: RunRecord): string {
   if (status === 'started') return `placed on ${run.plan?.stages.flatMap((s) => s.miners).length ?? 0} miner(s) in ${run.stageCount} stage(s)`;
   return 'microbatches are flowing';
 }
+
+/** A miner as the job planner sees it. */
+const poolMiner = (m: MinerRecord): PoolMiner => ({ id: m.id, name: m.name, gflops: m.gflops, memoryBytes: m.memoryBytes, bandwidthMbps: m.bandwidthMbps });

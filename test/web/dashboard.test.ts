@@ -18,6 +18,7 @@ import pw, { type Browser, type Page } from 'playwright-core';
 import { generatePrivateKey } from 'viem/accounts';
 import { OrchestratorClient } from '../../src/api/client.ts';
 import { JobClient } from '../../src/api/job-client.ts';
+import type { JobPlan } from '../../src/jobs/plan-schema.ts';
 import { Cluster } from '../network/helpers.ts';
 
 const root = new URL('../..', import.meta.url).pathname;
@@ -145,11 +146,20 @@ test('the dashboard shows the network live, draws the loss, renders miner names 
   const job = await developer.submit({ name: 'dash-upgrade', model: 'gpt-micro', data: 'moby-dick', training: { steps: 100_000, batchSize: 8, mergeEvery: 10 } });
   await page.goto(`${cluster.url}/#/jobs/${job.id}`);
   await page.waitForFunction(() => ['started', 'executing'].includes(document.querySelector('#status .badge')?.textContent ?? ''), null, { timeout: 20_000 });
+  // its plan on the miners alive: the layouts the planner weighed, the one it chooses (as GET /jobs/:id/plan says)
+  await page.waitForSelector('#plan-layouts [data-chosen]', { timeout: 10_000 });
+  const plan = (await (await fetch(`${cluster.url}/jobs/${job.id}/plan`)).json()) as JobPlan;
+  assert.ok(plan.chosen, JSON.stringify(plan.explanation));
+  const chosenRow = await page.$eval('#plan-layouts [data-chosen]', (el) => el.closest('tr')?.querySelector('td')?.textContent);
+  assert.equal(chosenRow, `${plan.chosen.stages} × ${plan.chosen.replicas}`);
+  assert.equal(await page.$$eval('#plan-layouts tbody tr', (trs) => trs.length), plan.candidates.length);
   await page.waitForFunction(() => (document.querySelector('#upgrade') as HTMLButtonElement | null)?.disabled === false, null, { timeout: 5_000 });
   await page.click('#upgrade');
-  await page.waitForFunction(() => /upgrading to \d+ stages × \d+ replicas/.test(document.querySelector('#message')?.textContent ?? ''), null, { timeout: 10_000 }).catch(async (err: Error) => {
+  await page.waitForFunction(() => /upgrading to \d+ stages? × \d+ replicas?/.test(document.querySelector('#message')?.textContent ?? ''), null, { timeout: 10_000 }).catch(async (err: Error) => {
     throw new Error(`${err.message}: ${await page.textContent('#message')}`);
   });
+  // the default group of the 2 miners alive (defaultUpgrade: 2 stages of a 2-part model, 1 replica each)
+  assert.match((await page.textContent('#message')) ?? '', /upgrading to 2 stages × 1 replica:/);
   assert.ok((await developer.events(job.id)).some((e) => /^by the operator \(dashboard\): upgrade to /.test(e.message)), 'the job records the operator\'s upgrade');
   await page.waitForFunction(() => (document.querySelector('#upgrade') as HTMLButtonElement | null)?.disabled === true, null, { timeout: 5_000 });
   await page.click('#cancel');

@@ -4,6 +4,7 @@
 // in the API's one contract ({ error, code }) and are thrown as ApiError.
 import type { CancelAnswer, LossHistory, SessionView, UpgradeAnswer, WalletsView } from '../../src/api/dashboard.ts';
 import type { JobEvent } from '../../src/api/jobs.ts';
+import type { JobPlan } from '../../src/jobs/plan-schema.ts';
 import type { WorkTotal } from '../../src/api/schemas.ts';
 
 export class ApiError extends Error {
@@ -33,6 +34,7 @@ export const api = {
   logout: (): Promise<SessionView> => call('POST', '/logout'),
   loss: (kind: 'run' | 'job', id: string): Promise<LossHistory> => call('GET', `/${kind}s/${seg(id)}/loss`),
   jobEvents: (id: string): Promise<JobEvent[]> => call('GET', `/jobs/${seg(id)}/events`),
+  jobPlan: (id: string): Promise<JobPlan> => call('GET', `/jobs/${seg(id)}/plan`),
   cancel: (kind: 'run' | 'job', id: string): Promise<CancelAnswer> => call('POST', `/operator/${kind}s/${seg(id)}/cancel`),
   wallets: (): Promise<WalletsView> => call('GET', '/wallets'),
   runWork: (id: string): Promise<WorkTotal[]> => call('GET', `/runs/${seg(id)}/work`),

@@ -21,6 +21,7 @@ import {
 import { FINAL_RUN_STATUSES } from '../../api/schemas.ts';
 import type { HttpServer } from '../../http/server.ts';
 import { isFinalJobStatus } from '../../jobs/status.ts';
+import { JobPlan } from '../../jobs/plan-schema.ts';
 import { signerOf } from '../../http/signed.ts';
 import { NimbleError } from '../../protocol/errors.ts';
 import type { Coordinator } from '../coordinator.ts';
@@ -139,6 +140,8 @@ export function jobRoutes(app: HttpServer, c: Coordinator, jobs: JobService, pay
   });
   app.get('/jobs', { schema: { querystring: Owner, response: { 200: Type.Array(JobView) } } }, async (req) => c.state.jobs.list(req.query.owner).map((j) => jobView(c, j)));
   app.get('/jobs/:id', { schema: { params: Params, response: { 200: JobView } } }, async (req) => jobView(c, find(req.params.id)));
+  // what the job needs and which of the miners alive now would train it (as nbcli job plan plans a spec)
+  app.get('/jobs/:id/plan', { schema: { params: Params, response: { 200: JobPlan } } }, async (req) => jobs.plan(find(req.params.id).id));
   app.post('/jobs/:id/cancel', { config: developer, schema: { params: Params, response: { 200: JobView } } }, async (req) => jobView(c, jobs.cancel(req.params.id, signerOf(req))));
   app.post('/jobs/:id/upgrade', { config: developer, schema: { params: Params, body: UpgradeJobRequest, response: { 200: JobView } } }, async (req) => {
     const { stages, replicas } = req.body;

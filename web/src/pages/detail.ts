@@ -1,9 +1,9 @@
 // A run's or a job's own page: its status and timeline, the live loss chart
 // (train loss, held-out loss at checkpoints, tokens/s), its figures, its
 // checkpoints with download links (for the operator), its pipeline, the work
-// each miner did on its run, and the
-// operator's buttons: cancel, and for a job upgrade (onto the orchestrator's
-// default group of the miners alive, as `nbcli job upgrade` does).
+// each miner did on its run, a job's plan on the miners alive now, and the
+// operator's buttons: cancel, and for a job upgrade (onto the default group
+// for the miners alive, as `nbcli job upgrade` without flags).
 import type { JobEvent, JobView } from '../../../src/api/jobs.ts';
 import type { DashboardMiner, LossPoint } from '../../../src/api/dashboard.ts';
 import type { RunView, WorkTotal } from '../../../src/api/schemas.ts';
@@ -13,6 +13,7 @@ import { LossChart } from '../chart.ts';
 import { badge, fill, h, table, type Child } from '../dom.ts';
 import { bytes, duration, num, short, time } from '../format.ts';
 import type { Page, PageContext } from './page.ts';
+import { planView } from './job-plan.ts';
 import { pipeline } from './pipeline.ts';
 import { progress } from './runs.ts';
 
@@ -20,13 +21,14 @@ import { progress } from './runs.ts';
 export function detailPage(root: HTMLElement, ctx: PageContext, kind: 'run' | 'job', id: string): Page {
   const status = h('span', { id: 'status' });
   const cancel = h('button', { id: 'cancel', type: 'button', disabled: !ctx.operator, title: ctx.operator ? `cancel this ${kind}` : 'log in as the operator to cancel' }, `Cancel ${kind}`);
-  const upgrade = kind === 'job' ? h('button', { id: 'upgrade', type: 'button', disabled: !ctx.operator, title: ctx.operator ? 'move this job onto a group of miners (the default for the miners alive)' : 'log in as the operator to upgrade' }, 'Upgrade job') : null;
+  const upgrade = kind === 'job' ? h('button', { id: 'upgrade', type: 'button', disabled: !ctx.operator, title: ctx.operator ? 'move this job onto the default group for the miners alive (2 stages × as many replicas as they allow, as nbcli job upgrade does)' : 'log in as the operator to upgrade' }, 'Upgrade job') : null;
   const facts = h('dl', { class: 'facts' });
   const timeline = h('ol', { id: 'timeline', class: 'timeline' });
   const chartEl = h('div', { id: 'chart', class: 'chart' });
   const checkpoints = h('div', { id: 'checkpoints' });
   const pipe = h('div', { id: 'pipeline' });
   const work = h('div', { id: 'work' });
+  const plan = h('div', { id: 'plan' });
   fill(
     root,
     h('h1', null, `${kind === 'run' ? 'Run' : 'Job'} `, h('code', null, id), ' ', status),
@@ -42,7 +44,16 @@ export function detailPage(root: HTMLElement, ctx: PageContext, kind: 'run' | 'j
     pipe,
     h('h2', null, 'Work per miner'),
     work,
+    kind === 'job' ? [h('h2', null, 'Plan on the miners alive now'), h('div', { class: 'actions' }, h('button', { type: 'button', id: 'plan-refresh', on: { click: () => loadPlan() } }, 'Plan again')), plan] : null,
   );
+  const loadPlan = (): void => {
+    if (kind !== 'job') return;
+    api
+      .jobPlan(id)
+      .then((p) => fill(plan, planView(p)))
+      .catch((err: Error) => fill(plan, h('p', { class: 'muted' }, `no plan: ${err.message}`)));
+  };
+  loadPlan();
   const chart = new LossChart(chartEl);
   const key = `${kind}:${id}`;
   // points that arrive live before the curve so far: added after it
@@ -92,7 +103,7 @@ export function detailPage(root: HTMLElement, ctx: PageContext, kind: 'run' | 'j
     upgrade.setAttribute('disabled', '');
     api
       .upgrade(id)
-      .then((a) => ctx.notify(`job ${a.id}: upgrading to ${a.stages} stages × ${a.replicas} replicas${a.message ? `: ${a.message}` : ''}`))
+      .then((a) => ctx.notify(`job ${a.id}: upgrading to ${a.stages} stage${a.stages === 1 ? '' : 's'} × ${a.replicas} replica${a.replicas === 1 ? '' : 's'}${a.message ? `: ${a.message}` : ''}`))
       .catch((err: Error) => {
         ctx.notify(err instanceof ApiError ? `refused (${err.status}): ${err.message}` : err.message, true);
         if (ctx.operator) upgrade.removeAttribute('disabled');
