@@ -10,7 +10,8 @@ import { DatasetService } from './datasets.ts';
 import { chainModelRegistry, RegistrySync } from './deployment-registry.ts';
 import { Epochs, type ChainOptions } from './epochs.ts';
 import { buildApi } from './http.ts';
-import { operatorLoginOf } from './routes/dashboard.ts';
+import { dashboardFeedOf, operatorLoginOf } from './routes/dashboard.ts';
+import type { DashboardFeed } from './dashboard/feed.ts';
 import { InferenceBilling, registryPrices } from './serving/billing.ts';
 import { modelOfSha256 } from '../chain/registry.ts';
 import { InferenceChecks, type InferenceCheckOptions } from './serving/checks.ts';
@@ -54,6 +55,8 @@ export interface RunningOrchestrator {
   inferenceChecks: InferenceChecks;
   /** the synthetic traffic (null: --synthetic-prompts not given) */
   syntheticPrompts: SyntheticPrompts | null;
+  /** the dashboard's live feed (its loss curves) */
+  dashboard: DashboardFeed | null;
   /** Closes the epoch if due and settles what is settling, now (a no-op when unpaid). */
   settleNow(): Promise<void>;
   close(): Promise<void>;
@@ -124,6 +127,7 @@ export async function startOrchestrator(options: OrchestratorOptions): Promise<R
   return {
     url,
     loginUrl: `${url}${operatorLoginOf(app) ?? '/'}`,
+    dashboard: dashboardFeedOf(app),
     coordinator,
     jobs,
     epochs,

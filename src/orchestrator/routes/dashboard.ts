@@ -43,6 +43,12 @@ export interface DashboardOptions {
 }
 
 const logins = new WeakMap<HttpServer, OperatorAuth>();
+const feeds = new WeakMap<HttpServer, DashboardFeed>();
+
+/** The live feed of a server with dashboardRoutes (its loss curves: the benches fill one); null without. */
+export function dashboardFeedOf(app: HttpServer): DashboardFeed | null {
+  return feeds.get(app) ?? null;
+}
 
 /** The path (with its token) that logs the operator into the dashboard of a server with dashboardRoutes; null without. */
 export function operatorLoginOf(app: HttpServer): string | null {
@@ -146,6 +152,7 @@ export function dashboardRoutes(app: HttpServer, c: Coordinator, options: Dashbo
     void reply.headers({ 'content-type': BINARY, 'content-disposition': `attachment; filename="${cp.jobId}-step${cp.step}.safetensors"`, 'x-content-sha256': cp.blob, 'cache-control': 'no-store' });
     return Buffer.from(await c.blobs.get(cp.blob));
   });
+  feeds.set(app, feed);
   return feed;
 }
 
