@@ -6,6 +6,7 @@ import { NimbleError } from '../protocol/errors.ts';
 import {
   BaseError,
   ContractFunctionRevertedError,
+  NonceTooLowError,
   type Abi,
   type Address,
   type Chain,
@@ -77,10 +78,32 @@ export async function sendContractTx(client: { public: PublicClient<Transport, C
   } catch (err) {
     throw explainRevert(err, call.functionName);
   }
-  const hash = await signer.writeContract(request);
+  const hash = await withFreshNonce(() => signer.writeContract(request));
   const receipt = await client.public.waitForTransactionReceipt({ hash });
   if (receipt.status !== 'success') throw new ChainTxError(`${call.functionName} reverted in transaction ${hash}`);
   return { hash, gasUsed: receipt.gasUsed, receipt };
+}
+
+/** How many times a send is retried when another sender of the same account took its nonce. */
+const NONCE_RETRIES = 5;
+
+/**
+ * Sends a simulated request. Two processes may sign with one account (on the
+ * local chain the orchestrator settles epochs with the operator key that
+ * `nbcli wallet faucet` mints with): both read the same next nonce and the
+ * second send is refused as "nonce too low", having sent nothing. Such a send
+ * is retried with the nonce read again; any other error is the caller's.
+ */
+async function withFreshNonce(send: () => Promise<Hash>): Promise<Hash> {
+  for (let attempt = 0; ; attempt++) {
+    try {
+      return await send();
+    } catch (err) {
+      const nonceTaken = err instanceof BaseError && err.walk((e) => e instanceof NonceTooLowError) instanceof NonceTooLowError;
+      if (!nonceTaken || attempt >= NONCE_RETRIES) throw err;
+      await new Promise((resolve) => setTimeout(resolve, 50 * (attempt + 1)));
+    }
+  }
 }
 
 /** Turns a viem revert into one line naming the contract error. */

@@ -1,0 +1,27 @@
+// Two senders of one account: the second send finds its nonce taken and is
+// sent again with a fresh one, instead of failing (the orchestrator settling
+// epochs while `nbcli wallet faucet` mints, both with the local operator key).
+import assert from 'node:assert/strict';
+import { after, before, test } from 'node:test';
+import { nimAbi } from '../../src/chain/abis.ts';
+import { signerFor } from '../../src/chain/client.ts';
+import { nimBalance } from '../../src/chain/token.ts';
+import { sendContractTx } from '../../src/chain/tx.ts';
+import { startTestChain, type TestChain } from './helpers.ts';
+
+let chain: TestChain;
+before(async () => {
+  chain = await startTestChain();
+});
+after(() => chain.stop());
+
+test('concurrent sends from one account by separate clients all land, each once', async () => {
+  const to = chain.signer(3).account.address;
+  const start = await nimBalance(chain.client, to);
+  const senders = Array.from({ length: 6 }, () => signerFor(chain.client, chain.operator.account));
+  const sent = await Promise.all(
+    senders.map((s, i) => sendContractTx(chain.client, s, { address: chain.client.deployment.nim, abi: nimAbi, functionName: 'mint', args: [to, BigInt(i + 1)] })),
+  );
+  assert.equal(new Set(sent.map((t) => t.hash)).size, 6);
+  assert.equal(await nimBalance(chain.client, to), start + 21n);
+});
