@@ -81,7 +81,12 @@ export const HelloEvent = Type.Object({ at: Ms, operator: Type.Boolean(), paid: 
 export type HelloEvent = Static<typeof HelloEvent>;
 
 /** `GET /session`: whether the caller's cookie makes it the operator. */
-export const SessionView = Type.Object({ operator: Type.Boolean(), paid: Type.Boolean() });
+export const SessionView = Type.Object({
+  operator: Type.Boolean(),
+  paid: Type.Boolean(),
+  /** who owns the jobs the operator submits from the page (the zero address on an unpaid network) */
+  operatorAddress: Type.String({ pattern: '^0x[0-9a-fA-F]{40}$' }),
+});
 export type SessionView = Static<typeof SessionView>;
 
 /** What an operator's cancel answers: what was cancelled, and its status after. */

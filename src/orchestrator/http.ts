@@ -7,6 +7,7 @@
 // src/http/server.ts. A miner's malformed signed request (400, 413, 415)
 // counts as invalid work of its signer; one that proves it cheated is an
 // offence (src/orchestrator/offences.ts).
+import { zeroAddress } from 'viem';
 import { createHttpServer, type HttpServer } from '../http/server.ts';
 import { AuthError } from '../protocol/errors.ts';
 import { RequestVerifier } from '../protocol/signing.ts';
@@ -67,10 +68,16 @@ export function buildApi(
   minerRoutes(app, coordinator, epochs);
   if (jobs) jobRoutes(app, coordinator, jobs, epochs?.jobPayments ?? null);
   modelRoutes(app, coordinator, epochs?.chain ?? null);
-  deploymentRoutes(app, coordinator, epochs?.chain ? chainModelRegistry(epochs.chain) : null);
+  const deployments = deploymentRoutes(app, coordinator, epochs?.chain ? chainModelRegistry(epochs.chain) : null);
   completionRoutes(app, coordinator, completions, billing);
   creditRoutes(app, coordinator.state, billing, epochs?.credits ?? null, epochs?.chain.client ?? null);
   datasetRoutes(app, coordinator, datasets ?? new DatasetService(coordinator.state, coordinator.blobs));
-  dashboardRoutes(app, coordinator, { jobs, paid: epochs !== null, wallets: () => readWallets(walletsDataDir, epochs?.chain.client ?? null) });
+  dashboardRoutes(app, coordinator, {
+    jobs,
+    paid: epochs !== null,
+    wallets: () => readWallets(walletsDataDir, epochs?.chain.client ?? null),
+    deployments,
+    operatorAddress: epochs?.chain.signer.account.address ?? zeroAddress,
+  });
   return app;
 }

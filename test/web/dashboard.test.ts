@@ -15,6 +15,7 @@ import { join } from 'node:path';
 import { after, before, test } from 'node:test';
 import chromium from '@sparticuz/chromium';
 import pw, { type Browser, type Page } from 'playwright-core';
+import { zeroAddress } from 'viem';
 import { generatePrivateKey } from 'viem/accounts';
 import { OrchestratorClient } from '../../src/api/client.ts';
 import { JobClient } from '../../src/api/job-client.ts';
@@ -50,7 +51,7 @@ async function waitStatus(page: Page, status: string, timeout: number): Promise<
   await page.waitForFunction((s) => document.querySelector('#status .badge')?.textContent === s, status, { timeout });
 }
 
-test('the dashboard shows the network live, draws the loss, renders miner names as text, and cancels and upgrades only as the operator', async () => {
+test('the dashboard shows the network live, draws the loss, renders miner names as text, and cancels, upgrades and submits only as the operator', async () => {
   const launching = chromium.executablePath().then((executablePath) => pw.chromium.launch({ executablePath, args: chromium.args, headless: true }));
   await cluster.startOrchestrator();
   const listening = await cluster.orchestrator!.waitFor((v) => v.event === 'listening');
@@ -166,9 +167,30 @@ test('the dashboard shows the network live, draws the loss, renders miner names 
   await waitStatus(page, 'cancelled', 10_000);
   assert.equal((await developer.get(job.id)).status, 'cancelled');
 
+  // submit: the operator's form takes a job spec; a spec the orchestrator refuses is shown with its reason, a good one runs to completed
+  await page.goto(`${cluster.url}/#/runs`);
+  await page.click('#job-form summary');
+  await page.fill('#job-spec', JSON.stringify({ name: 'dash-form', model: 'gpt-micro', data: '/etc/passwd', training: { steps: 30 } }));
+  await page.click('#job-submit');
+  await page.waitForFunction(() => /refused \(400\): .*not data the network's miners load/.test(document.querySelector('#message')?.textContent ?? ''), null, { timeout: 5_000 }).catch(async (err: Error) => {
+    throw new Error(`${err.message}: ${await page.textContent('#message')}`);
+  });
+  await page.fill('#job-spec', JSON.stringify({ name: 'dash-form', model: 'gpt-micro', data: 'moby-dick', training: { steps: 30, batchSize: 8, mergeEvery: 10, seed: 7 } }));
+  await page.click('#job-submit');
+  await page.waitForFunction(() => location.hash.startsWith('#/jobs/job-'), null, { timeout: 5_000 });
+  const formJobId = decodeURIComponent(new URL(page.url()).hash.slice('#/jobs/'.length));
+  await waitStatus(page, 'completed', 60_000).catch(async (err: Error) => {
+    throw new Error(`${err.message}: ${await page.textContent('#status')} ${await page.textContent('#message')}`);
+  });
+  const formJob = await developer.get(formJobId);
+  assert.equal(formJob.status, 'completed');
+  assert.equal(formJob.owner, zeroAddress, "an unpaid network's operator job is owned by the zero address");
+  assert.ok((await developer.events(formJobId)).some((e) => e.message === 'submitted by the operator (dashboard)'));
+  assert.match((await page.textContent('#timeline')) ?? '', /waiting submitted[\s\S]*started[\s\S]*executing[\s\S]*completed trained 30 steps/);
+
   assert.deepEqual(dialogs, [], 'no script ran from a miner name');
-  // the refused cancel (401) is the only error the browser saw: no script or style refused by the page's policy
-  assert.deepEqual(errors.filter((e) => !/401/.test(e)), []);
+  // the refused cancel (401) and spec (400) are the only errors the browser saw: no script or style refused by the page's policy
+  assert.deepEqual(errors.filter((e) => !/40[01]/.test(e)), []);
   const foreign = requests.filter((u) => !u.startsWith(`${cluster.url}/`));
   assert.deepEqual(foreign, [], 'the page talks to its orchestrator only');
   await context.close();

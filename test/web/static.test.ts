@@ -5,6 +5,7 @@
 // URL it sends the browser on to), reading open to loopback only, actions
 // refused without the cookie or from another origin, the snapshot of
 // GET /events against its contracts; the loss curves' bounds; NIM for people.
+import { zeroAddress } from 'viem';
 import assert from 'node:assert/strict';
 import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -42,7 +43,7 @@ before(async () => {
   state = OrchestratorState.open(join(dir, 'o.sqlite'));
   const coordinator = new Coordinator(state, await FsBlobStore.open(join(dir, 'blobs')), { spotChecks: { rate: 0 } });
   app = createHttpServer({ bodyLimit: 1 << 20 });
-  dashboardRoutes(app, coordinator, { jobs: null, paid: false, webRoot: web, auth: new OperatorAuth(TOKEN) });
+  dashboardRoutes(app, coordinator, { jobs: null, paid: false, webRoot: web, auth: new OperatorAuth(TOKEN), operatorAddress: zeroAddress });
   await app.ready();
   full = buildApi(coordinator);
   await full.ready();
@@ -116,8 +117,8 @@ test('login: the token becomes an HttpOnly SameSite=Strict cookie and the browse
   assert.match(cookie, /^nimble_operator=[A-Za-z0-9_-]{43}; Path=\/; HttpOnly; SameSite=Strict; Max-Age=\d+$/);
   assert.ok(!cookie.includes(TOKEN), 'the cookie holds a session id, not the token');
   const session = cookie.split(';')[0];
-  assert.deepEqual(JSON.parse((await app.inject({ method: 'GET', url: '/session', headers: { cookie: session } })).body), { operator: true, paid: false });
-  assert.deepEqual(JSON.parse((await app.inject({ method: 'GET', url: '/session' })).body), { operator: false, paid: false });
+  assert.deepEqual(JSON.parse((await app.inject({ method: 'GET', url: '/session', headers: { cookie: session } })).body), { operator: true, paid: false, operatorAddress: zeroAddress });
+  assert.deepEqual(JSON.parse((await app.inject({ method: 'GET', url: '/session' })).body), { operator: false, paid: false, operatorAddress: zeroAddress });
   assert.equal(sessionIdOf(`a=b; ${session}`), session.split('=')[1]);
 
   // actions: refused without the cookie (401), from another origin (403); with both, they reach the state (an unknown run: 404)
@@ -135,6 +136,19 @@ test('login: the token becomes an HttpOnly SameSite=Strict cookie and the browse
   assert.equal((await upgrade({ origin: 'http://localhost:80' })).statusCode, 401);
   assert.equal((await upgrade({ cookie: session, origin: 'http://evil.example' })).statusCode, 403);
   assert.equal((await upgrade({ cookie: session, 'sec-fetch-site': 'same-origin' })).statusCode, 404);
+  // submitting a job, deploying and undeploying a model: the same gate (this server takes no jobs and deploys nothing: 404 past it)
+  const spec = { name: 'op-job', model: 'gpt-micro', data: 'moby-dick', training: { steps: 4 } };
+  const model = `/operator/models/${'ab'.repeat(32)}`;
+  for (const [url, payload] of [['/operator/jobs', { spec }], [`${model}/deploy`, {}], [`${model}/undeploy`, undefined]] as const) {
+    const act = (headers: Record<string, string>) => app.inject({ method: 'POST', url, headers, ...(payload ? { payload } : {}) });
+    assert.equal((await act({ origin: 'http://localhost:80' })).statusCode, 401, url);
+    assert.equal((await act({ cookie: session, origin: 'http://evil.example' })).statusCode, 403, url);
+    assert.equal((await act({ cookie: session, 'sec-fetch-site': 'cross-site' })).statusCode, 403, url);
+    const past = await act({ cookie: session, 'sec-fetch-site': 'same-origin' });
+    assert.equal(past.statusCode, 404, `${url}: ${past.body}`);
+  }
+  const badSpec = await app.inject({ method: 'POST', url: '/operator/jobs', headers: { cookie: session, 'sec-fetch-site': 'same-origin' }, payload: { spec: { name: '<script>', model: 'gpt-micro' } } });
+  assert.equal(badSpec.statusCode, 400, badSpec.body);
 
   // reading: open to loopback; from elsewhere only with the cookie
   assert.equal((await app.inject({ method: 'GET', url: '/', remoteAddress: '10.1.2.3' })).statusCode, 403);
@@ -143,7 +157,7 @@ test('login: the token becomes an HttpOnly SameSite=Strict cookie and the browse
 
   // logging out ends the session
   await app.inject({ method: 'POST', url: '/logout', headers: { cookie: session } });
-  assert.deepEqual(JSON.parse((await app.inject({ method: 'GET', url: '/session', headers: { cookie: session } })).body), { operator: false, paid: false });
+  assert.deepEqual(JSON.parse((await app.inject({ method: 'GET', url: '/session', headers: { cookie: session } })).body), { operator: false, paid: false, operatorAddress: zeroAddress });
 });
 
 test('GET /events without a stream: every section now, each matching its contract; a curve of an unknown run is a 404', async () => {

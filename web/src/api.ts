@@ -3,7 +3,8 @@
 // operator) and the operator's actions, on this server only. Errors come back
 // in the API's one contract ({ error, code }) and are thrown as ApiError.
 import type { CancelAnswer, LossHistory, SessionView, UpgradeAnswer, WalletsView } from '../../src/api/dashboard.ts';
-import type { JobEvent } from '../../src/api/jobs.ts';
+import type { DeploymentView, DeployRequest } from '../../src/api/deployments.ts';
+import type { JobEvent, JobView } from '../../src/api/jobs.ts';
 import type { JobPlan } from '../../src/jobs/plan-schema.ts';
 import type { WorkTotal } from '../../src/api/schemas.ts';
 
@@ -17,8 +18,10 @@ export class ApiError extends Error {
   }
 }
 
-async function call<T>(method: 'GET' | 'POST', path: string): Promise<T> {
-  const res = await fetch(path, { method, credentials: 'same-origin', headers: { accept: 'application/json' } });
+async function call<T>(method: 'GET' | 'POST', path: string, payload?: unknown): Promise<T> {
+  const headers: Record<string, string> = { accept: 'application/json' };
+  if (payload !== undefined) headers['content-type'] = 'application/json';
+  const res = await fetch(path, { method, credentials: 'same-origin', headers, body: payload === undefined ? undefined : JSON.stringify(payload) });
   const body: unknown = await res.json().catch(() => null);
   if (!res.ok) {
     const e = (body ?? {}) as { error?: unknown; code?: unknown };
@@ -39,4 +42,7 @@ export const api = {
   wallets: (): Promise<WalletsView> => call('GET', '/wallets'),
   runWork: (id: string): Promise<WorkTotal[]> => call('GET', `/runs/${seg(id)}/work`),
   upgrade: (id: string): Promise<UpgradeAnswer> => call('POST', `/operator/jobs/${seg(id)}/upgrade`),
+  submitJob: (spec: unknown): Promise<JobView> => call('POST', '/operator/jobs', { spec }),
+  deploy: (sha256: string, request: DeployRequest): Promise<DeploymentView> => call('POST', `/operator/models/${seg(sha256)}/deploy`, request),
+  undeploy: (sha256: string): Promise<DeploymentView> => call('POST', `/operator/models/${seg(sha256)}/undeploy`),
 };

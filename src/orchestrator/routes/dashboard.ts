@@ -4,14 +4,19 @@
 // recorded so far (`GET /runs/:id/loss`, `GET /jobs/:id/loss`), the data dir's
 // wallets and their balances (`GET /wallets`, read-only), the operator's
 // login (`GET /login?token=…` → an HttpOnly SameSite=Strict cookie, `GET
-// /session`, `POST /logout`) and the operator's actions: upgrade a job, cancel a run or a
-// job, download a checkpoint. Reading is open to this machine (loopback)
+// /session`, `POST /logout`) and the operator's actions: submit a job (the
+// operator's own, unpaid), upgrade a job, cancel a run or a job, deploy and
+// undeploy a model, download a checkpoint. Reading is open to this machine (loopback)
 // and to the logged-in operator; actions need the operator's cookie, sent
 // from the dashboard's own origin. Contracts in src/api/dashboard.ts.
 import { Type } from '@sinclair/typebox';
 import type { FastifyReply, FastifyRequest } from 'fastify';
 import { CancelAnswer, LossHistory, SessionView, UpgradeAnswer, WalletsView } from '../../api/dashboard.ts';
-import { JobId } from '../../api/jobs.ts';
+import type { Address } from 'viem';
+import { DeploymentView, DeployRequest } from '../../api/deployments.ts';
+import { JobId, JobView } from '../../api/jobs.ts';
+import { Sha256 } from '../../api/models.ts';
+import { JobSpec } from '../../jobs/spec.ts';
 import { FINAL_RUN_STATUSES } from '../../api/schemas.ts';
 import { BINARY, type HttpServer } from '../../http/server.ts';
 import { NimbleError } from '../../protocol/errors.ts';
@@ -21,10 +26,14 @@ import { OperatorAuth, isLoopback } from '../dashboard/auth.ts';
 import { DashboardFeed } from '../dashboard/feed.ts';
 import { ASSET_NAME, StaticFiles } from '../dashboard/static-files.ts';
 import type { JobService } from '../jobs.ts';
+import type { OperatorDeployments } from './deployments.ts';
+import { jobView } from './jobs.ts';
 
 const RunParams = Type.Object({ id: Type.String({ minLength: 1, maxLength: 128, pattern: '^[A-Za-z0-9_.:-]+$' }) });
 const JobParams = Type.Object({ id: JobId });
 const CheckpointParams = Type.Object({ id: JobId, step: Type.Integer({ minimum: 0, maximum: Number.MAX_SAFE_INTEGER }) });
+const ModelParams = Type.Object({ sha256: Sha256 });
+const OperatorJobRequest = Type.Object({ spec: JobSpec }, { additionalProperties: false });
 const AssetParams = Type.Object({ file: Type.String({ pattern: ASSET_NAME }) });
 const LoginQuery = Type.Object({ token: Type.String({ minLength: 1, maxLength: 256 }) }, { additionalProperties: false });
 /** What `GET /events` answers to a caller that does not ask for a stream: every section now. */
@@ -40,6 +49,10 @@ export interface DashboardOptions {
   auth?: OperatorAuth;
   /** the wallets the Wallets page shows (../dashboard/wallets.ts); absent: none */
   wallets?: () => Promise<WalletsView>;
+  /** the operator's deploy and undeploy (./deployments.ts); absent: none */
+  deployments?: OperatorDeployments;
+  /** who owns the jobs the operator submits: the orchestrator's chain account (the zero address on an unpaid network) */
+  operatorAddress: Address;
 }
 
 const logins = new WeakMap<HttpServer, OperatorAuth>();
@@ -94,11 +107,11 @@ export function dashboardRoutes(app: HttpServer, c: Coordinator, options: Dashbo
     if (!session) throw new NimbleError('forbidden', 'wrong login token: use the login URL the orchestrator printed at start', 403);
     return reply.status(303).headers({ 'set-cookie': OperatorAuth.cookie(session), location: '/', 'cache-control': 'no-store', 'referrer-policy': 'no-referrer' }).send();
   });
-  app.get('/session', { schema: { response: { 200: SessionView } } }, async (req) => ({ operator: isOperator(req), paid: options.paid }));
+  app.get('/session', { schema: { response: { 200: SessionView } } }, async (req) => ({ operator: isOperator(req), paid: options.paid, operatorAddress: options.operatorAddress }));
   app.post('/logout', { schema: { response: { 200: SessionView } } }, async (req, reply) => {
     auth.logout(req.headers.cookie);
     void reply.header('set-cookie', OperatorAuth.clearCookie());
-    return { operator: false, paid: options.paid };
+    return { operator: false, paid: options.paid, operatorAddress: options.operatorAddress };
   });
 
   // a stream when asked for one, else every section now as JSON
@@ -138,6 +151,30 @@ export function dashboardRoutes(app: HttpServer, c: Coordinator, options: Dashbo
     if (!options.jobs) throw new NimbleError('not_found', 'this orchestrator takes no jobs');
     const { job, to } = options.jobs.upgradeAsOperator(req.params.id);
     return { id: job.id, status: job.status, stages: to.stages, replicas: to.replicas, message: job.message };
+  });
+
+  // the operator submits a job of its own: unpaid (miners earn emission), so a spec with a budget is refused on a paid network
+  app.post('/operator/jobs', { onRequest: operator, schema: { body: OperatorJobRequest, response: { 201: JobView } } }, async (req, reply) => {
+    const jobs = options.jobs;
+    if (!jobs) throw new NimbleError('not_found', 'this orchestrator takes no jobs');
+    const { spec } = req.body;
+    if (options.paid && jobs.check(spec, options.operatorAddress).budgetWei !== null) {
+      throw new NimbleError('invalid', "a job submitted from the dashboard is the operator's and pays nothing (miners earn the emission): remove its budget, or submit it with nbcli job submit to pay from a wallet's escrow");
+    }
+    const job = jobs.submit(spec, options.operatorAddress);
+    c.state.jobs.note(job.id, 'submitted by the operator (dashboard)', Date.now());
+    void reply.status(201);
+    return jobView(c, c.state.jobs.get(job.id)!);
+  });
+
+  // the operator deploys any stored model (published, on a paid network) for its owner, and undeploys any
+  app.post('/operator/models/:sha256/deploy', { onRequest: operator, schema: { params: ModelParams, body: DeployRequest, response: { 200: DeploymentView } } }, async (req) => {
+    if (!options.deployments) throw new NimbleError('not_found', 'this orchestrator deploys no models');
+    return options.deployments.deploy(req.params.sha256, req.body ?? {});
+  });
+  app.post('/operator/models/:sha256/undeploy', { onRequest: operator, schema: { params: ModelParams, response: { 200: DeploymentView } } }, async (req) => {
+    if (!options.deployments) throw new NimbleError('not_found', 'this orchestrator deploys no models');
+    return options.deployments.undeploy(req.params.sha256);
   });
 
   // downloads: the operator may read every checkpoint its orchestrator holds

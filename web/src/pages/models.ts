@@ -1,7 +1,11 @@
 // The Models page: the models stored to publish (name, sha256, owner, size,
 // source job) and their deployments (status, stages, the miners serving each
-// stage and what they reported).
+// stage and what they reported); the operator deploys a model (one replica,
+// the stages the planner picks, as nbcli model deploy without flags does) and
+// undeploys it. Its owner is paid for its tokens either way.
 import type { DeploymentView } from '../../../src/api/deployments.ts';
+import type { StoredModelView } from '../../../src/api/models.ts';
+import { api, ApiError } from '../api.ts';
 import { badge, fill, h, table } from '../dom.ts';
 import { ago, bytes, short } from '../format.ts';
 import { livePage, type Page, type PageContext } from './page.ts';
@@ -16,7 +20,7 @@ export function modelsPage(root: HTMLElement, ctx: PageContext): Page {
     fill(
       models,
       table(
-        ['name', 'sha256', 'model', 'owner', 'size', 'from', 'stored', 'deployment'],
+        ['name', 'sha256', 'model', 'owner', 'size', 'from', 'stored', 'deployment', ''],
         (list ?? []).map((m) => [
           m.name,
           h('code', { title: m.sha256 }, short(m.sha256, 8)),
@@ -26,6 +30,7 @@ export function modelsPage(root: HTMLElement, ctx: PageContext): Page {
           m.jobId ? h('a', { href: `#/jobs/${encodeURIComponent(m.jobId)}` }, `${m.jobId} step ${m.step}`) : 'uploaded',
           ago(m.createdAt, now),
           m.deployment ? badge(m.deployment.status) : h('span', { class: 'muted' }, 'not deployed'),
+          deployButton(m, ctx),
         ]),
         { class: 'grid' },
       ),
@@ -39,6 +44,24 @@ export function modelsPage(root: HTMLElement, ctx: PageContext): Page {
       ),
     );
   });
+}
+
+/** Deploy (a model not served) or Undeploy (one deploying or serving), for the operator. */
+function deployButton(m: StoredModelView, ctx: PageContext): HTMLElement | string {
+  if (m.kind !== 'gpt') return '';
+  const live = !!m.deployment && m.deployment.status !== 'undeployed';
+  const what = live ? 'Undeploy' : 'Deploy';
+  const button = h('button', { type: 'button', class: 'small', data: { action: what.toLowerCase(), model: m.name }, disabled: !ctx.operator, title: ctx.operator ? `${what.toLowerCase()} ${m.name}` : `log in as the operator to ${what.toLowerCase()}` }, what);
+  button.addEventListener('click', () => {
+    button.setAttribute('disabled', '');
+    (live ? api.undeploy(m.sha256) : api.deploy(m.sha256, {}))
+      .then((d) => ctx.notify(`${d.name}: ${d.status}${d.message ? ` (${d.message})` : ''}`))
+      .catch((err: Error) => {
+        ctx.notify(err instanceof ApiError ? `refused (${err.status}): ${err.message}` : err.message, true);
+        if (ctx.operator) button.removeAttribute('disabled');
+      });
+  });
+  return button;
 }
 
 function stagesOf(d: DeploymentView): HTMLElement {

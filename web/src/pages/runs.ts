@@ -1,14 +1,15 @@
 // The Runs and jobs page: every job and every run with its status and
-// progress, each linking to its own page.
+// progress, each linking to its own page; the operator's job form.
 import { FINAL_RUN_STATUSES } from '../status.ts';
 import { badge, fill, h, table } from '../dom.ts';
 import { ago, num, short } from '../format.ts';
+import { jobSubmitForm } from './job-submit.ts';
 import { livePage, type Page, type PageContext } from './page.ts';
 
 export function runsPage(root: HTMLElement, ctx: PageContext): Page {
   const jobs = h('div', { id: 'jobs' });
   const runs = h('div', { id: 'runs' });
-  fill(root, h('h1', null, 'Runs and jobs'), h('h2', null, 'Jobs'), jobs, h('h2', null, 'Runs'), runs);
+  fill(root, h('h1', null, 'Runs and jobs'), h('h2', null, 'Jobs'), jobSubmitForm(ctx), jobs, h('h2', null, 'Runs'), runs);
   return livePage(ctx, ['runs', 'jobs'], () => {
     const now = Date.now();
     const { jobs: jobList, runs: runList } = ctx.feed.store;
