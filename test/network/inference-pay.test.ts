@@ -7,17 +7,22 @@
 // without credit gets 402, a wrong or revoked key 401; another wallet's
 // escrow, or one used twice, is refused. Once the epochs settle, the miner's
 // stake grew by its emission and its 80 % of what was paid, the owner's by
-// the rest, `nbcli rewards` shows the inference units, and after the caller
-// withdraws the rest comes back: NIM is conserved.
+// the rest, `nbcli rewards` and the dashboard's Rewards page (headless
+// Chromium) show them, the operator undeploys and deploys the model from the
+// Models page, and after the caller withdraws the rest comes back: NIM is
+// conserved.
 import assert from 'node:assert/strict';
 import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { after, test } from 'node:test';
+import chromium from '@sparticuz/chromium';
 import OpenAI from 'openai';
+import pw, { type Browser } from 'playwright-core';
 import { parseEther, type Address, type Hex } from 'viem';
 import { generatePrivateKey, privateKeyToAccount } from 'viem/accounts';
 import { OrchestratorClient } from '../../src/api/client.ts';
 import { CreditClient } from '../../src/api/credit-client.ts';
+import type { DeploymentView } from '../../src/api/deployments.ts';
 import type { EpochView } from '../../src/api/schemas.ts';
 import { signerFor, type ChainClient } from '../../src/chain/client.ts';
 import { escrowTotalHeld, openEscrow } from '../../src/chain/escrow.ts';
@@ -52,7 +57,9 @@ async function refused(p: Promise<unknown>, status: number, code: RegExp): Promi
   });
 }
 
-test('a caller pays per token from its credit with an API key; miners and the model owner are paid at the epoch; NIM is conserved', { timeout: 60_000 }, async () => {
+test('a caller pays per token from its credit with an API key; miners and the model owner are paid at the epoch, as the dashboard shows; NIM is conserved', { timeout: 90_000 }, async () => {
+  const launching = chromium.executablePath().then((executablePath) => pw.chromium.launch({ executablePath, args: chromium.args, headless: true }));
+  after(() => launching.then((b) => b.close()));
   process.env.NIMBLE_CHAIN_RPC = '';
   process.env.NIMBLE_PASSWORD = PASSWORD;
   await cluster.startOrchestrator(['--min-stake', '0', '--emission', '1', '--epoch-minutes', '0.02', '--check-rate', '0'], { chain: true });
@@ -136,6 +143,7 @@ test('a caller pays per token from its credit with an API key; miners and the mo
   assert.equal(rewards.code, 0, rewards.stderr);
   const listed = (rewards.out[0] as { epochs: EpochView[] }).epochs.flatMap((e) => e.rewards).filter((r) => r.miner.toLowerCase() === miner.toLowerCase());
   assert.ok(listed.reduce((a, r) => a + (r.units.inference ?? 0), 0) > 0, 'nbcli rewards shows the inference units');
+  await dashboardOnAPaidNetwork(await launching, epochs, owner);
 
   // withdrawing closes the escrow and refunds the rest; NIM is conserved
   await credits.withdraw();
@@ -153,3 +161,53 @@ test('a caller pays per token from its credit with an API key; miners and the mo
     assert.equal(await escrowTotalHeld(c), parseEther('0.001'), "only bob's escrow is held");
   });
 });
+
+/**
+ * The dashboard of this paid network, as the operator: the Rewards page shows
+ * each paid epoch's split and inference payments at the API's exact amounts
+ * (in the tooltips); the Models page undeploys the model and deploys it again
+ * for its owner; the job form refuses a spec with a budget (an operator's job
+ * is paid from no escrow).
+ */
+async function dashboardOnAPaidNetwork(browser: Browser, epochs: EpochView[], owner: Address): Promise<void> {
+  const page = await (await browser.newContext({ locale: 'en-US' })).newPage();
+  const message = (): Promise<string> => page.evaluate(() => document.querySelector('#message')?.textContent ?? '');
+  await page.goto(cluster.loginUrl);
+  await page.goto(`${cluster.url}/#/rewards`);
+  await page.waitForFunction(() => /^paid on chain/.test(document.querySelector('.summary')?.textContent ?? ''), null, { timeout: 10_000 });
+  for (const e of epochs.filter((x) => x.inferencePayments.length)) {
+    await page.waitForSelector(`[data-epoch="${e.id}"]`, { timeout: 10_000 });
+    const titles = await page.$$eval(`[data-epoch="${e.id}"] span[title]`, (els) => els.map((el) => el.getAttribute('title')));
+    for (const p of e.inferencePayments) assert.ok(titles.includes(`${p.amount} NIM`), `epoch ${e.id}: ${p.role} ${p.amount} NIM in ${JSON.stringify(titles)}`);
+    for (const r of e.rewards) assert.ok(titles.includes(`${r.amount} NIM (${r.amountWei} wei)`), `epoch ${e.id}: ${r.miner}'s ${r.amount} NIM`);
+    const roles = await page.$$eval(`[data-epoch="${e.id}"] tr`, (trs) => trs.map((tr) => tr.querySelectorAll('td')[1]?.textContent));
+    assert.ok(roles.includes('miner') && roles.includes('owner'), `the miner's and the owner's shares: ${JSON.stringify(roles)}`);
+  }
+
+  // the Models page: the operator undeploys the model, then deploys it again; it is still its owner's
+  const deployment = async (): Promise<DeploymentView | undefined> => ((await (await fetch(`${cluster.url}/deployments`)).json()) as DeploymentView[]).find((d) => d.name === 'paid-micro' && d.status !== 'undeployed');
+  await page.goto(`${cluster.url}/#/models`);
+  await page.click('button[data-action="undeploy"][data-model="paid-micro"]');
+  await page.waitForSelector('button[data-action="deploy"][data-model="paid-micro"]:not([disabled])', { timeout: 10_000 });
+  assert.equal(await deployment(), undefined);
+  assert.match(await message(), /^paid-micro: undeployed/);
+  await page.click('button[data-action="deploy"][data-model="paid-micro"]');
+  const deadline = Date.now() + 30_000;
+  let again = await deployment();
+  while (again?.status !== 'serving') {
+    if (Date.now() > deadline) throw new Error(`not serving again: ${JSON.stringify(again)} ${await message()}`);
+    await new Promise((r) => setTimeout(r, 300));
+    again = await deployment();
+  }
+  assert.equal(again.owner.toLowerCase(), owner.toLowerCase(), "deployed by the operator, still its owner's");
+
+  // the job form: an operator's job pays from no escrow, so a budget is refused with the reason
+  await page.goto(`${cluster.url}/#/runs`);
+  await page.click('#job-form summary');
+  await page.fill('#job-spec', JSON.stringify({ name: 'budgeted', model: 'gpt-micro', data: 'moby-dick', training: { steps: 10 }, budget: '1' }));
+  await page.click('#job-submit');
+  await page.waitForFunction(() => /refused \(400\): a job submitted from the dashboard is the operator's and pays nothing/.test(document.querySelector('#message')?.textContent ?? ''), null, { timeout: 5_000 }).catch(async (err: Error) => {
+    throw new Error(`${err.message}: ${await message()}`);
+  });
+  await page.context().close();
+}

@@ -7,7 +7,7 @@ import { badge, fill, h, table, type Child } from '../dom.ts';
 import { displayNim, num, short, time } from '../format.ts';
 import { livePage, type Page, type PageContext } from './page.ts';
 
-/** Epochs shown with their whole split (the newest). */
+/** Epochs shown with their whole split: the newest that paid or slashed anyone (an epoch without work has nothing to show). */
 const DETAILED = 10;
 
 export function rewardsPage(root: HTMLElement, ctx: PageContext): Page {
@@ -29,7 +29,8 @@ export function rewardsPage(root: HTMLElement, ctx: PageContext): Page {
       ),
     );
     fill(checks, checkTable(ctx));
-    fill(splits, list.epochs.slice(0, DETAILED).map(epochDetail));
+    const detailed = list.epochs.filter((e) => e.rewards.length || e.inferencePayments.length || e.slashes.length).slice(0, DETAILED);
+    fill(splits, detailed.length ? detailed.map(epochDetail) : h('p', { class: 'muted' }, 'no epoch has paid or slashed anyone yet'));
   });
 }
 
