@@ -8,6 +8,7 @@ import { Type, type Static, type TSchema } from '@sinclair/typebox';
 import { DeploymentView } from './deployments.ts';
 import { JobView } from './jobs.ts';
 import { StoredModelView } from './models.ts';
+import { ActivationCodec } from '../protocol/messages.ts';
 import { EpochList, MinerView, RunView, WorkKind } from './schemas.ts';
 
 const Count = Type.Integer({ minimum: 0, maximum: Number.MAX_SAFE_INTEGER });
@@ -40,8 +41,53 @@ export const DashboardMiner = Type.Object({
   /** what scored epochs gave it, in wei and NIM (exact) */
   earnedWei: Wei,
   earned: Nim,
+  /**
+   * its stake on the orchestrator's chain, in wei and NIM (exact), as read at
+   * most every 30 s while it is alive (src/orchestrator/dashboard/stakes.ts);
+   * null on an unpaid network or until it was first read
+   */
+  stake: Nullable(Type.Object({ stakedWei: Wei, staked: Nim, unstakingWei: Wei, unstaking: Nim })),
 });
 export type DashboardMiner = Static<typeof DashboardMiner>;
+
+/**
+ * What crossed the boundary between stage `from` and stage `from + 1` of a
+ * run (src/orchestrator/dashboard/traffic.ts): no byte counter is kept per
+ * hop, so it is computed: the microbatches that crossed it, from the work
+ * log (forward units of stage `from`: activations sent forward; backward
+ * units of stage `from + 1`: gradients sent back; both are credited when a
+ * microbatch completes), times the payload bytes of one microbatch's frame
+ * at the run's codec. Frame headers, and attempts that did not complete, are
+ * not counted.
+ */
+export const BoundaryTraffic = Type.Object({
+  from: Count,
+  forwardMicrobatches: Count,
+  backwardMicrobatches: Count,
+  forwardBytes: Count,
+  backwardBytes: Count,
+  /** bytes per second each way over about the last minute; null until the orchestrator has watched for a few seconds */
+  forwardBytesPerSecond: Nullable(Type.Number({ minimum: 0 })),
+  backwardBytesPerSecond: Nullable(Type.Number({ minimum: 0 })),
+});
+export type BoundaryTraffic = Static<typeof BoundaryTraffic>;
+
+/** The traffic between a run's stages: its codec, the payload of one microbatch's activation (or gradient) frame, and each boundary. */
+export const RunTraffic = Type.Object({
+  codec: ActivationCodec,
+  /** [rows, width] of an activation crossing a boundary (batch × context, d_model for a GPT) */
+  shape: Type.Tuple([Count, Count]),
+  frameBytes: Count,
+  boundaries: Type.Array(BoundaryTraffic),
+});
+export type RunTraffic = Static<typeof RunTraffic>;
+
+/** A run as the dashboard shows it: its view and, while it is under way, the traffic between its stages (null otherwise, or for a model that is not cut). */
+export const DashboardRun = Type.Object({
+  ...RunView.properties,
+  traffic: Nullable(RunTraffic),
+});
+export type DashboardRun = Static<typeof DashboardRun>;
 
 /** One point of a loss curve: [step, train loss, tokens/s, unix ms]. */
 export const LossPoint = Type.Tuple([Count, Type.Number(), Type.Number({ minimum: 0 }), Ms]);
@@ -66,7 +112,7 @@ export type LossEvent = Static<typeof LossEvent>;
 export const DashboardSections = {
   miners: Type.Array(DashboardMiner),
   /** the runs not ended and the newest ended ones */
-  runs: Type.Array(RunView),
+  runs: Type.Array(DashboardRun),
   jobs: Type.Array(JobView),
   epochs: EpochList,
   models: Type.Array(StoredModelView),

@@ -78,6 +78,7 @@ export function buildApi(
     wallets: () => readWallets(walletsDataDir, epochs?.chain.client ?? null),
     deployments,
     operatorAddress: epochs?.chain.signer.account.address ?? zeroAddress,
+    chain: epochs?.chain.client ?? null,
   });
   return app;
 }

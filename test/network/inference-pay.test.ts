@@ -18,7 +18,7 @@ import { after, test } from 'node:test';
 import chromium from '@sparticuz/chromium';
 import OpenAI from 'openai';
 import pw, { type Browser } from 'playwright-core';
-import { parseEther, type Address, type Hex } from 'viem';
+import { formatEther, parseEther, type Address, type Hex } from 'viem';
 import { generatePrivateKey, privateKeyToAccount } from 'viem/accounts';
 import { OrchestratorClient } from '../../src/api/client.ts';
 import { CreditClient } from '../../src/api/credit-client.ts';
@@ -143,7 +143,7 @@ test('a caller pays per token from its credit with an API key; miners and the mo
   assert.equal(rewards.code, 0, rewards.stderr);
   const listed = (rewards.out[0] as { epochs: EpochView[] }).epochs.flatMap((e) => e.rewards).filter((r) => r.miner.toLowerCase() === miner.toLowerCase());
   assert.ok(listed.reduce((a, r) => a + (r.units.inference ?? 0), 0) > 0, 'nbcli rewards shows the inference units');
-  await dashboardOnAPaidNetwork(await launching, epochs, owner);
+  await dashboardOnAPaidNetwork(await launching, epochs, owner, miner);
 
   // withdrawing closes the escrow and refunds the rest; NIM is conserved
   await credits.withdraw();
@@ -169,7 +169,7 @@ test('a caller pays per token from its credit with an API key; miners and the mo
  * for its owner; the job form refuses a spec with a budget (an operator's job
  * is paid from no escrow).
  */
-async function dashboardOnAPaidNetwork(browser: Browser, epochs: EpochView[], owner: Address): Promise<void> {
+async function dashboardOnAPaidNetwork(browser: Browser, epochs: EpochView[], owner: Address, miner: Address): Promise<void> {
   const page = await (await browser.newContext({ locale: 'en-US' })).newPage();
   const message = (): Promise<string> => page.evaluate(() => document.querySelector('#message')?.textContent ?? '');
   await page.goto(cluster.loginUrl);
@@ -183,6 +183,20 @@ async function dashboardOnAPaidNetwork(browser: Browser, epochs: EpochView[], ow
     const roles = await page.$$eval(`[data-epoch="${e.id}"] tr`, (trs) => trs.map((tr) => tr.querySelectorAll('td')[1]?.textContent));
     assert.ok(roles.includes('miner') && roles.includes('owner'), `the miner's and the owner's shares: ${JSON.stringify(roles)}`);
   }
+
+  // the Network page: the miner's stake as the chain has it (its emission and its share of the payments, all settled)
+  await page.goto(`${cluster.url}/#/`);
+  const staked = await onChain(join(cluster.dir, 'orch'), async (c) => (await readStake(c, miner)).staked);
+  const cell = (await page.waitForFunction(
+    (id) => {
+      const e = [...document.querySelectorAll('[data-stake]')].find((x) => x.getAttribute('data-stake')?.toLowerCase() === id);
+      return e?.getAttribute('data-wei') ? [e.getAttribute('data-wei'), e.getAttribute('title')] : null;
+    },
+    miner.toLowerCase(),
+    { timeout: 15_000 },
+  ).then((handle) => handle.jsonValue())) as [string, string];
+  assert.equal(cell[0], staked.toString());
+  assert.match(cell[1] ?? '', new RegExp(`^${formatEther(staked).replace('.', '\\.')} NIM staked`));
 
   // the Models page: the operator undeploys the model, then deploys it again; it is still its owner's
   const deployment = async (): Promise<DeploymentView | undefined> => ((await (await fetch(`${cluster.url}/deployments`)).json()) as DeploymentView[]).find((d) => d.name === 'paid-micro' && d.status !== 'undeployed');

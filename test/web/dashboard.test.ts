@@ -118,6 +118,21 @@ test('the dashboard shows the network live, draws the loss, renders miner names 
   const long = await cluster.createRun({ model: 'gpt-micro', data: 'moby-dick', steps: 100_000, stages: 2, minMiners: 2 });
   await page.goto(`${cluster.url}/#/runs/${long.id}`);
   await page.waitForSelector('#status .badge', { timeout: 5_000 });
+  // the traffic between its 2 stages: activations forward and gradients back, whole frames of the run's codec
+  await page.waitForFunction(() => Number(document.querySelector('[data-boundary="0"] [data-dir="forward"]')?.getAttribute('data-bytes') ?? 0) > 0, null, { timeout: 20_000 });
+  const snapshot = (await (await fetch(`${cluster.url}/events`)).json()) as { runs: { id: string; traffic: { frameBytes: number; boundaries: unknown[] } | null }[] };
+  const traffic = snapshot.runs.find((r) => r.id === long.id)?.traffic;
+  assert.ok(traffic && traffic.boundaries.length === 1, JSON.stringify(traffic));
+  const batch = (await cluster.run(long.id)).batchSize;
+  assert.equal(traffic.frameBytes, batch * 16 * 16 * 2, `gpt-micro in f16: ${batch} rows × 16 tokens × 16 channels × 2 bytes`);
+  for (const dir of ['forward', 'back']) {
+    const sent = Number(await page.$eval(`[data-boundary="0"] [data-dir="${dir}"]`, (e) => e.getAttribute('data-bytes')));
+    assert.ok(sent >= 0 && sent % traffic.frameBytes === 0, `${dir}: ${sent} bytes, whole frames`);
+  }
+  assert.match((await page.getAttribute('[data-boundary="0"]', 'title')) ?? '', /microbatches done across this boundary × the frame size/);
+  assert.equal(snapshot.runs.find((r) => r.id === run.id)?.traffic, null, 'an ended run has no traffic');
+  // on an unpaid network no stake is read
+  assert.deepEqual(await page.evaluate(() => fetch('/events').then((r) => r.json()).then((v: { miners: { stake: unknown }[] }) => v.miners.map((m) => m.stake))), [null, null]);
   assert.equal(await page.$eval('#cancel', (e) => (e as HTMLButtonElement).disabled), true);
   const refused = await page.evaluate((id) => fetch(`/operator/runs/${id}/cancel`, { method: 'POST' }).then((r) => r.status), long.id);
   assert.equal(refused, 401);

@@ -10,12 +10,14 @@ import type { TSchema } from '@sinclair/typebox';
 import { TypeCompiler, type TypeCheck } from '@sinclair/typebox/compiler';
 import { DashboardSections as Schemas, LossEvent, SECTION_NAMES, type DashboardSectionName, type HelloEvent } from '../../api/dashboard.ts';
 import { FINAL_RUN_STATUSES } from '../../api/schemas.ts';
+import type { ChainClient } from '../../chain/client.ts';
 import { isFinalJobStatus } from '../../jobs/status.ts';
 import { NimbleError } from '../../protocol/errors.ts';
 import type { Coordinator } from '../coordinator.ts';
 import type { JobService } from '../jobs.ts';
 import { LossHistories } from './loss-history.ts';
 import { DashboardSections } from './sections.ts';
+import { StakeCache } from './stakes.ts';
 
 /** Event streams open at once: past it a new one is refused (503). */
 export const MAX_DASHBOARD_STREAMS = 64;
@@ -29,6 +31,13 @@ const MAX_UNREAD_BYTES = 8 << 20;
 const checks = new Map<DashboardSectionName, TypeCheck<TSchema>>(SECTION_NAMES.map((n) => [n, TypeCompiler.Compile(Schemas[n])]));
 const lossCheck = TypeCompiler.Compile(LossEvent);
 
+export interface DashboardFeedOptions {
+  log?: (line: string) => void;
+  now?: () => number;
+  /** the orchestrator's chain, whose Staking contract the miners' stakes are read from (./stakes.ts); null or absent: no stakes shown */
+  chain?: ChainClient | null;
+}
+
 export class DashboardFeed {
   readonly losses = new LossHistories();
   private readonly sections: DashboardSections;
@@ -39,15 +48,20 @@ export class DashboardFeed {
   private trackedJobs = new Set<string>();
   private readonly timer: NodeJS.Timeout;
   private readonly keepalive: NodeJS.Timeout;
+  private readonly stakes: StakeCache | null;
+  private readonly log: (line: string) => void;
+  private readonly now: () => number;
 
   constructor(
     private readonly c: Coordinator,
     private readonly jobs: JobService | null,
     private readonly paid: boolean,
-    private readonly log: (line: string) => void = (line) => console.error(`orchestrator: ${line}`),
-    private readonly now: () => number = Date.now,
+    options: DashboardFeedOptions = {},
   ) {
-    this.sections = new DashboardSections(c, jobs, paid, now);
+    this.log = options.log ?? ((line) => console.error(`orchestrator: ${line}`));
+    this.now = options.now ?? Date.now;
+    this.stakes = options.chain ? StakeCache.ofChain(options.chain, { now: this.now, log: this.log }) : null;
+    this.sections = new DashboardSections(c, jobs, paid, this.now, this.stakes);
     this.timer = setInterval(() => this.step(), FEED_EVERY_MS);
     this.timer.unref();
     this.keepalive = setInterval(() => this.write(': keepalive\n\n'), KEEPALIVE_MS);
@@ -109,6 +123,7 @@ export class DashboardFeed {
   close(): void {
     clearInterval(this.timer);
     clearInterval(this.keepalive);
+    this.stakes?.close();
     for (const res of this.streams) res.end();
     this.streams.clear();
   }

@@ -3,10 +3,13 @@
 // epochs; stored models and deployments. Built from the same views as the
 // public API (../views.ts, ../routes/jobs.ts, ../deployments.ts), bounded in
 // length, and with the costlier sums (the work log, every epoch's rewards)
-// recomputed only when they can have changed.
+// recomputed only when they can have changed. Each miner's stake comes from a
+// cache read in the background (./stakes.ts), the traffic between a run's
+// stages from the work log read incrementally (./traffic.ts): neither reads
+// the chain nor the whole log while a section is built.
 import { formatEther } from 'viem';
-import type { DashboardMiner, DashboardSection, DashboardSectionName, MinerRole } from '../../api/dashboard.ts';
-import { FINAL_RUN_STATUSES, WORK_KINDS, type RunView, type WorkKind } from '../../api/schemas.ts';
+import type { DashboardMiner, DashboardRun, DashboardSection, DashboardSectionName, MinerRole } from '../../api/dashboard.ts';
+import { FINAL_RUN_STATUSES, WORK_KINDS, type WorkKind } from '../../api/schemas.ts';
 import { isFinalJobStatus } from '../../jobs/status.ts';
 import type { Coordinator } from '../coordinator.ts';
 import { deploymentView, deploymentViewOf } from '../deployments.ts';
@@ -14,6 +17,8 @@ import type { JobService } from '../jobs.ts';
 import { storedModelView } from '../models.ts';
 import { jobView } from '../routes/jobs.ts';
 import { epochView, minerView, runView } from '../views.ts';
+import type { StakeSource } from './stakes.ts';
+import { StageTraffic } from './traffic.ts';
 
 /** Ended runs and jobs shown beside the ones under way (the newest). */
 export const ENDED_SHOWN = 100;
@@ -33,13 +38,18 @@ export class DashboardSections {
   /** [time, last work log id] when the log was summed: where a rate's window starts */
   private marks: [number, number][] = [];
   private earned: { key: string; byMiner: Map<string, bigint> } | null = null;
+  private readonly traffic: StageTraffic;
 
   constructor(
     private readonly c: Coordinator,
     private readonly jobs: JobService | null,
     private readonly paid: boolean,
     private readonly now: () => number = Date.now,
-  ) {}
+    /** each miner's stake (./stakes.ts); null: none shown (an unpaid network) */
+    private readonly stakes: StakeSource | null = null,
+  ) {
+    this.traffic = new StageTraffic(c.state.ledger, now);
+  }
 
   build<K extends DashboardSectionName>(name: K): DashboardSection<K> {
     const built: { [S in DashboardSectionName]: () => DashboardSection<S> } = {
@@ -64,20 +74,22 @@ export class DashboardSections {
     return state.miners.list().map((m) => {
       const wei = earned.get(m.id) ?? 0n;
       const perMinute = work.perMinute === null ? null : (work.perMinute.get(m.id) ?? 0);
-      return { ...minerView(m), roles: roles.get(m.id) ?? [], units: work.byMiner.get(m.id) ?? zeroUnits(), workPerMinute: perMinute, earnedWei: wei.toString(), earned: formatEther(wei) };
+      return { ...minerView(m), roles: roles.get(m.id) ?? [], units: work.byMiner.get(m.id) ?? zeroUnits(), workPerMinute: perMinute, earnedWei: wei.toString(), earned: formatEther(wei), stake: this.stakes?.get(m.id, m.alive) ?? null };
     });
   }
 
-  runs(): RunView[] {
+  runs(): DashboardRun[] {
     const { state } = this.c;
     const all = state.runs.list();
     const ended = all.filter((r) => FINAL_RUN_STATUSES.includes(r.status));
-    const shown = new Set([...all.filter((r) => !FINAL_RUN_STATUSES.includes(r.status)), ...ended.slice(-ENDED_SHOWN)]);
+    const active = all.filter((r) => !FINAL_RUN_STATUSES.includes(r.status));
+    const shown = new Set([...active, ...ended.slice(-ENDED_SHOWN)]);
+    const traffic = this.traffic.of(active);
     // newest first
     return all
       .filter((r) => shown.has(r))
       .reverse()
-      .map((r) => runView(state, this.c.microbatches, r));
+      .map((r) => ({ ...runView(state, this.c.microbatches, r), traffic: traffic.get(r.id) ?? null }));
   }
 
   private jobList(): DashboardSection<'jobs'> {

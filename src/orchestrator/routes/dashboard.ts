@@ -13,6 +13,7 @@ import { Type } from '@sinclair/typebox';
 import type { FastifyReply, FastifyRequest } from 'fastify';
 import { CancelAnswer, LossHistory, SessionView, UpgradeAnswer, WalletsView } from '../../api/dashboard.ts';
 import type { Address } from 'viem';
+import type { ChainClient } from '../../chain/client.ts';
 import { DeploymentView, DeployRequest } from '../../api/deployments.ts';
 import { JobId, JobView } from '../../api/jobs.ts';
 import { Sha256 } from '../../api/models.ts';
@@ -53,6 +54,8 @@ export interface DashboardOptions {
   deployments?: OperatorDeployments;
   /** who owns the jobs the operator submits: the orchestrator's chain account (the zero address on an unpaid network) */
   operatorAddress: Address;
+  /** the orchestrator's chain, whose Staking contract the Network page's stakes are read from (null or absent: an unpaid network, none) */
+  chain?: ChainClient | null;
 }
 
 const logins = new WeakMap<HttpServer, OperatorAuth>();
@@ -72,7 +75,7 @@ export function dashboardRoutes(app: HttpServer, c: Coordinator, options: Dashbo
   const auth = options.auth ?? new OperatorAuth();
   logins.set(app, auth);
   const files = new StaticFiles(options.webRoot);
-  const feed = new DashboardFeed(c, options.jobs, options.paid);
+  const feed = new DashboardFeed(c, options.jobs, options.paid, { chain: options.chain ?? null });
   // streams are ended before the server waits for its connections to close
   app.addHook('preClose', async () => feed.close());
 

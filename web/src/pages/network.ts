@@ -1,7 +1,7 @@
 // The Network page: every miner (name, address, speed, memory, what it does,
 // its work done, its work per minute lately and its dropped work, what it
-// earned, when it was last seen) and the
-// pipeline of each run under way.
+// earned, its stake on the chain, when it was last seen) and the
+// pipeline of each run under way, with the traffic between its stages.
 import type { DashboardMiner } from '../../../src/api/dashboard.ts';
 import { FINAL_RUN_STATUSES } from '../status.ts';
 import { fill, h, table } from '../dom.ts';
@@ -30,7 +30,7 @@ function minerTable(list: readonly DashboardMiner[]): HTMLTableElement {
   const now = Date.now();
   const sorted = [...list].sort((a, b) => Number(b.alive) - Number(a.alive) || a.name.localeCompare(b.name));
   return table(
-    ['name', 'address', 'GFLOP/s', 'threads', 'memory', 'bandwidth', 'stage / role', 'work done', 'work/min', 'dropped', 'NIM earned', 'last seen'],
+    ['name', 'address', 'GFLOP/s', 'threads', 'memory', 'bandwidth', 'stage / role', 'work done', 'work/min', 'dropped', 'NIM earned', 'stake', 'last seen'],
     sorted.map((m) => [
       h('span', { class: m.alive ? 'alive' : 'gone', data: { miner: m.id } }, m.name),
       h('code', { title: m.id }, short(m.id)),
@@ -43,8 +43,18 @@ function minerTable(list: readonly DashboardMiner[]): HTMLTableElement {
       h('span', { title: 'forward, backward, merge and inference units per minute over about the last minute' }, m.workPerMinute === null ? '–' : num(m.workPerMinute, 1)),
       num(m.units.dropped ?? 0, 1),
       h('span', { title: `${m.earned} NIM (${m.earnedWei} wei)` }, displayNim(m.earned)),
+      stake(m),
       m.alive ? ago(m.lastSeen, now) : `gone (${ago(m.lastSeen, now)})`,
     ]),
     { class: 'grid' },
   );
+}
+
+/** Its stake, rounded (exact in the tooltip), and what it is unstaking if anything; – when not read (an unpaid network, or not yet). */
+function stake(m: DashboardMiner): HTMLSpanElement {
+  const s = m.stake;
+  if (s === null) return h('span', { class: 'muted', title: 'not read from the chain (an unpaid network, or not yet)', data: { stake: m.id } }, '–');
+  const unstaking = s.unstakingWei !== '0';
+  const title = `${s.staked} NIM staked (${s.stakedWei} wei)${unstaking ? `; ${s.unstaking} NIM unstaking (${s.unstakingWei} wei)` : ''}; read from the chain at most every 30 s`;
+  return h('span', { title, data: { stake: m.id, wei: s.stakedWei } }, displayNim(s.staked), unstaking ? h('span', { class: 'muted' }, ` (+${displayNim(s.unstaking)} unstaking)`) : null);
 }
