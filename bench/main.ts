@@ -13,8 +13,9 @@ import { jobPlanBenches } from './jobs-plan.bench.ts';
 import { jobSubmitBenches } from './jobs-submit.bench.ts';
 import { inferenceBenches } from './inference.bench.ts';
 import { dashboardBenches } from './dashboard.bench.ts';
+import { webgpuBenches } from './webgpu.bench.ts';
 
-const registry: Bench[] = [...engineBenches, ...protocolBenches, ...chainBenches, ...mergeBenches, ...spotCheckBenches, ...networkBenches, ...floodBenches, ...trustBenches, ...spamBenches, ...jobPlanBenches, ...jobSubmitBenches, ...inferenceBenches, ...dashboardBenches];
+const registry: Bench[] = [...engineBenches, ...protocolBenches, ...chainBenches, ...mergeBenches, ...spotCheckBenches, ...networkBenches, ...floodBenches, ...trustBenches, ...spamBenches, ...jobPlanBenches, ...jobSubmitBenches, ...inferenceBenches, ...dashboardBenches, ...webgpuBenches];
 
 const args = process.argv.slice(2);
 const json = args.includes('--json');

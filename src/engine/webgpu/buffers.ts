@@ -1,0 +1,74 @@
+// Float32 arrays that live on the GPU: create, upload, and read back (the
+// one slow, synchronising step: only where a test or a frame needs the values).
+
+/**
+ * GPUBufferUsage and GPUMapMode flags (WebGPU spec values). @webgpu/types
+ * declares the globals, but Dawn for Node does not define them unless its
+ * `globals` are copied onto globalThis, which this engine does not do.
+ */
+export const BufferUsage = {
+  MAP_READ: 0x0001,
+  COPY_SRC: 0x0004,
+  COPY_DST: 0x0008,
+  UNIFORM: 0x0040,
+  STORAGE: 0x0080,
+} as const;
+const MAP_READ_MODE = 0x0001;
+
+/** `length` floats in a GPU storage buffer. */
+export class GpuArray {
+  constructor(
+    readonly buffer: GPUBuffer,
+    readonly length: number,
+  ) {}
+
+  /** Frees the GPU memory now rather than when the object is collected. */
+  destroy(): void {
+    this.buffer.destroy();
+  }
+}
+
+/** A zero-filled array of `length` floats (storage; copy source and destination). */
+export function createArray(device: GPUDevice, length: number, label?: string): GpuArray {
+  if (!Number.isInteger(length) || length < 0) throw new RangeError(`createArray: bad length ${length}`);
+  // an empty binding is invalid: keep at least one float
+  const buffer = device.createBuffer({
+    label,
+    size: Math.max(1, length) * 4,
+    usage: BufferUsage.STORAGE | BufferUsage.COPY_SRC | BufferUsage.COPY_DST,
+  });
+  return new GpuArray(buffer, length);
+}
+
+/** A new GPU array holding a copy of `values`. */
+export function uploadArray(device: GPUDevice, values: Float32Array, label?: string): GpuArray {
+  const array = createArray(device, values.length, label);
+  writeArray(device, array, values);
+  return array;
+}
+
+/** Copies `values` into `array` from float `offset` on (queued before any later submit). */
+export function writeArray(device: GPUDevice, array: GpuArray, values: Float32Array, offset = 0): void {
+  if (offset < 0 || offset + values.length > array.length) {
+    throw new RangeError(`writeArray: [${offset}, ${offset + values.length}) outside ${array.length} floats`);
+  }
+  if (values.length > 0) device.queue.writeBuffer(array.buffer, offset * 4, values.buffer, values.byteOffset, values.byteLength);
+}
+
+/** Reads `length` floats from float `offset` of `array` back, after all submitted work. */
+export async function readArray(device: GPUDevice, array: GpuArray, offset = 0, length: number = array.length - offset): Promise<Float32Array> {
+  if (offset < 0 || length < 0 || offset + length > array.length) {
+    throw new RangeError(`readArray: [${offset}, ${offset + length}) outside ${array.length} floats`);
+  }
+  if (length === 0) return new Float32Array(0);
+  const staging = device.createBuffer({ label: 'readback', size: length * 4, usage: BufferUsage.MAP_READ | BufferUsage.COPY_DST });
+  try {
+    const encoder = device.createCommandEncoder();
+    encoder.copyBufferToBuffer(array.buffer, offset * 4, staging, 0, length * 4);
+    device.queue.submit([encoder.finish()]);
+    await staging.mapAsync(MAP_READ_MODE);
+    return new Float32Array(staging.getMappedRange().slice(0));
+  } finally {
+    staging.destroy();
+  }
+}
