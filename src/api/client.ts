@@ -10,6 +10,7 @@ import { JsonClient, SignedClient } from '../http/client.ts';
 import { NimbleError } from '../protocol/errors.ts';
 import { parseJson } from '../protocol/messages.ts';
 import { RequestSigner } from '../protocol/signing.ts';
+import { RunMerges } from './merges.ts';
 import { findNetwork } from './network.ts';
 import { EpochList, EpochView, Health, MinerView, RunView, WorkTotal, type CreateRunRequest } from './schemas.ts';
 
@@ -87,6 +88,11 @@ export class OrchestratorClient {
   /** A run's work log summed per miner and kind. */
   runWork(id: string): Promise<WorkTotal[]> {
     return this.http.get(`/runs/${encodeURIComponent(id)}/work`, WorkList, 'run work totals');
+  }
+
+  /** A run's merge rounds the orchestrator keeps, newest first (at most 200). */
+  runMerges(id: string): Promise<RunMerges> {
+    return this.http.get(`/runs/${encodeURIComponent(id)}/merges`, RunMerges, 'run merge rounds');
   }
 
   epochs(): Promise<EpochList> {

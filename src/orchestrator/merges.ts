@@ -279,7 +279,10 @@ export class MergeRounds {
 
   private finish(run: RunRecord, s: StageRecord, round: number, stateBlob: string | null): void {
     this.state.tx(() => {
-      this.state.mergeRounds.update(keyOf(run, s.stage, round), { status: 'done' });
+      const key = keyOf(run, s.stage, round);
+      const open = this.state.mergeRounds.get(key);
+      // a done round's phaseAt is when it closed (the dashboard's merge rounds show how long it took)
+      this.state.mergeRounds.update(key, open ? { status: 'done', plan: { ...open.plan, phaseAt: this.now() } } : { status: 'done' });
       this.state.runs.finishRound(run.id, s.stage, round, stateBlob);
       if (s.stage === 0) this.state.runs.addCounters(run.id, { merges: 1 });
     });

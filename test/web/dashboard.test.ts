@@ -88,6 +88,12 @@ test('the dashboard shows the network live, draws the loss, renders miner names 
   const run = await cluster.createRun({ model: 'gpt-micro', data: 'moby-dick', steps: 40, stages: 2, mergeEvery: 10, batchSize: 8, lr: 0.003, minMiners: 2 });
   await page.goto(`${cluster.url}/#/runs/${run.id}`);
   await page.waitForFunction(() => Number((document.querySelector('#chart') as HTMLElement | null)?.dataset.points ?? 0) >= 3, null, { timeout: 25_000 });
+  // its merge rounds as they happen (every 10 steps; one replica per stage, so each settles as 'single'), each stage's named miner
+  await page.waitForSelector('#merges [data-outcome]', { timeout: 25_000 });
+  const merges = await page.$$eval('#merges tbody tr', (trs) => trs.map((tr) => ({ round: Number(tr.querySelector('[data-round]')?.getAttribute('data-round')), outcome: tr.querySelector('[data-outcome]')?.getAttribute('data-outcome'), replicas: tr.querySelector('[data-replicas]')?.textContent })));
+  assert.ok(merges.length >= 1 && merges.every((m) => m.round >= 1 && ['single', 'pending'].includes(String(m.outcome)) && [EVIL, 'alpha'].includes(String(m.replicas))), JSON.stringify(merges));
+  const listed = await cluster.api.runMerges(run.id);
+  assert.ok(listed.rounds.length >= 1 && listed.rounds.every((r) => r.partitions === 0 && r.replicas.length === 1), JSON.stringify(listed.rounds));
   await shoot(page, 'dashboard-run.png').catch(() => {});
   await waitStatus(page, 'completed', 30_000);
   const points = Number(await page.$eval('#chart', (e) => (e as HTMLElement).dataset.points));

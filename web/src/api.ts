@@ -5,6 +5,7 @@
 import type { CancelAnswer, LossHistory, SessionView, UpgradeAnswer, WalletsView } from '../../src/api/dashboard.ts';
 import type { DeploymentView, DeployRequest } from '../../src/api/deployments.ts';
 import type { JobEvent, JobView } from '../../src/api/jobs.ts';
+import type { RunMerges } from '../../src/api/merges.ts';
 import type { JobPlan } from '../../src/jobs/plan-schema.ts';
 import type { WorkTotal } from '../../src/api/schemas.ts';
 
@@ -41,6 +42,7 @@ export const api = {
   cancel: (kind: 'run' | 'job', id: string): Promise<CancelAnswer> => call('POST', `/operator/${kind}s/${seg(id)}/cancel`),
   wallets: (): Promise<WalletsView> => call('GET', '/wallets'),
   runWork: (id: string): Promise<WorkTotal[]> => call('GET', `/runs/${seg(id)}/work`),
+  runMerges: (id: string): Promise<RunMerges> => call('GET', `/runs/${seg(id)}/merges`),
   upgrade: (id: string): Promise<UpgradeAnswer> => call('POST', `/operator/jobs/${seg(id)}/upgrade`),
   submitJob: (spec: unknown): Promise<JobView> => call('POST', '/operator/jobs', { spec }),
   deploy: (sha256: string, request: DeployRequest): Promise<DeploymentView> => call('POST', `/operator/models/${seg(sha256)}/deploy`, request),

@@ -2,6 +2,7 @@
 // developers do with their runs (create, cancel, download the checkpoint),
 // signed with their wallet key. Contracts in src/api/schemas.ts.
 import { Type } from '@sinclair/typebox';
+import { RunMerges } from '../../api/merges.ts';
 import { CreateRunRequest, EpochList, EpochView, Health, MinerView, RunView, WorkTotal } from '../../api/schemas.ts';
 import type { HttpServer } from '../../http/server.ts';
 import { signerOf } from '../../http/signed.ts';
@@ -10,6 +11,7 @@ import { NetworkInfo } from '../../protocol/messages.ts';
 import { challengeMessage } from '../../protocol/network.ts';
 import { assembleCheckpoint } from '../checkpoint.ts';
 import type { Coordinator } from '../coordinator.ts';
+import { mergeRoundsView } from '../merge-rounds-view.ts';
 import { epochView, minerView, runView, workView } from '../views.ts';
 
 const RunParams = Type.Object({ id: Type.String({ minLength: 1, maxLength: 128, pattern: '^[A-Za-z0-9_.:-]+$' }) });
@@ -38,6 +40,11 @@ export function publicRoutes(app: HttpServer, c: Coordinator, paid: boolean): vo
   app.get('/runs/:id/work', { schema: { params: RunParams, response: { 200: Type.Array(WorkTotal) } } }, async (req) => {
     if (!state.runs.get(req.params.id)) throw new NimbleError('not_found', `unknown run ${req.params.id}`);
     return workView(state, req.params.id);
+  });
+  // a run's merge rounds the orchestrator keeps, newest first, the 200 newest at most (src/api/merges.ts)
+  app.get('/runs/:id/merges', { schema: { params: RunParams, response: { 200: RunMerges } } }, async (req) => {
+    if (!state.runs.get(req.params.id)) throw new NimbleError('not_found', `unknown run ${req.params.id}`);
+    return mergeRoundsView(state, req.params.id);
   });
   app.post('/runs', { config: developer, schema: { body: CreateRunRequest, response: { 201: RunView } } }, async (req, reply) => {
     const run = c.createRun(req.body, signerOf(req));

@@ -9,7 +9,7 @@
 import { Type, type Static } from '@sinclair/typebox';
 import { MergePhase } from '../../api/schemas.ts';
 import { Aggregator } from '../../protocol/messages.ts';
-import { all, jsonColumn, one, rowReader, type Migrations, type StateDb } from './db.ts';
+import { all, jsonColumn, one, rowReader, scalar, type Migrations, type StateDb } from './db.ts';
 
 export const MERGE_ROUND_MIGRATIONS: Migrations = {
   store: 'merge_rounds',
@@ -208,6 +208,22 @@ export class MergeRoundStore {
       k.stage,
       k.round,
     );
+  }
+
+  // ---- reading a run's rounds (GET /runs/:id/merges) ---------------------------
+
+  /**
+   * A run's rounds, newest first (by round, then stage), at most `limit`.
+   * No index of its own: the primary key finds the run's rows, and the
+   * collector keeps few of them (src/orchestrator/gc.ts), so the sort is small.
+   */
+  roundsOf(runId: string, limit: number): MergeRoundRecord[] {
+    return all(this.db, decodeRound, `SELECT ${ROUND_COLUMNS} FROM merge_rounds WHERE run_id = ? ORDER BY round DESC, stage LIMIT ?`, runId, limit);
+  }
+
+  /** How many pseudo-gradient slices a round has received (one per replica and partition). */
+  uploadCount(k: RoundKey): number {
+    return scalar(this.db, 'SELECT COUNT(*) AS n FROM merge_uploads WHERE run_id = ? AND stage = ? AND round = ?', k.runId, k.stage, k.round);
   }
 
   // ---- collection (src/orchestrator/gc.ts) ------------------------------------

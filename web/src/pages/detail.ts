@@ -1,9 +1,10 @@
 // A run's or a job's own page: its status and timeline, the live loss chart
 // (train loss, held-out loss at checkpoints, tokens/s), its figures, its
 // checkpoints with download links (for the operator), its pipeline, the work
-// each miner did on its run, a job's plan on the miners alive now, and the
-// operator's buttons: cancel, and for a job upgrade (onto the default group
-// for the miners alive, as `nbcli job upgrade` without flags).
+// each miner did on its run, its run's merge rounds (./merges.ts), a job's
+// plan on the miners alive now, and the operator's buttons: cancel, and for a
+// job upgrade (onto the default group for the miners alive, as `nbcli job
+// upgrade` without flags).
 import type { JobEvent, JobView } from '../../../src/api/jobs.ts';
 import type { DashboardMiner, LossPoint } from '../../../src/api/dashboard.ts';
 import type { RunView, WorkTotal } from '../../../src/api/schemas.ts';
@@ -14,6 +15,7 @@ import { badge, fill, h, table, type Child } from '../dom.ts';
 import { bytes, duration, num, short, time } from '../format.ts';
 import type { Page, PageContext } from './page.ts';
 import { planView } from './job-plan.ts';
+import { mergesSection } from './merges.ts';
 import { pipeline } from './pipeline.ts';
 import { progress } from './runs.ts';
 
@@ -29,6 +31,7 @@ export function detailPage(root: HTMLElement, ctx: PageContext, kind: 'run' | 'j
   const pipe = h('div', { id: 'pipeline' });
   const work = h('div', { id: 'work' });
   const plan = h('div', { id: 'plan' });
+  const merges = mergesSection(() => ctx.feed.store.miners ?? []);
   fill(
     root,
     h('h1', null, `${kind === 'run' ? 'Run' : 'Job'} `, h('code', null, id), ' ', status),
@@ -44,6 +47,8 @@ export function detailPage(root: HTMLElement, ctx: PageContext, kind: 'run' | 'j
     pipe,
     h('h2', null, 'Work per miner'),
     work,
+    h('h2', null, 'Merge rounds'),
+    merges.el,
     kind === 'job' ? [h('h2', null, 'Plan on the miners alive now'), h('div', { class: 'actions' }, h('button', { type: 'button', id: 'plan-refresh', on: { click: () => loadPlan() } }, 'Plan again')), plan] : null,
   );
   const loadPlan = (): void => {
@@ -155,7 +160,10 @@ export function detailPage(root: HTMLElement, ctx: PageContext, kind: 'run' | 'j
     fill(timeline, timelineItems(statuses, subject.createdAt));
     fill(checkpoints, job ? jobCheckpoints(job, ctx.operator) : run ? runCheckpoint(run, ctx.operator) : []);
     fill(pipe, run ? pipeline(run) : h('p', { class: 'muted' }, 'not placed yet'));
-    if (run) refreshWork(run);
+    if (run) {
+      refreshWork(run);
+      merges.update(run);
+    }
   };
   const off = ctx.feed.listen((changed) => {
     if (changed === 'runs' || changed === 'jobs') draw();
