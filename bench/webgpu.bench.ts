@@ -1,12 +1,21 @@
 // WebGPU benchmarks: whether this machine has a device (a GPU, else
 // SwiftShader), how far its SGEMM is from the WASM kernel's on a 256³
-// product, and on a hardware adapter only, SGEMM throughput at 2048³
+// product, how far a few other ported kernels are from theirs at gpt-tiny
+// sizes, and on a hardware adapter only, SGEMM throughput at 2048³
 // (SwiftShader's speed says nothing about a GPU, so it is not measured).
 import { Engine } from '../src/engine/engine.ts';
+import { GpuAttention } from '../src/engine/webgpu/attention.ts';
+import { crosscheckAttention } from '../src/engine/webgpu/attention-check.ts';
 import { createArray, uploadArray } from '../src/engine/webgpu/buffers.ts';
 import { compareSgemm, runGpuSgemm, runWasmSgemm, sgemmInputs, sgemmLayout } from '../src/engine/webgpu/crosscheck.ts';
 import { openGpu } from '../src/engine/webgpu/device.ts';
 import { GpuGemm } from '../src/engine/webgpu/gemm.ts';
+import { adamwCase, elementwiseCase } from '../src/engine/webgpu/kernel-cases.ts';
+import { crossEntropyForwardCase, layernormForwardCase } from '../src/engine/webgpu/kernel-cases-rows.ts';
+import { checkCase, type KernelCase } from '../src/engine/webgpu/kernel-check.ts';
+import { GpuKernelSet } from '../src/engine/webgpu/kernel-set.ts';
+import { GPT_CONFIGS } from '../src/model/config.ts';
+import { partCount, rangeParamCount } from '../src/model/gpt.ts';
 import { mulberry32 } from '../src/model/init.ts';
 import { median, type Bench, type BenchResult } from './harness.ts';
 
@@ -20,6 +29,54 @@ async function diffAgainstWasm(device: GPUDevice, gemm: GpuGemm): Promise<{ maxA
     const gpu = await runGpuSgemm(device, gemm, c, layout, inputs);
     return compareSgemm(c, layout, inputs, gpu, runWasmSgemm(engine, c, layout, inputs));
   } finally {
+    await engine.close();
+  }
+}
+
+/**
+ * max |gpu − wasm| of representative non-GEMM kernels at gpt-tiny sizes: B·T =
+ * 12·64 rows, C = 128, vocabulary 256, MLP width 4C, AdamW over every
+ * parameter. Each must also stay within its rounding bound (kernel-cases*.ts).
+ */
+async function kernelDiffs(device: GPUDevice, log: (line: string) => void): Promise<BenchResult[]> {
+  const tiny = GPT_CONFIGS['gpt-tiny'];
+  const N = 12 * tiny.contextLength, C = tiny.channels, V = tiny.vocabSize;
+  const random = mulberry32(64);
+  const cases: KernelCase[] = [
+    layernormForwardCase({ N, C }, random),
+    crossEntropyForwardCase({ N, V }, random),
+    adamwCase(rangeParamCount(tiny, { from: 0, to: partCount(tiny) }), random),
+    elementwiseCase('geluBackward', N * tiny.mlpRatio * C, random),
+  ];
+  const [engine, set] = await Promise.all([Engine.create({ threads: 0 }), GpuKernelSet.create(device)]);
+  try {
+    const results: BenchResult[] = [];
+    for (const c of cases) {
+      const r = await checkCase(engine, set, c);
+      log(`${c.kernel} at gpt-tiny sizes against WASM: max |diff| ${r.maxAbsDiff.toExponential(2)}, worst element at ${r.worstRatio.toExponential(2)} of its rounding bound`);
+      if (r.worstRatio > 1) throw new Error(`${c.kernel}: the GPU is ${r.worstRatio}× its bound away from WASM`);
+      results.push({ bench: `engine.webgpu.max_abs_diff.${c.kernel}`, value: r.maxAbsDiff, unit: 'abs' });
+    }
+    return results;
+  } finally {
+    set.destroy();
+    await engine.close();
+  }
+}
+
+/** max |gpu − wasm| of attention forward (out) and backward (dqkv) at gpt-tiny sizes, B = 4; each must stay within its bound (attention-bound.ts). */
+async function attentionDiffs(device: GPUDevice, log: (line: string) => void): Promise<BenchResult[]> {
+  const [engine, attention] = await Promise.all([Engine.create({ threads: 0 }), GpuAttention.create(device, 32)]);
+  try {
+    const r = (await crosscheckAttention(engine, device, attention, { B: 4, T: 64, C: 128, NH: 4 }, mulberry32(64))).gpuWasm;
+    log(`attention at gpt-tiny sizes (B 4) against WASM: max |diff| out ${r.out.maxAbsDiff.toExponential(2)}, dqkv ${r.dqkv.maxAbsDiff.toExponential(2)}; worst elements at ${r.out.worstRatio.toExponential(2)}, ${r.dqkv.worstRatio.toExponential(2)} of their bounds`);
+    if (r.out.worstRatio > 1 || r.att.worstRatio > 1 || r.dqkv.worstRatio > 1) throw new Error('attention: the GPU is outside its bound from WASM');
+    return [
+      { bench: 'engine.webgpu.max_abs_diff.attention_forward', value: r.out.maxAbsDiff, unit: 'abs' },
+      { bench: 'engine.webgpu.max_abs_diff.attention_backward', value: r.dqkv.maxAbsDiff, unit: 'abs' },
+    ];
+  } finally {
+    attention.destroy();
     await engine.close();
   }
 }
@@ -65,6 +122,8 @@ export const webgpuBenches: Bench[] = [
           { bench: 'engine.webgpu.available', value: 1, unit: 'bool' },
           { bench: 'engine.webgpu.software', value: gpu.isSoftware ? 1 : 0, unit: 'bool' },
           { bench: 'engine.webgpu.max_abs_diff.sgemm', value: diff.maxAbsDiff, unit: 'abs' },
+          ...(await kernelDiffs(gpu.device, o.log)),
+          ...(await attentionDiffs(gpu.device, o.log)),
         ];
         if (gpu.isSoftware) o.log('software adapter: sgemm2048 not measured (its speed says nothing about a GPU)');
         else results.push({ bench: 'engine.webgpu.sgemm2048', value: await sgemmGflops(gpu.device, gemm, 2048, 7), unit: 'GFLOP/s' });

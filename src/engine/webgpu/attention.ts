@@ -1,0 +1,190 @@
+// Causal self-attention on the GPU: the WebGPU counterpart of
+// Kernels.attentionForward / attentionBackward (src/engine/kernels.ts), with
+// the same qkv, out and dqkv layouts and GPU arrays in place of heap pointers.
+// One difference in saved state: the WASM forward saves the whole attention
+// matrix att (B×NH×T×T) for its backward; this forward is fused
+// (FlashAttention-style, see attention.wgsl.ts) and saves only each row's
+// softmax max and sum (`stats`, B×NH×T×2), from which the backward recomputes
+// the probabilities. `probs` writes the WASM att from the stats when a caller
+// needs it.
+import { BufferUsage, createArray, type GpuArray } from './buffers.ts';
+import { ATTENTION_PARAMS_BYTES, ATTENTION_PROBS_THREADS, ATTENTION_ROWS, attentionWgsl, type AttentionShaders } from './attention.wgsl.ts';
+
+/** Sizes: batch, sequence length, channels (3C per qkv row), heads. */
+export interface AttentionShape {
+  B: number;
+  T: number;
+  C: number;
+  NH: number;
+}
+
+/** out (B×T×C) and stats (B×NH×T×2) from qkv (B×T×3C). */
+export interface GpuAttentionForwardArgs extends AttentionShape {
+  qkv: GpuArray;
+  out: GpuArray;
+  stats: GpuArray;
+}
+
+/** att (B×NH×T×T, the WASM forward's saved matrix) from qkv and the stats. */
+export interface GpuAttentionProbsArgs extends AttentionShape {
+  qkv: GpuArray;
+  stats: GpuArray;
+  att: GpuArray;
+}
+
+/** dqkv (B×T×3C, written) from dout (B×T×C), and qkv, out and stats of the forward. */
+export interface GpuAttentionBackwardArgs extends AttentionShape {
+  dqkv: GpuArray;
+  dout: GpuArray;
+  qkv: GpuArray;
+  out: GpuArray;
+  stats: GpuArray;
+}
+
+/** Floats of the saved state: a max and a sum per (batch, head, row). */
+export function attentionStatsLength(s: AttentionShape): number {
+  return s.B * s.NH * s.T * 2;
+}
+
+/** The scale both backends use: 1/√hs rounded as float32 computes it. */
+export function attentionScale(hs: number): number {
+  return Math.fround(1 / Math.fround(Math.sqrt(hs)));
+}
+
+type Kernel = keyof AttentionShaders;
+const KERNELS: readonly Kernel[] = ['forward', 'probs', 'rowDot', 'backwardQ', 'backwardKV'];
+
+/** Compiled pipelines by device and WGSL source (SwiftShader takes ~0.3 s per pipeline; Dawn does not reuse them). */
+const compiled = new WeakMap<GPUDevice, Map<string, Promise<GPUComputePipeline>>>();
+
+function pipeline(device: GPUDevice, label: string, code: string): Promise<GPUComputePipeline> {
+  let cache = compiled.get(device);
+  if (!cache) compiled.set(device, (cache = new Map()));
+  let made = cache.get(code);
+  if (!made) {
+    made = device.createComputePipelineAsync({ label, layout: 'auto', compute: { module: device.createShaderModule({ label, code }), entryPoint: 'main' } });
+    made.catch(() => cache.delete(code));
+    cache.set(code, made);
+  }
+  return made;
+}
+
+/** The attention pipelines for one head size, and the buffers they share. */
+export class GpuAttention {
+  private readonly params: GPUBuffer;
+  private rowDot: GpuArray;
+
+  private constructor(
+    private readonly device: GPUDevice,
+    /** the head size C/NH these pipelines were compiled for */
+    readonly hs: number,
+    private readonly pipelines: Readonly<Record<Kernel, GPUComputePipeline>>,
+  ) {
+    this.params = device.createBuffer({ label: 'attention params', size: ATTENTION_PARAMS_BYTES, usage: BufferUsage.UNIFORM | BufferUsage.COPY_DST });
+    this.rowDot = createArray(device, 1, 'attention rowDot');
+  }
+
+  /**
+   * Compiles the five shaders for head size `hs`; rejects with the compiler's
+   * message if one fails. `code` replaces the generated WGSL (tests break it
+   * on purpose to show that their bound catches the fault).
+   */
+  static async create(device: GPUDevice, hs: number, code: AttentionShaders = attentionWgsl(hs)): Promise<GpuAttention> {
+    const built = await Promise.all(KERNELS.map((name) => pipeline(device, `attention ${name} hs=${hs}`, code[name])));
+    const pipelines = Object.fromEntries(KERNELS.map((name, i) => [name, built[i]])) as Record<Kernel, GPUComputePipeline>;
+    return new GpuAttention(device, hs, pipelines);
+  }
+
+  /** Queues and submits the forward; nothing waits. */
+  forward(a: GpuAttentionForwardArgs): void {
+    this.check('forward', a, { qkv: a.qkv }, { out: a.out, stats: a.stats }, { out: a.B * a.T * a.C, stats: attentionStatsLength(a) });
+    if (a.B === 0) return;
+    this.submit('forward', a, [this.step('forward', [a.qkv, a.out, a.stats], Math.ceil(a.T / ATTENTION_ROWS), a.B * a.NH)]);
+  }
+
+  /** Queues and submits the materialisation of att (zero above the diagonal, as the WASM forward writes it). */
+  probs(a: GpuAttentionProbsArgs): void {
+    this.check('probs', a, { qkv: a.qkv, stats: a.stats }, { att: a.att }, { stats: attentionStatsLength(a), att: a.B * a.NH * a.T * a.T });
+    if (a.B === 0) return;
+    this.submit('probs', a, [this.step('probs', [a.qkv, a.stats, a.att], Math.ceil((a.T * a.T) / ATTENTION_PROBS_THREADS), a.B * a.NH)]);
+  }
+
+  /** Queues and submits the backward: every float of dqkv's B×T×3C is written. */
+  backward(a: GpuAttentionBackwardArgs): void {
+    const rows = a.B * a.NH * a.T;
+    this.check('backward', a, { dout: a.dout, qkv: a.qkv, out: a.out, stats: a.stats }, { dqkv: a.dqkv },
+      { dqkv: a.B * a.T * 3 * a.C, dout: a.B * a.T * a.C, out: a.B * a.T * a.C, stats: attentionStatsLength(a) });
+    if (a.B === 0) return;
+    if (this.rowDot.length < rows) {
+      this.rowDot.destroy();
+      this.rowDot = createArray(this.device, rows, 'attention rowDot');
+    }
+    const blocks = Math.ceil(a.T / ATTENTION_ROWS), pairs = a.B * a.NH;
+    const bindings = [a.qkv, a.dout, a.stats, this.rowDot, a.dqkv];
+    this.submit('backward', a, [
+      this.step('rowDot', [a.dout, a.out, this.rowDot], blocks, pairs),
+      this.step('backwardQ', bindings, blocks, pairs),
+      this.step('backwardKV', bindings, blocks, pairs),
+    ]);
+  }
+
+  destroy(): void {
+    this.params.destroy();
+    this.rowDot.destroy();
+  }
+
+  /** A dispatch of `kernel` with the params at binding 0 and `arrays` at 1, 2, ... */
+  private step(kernel: Kernel, arrays: readonly GpuArray[], x: number, y: number): { pipeline: GPUComputePipeline; group: GPUBindGroup; x: number; y: number } {
+    const pipeline = this.pipelines[kernel];
+    const group = this.device.createBindGroup({
+      layout: pipeline.getBindGroupLayout(0),
+      entries: [{ binding: 0, resource: { buffer: this.params } }, ...arrays.map((arr, i) => ({ binding: i + 1, resource: { buffer: arr.buffer } }))],
+    });
+    return { pipeline, group, x, y };
+  }
+
+  /** Writes the params and submits the dispatches in one compute pass (in order: each sees the ones before). */
+  private submit(label: string, s: AttentionShape, steps: readonly ReturnType<GpuAttention['step']>[]): void {
+    const params = new ArrayBuffer(ATTENTION_PARAMS_BYTES);
+    new Uint32Array(params, 0, 4).set([s.B, s.T, s.C, s.NH]);
+    new Float32Array(params, 16, 1)[0] = attentionScale(this.hs);
+    this.device.queue.writeBuffer(this.params, 0, params);
+    const encoder = this.device.createCommandEncoder({ label: `attention ${label}` });
+    const pass = encoder.beginComputePass();
+    for (const st of steps) {
+      pass.setPipeline(st.pipeline);
+      pass.setBindGroup(0, st.group);
+      pass.dispatchWorkgroups(st.x, st.y);
+    }
+    pass.end();
+    this.device.queue.submit([encoder.finish()]);
+  }
+
+  /**
+   * Checks the shape against the compiled head size, every array against the
+   * floats it must hold, and that no written array shares a buffer with
+   * another binding (WebGPU forbids it). On a GPU an out-of-range read returns
+   * some other value of the buffer, so a wrong size would show only as wrong numbers.
+   */
+  private check(op: string, s: AttentionShape, reads: Record<string, GpuArray>, writes: Record<string, GpuArray>, need: Record<string, number>): void {
+    for (const [name, v] of Object.entries({ B: s.B, T: s.T, C: s.C, NH: s.NH })) {
+      if (!Number.isInteger(v) || v < 0 || v > 0xffffffff) throw new RangeError(`attention ${op}: ${name} = ${v} is not a u32`);
+    }
+    if (s.T < 1 || s.NH < 1 || s.C % s.NH !== 0) throw new RangeError(`attention ${op}: T = ${s.T}, C = ${s.C}, NH = ${s.NH} (T ≥ 1, NH ≥ 1 dividing C)`);
+    if (s.C / s.NH !== this.hs) throw new RangeError(`attention ${op}: head size C/NH = ${s.C / s.NH}, these pipelines are for ${this.hs}`);
+    const all: Record<string, GpuArray> = { ...reads, ...writes };
+    const needed: Record<string, number> = { qkv: s.B * s.T * 3 * s.C, ...need };
+    for (const [name, arr] of Object.entries(all)) {
+      const n = needed[name];
+      if (n !== undefined && arr.length < n) throw new RangeError(`attention ${op}: ${name} needs ${n} floats, its array holds ${arr.length}`);
+    }
+    for (const [w, arr] of Object.entries(writes)) {
+      for (const [other, o] of Object.entries(all)) {
+        if (other !== w && o.buffer === arr.buffer) throw new RangeError(`attention ${op}: ${w} shares its buffer with ${other}`);
+      }
+    }
+    const max = this.device.limits.maxComputeWorkgroupsPerDimension;
+    const x = Math.max(Math.ceil(s.T / ATTENTION_ROWS), op === 'probs' ? Math.ceil((s.T * s.T) / ATTENTION_PROBS_THREADS) : 0);
+    if (s.B * s.NH > max || x > max) throw new RangeError(`attention ${op}: ${s.B * s.NH}×${x} workgroups, the device allows ${max} along one side`);
+  }
+}
