@@ -15,7 +15,7 @@ import { isFinalJobStatus } from '../../jobs/status.ts';
 import { NimbleError } from '../../protocol/errors.ts';
 import type { Coordinator } from '../coordinator.ts';
 import type { JobService } from '../jobs.ts';
-import { LossHistories } from './loss-history.ts';
+import { DEFAULT_LOSS_LIMITS, LossHistories } from './loss-history.ts';
 import { DashboardSections } from './sections.ts';
 import { StakeCache } from './stakes.ts';
 
@@ -39,7 +39,8 @@ export interface DashboardFeedOptions {
 }
 
 export class DashboardFeed {
-  readonly losses = new LossHistories();
+  /** the loss curves, kept in the orchestrator's state too (they survive a restart) */
+  readonly losses: LossHistories;
   private readonly sections: DashboardSections;
   private readonly streams = new Set<ServerResponse>();
   /** each section's last event as sent (name and data) */
@@ -58,6 +59,7 @@ export class DashboardFeed {
     private readonly paid: boolean,
     options: DashboardFeedOptions = {},
   ) {
+    this.losses = new LossHistories(DEFAULT_LOSS_LIMITS, c.state.lossPoints);
     this.log = options.log ?? ((line) => console.error(`orchestrator: ${line}`));
     this.now = options.now ?? Date.now;
     this.stakes = options.chain ? StakeCache.ofChain(options.chain, { now: this.now, log: this.log }) : null;
@@ -76,6 +78,7 @@ export class DashboardFeed {
   step(): void {
     try {
       this.sample();
+      this.saveLosses();
       if (this.streams.size === 0) {
         this.losses.drain();
         this.last.clear();
@@ -124,8 +127,18 @@ export class DashboardFeed {
     clearInterval(this.timer);
     clearInterval(this.keepalive);
     this.stakes?.close();
+    this.saveLosses();
     for (const res of this.streams) res.end();
     this.streams.clear();
+  }
+
+  /** This pass's new points and statuses, to the orchestrator's state in one transaction (a failure is logged; the feed goes on, the next pass retries). */
+  private saveLosses(): void {
+    try {
+      this.losses.flush();
+    } catch (err) {
+      this.log(`loss curves not saved: ${(err as Error).message}`);
+    }
   }
 
   /** A section as an event, or null (logged) when it does not match its contract. */

@@ -11,6 +11,7 @@ import { BlobGarbage, GARBAGE_MIGRATIONS } from './garbage.ts';
 import { InferenceRequestStore, INFERENCE_REQUEST_MIGRATIONS } from './inference-requests.ts';
 import { JobStore, JOB_MIGRATIONS } from './jobs.ts';
 import { Ledger, LEDGER_MIGRATIONS } from './ledger.ts';
+import { LossPointStore, LOSS_POINT_MIGRATIONS } from './loss-points.ts';
 import { MergeRoundStore, MERGE_ROUND_MIGRATIONS } from './merge-rounds.ts';
 import { MicrobatchStore, MICROBATCH_MIGRATIONS } from './microbatches.ts';
 import { MinerStore, MINER_MIGRATIONS } from './miners.ts';
@@ -18,7 +19,7 @@ import { ModelStore, MODEL_MIGRATIONS } from './models.ts';
 import { RunStore, RUN_MIGRATIONS } from './runs.ts';
 import { SpotCheckStore, SPOT_CHECK_MIGRATIONS } from './spot-checks.ts';
 
-export const MIGRATIONS = [MINER_MIGRATIONS, RUN_MIGRATIONS, MICROBATCH_MIGRATIONS, CLAIM_MIGRATIONS, MERGE_ROUND_MIGRATIONS, LEDGER_MIGRATIONS, SPOT_CHECK_MIGRATIONS, GARBAGE_MIGRATIONS, JOB_MIGRATIONS, MODEL_MIGRATIONS, ESCROW_MIGRATIONS, DATASET_MIGRATIONS, DEPLOYMENT_MIGRATIONS, API_KEY_MIGRATIONS, CREDIT_MIGRATIONS, INFERENCE_REQUEST_MIGRATIONS];
+export const MIGRATIONS = [MINER_MIGRATIONS, RUN_MIGRATIONS, MICROBATCH_MIGRATIONS, CLAIM_MIGRATIONS, MERGE_ROUND_MIGRATIONS, LEDGER_MIGRATIONS, SPOT_CHECK_MIGRATIONS, GARBAGE_MIGRATIONS, JOB_MIGRATIONS, MODEL_MIGRATIONS, ESCROW_MIGRATIONS, DATASET_MIGRATIONS, DEPLOYMENT_MIGRATIONS, API_KEY_MIGRATIONS, CREDIT_MIGRATIONS, INFERENCE_REQUEST_MIGRATIONS, LOSS_POINT_MIGRATIONS];
 
 export class OrchestratorState {
   readonly miners: MinerStore;
@@ -37,6 +38,8 @@ export class OrchestratorState {
   readonly apiKeys: ApiKeyStore;
   readonly credits: CreditStore;
   readonly inferenceRequests: InferenceRequestStore;
+  /** the dashboard's loss curves and status timelines */
+  readonly lossPoints: LossPointStore;
 
   private constructor(readonly db: StateDb) {
     this.miners = new MinerStore(db);
@@ -55,6 +58,7 @@ export class OrchestratorState {
     this.apiKeys = new ApiKeyStore(db);
     this.credits = new CreditStore(db);
     this.inferenceRequests = new InferenceRequestStore(db);
+    this.lossPoints = new LossPointStore(db);
   }
 
   /** Opens (creating or migrating) the state file; ':memory:' for a throwaway one. */
