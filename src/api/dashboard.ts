@@ -89,6 +89,29 @@ export const DashboardRun = Type.Object({
 });
 export type DashboardRun = Static<typeof DashboardRun>;
 
+/** A stored model's listing on the chain's ModelRegistry, as last read (the Models page). */
+export const ModelListing = Type.Union([
+  Type.Object({ published: Type.Literal(false) }),
+  Type.Object({
+    published: Type.Literal(true),
+    /** its id on the registry */
+    modelId: Type.String({ pattern: '^[0-9]{1,78}$' }),
+    /** what a caller pays per 1,000 tokens: wei, and exact NIM */
+    priceWei: Type.String({ pattern: '^[0-9]{1,78}$' }),
+    price: Type.String(),
+    /** the registry's deployed flag */
+    deployed: Type.Boolean(),
+  }),
+]);
+export type ModelListing = Static<typeof ModelListing>;
+
+/** A stored model as the Models page shows it: its deployment, and its registry listing (null: an unpaid network, or not read yet). */
+export const DashboardModel = Type.Object({
+  ...StoredModelView.properties,
+  listing: Nullable(ModelListing),
+});
+export type DashboardModel = Static<typeof DashboardModel>;
+
 /** One point of a loss curve: [step, train loss, tokens/s, unix ms]. */
 export const LossPoint = Type.Tuple([Count, Type.Number(), Type.Number({ minimum: 0 }), Ms]);
 export type LossPoint = Static<typeof LossPoint>;
@@ -115,7 +138,7 @@ export const DashboardSections = {
   runs: Type.Array(DashboardRun),
   jobs: Type.Array(JobView),
   epochs: EpochList,
-  models: Type.Array(StoredModelView),
+  models: Type.Array(DashboardModel),
   deployments: Type.Array(DeploymentView),
 };
 export type DashboardSectionName = keyof typeof DashboardSections;

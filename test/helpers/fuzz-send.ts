@@ -20,6 +20,13 @@ export interface FuzzResult {
 /** Gives up on an answer after this long (the server's own limits are shorter). */
 const ANSWER_TIMEOUT_MS = 40_000;
 
+/** Node's http.maxHeaderSize: the request line and headers past it get 431 from its parser, before any route. */
+const HEAD_LIMIT = 16 * 1024;
+
+function headBytes(method: string, path: string, headers: Record<string, string>): number {
+  return method.length + path.length + 12 + Object.entries(headers).reduce((n, [k, v]) => n + k.length + v.length + 4, 0);
+}
+
 export function sendFuzz(req: FuzzRequest, agent: Agent): Promise<FuzzResult> {
   return req.raw ? sendRaw(req) : sendHttp(req, agent);
 }
@@ -62,7 +69,13 @@ function sendHttp(req: FuzzRequest, agent: Agent): Promise<FuzzResult> {
       res.on('end', end);
       res.on('error', end);
     });
-    r.on('error', (err) => finish(null, '', (err as NodeJS.ErrnoException).code ?? err.message));
+    r.on('error', (err) => {
+      const code = (err as NodeJS.ErrnoException).code ?? err.message;
+      // a head past Node's parser limit is answered 431 and the socket closed at once: the client, still
+      // writing, may see the close (EPIPE, ECONNRESET) before the answer; the server refused it, nothing broke
+      if (headBytes(req.method, req.path, headers) > HEAD_LIMIT && (code === 'EPIPE' || code === 'ECONNRESET')) return finish(431, '', null);
+      finish(null, '', code);
+    });
     if (req.body && req.body.length) r.write(req.body);
     else if (req.announce !== undefined) r.flushHeaders();
     if (req.announce === undefined) r.end();

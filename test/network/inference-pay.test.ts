@@ -201,6 +201,10 @@ async function dashboardOnAPaidNetwork(browser: Browser, epochs: EpochView[], ow
   // the Models page: the operator undeploys the model, then deploys it again; it is still its owner's
   const deployment = async (): Promise<DeploymentView | undefined> => ((await (await fetch(`${cluster.url}/deployments`)).json()) as DeploymentView[]).find((d) => d.name === 'paid-micro' && d.status !== 'undeployed');
   await page.goto(`${cluster.url}/#/models`);
+  // its listing on the ModelRegistry as the chain has it: the price its owner set
+  await page.waitForSelector('[data-price]', { timeout: 15_000 });
+  assert.equal(await page.getAttribute('[data-price]', 'data-price'), PRICE.toString());
+  assert.equal(await page.textContent('[data-price]'), '0.5 NIM');
   await page.click('button[data-action="undeploy"][data-model="paid-micro"]');
   await page.waitForSelector('button[data-action="deploy"][data-model="paid-micro"]:not([disabled])', { timeout: 10_000 });
   assert.equal(await deployment(), undefined);

@@ -17,6 +17,7 @@ import type { Coordinator } from '../coordinator.ts';
 import type { JobService } from '../jobs.ts';
 import { DEFAULT_LOSS_LIMITS, LossHistories } from './loss-history.ts';
 import { DashboardSections } from './sections.ts';
+import { ListingCache } from './listings.ts';
 import { StakeCache } from './stakes.ts';
 
 /** Event streams open at once: past it a new one is refused (503). */
@@ -50,6 +51,7 @@ export class DashboardFeed {
   private readonly timer: NodeJS.Timeout;
   private readonly keepalive: NodeJS.Timeout;
   private readonly stakes: StakeCache | null;
+  private readonly listings: ListingCache | null;
   private readonly log: (line: string) => void;
   private readonly now: () => number;
 
@@ -63,7 +65,8 @@ export class DashboardFeed {
     this.log = options.log ?? ((line) => console.error(`orchestrator: ${line}`));
     this.now = options.now ?? Date.now;
     this.stakes = options.chain ? StakeCache.ofChain(options.chain, { now: this.now, log: this.log }) : null;
-    this.sections = new DashboardSections(c, jobs, paid, this.now, this.stakes);
+    this.listings = options.chain ? ListingCache.ofChain(options.chain, { now: this.now, log: this.log }) : null;
+    this.sections = new DashboardSections(c, jobs, paid, this.now, this.stakes, this.listings);
     this.timer = setInterval(() => this.step(), FEED_EVERY_MS);
     this.timer.unref();
     this.keepalive = setInterval(() => this.write(': keepalive\n\n'), KEEPALIVE_MS);
@@ -127,6 +130,7 @@ export class DashboardFeed {
     clearInterval(this.timer);
     clearInterval(this.keepalive);
     this.stakes?.close();
+    this.listings?.close();
     this.saveLosses();
     for (const res of this.streams) res.end();
     this.streams.clear();

@@ -17,6 +17,7 @@ import type { JobService } from '../jobs.ts';
 import { storedModelView } from '../models.ts';
 import { jobView } from '../routes/jobs.ts';
 import { epochView, minerView, runView } from '../views.ts';
+import type { ListingSource } from './listings.ts';
 import type { StakeSource } from './stakes.ts';
 import { StageTraffic } from './traffic.ts';
 
@@ -47,6 +48,8 @@ export class DashboardSections {
     private readonly now: () => number = Date.now,
     /** each miner's stake (./stakes.ts); null: none shown (an unpaid network) */
     private readonly stakes: StakeSource | null = null,
+    /** each model's registry listing (./listings.ts); null: none shown (an unpaid network) */
+    private readonly listings: ListingSource | null = null,
   ) {
     this.traffic = new StageTraffic(c.state.ledger, now);
   }
@@ -60,7 +63,11 @@ export class DashboardSections {
         const all = this.c.state.ledger.epochs();
         return { paid: this.paid, epochs: all.slice(-LIST_SHOWN).reverse().map((e) => epochView(this.c.state, e)) };
       },
-      models: () => this.c.state.models.list().slice(0, LIST_SHOWN).map((m) => ({ ...storedModelView(m), deployment: deploymentViewOf(this.c.state, m.sha256) })),
+      models: () =>
+        this.c.state.models
+          .list()
+          .slice(0, LIST_SHOWN)
+          .map((m) => ({ ...storedModelView(m), deployment: deploymentViewOf(this.c.state, m.sha256), listing: this.listings?.get(m.sha256) ?? null })),
       deployments: () => this.c.state.deployments.list().slice(0, LIST_SHOWN).map((d) => deploymentView(this.c.state, d)),
     };
     return built[name]();

@@ -1,13 +1,14 @@
 // The Models page: the models stored to publish (name, sha256, owner, size,
 // source job) and their deployments (status, stages, the miners serving each
-// stage and what they reported); the operator deploys a model (one replica,
+// stage and what they reported), with each model's ModelRegistry id and price
+// per 1,000 tokens as read from the chain; the operator deploys a model (one replica,
 // the stages the planner picks, as nbcli model deploy without flags does) and
 // undeploys it. Its owner is paid for its tokens either way.
 import type { DeploymentView } from '../../../src/api/deployments.ts';
-import type { StoredModelView } from '../../../src/api/models.ts';
+import type { DashboardModel } from '../../../src/api/dashboard.ts';
 import { api, ApiError } from '../api.ts';
-import { badge, fill, h, table } from '../dom.ts';
-import { ago, bytes, short } from '../format.ts';
+import { badge, fill, h, table, type Child } from '../dom.ts';
+import { ago, bytes, displayNim, short } from '../format.ts';
 import { livePage, type Page, type PageContext } from './page.ts';
 
 export function modelsPage(root: HTMLElement, ctx: PageContext): Page {
@@ -20,7 +21,7 @@ export function modelsPage(root: HTMLElement, ctx: PageContext): Page {
     fill(
       models,
       table(
-        ['name', 'sha256', 'model', 'owner', 'size', 'from', 'stored', 'deployment', ''],
+        ['name', 'sha256', 'model', 'owner', 'size', 'from', 'stored', 'registry', 'price / 1k tokens', 'deployment', ''],
         (list ?? []).map((m) => [
           m.name,
           h('code', { title: m.sha256 }, short(m.sha256, 8)),
@@ -29,6 +30,7 @@ export function modelsPage(root: HTMLElement, ctx: PageContext): Page {
           bytes(m.bytes),
           m.jobId ? h('a', { href: `#/jobs/${encodeURIComponent(m.jobId)}` }, `${m.jobId} step ${m.step}`) : 'uploaded',
           ago(m.createdAt, now),
+          ...listing(m),
           m.deployment ? badge(m.deployment.status) : h('span', { class: 'muted' }, 'not deployed'),
           deployButton(m, ctx),
         ]),
@@ -46,8 +48,19 @@ export function modelsPage(root: HTMLElement, ctx: PageContext): Page {
   });
 }
 
+/** Its registry id and price (with the registry's deployed flag in the tooltip), as last read from the chain. */
+function listing(m: DashboardModel): [Child, Child] {
+  const l = m.listing;
+  if (l === null) return [h('span', { class: 'muted', title: 'not read from the chain (an unpaid network, or not yet)' }, '–'), '–'];
+  if (!l.published) return [h('span', { class: 'muted', data: { listing: m.sha256 } }, 'not published'), '–'];
+  return [
+    h('span', { title: `ModelRegistry model #${l.modelId}; deployed flag ${l.deployed ? 'set' : 'not set'}`, data: { listing: m.sha256 } }, `#${l.modelId}`),
+    h('span', { title: `${l.price} NIM (${l.priceWei} wei) per 1,000 tokens`, data: { price: l.priceWei } }, `${displayNim(l.price)} NIM`),
+  ];
+}
+
 /** Deploy (a model not served) or Undeploy (one deploying or serving), for the operator. */
-function deployButton(m: StoredModelView, ctx: PageContext): HTMLElement | string {
+function deployButton(m: DashboardModel, ctx: PageContext): HTMLElement | string {
   if (m.kind !== 'gpt') return '';
   const live = !!m.deployment && m.deployment.status !== 'undeployed';
   const what = live ? 'Undeploy' : 'Deploy';
