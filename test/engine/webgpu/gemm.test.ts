@@ -5,40 +5,27 @@
 // and proof that the bound catches a wrong transpose, a missing k term and a
 // missing bias.
 import assert from 'node:assert/strict';
-import { after, before, test, type TestContext } from 'node:test';
-import { Engine } from '../../../src/engine/engine.ts';
+import { test, type TestContext } from 'node:test';
 import { createArray, readArray, uploadArray } from '../../../src/engine/webgpu/buffers.ts';
 import { compareSgemm, runGpuSgemm, runWasmSgemm, sgemmInputs, sgemmLayout, type SgemmCase, type SgemmComparison } from '../../../src/engine/webgpu/crosscheck.ts';
 import { openGpu } from '../../../src/engine/webgpu/device.ts';
 import { GpuGemm } from '../../../src/engine/webgpu/gemm.ts';
 import { mulberry32 } from '../../../src/model/init.ts';
+import { gpuFixture } from './gpu-fixture.ts';
 
-const opened = await openGpu({ software: 'only' });
-const skip = opened.gpu ? false : `no WebGPU device: ${opened.reason}`;
-if (skip) process.stderr.write(`webgpu gemm tests skipped: ${skip}\n`);
-
-let engine: Engine;
-let gemm: GpuGemm;
-before(async () => {
-  engine = await Engine.create({ threads: 2 });
-  if (opened.gpu) gemm = await GpuGemm.create(opened.gpu.device);
-});
-after(async () => {
-  await engine.close();
-  gemm?.destroy();
-  await opened.gpu?.close();
-});
+const fixture = await gpuFixture('gemm', (device) => GpuGemm.create(device));
+const { skip } = fixture;
 
 function device(): GPUDevice {
-  return opened.gpu!.device;
+  return fixture.gpu().device;
 }
 
 /** Runs `c` on both backends; `wasmCase` lets a negative control give the WASM side other flags on the same data. */
 async function both(c: SgemmCase, seed: number, wasmCase: SgemmCase = c): Promise<SgemmComparison> {
   const layout = sgemmLayout(c);
   const inputs = sgemmInputs(layout, mulberry32(seed));
-  const gpu = await runGpuSgemm(device(), gemm, c, layout, inputs);
-  const wasm = runWasmSgemm(engine, wasmCase, layout, inputs);
+  const gpu = await runGpuSgemm(device(), fixture.kernels(), c, layout, inputs);
+  const wasm = runWasmSgemm(fixture.engine(), wasmCase, layout, inputs);
   return compareSgemm(c, layout, inputs, gpu, wasm);
 }
 
@@ -46,7 +33,7 @@ const SIZES = [[1, 1, 1], [17, 33, 65], [64, 64, 64], [127, 5, 300]] as const;
 const MODES = [{}, { bias: true }, { accumulate: true }, { accumulate: true, bias: true }] as const;
 
 test('the device is SwiftShader, with the limits the kernels need', { skip }, (t: TestContext) => {
-  const gpu = opened.gpu!;
+  const gpu = fixture.gpu();
   t.diagnostic(`adapter: ${gpu.adapterName} (${gpu.adapter.vendor} ${gpu.adapter.architecture}), software ${gpu.isSoftware}`);
   assert.equal(gpu.isSoftware, true);
   assert.match(`${gpu.adapter.architecture} ${gpu.adapter.description}`, /swiftshader/i);
@@ -112,11 +99,11 @@ test('sgemm refuses short arrays, short leading dimensions and C aliasing an inp
   const d = device();
   const a = createArray(d, 6), b = createArray(d, 6), c = createArray(d, 4);
   try {
-    assert.throws(() => gemm.sgemm({ M: 2, N: 2, K: 3, a, lda: 3, b, ldb: 2, c, ldc: 2, cOffset: 1 }), /c needs 5 floats, its array holds 4/);
-    assert.throws(() => gemm.sgemm({ M: 2, N: 2, K: 3, a, lda: 2, b, ldb: 2, c, ldc: 2 }), /lda = 2 is less than the 3 columns of a/);
-    assert.throws(() => gemm.sgemm({ M: 2, N: 2, K: 3, a, lda: 3, b, ldb: 4, c, ldc: 2, transB: true }), /b needs 7 floats, its array holds 6/);
-    assert.throws(() => gemm.sgemm({ M: 2, N: 2, K: 2, a: c, lda: 2, b, ldb: 2, c, ldc: 2 }), /c shares its buffer with a/);
-    assert.throws(() => gemm.sgemm({ M: 1.5, N: 2, K: 3, a, lda: 3, b, ldb: 2, c, ldc: 2 }), /M = 1.5 is not a u32/);
+    assert.throws(() => fixture.kernels().sgemm({ M: 2, N: 2, K: 3, a, lda: 3, b, ldb: 2, c, ldc: 2, cOffset: 1 }), /c needs 5 floats, its array holds 4/);
+    assert.throws(() => fixture.kernels().sgemm({ M: 2, N: 2, K: 3, a, lda: 2, b, ldb: 2, c, ldc: 2 }), /lda = 2 is less than the 3 columns of a/);
+    assert.throws(() => fixture.kernels().sgemm({ M: 2, N: 2, K: 3, a, lda: 3, b, ldb: 4, c, ldc: 2, transB: true }), /b needs 7 floats, its array holds 6/);
+    assert.throws(() => fixture.kernels().sgemm({ M: 2, N: 2, K: 2, a: c, lda: 2, b, ldb: 2, c, ldc: 2 }), /c shares its buffer with a/);
+    assert.throws(() => fixture.kernels().sgemm({ M: 1.5, N: 2, K: 3, a, lda: 3, b, ldb: 2, c, ldc: 2 }), /M = 1.5 is not a u32/);
   } finally {
     for (const x of [a, b, c]) x.destroy();
   }
@@ -134,5 +121,5 @@ test('upload and readback keep values and honour offsets; the device reported no
   } finally {
     x.destroy();
   }
-  assert.deepEqual(opened.gpu!.takeErrors(), []);
+  assert.deepEqual(fixture.gpu().takeErrors(), []);
 });
