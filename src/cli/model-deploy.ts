@@ -46,7 +46,7 @@ export function registerModelDeploy(group: Command, common: (cmd: Command) => Co
     if (!(idleLimitMs >= MIN_IDLE_LIMIT_MS && idleLimitMs <= MAX_IDLE_LIMIT_MS)) throw new NimbleError('invalid', `--idle-hours must be between ${MIN_IDLE_LIMIT_MS / 3_600_000} and ${MAX_IDLE_LIMIT_MS / 3_600_000}, got '${flags.idleHours}'`);
     const { sha256, client } = await resolve(ref, flags);
     let d = await client.deploy(sha256, { replicas, ...(stages === undefined ? {} : { stages }), idleLimitMs });
-    if (flags.wait) d = await waitServing(new ModelClient(new OrchestratorClient(flags.orchestrator)), sha256, d, Number(flags.timeout) * 1000, (line) => !flags.json && process.stderr.write(`${line}\n`));
+    if (flags.wait) d = await waitServing(new ModelClient(new OrchestratorClient(flags.orchestrator)), sha256, d, Number(flags.timeout) * 1000, (line) => !flags.json && process.stderr.write(`${line}\n`), true);
     emit(flags, { event: 'deployed', deployment: d }, () => deploymentLines(d).join('\n'));
   });
 
@@ -75,8 +75,15 @@ async function resolve(ref: string, flags: Flags): Promise<{ sha256: string; cli
   return { sha256: m.checkpointSha256.slice(2), client: new DeploymentClient(new OrchestratorClient(flags.orchestrator, { wallet: privateKey })) };
 }
 
-/** Polls the model until its deployment serves (or ends, or the timeout passes), telling `progress` each change. */
-export async function waitServing(models: ModelClient, sha256: string, first: DeploymentView, timeoutMs: number, progress: (line: string) => void): Promise<DeploymentView> {
+/**
+ * Polls the model until its deployment serves (or ends, or the timeout
+ * passes), telling `progress` each change. With `once`, a deployment that
+ * served and then lost a replica (a miner gone or evicted between two polls)
+ * is returned as it stands, deploying again, rather than waited on until a
+ * new miner comes: what `nbcli model deploy --wait` promises is that it
+ * started serving.
+ */
+export async function waitServing(models: ModelClient, sha256: string, first: DeploymentView, timeoutMs: number, progress: (line: string) => void, once = false): Promise<DeploymentView> {
   const end = Date.now() + (timeoutMs > 0 ? timeoutMs : 600_000);
   let d = first;
   let said = '';
@@ -84,7 +91,7 @@ export async function waitServing(models: ModelClient, sha256: string, first: De
     const line = progressLine(d);
     if (line !== said) progress(line);
     said = line;
-    if (d.status !== 'deploying') return d;
+    if (d.status !== 'deploying' || (once && d.servingAt !== null)) return d;
     if (Date.now() > end) throw new NimbleError('timeout', `deployment ${d.id} is not serving after ${Math.round(timeoutMs / 1000)} s: ${line}`, 504);
     await new Promise((r) => setTimeout(r, 500));
     const now = (await models.get(sha256)).deployment;
@@ -100,7 +107,8 @@ function progressLine(d: DeploymentView): string {
 
 /** A deployment for people: its status, then a line per stage with its miners. */
 export function deploymentLines(d: DeploymentView): string[] {
-  const lines = [`deployment ${d.id} of ${d.name}: ${d.status}${d.undeployReason ? ` (${d.undeployReason})` : ''}, ${d.replicas} replica${d.replicas === 1 ? '' : 's'} per stage${d.registry ? `, registry #${d.registry.modelId} deployed flag ${d.registry.deployed === null ? 'not set yet' : d.registry.deployed}` : ''}`];
+  const again = d.status === 'deploying' && d.servingAt !== null ? ` (it served from ${new Date(d.servingAt).toISOString()}, then lost a replica)` : '';
+  const lines = [`deployment ${d.id} of ${d.name}: ${d.status}${again}${d.undeployReason ? ` (${d.undeployReason})` : ''}, ${d.replicas} replica${d.replicas === 1 ? '' : 's'} per stage${d.registry ? `, registry #${d.registry.modelId} deployed flag ${d.registry.deployed === null ? 'not set yet' : d.registry.deployed}` : ''}`];
   if (d.message) lines.push(`  ${d.message}`);
   for (const s of d.stages) {
     const miners = s.miners.map((m) => `${m.name ?? m.id} ${m.state}${m.verifiedBy ? ` (checked against ${m.verifiedBy === 'chain' ? 'the chain' : 'the sha256 only'})` : ''}${m.alive ? '' : ' [gone]'}`);

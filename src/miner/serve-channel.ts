@@ -50,7 +50,8 @@ export function serveChannels(app: HttpServer, o: ServeChannelOptions): { closeA
     for (const c of open) c.socket.destroy();
     open.clear();
   };
-  app.addHook('onClose', async () => closeAll());
+  // before the server closes: it waits for every connection, and a channel is one until it idles out (60 s)
+  app.addHook('preClose', async () => closeAll());
   app.server.on('upgrade', (req: IncomingMessage, duplex: Duplex, head: Buffer) => {
     const socket = duplex as Socket;
     socket.on('error', () => socket.destroy());
