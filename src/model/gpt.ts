@@ -32,6 +32,13 @@ export function headPart(config: GptConfig): number {
   return partCount(config) - 1;
 }
 
+/** What a range holds: the embedding (first stage), the blocks by index, the head (last stage). */
+export function rangeParts(config: GptConfig, range: StageRange): { first: boolean; last: boolean; blocks: number[] } {
+  const blocks: number[] = [];
+  for (let p = Math.max(1, range.from); p < Math.min(range.to, headPart(config)); p++) blocks.push(p - 1);
+  return { first: range.from === 0, last: range.to === partCount(config), blocks };
+}
+
 export function partName(config: GptConfig, part: number): string {
   if (part === 0) return 'embedding';
   if (part === headPart(config)) return 'head';
@@ -220,7 +227,7 @@ export class GptStage {
       this.tensors.push(x);
       return x;
     };
-    for (let p = Math.max(1, range.from); p < Math.min(range.to, headPart(config)); p++) this.blockIds.push(p - 1);
+    this.blockIds.push(...rangeParts(config, range).blocks);
     const slotCount = options.slots ?? 1;
     if (!Number.isInteger(slotCount) || slotCount < 1) throw new RangeError(`slots must be a positive integer, got ${slotCount}`);
     for (let i = 0; i < slotCount; i++) {

@@ -52,8 +52,22 @@ export function writeArray(device: GPUDevice, array: GpuArray, values: Float32Ar
   if (offset < 0 || offset + values.length > array.length) {
     throw new RangeError(`writeArray: [${offset}, ${offset + values.length}) outside ${array.length} floats`);
   }
-  if (values.length > 0) device.queue.writeBuffer(array.buffer, offset * 4, values.buffer, values.byteOffset, values.byteLength);
+  if (values.length === 0) return;
+  if (!(values.buffer instanceof SharedArrayBuffer)) {
+    device.queue.writeBuffer(array.buffer, offset * 4, values.buffer, values.byteOffset, values.byteLength);
+    return;
+  }
+  // Dawn refuses a view of shared memory (the WASM engine's heap is one): copied through an unshared chunk at a time
+  const chunk = new Float32Array(Math.min(values.length, SHARED_COPY_FLOATS));
+  for (let i = 0; i < values.length; i += chunk.length) {
+    const n = Math.min(chunk.length, values.length - i);
+    chunk.set(values.subarray(i, i + n));
+    device.queue.writeBuffer(array.buffer, (offset + i) * 4, chunk.buffer, 0, n * 4);
+  }
 }
+
+/** Floats copied at a time from shared memory by writeArray (16 MiB). */
+const SHARED_COPY_FLOATS = 4 << 20;
 
 /** Reads `length` floats from float `offset` of `array` back, after all submitted work. */
 export async function readArray(device: GPUDevice, array: GpuArray, offset = 0, length: number = array.length - offset): Promise<Float32Array> {

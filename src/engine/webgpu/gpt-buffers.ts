@@ -1,8 +1,9 @@
-// The GPU buffers of a whole-GPT training step (gpt-step.ts): the flat
-// parameter, gradient and AdamW moment buffers, laid out by the model's own
-// ParamLayout (src/model/params.ts: the caller passes it, e.g. a whole-model
-// GptStage's `layout`, so the engine neither repeats the layout nor imports
-// the model layer), and the activations of one batch, one buffer each. One
+// The GPU buffers of a GPT stage (gpt-stage.ts): the flat parameter and
+// gradient buffers, laid out by the model's own ParamLayout
+// (src/model/params.ts: the caller passes it, e.g. a GptStage's `layout`, so
+// the engine neither repeats the layout nor imports the model layer), the
+// activations each slot keeps between forward and backward, one buffer each,
+// and the backward scratch. One
 // buffer per activation is what WebGPU needs: a written binding may not share
 // a buffer with any other binding of its dispatch, and the WASM layers write
 // one activation while reading others of the same block.
@@ -27,28 +28,46 @@ export interface FlatLayout {
   readonly decaySize: number;
 }
 
-/** The tensors the step reads, with their sizes, named as src/model/gpt.ts partParams names them. */
-export function gptTensorSizes(c: GptShape): Map<string, number> {
+/**
+ * Which parts of a GPT a stage holds (src/model/gpt.ts StageRange, resolved):
+ * the embeddings (first stage), these blocks by their index in the whole
+ * model, and the head (last stage).
+ */
+export interface GptParts {
+  first: boolean;
+  last: boolean;
+  blocks: readonly number[];
+}
+
+/** The whole model's parts. */
+export function wholeModel(c: GptShape): GptParts {
+  return { first: true, last: true, blocks: Array.from({ length: c.layers }, (_, l) => l) };
+}
+
+/** The tensors a stage of these parts reads, with their sizes, named as src/model/gpt.ts partParams names them. */
+export function gptTensorSizes(c: GptShape, parts: GptParts = wholeModel(c)): Map<string, number> {
   const { vocabSize: V, contextLength: T, channels: C } = c;
   const H = C * c.mlpRatio;
-  const sizes = new Map<string, number>([['wte', V * C], ['wpe', T * C], ['lnf.w', C], ['lnf.b', C], ['lm_head.w', C * V]]);
+  const sizes = new Map<string, number>();
+  if (parts.first) sizes.set('wte', V * C).set('wpe', T * C);
   const block: [string, number][] = [
     ['ln1.w', C], ['ln1.b', C], ['attn.qkv.w', C * 3 * C], ['attn.qkv.b', 3 * C], ['attn.proj.w', C * C], ['attn.proj.b', C],
     ['ln2.w', C], ['ln2.b', C], ['mlp.fc.w', C * H], ['mlp.fc.b', H], ['mlp.proj.w', H * C], ['mlp.proj.b', C],
   ];
-  for (let l = 0; l < c.layers; l++) for (const [name, n] of block) sizes.set(`h.${l}.${name}`, n);
+  for (const l of parts.blocks) for (const [name, n] of block) sizes.set(`h.${l}.${name}`, n);
+  if (parts.last) sizes.set('lnf.w', C).set('lnf.b', C).set('lm_head.w', C * V);
   return sizes;
 }
 
-/** Throws unless `layout` holds exactly the tensors of `config`, in their sizes. */
-export function checkLayout(layout: FlatLayout, config: GptShape): void {
-  const sizes = gptTensorSizes(config);
+/** Throws unless `layout` holds exactly the tensors of `parts` of `config`, in their sizes. */
+export function checkLayout(layout: FlatLayout, config: GptShape, parts: GptParts = wholeModel(config)): void {
+  const sizes = gptTensorSizes(config, parts);
   for (const [name, n] of sizes) {
     const e = layout.byName.get(name);
-    if (!e) throw new RangeError(`gpt step: the layout has no ${name}`);
-    if (e.size !== n) throw new RangeError(`gpt step: ${name} holds ${e.size} floats in the layout, the config needs ${n}`);
+    if (!e) throw new RangeError(`gpt stage: the layout has no ${name}`);
+    if (e.size !== n) throw new RangeError(`gpt stage: ${name} holds ${e.size} floats in the layout, the config needs ${n}`);
   }
-  if (layout.entries.length !== sizes.size) throw new RangeError(`gpt step: the layout has ${layout.entries.length} tensors, the config ${sizes.size}`);
+  if (layout.entries.length !== sizes.size) throw new RangeError(`gpt stage: the layout has ${layout.entries.length} tensors, the parts ${sizes.size}`);
 }
 
 /** A flat buffer (parameters or gradients) and its named windows. */
@@ -82,48 +101,69 @@ function blockActSizes(c: GptShape, B: number): Record<BlockActName, number> {
   };
 }
 
-/** One block's activations; `input` is the previous block's `out` (or the embedding's). */
+/** One block's activations; `input` is the previous block's `out` (or the stage's input). */
 export type GpuBlockActs = Record<BlockActName | 'input', GpuArray>;
 
-/** Activations and backward scratch for batches of up to B×T rows. */
-// The head's activations (lnf…losses), the backward scratch (dlogits…tmp: dbig
-// holds d(gelu out), dbig2 d(fch), which the WASM kernel writes in place and
-// WebGPU cannot) and the gradient norm's chunk partials.
-type ActName = 'inputAct' | 'lnf' | 'lnfMean' | 'lnfRstd' | 'logits' | 'probs' | 'losses' | 'dlogits' | 'dres' | 'dsmall' | 'dqkv' | 'dbig' | 'dbig2' | 'tmp' | 'partials';
-export type GpuActs = Record<ActName, GpuArray> & {
+/** The head's activations, kept from the forward to the backward of a last stage. */
+export type GpuHeadActs = Record<'lnf' | 'lnfMean' | 'lnfRstd' | 'logits' | 'probs' | 'losses', GpuArray>;
+
+/** What one microbatch keeps between its forward and its backward: the stage's input, each block's activations, the head's. */
+export interface GpuSlotActs {
+  /** the embedding's output (first stage) or the activation received */
+  inputAct: GpuArray;
   blocks: GpuBlockActs[];
+  head: GpuHeadActs | null;
   /** every buffer, to destroy */
   all: GpuArray[];
-};
+}
 
-/** Allocates the activations of a batch of B sequences of the config's context length. */
-export function createActs(device: GPUDevice, config: GptShape, B: number, paramCount: number, normChunk: number): GpuActs {
-  const { contextLength: T, channels: C, vocabSize: V, layers } = config;
-  const N = B * T, H = C * config.mlpRatio;
-  const all: GpuArray[] = [];
-  const t = (length: number, label: string): GpuArray => {
+/**
+ * Backward scratch shared by the slots: dres (d of the residual stream),
+ * dsmall, dqkv, dbig (d of the GELU's output) and dbig2 (d of its input,
+ * which the WASM kernel writes in place and WebGPU cannot), tmp (a block's
+ * projection outputs), and dlogits on a last stage.
+ */
+export type GpuScratch = Record<'dres' | 'dsmall' | 'dqkv' | 'dbig' | 'dbig2' | 'tmp', GpuArray> & { dlogits: GpuArray | null; all: GpuArray[] };
+
+function allocator(device: GPUDevice, all: GpuArray[]): (length: number, label: string) => GpuArray {
+  return (length, label) => {
     const a = createArray(device, length, label);
     all.push(a);
     return a;
   };
-  const inputAct = t(N * C, 'embedding out');
+}
+
+/** Allocates one slot's activations for batches of up to B sequences of the config's context length. */
+export function createSlotActs(device: GPUDevice, config: GptShape, B: number, parts: GptParts): GpuSlotActs {
+  const { contextLength: T, channels: C, vocabSize: V } = config;
+  const N = B * T;
+  const all: GpuArray[] = [];
+  const t = allocator(device, all);
+  const inputAct = t(N * C, 'stage input');
   const blocks: GpuBlockActs[] = [];
   let input = inputAct;
-  for (let l = 0; l < layers; l++) {
+  for (const l of parts.blocks) {
     const sizes = Object.entries(blockActSizes(config, B)).map(([name, n]) => [name, t(n, `h.${l}.${name}`)]);
     const a = { input, ...Object.fromEntries(sizes) } as GpuBlockActs;
     blocks.push(a);
     input = a.out;
   }
+  const head = parts.last
+    ? { lnf: t(N * C, 'lnf'), lnfMean: t(N, 'lnf mean'), lnfRstd: t(N, 'lnf rstd'), logits: t(N * V, 'logits'), probs: t(N * V, 'probs'), losses: t(N, 'losses') }
+    : null;
+  return { inputAct, blocks, head, all };
+}
+
+/** Allocates the backward scratch of a stage for batches of up to B sequences. */
+export function createScratch(device: GPUDevice, config: GptShape, B: number, parts: GptParts): GpuScratch {
+  const { contextLength: T, channels: C, vocabSize: V } = config;
+  const N = B * T, H = C * config.mlpRatio;
+  const all: GpuArray[] = [];
+  const t = allocator(device, all);
   return {
-    inputAct, blocks,
-    lnf: t(N * C, 'lnf'), lnfMean: t(N, 'lnf mean'), lnfRstd: t(N, 'lnf rstd'),
-    logits: t(N * V, 'logits'), probs: t(N * V, 'probs'), losses: t(N, 'losses'),
-    dlogits: t(N * V, 'dlogits'),
     dres: t(N * C, 'dres'), dsmall: t(N * C, 'dsmall'), dqkv: t(N * 3 * C, 'dqkv'),
-    dbig: t(N * H, 'dbig'), dbig2: t(N * H, 'dbig2'),
-    tmp: t(N * C, 'tmp'),
-    partials: t(Math.ceil(paramCount / normChunk), 'grad norm partials'),
+    dbig: t(N * H, 'dbig'), dbig2: t(N * H, 'dbig2'), tmp: t(N * C, 'tmp'),
+    dlogits: parts.last ? t(N * V, 'dlogits') : null,
     all,
   };
 }
