@@ -6,10 +6,10 @@
 import { Engine } from '../src/engine/engine.ts';
 import { GpuAttention } from '../src/engine/webgpu/attention.ts';
 import { crosscheckAttention } from '../src/engine/webgpu/attention-check.ts';
-import { createArray, uploadArray } from '../src/engine/webgpu/buffers.ts';
 import { compareSgemm, runGpuSgemm, runWasmSgemm, sgemmInputs, sgemmLayout } from '../src/engine/webgpu/crosscheck.ts';
 import { openGpu } from '../src/engine/webgpu/device.ts';
 import { GpuGemm } from '../src/engine/webgpu/gemm.ts';
+import { sgemmGflops } from '../src/engine/webgpu/gemm-speed.ts';
 import { adamwCase, elementwiseCase } from '../src/engine/webgpu/kernel-cases.ts';
 import { crossEntropyForwardCase, layernormForwardCase } from '../src/engine/webgpu/kernel-cases-rows.ts';
 import { checkCase, type KernelCase } from '../src/engine/webgpu/kernel-check.ts';
@@ -17,7 +17,7 @@ import { GpuKernelSet } from '../src/engine/webgpu/kernel-set.ts';
 import { GPT_CONFIGS } from '../src/model/config.ts';
 import { partCount, rangeParamCount } from '../src/model/gpt.ts';
 import { mulberry32 } from '../src/model/init.ts';
-import { median, type Bench, type BenchResult } from './harness.ts';
+import type { Bench, BenchResult } from './harness.ts';
 
 /** max |gpu − wasm| of a 256³ product, and the worst element's share of its rounding bound. */
 async function diffAgainstWasm(device: GPUDevice, gemm: GpuGemm): Promise<{ maxAbsDiff: number; worstRatio: number }> {
@@ -78,28 +78,6 @@ async function attentionDiffs(device: GPUDevice, log: (line: string) => void): P
   } finally {
     attention.destroy();
     await engine.close();
-  }
-}
-
-/** GFLOP/s of an n³ product, timed to the queue's completion, median of `repeats`. */
-async function sgemmGflops(device: GPUDevice, gemm: GpuGemm, n: number, repeats: number): Promise<number> {
-  const values = Float32Array.from({ length: n * n }, (_, i) => Math.sin(i));
-  const a = uploadArray(device, values), b = uploadArray(device, values), c = createArray(device, n * n);
-  try {
-    const run = async (): Promise<void> => {
-      gemm.sgemm({ M: n, N: n, K: n, a, lda: n, b, ldb: n, c, ldc: n });
-      await device.queue.onSubmittedWorkDone();
-    };
-    await run();
-    const rates: number[] = [];
-    for (let r = 0; r < repeats; r++) {
-      const t0 = performance.now();
-      await run();
-      rates.push((2 * n ** 3) / ((performance.now() - t0) * 1e6));
-    }
-    return median(rates);
-  } finally {
-    for (const x of [a, b, c]) x.destroy();
   }
 }
 

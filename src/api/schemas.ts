@@ -87,6 +87,12 @@ export const MinerView = Type.Object({
   alive: Type.Boolean(),
   /** what it offers: serve deployed models (inference), training, or both */
   serve: Type.Optional(Type.Union([Type.Literal('inference'), Type.Literal('training'), Type.Literal('both')])),
+  /** where its GPT stages run: wasm (the CPU; also every miner that joined without saying) or webgpu */
+  backend: Type.Union([Type.Literal('wasm'), Type.Literal('webgpu')]),
+  /** its GPU adapter's name as it reported it (printable text), or null */
+  adapter: Nullable(Type.String({ minLength: 1, maxLength: 200 })),
+  /** that adapter is a software one (SwiftShader): right answers at CPU speed */
+  softwareAdapter: Type.Boolean(),
 });
 export type MinerView = Static<typeof MinerView>;
 

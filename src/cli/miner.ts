@@ -6,6 +6,7 @@ import { NimbleError } from '../protocol/errors.ts';
 import { join } from 'node:path';
 import type { Command } from 'commander';
 import { chainRegistryLookup } from '../inference/verify.ts';
+import { BACKEND_CHOICES, type BackendChoice } from '../engine/engine.ts';
 import { Miner } from '../miner/miner.ts';
 import type { ServeSetting } from '../protocol/messages.ts';
 import { chainRpcOf } from './chain-options.ts';
@@ -25,6 +26,7 @@ interface Flags extends CommonOptions {
   mergeDelayMs: string;
   memory?: string;
   serve: string;
+  backend: string;
   chainRpc?: string;
 }
 
@@ -46,6 +48,7 @@ export function registerMiner(program: Command): void {
       .option('--memory <size>', 'memory offered to the planner, e.g. 512MB or 2GiB (default: the free memory; never more than it)')
       .option('--merge-delay-ms <ms>', 'wait this long before merging partitions (for failure testing)', '0')
       .option('--serve <what>', 'what this miner offers: inference (serve deployed models), training, or both', 'both')
+      .option('--backend <b>', 'where GPT stages train: wasm (the CPU), webgpu (the GPU; a software adapter is taken too, for tests) or auto (a hardware GPU if there is one, else wasm)', 'wasm')
       .option('--chain-rpc <url>', "check deployed models' weights against the ModelRegistry on the chain at this RPC URL (addresses from <data-dir>/chain/deployment.json; default: the local node of the data dir, if it has one; $NIMBLE_CHAIN_RPC)")
       .option('--wallet.name <name>', 'sign with this wallet (<data-dir>/wallets/NAME.json; password from $NIMBLE_PASSWORD or a prompt) instead of <data-dir>/miner/miner-key.json'),
   ).action(async (flags: Flags) => {
@@ -73,10 +76,12 @@ export function registerMiner(program: Command): void {
     const memoryBytes = flags.memory === undefined ? undefined : parseBytes('--memory', flags.memory);
     if (!(SERVE_SETTINGS as readonly string[]).includes(flags.serve)) throw new NimbleError('invalid', `--serve must be inference, training or both, got '${flags.serve}'`);
     const serve = flags.serve as ServeSetting;
+    if (!(BACKEND_CHOICES as readonly string[]).includes(flags.backend)) throw new NimbleError('invalid', `--backend must be ${BACKEND_CHOICES.join(', ')}, got '${flags.backend}'`);
+    const backend = flags.backend as BackendChoice;
     const registryLookup = serve === 'training' ? null : chainRegistryLookup(resolveDataDir(flags), chainRpcOf(flags));
     const privateKey = await signingKey(flags, 'miner-key.json', dataDir);
-    const miner = await Miner.start({ orchestrator: orchestrator.href.replace(/\/$/, ''), dataDir, name: flags.name, threads, throttle, host: flags.host, port, slots, log, mergeDelayMs, privateKey, memoryBytes, serve, registryLookup });
-    emit(flags, { event: 'started', address: miner.address, url: miner.url, serve, chain: registryLookup !== null }, () => `miner ${miner.address} serving peers on ${miner.url} (offers ${serve === 'both' ? 'training and inference' : serve}${serve !== 'training' && !registryLookup ? "; no chain: deployed models of a paid network are refused, see --chain-rpc" : ''})`);
+    const miner = await Miner.start({ orchestrator: orchestrator.href.replace(/\/$/, ''), dataDir, name: flags.name, threads, throttle, host: flags.host, port, slots, log, mergeDelayMs, privateKey, memoryBytes, serve, registryLookup, backend });
+    emit(flags, { event: 'started', address: miner.address, url: miner.url, serve, backend: miner.backend, chain: registryLookup !== null }, () => `miner ${miner.address} serving peers on ${miner.url} (offers ${serve === 'both' ? 'training and inference' : serve}, trains on ${miner.backend}${serve !== 'training' && !registryLookup ? "; no chain: deployed models of a paid network are refused, see --chain-rpc" : ''})`);
     await waitForSignal();
     await miner.stop();
     emit(flags, { event: 'stopped', stats: miner.stats }, () => `miner stopped: ${miner.stats.forward} forward, ${miner.stats.backward} backward, ${miner.stats.merges} partitions merged`);

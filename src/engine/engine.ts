@@ -1,10 +1,18 @@
 // The engine: one shared WebAssembly memory, the kernel module instantiated on
 // it in this thread and in every worker, an allocator, and typed kernel calls.
 // It knows nothing of networks or files beyond its own kernel binaries.
+//
+// The backend: 'wasm' runs every kernel here; 'webgpu' also opens a GPU
+// (./webgpu/device.ts), on which a GPT stage's forward and backward run
+// (src/miner/stage-model-gpu.ts) while the flat parameters, the optimizer and
+// everything else stay in this memory. 'auto' takes a hardware GPU when there
+// is one and WASM otherwise; 'webgpu' also takes a software adapter
+// (SwiftShader: right answers, CPU speed), which is what tests run on.
 import { readFileSync } from 'node:fs';
 import { availableParallelism } from 'node:os';
 import { setFlagsFromString } from 'node:v8';
 import { Heap } from './heap.ts';
+import { openGpu, type Gpu } from './webgpu/device.ts';
 import { Kernels, KERNEL_NAMES, type KernelSizes } from './kernels.ts';
 import { ThreadPool, type KernelFn } from './pool.ts';
 import { Tensor, numel } from './tensor.ts';
@@ -17,7 +25,13 @@ export interface EngineOptions {
   threads?: number;
   /** 'auto' uses relaxed SIMD (FMA) when the runtime has it. */
   simd?: 'auto' | 'relaxed' | 'plain';
+  /** where a GPT stage runs (default 'wasm'); 'webgpu' fails when no adapter opens */
+  backend?: BackendChoice;
 }
+
+export type Backend = 'wasm' | 'webgpu';
+export type BackendChoice = Backend | 'auto';
+export const BACKEND_CHOICES: readonly BackendChoice[] = ['wasm', 'webgpu', 'auto'];
 
 export class Engine {
   private constructor(
@@ -27,9 +41,27 @@ export class Engine {
     readonly heap: Heap,
     readonly kernels: Kernels,
     private readonly pool: ThreadPool,
+    /** the GPU a GPT stage runs on ('webgpu'), or null ('wasm') */
+    readonly gpu: Gpu | null,
+    /** why 'auto' chose WASM, when it did */
+    readonly backendNote: string | null,
   ) {}
 
+  get backend(): Backend {
+    return this.gpu ? 'webgpu' : 'wasm';
+  }
+
   static async create(options: EngineOptions = {}): Promise<Engine> {
+    const choice = options.backend ?? 'wasm';
+    if (!BACKEND_CHOICES.includes(choice)) throw new Error(`engine: backend must be one of ${BACKEND_CHOICES.join(', ')}, got '${String(choice)}'`);
+    let gpu: Gpu | null = null;
+    let note: string | null = null;
+    if (choice !== 'wasm') {
+      const opened = await openGpu({ software: choice === 'webgpu' ? 'allow' : 'never' });
+      if (opened.gpu) gpu = opened.gpu;
+      else if (choice === 'webgpu') throw new Error(`engine: the webgpu backend has no adapter: ${opened.reason}`);
+      else note = `no hardware WebGPU adapter (${opened.reason}): running on WASM`;
+    }
     const threads = Math.max(1, Math.floor(options.threads || availableParallelism()));
     const { module, relaxed, flags } = await compileKernels(options.simd ?? 'auto');
     const memory = new WebAssembly.Memory({ initial: 256, maximum: MAX_PAGES, shared: true });
@@ -39,7 +71,7 @@ export class Engine {
     const sizes = kernelSizes(instance.exports);
     const pool = await ThreadPool.start({ threads, module, memory, names: KERNEL_NAMES, fns, flags });
     const kernels = new Kernels(pool, heap, threads, sizes);
-    return new Engine(threads, relaxed, memory, heap, kernels, pool);
+    return new Engine(threads, relaxed, memory, heap, kernels, pool, gpu, note);
   }
 
   /** A new zero-filled tensor. Give it back with `free` when done. */
@@ -68,6 +100,7 @@ export class Engine {
 
   async close(): Promise<void> {
     await this.pool.close();
+    await this.gpu?.close();
   }
 }
 

@@ -20,7 +20,7 @@ import { randomBytes } from 'node:crypto';
 import type { AddressInfo } from 'node:net';
 import { join } from 'node:path';
 import type { Address } from 'viem';
-import { Engine } from '../engine/engine.ts';
+import { Engine, type Backend, type BackendChoice } from '../engine/engine.ts';
 import { SignedClient } from '../http/client.ts';
 import type { HttpServer } from '../http/server.ts';
 import { loadOrCreateKeyFile } from '../chain/key-file.ts';
@@ -42,7 +42,7 @@ import { serveRoutes, SESSION_IDLE_MS } from './serve-api.ts';
 import { orchestratorAddress } from '../protocol/network.ts';
 import { Pipeline } from './pipeline.ts';
 import { CheckAnswers } from './spot-checks.ts';
-import { stageDataReady } from './stage-model.ts';
+import { stageDataReady } from './create-stage-model.ts';
 import { inFlightLimit, StageRunner } from './stage-runner.ts';
 import { tamperedServing, type Tamper } from './tamper.ts';
 import { Throttle } from './throttle.ts';
@@ -71,6 +71,8 @@ export interface MinerOptions {
   tamper?: Tamper;
   /** what it offers: serve deployed models, train, or both (default both) */
   serve?: ServeSetting;
+  /** where its GPT stages run (`--backend`; default wasm): src/engine/engine.ts */
+  backend?: BackendChoice;
   /** the ModelRegistry on the miner's own chain, to check deployed models' weights against (null or absent: no chain) */
   registryLookup?: RegistryLookup | null;
 }
@@ -179,7 +181,7 @@ export class Miner {
     const throttle = new Throttle(options.throttle ?? 1); // a bad share throws before any thread starts
     const privateKey = options.privateKey ?? loadOrCreateKeyFile(join(options.dataDir, 'miner-key.json')).privateKey;
     const network = await findNetwork(options.orchestrator);
-    const engine = await Engine.create({ threads: options.threads });
+    const engine = await Engine.create({ threads: options.threads, backend: options.backend });
     const miner = new Miner(options, engine, privateKey, throttle, network);
     try {
       await miner.app.listen({ host: options.host ?? '127.0.0.1', port: options.port ?? 0 });
@@ -195,12 +197,17 @@ export class Miner {
     return miner;
   }
 
+  /** where its GPT stages run */
+  get backend(): Backend {
+    return this.engine.backend;
+  }
+
   get stageInfo(): { runId: string; stage: number; round: number } | null {
     return this.runner ? { runId: this.runner.runId, stage: this.runner.assignment.stage, round: this.runner.round } : null;
   }
 
   private async join(): Promise<void> {
-    const hardware = measureHardware(this.engine, this.throttle, this.options.memoryBytes);
+    const hardware = await measureHardware(this.engine, this.throttle, this.options.memoryBytes);
     const probe = randomBytes(1 << 20);
     let bandwidthMbps: number;
     for (let attempt = 0; ; attempt++) {
@@ -221,7 +228,9 @@ export class Miner {
       'join reply',
     );
     this.heartbeatMs = reply.heartbeatMs;
-    this.log(`joined as ${this.address}: ${hardware.gflops.toFixed(1)} GFLOP/s, ${hardware.threads} threads, ${bandwidthMbps.toFixed(0)} Mbit/s to the orchestrator, serving ${this.options.serve ?? 'both'}`);
+    const backend = hardware.backend === 'webgpu' ? `WebGPU on ${hardware.adapter}${hardware.softwareAdapter ? ' (a software adapter: right answers at CPU speed, for tests)' : ''}` : 'WASM';
+    this.log(`joined as ${this.address}: ${hardware.gflops.toFixed(1)} GFLOP/s on ${backend}, ${hardware.threads} threads, ${bandwidthMbps.toFixed(0)} Mbit/s to the orchestrator, serving ${this.options.serve ?? 'both'}`);
+    if (this.engine.backendNote) this.log(this.engine.backendNote);
   }
 
   // ---- heartbeats --------------------------------------------------------------

@@ -202,21 +202,27 @@ export class Pipeline {
     return this.queue.shift();
   }
 
-  private execute(runner: StageRunner, job: Job): void {
-    if (job.kind === 'backward') this.backward(runner, job);
-    else if (runner.assignment.stage === runner.assignment.stageCount - 1) this.forwardLast(runner, job);
-    else this.forward(runner, job);
+  private execute(runner: StageRunner, job: Job): Promise<void> {
+    if (job.kind === 'backward') return this.backward(runner, job);
+    if (runner.assignment.stage === runner.assignment.stageCount - 1) return this.forwardLast(runner, job);
+    return this.forward(runner, job);
+  }
+
+  /** Throws when the stage was dropped or replaced while a job of `runner` ran (on a GPU, the job awaits its readback). */
+  private stillHeld(runner: StageRunner): void {
+    if (this.stopped || this.deps.runner() !== runner) throw new Error('the stage was dropped while the microbatch ran');
   }
 
   /** Last stage: forward to the loss and backward at once; the gradient goes back to the replica the activation came from. */
-  private forwardLast(runner: StageRunner, job: Exclude<Job, { kind: 'backward' }>): void {
+  private async forwardLast(runner: StageRunner, job: Exclude<Job, { kind: 'backward' }>): Promise<void> {
     const { records, stats } = this.deps;
     const a = runner.assignment;
     const w = work(runner, job);
     const weights = runner.copyWeights(records.buffer(runner.paramCount));
     let result: { loss: number; dInput: Float32Array | null };
     try {
-      result = runner.forwardBackwardLast(w.id, w.shard, job.kind === 'forward' ? job.data : null);
+      result = await runner.forwardBackwardLast(w.id, w.shard, job.kind === 'forward' ? job.data : null);
+      this.stillHeld(runner);
     } catch (err) {
       records.recycle(weights);
       throw err;
@@ -232,10 +238,11 @@ export class Pipeline {
   }
 
   /** First or middle stage: forward, keep the microbatch in a slot, send the activation on. */
-  private forward(runner: StageRunner, job: Exclude<Job, { kind: 'backward' }>): void {
+  private async forward(runner: StageRunner, job: Exclude<Job, { kind: 'backward' }>): Promise<void> {
     const a = runner.assignment;
     const w = work(runner, job);
-    const out = job.kind === 'start' ? runner.forwardFirst(w.id, w.shard) : runner.forwardMiddle(w.id, job.data);
+    const out = job.kind === 'start' ? await runner.forwardFirst(w.id, w.shard) : await runner.forwardMiddle(w.id, job.data);
+    this.stillHeld(runner);
     this.deps.stats.forward++;
     this.deps.tamper?.activation?.(out);
     this.held.set(w.id, { attempt: w.attempt, upstream: w.upstream, downstream: null, sendingTo: null, backwardDone: false });
@@ -248,11 +255,12 @@ export class Pipeline {
   }
 
   /** A gradient came back: backward, inner step, the input's gradient to the replica the activation came from. */
-  private backward(runner: StageRunner, job: Extract<Job, { kind: 'backward' }>): void {
+  private async backward(runner: StageRunner, job: Extract<Job, { kind: 'backward' }>): Promise<void> {
     const a = runner.assignment;
     const id = job.meta.microbatch;
+    const dInput = await runner.backward(id, job.data);
+    this.stillHeld(runner);
     const h = this.held.get(id);
-    const dInput = runner.backward(id, job.data);
     // the answer to the activation's send still to come: its forward report waits for the receipt in it
     if (h && h.downstream === null && h.sendingTo !== null) h.backwardDone = true;
     else this.held.delete(id);

@@ -27,7 +27,8 @@ import { decodeSafetensors, SafetensorsError } from '../model/safetensors.ts';
 import { DEFAULT_BLOCK_SIZE } from '../protocol/codec.ts';
 import { ErrorFeedback } from '../protocol/error-feedback.ts';
 import type { StageAssignment } from '../protocol/messages.ts';
-import { createStageModel, GptStageModel, type StageModel } from './stage-model.ts';
+import { createStageModel } from './create-stage-model.ts';
+import { GptStageData, type StageModel } from './stage-model.ts';
 
 /**
  * Microbatches a stage keeps in flight: the miner's slots, but at most one
@@ -49,8 +50,6 @@ export class StageRunner {
   private readonly stash: (Float32Array | null)[];
   /** per slot: the inner steps its weights were predicted ahead */
   private readonly predicted = new Map<number, number>();
-  /** the current weights while a stashed forward or backward runs */
-  private readonly current: Float32Array;
   /** weights at the start of the current merge interval */
   private thetaStart: Float32Array;
   private outer: OuterState;
@@ -77,7 +76,6 @@ export class StageRunner {
     this.opt = new AdamW(engine, this.stage.params, this.stage.grads, { ...ADAMW_DEFAULTS, lr: assignment.lr });
     for (let i = slots - 1; i >= 0; i--) this.freeSlots.push(i);
     this.stash = new Array<Float32Array | null>(slots).fill(null);
-    this.current = new Float32Array(this.stage.paramCount);
     this.thetaStart = this.stage.params.flat.data.slice();
     this.outer = createOuterState(this.stage.paramCount);
     this.feedback = new ErrorFeedback(this.stage.paramCount, DEFAULT_BLOCK_SIZE);
@@ -90,7 +88,7 @@ export class StageRunner {
 
   /** The byte corpus of a GPT's first or last stage (null: a middle stage, or an MLP's). */
   get corpus(): ByteCorpus | null {
-    return this.stage instanceof GptStageModel ? this.stage.corpus : null;
+    return this.stage instanceof GptStageData ? this.stage.corpus : null;
   }
 
   /** Tokens (GPT) or examples (MLP) a microbatch trains on. */
@@ -151,26 +149,14 @@ export class StageRunner {
    * predicted for when its gradient is applied (one inner step per
    * microbatch already in flight), kept in its slot for the backward.
    */
-  private forwardDelayed(microbatch: number, shard: number, input: Float32Array | null): Float32Array {
+  private async forwardDelayed(microbatch: number, shard: number, input: Float32Array | null): Promise<Float32Array> {
     if (this.lazy) this.stage.params.flat.data.fill(0);
     const delay = this.slotOf.size;
     const slot = this.takeSlot(microbatch);
     const w = this.stage.params.flat.data;
     const stashed = this.opt.predict((this.stash[slot] ??= new Float32Array(w.length)), delay);
     this.predicted.set(slot, delay);
-    return this.withWeights(stashed, () => this.stage.forward(shard, input, slot).slice());
-  }
-
-  /** Runs `fn` with the stage's weights set to `weights`, then puts the current ones back. */
-  private withWeights<T>(weights: Float32Array, fn: () => T): T {
-    const w = this.stage.params.flat.data;
-    this.current.set(w);
-    w.set(weights);
-    try {
-      return fn();
-    } finally {
-      w.set(this.current);
-    }
+    return this.stage.forward(shard, input, slot, stashed);
   }
 
   /** The weights the forward of a held microbatch used, and the inner steps they are ahead of the current ones. */
@@ -182,24 +168,24 @@ export class StageRunner {
   }
 
   /** First stage: forward a new microbatch; keeps its activations (and weights) in a slot. */
-  forwardFirst(microbatch: number, shard: number): Float32Array {
+  forwardFirst(microbatch: number, shard: number): Promise<Float32Array> {
     return this.forwardDelayed(microbatch, shard, null);
   }
 
   /** Middle stage: forward an activation; keeps the microbatch (and weights) in a slot. */
-  forwardMiddle(microbatch: number, activation: Float32Array): Float32Array {
+  forwardMiddle(microbatch: number, activation: Float32Array): Promise<Float32Array> {
     return this.forwardDelayed(microbatch, 0, activation);
   }
 
-  /** Last stage: forward to the loss, backward at once, inner step. Returns the loss and d(input). */
-  forwardBackwardLast(microbatch: number, shard: number, activation: Float32Array | null): { loss: number; dInput: Float32Array | null } {
+  /** Last stage: forward to the loss, backward at once, inner step. Resolves to the loss and d(input). */
+  async forwardBackwardLast(microbatch: number, shard: number, activation: Float32Array | null): Promise<{ loss: number; dInput: Float32Array | null }> {
     if (this.lazy) this.stage.params.flat.data.fill(0);
     const slot = this.takeSlot(microbatch);
     try {
       this.stage.zeroGrad();
-      const { loss, dInput } = this.stage.lossAndBackward(shard, activation, slot);
+      const { loss, dInput } = await this.stage.lossAndBackward(shard, activation, slot);
       this.step();
-      return { loss, dInput: dInput ? dInput.slice() : null };
+      return { loss, dInput };
     } finally {
       this.release(microbatch);
     }
@@ -209,15 +195,15 @@ export class StageRunner {
    * Backward of a microbatch held in a slot, from the gradient of its output,
    * with the weights its forward used; then the inner step on the current weights.
    */
-  backward(microbatch: number, dOutput: Float32Array): Float32Array | null {
+  async backward(microbatch: number, dOutput: Float32Array): Promise<Float32Array | null> {
     const s = this.slotOf.get(microbatch);
     const stashed = s ? this.stash[s.slot] : null;
     if (!s || !stashed) throw new Error(`microbatch ${microbatch} is not held here`);
     try {
       this.stage.zeroGrad();
-      const d = this.withWeights(stashed, () => this.stage.backward(dOutput, s.slot));
+      const d = await this.stage.backward(dOutput, s.slot, stashed);
       this.step();
-      return d ? d.slice() : null;
+      return d;
     } finally {
       this.release(microbatch);
     }

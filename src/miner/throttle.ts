@@ -12,9 +12,9 @@ export class Throttle {
   }
 
   /** Runs fn, then rests; returns fn's result. */
-  async run<T>(fn: () => T): Promise<T> {
+  async run<T>(fn: () => T | Promise<T>): Promise<T> {
     const t0 = performance.now();
-    const out = fn();
+    const out = await fn();
     const rest = this.restAfter(performance.now() - t0);
     if (rest > 0.5) await new Promise((r) => setTimeout(r, rest));
     return out;

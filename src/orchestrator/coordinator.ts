@@ -180,6 +180,9 @@ export class Coordinator {
         bandwidthMbps: req.bandwidthMbps,
         sessionKey: req.sessionKey,
         serve: req.serve ?? 'both',
+        backend: req.hardware.backend ?? 'wasm',
+        adapter: req.hardware.adapter ?? null,
+        softwareAdapter: req.hardware.softwareAdapter ?? false,
       },
       this.now(),
     );

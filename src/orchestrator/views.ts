@@ -21,6 +21,9 @@ export function minerView(m: MinerRecord): MinerView {
     lastSeen: m.lastSeen,
     alive: m.alive,
     serve: m.serve,
+    backend: m.backend,
+    adapter: m.adapter,
+    softwareAdapter: m.softwareAdapter,
   };
 }
 

@@ -39,6 +39,12 @@ export const Hardware = Type.Object({
   gflops: Type.Number({ exclusiveMinimum: 0, maximum: 1e7 }),
   threads: Type.Integer({ minimum: 1, maximum: 1024 }),
   memoryBytes: Type.Integer({ minimum: 1, maximum: 2 ** 50 }),
+  /** where its GPT stages run (src/engine/engine.ts Backend); absent from miners before it: wasm */
+  backend: Type.Optional(Type.Union([Type.Literal('wasm'), Type.Literal('webgpu')])),
+  /** the GPU adapter's name, with webgpu: printable text */
+  adapter: Type.Optional(Type.String({ minLength: 1, maxLength: 200, pattern: '^[\\x20-\\x7e]+$' })),
+  /** the adapter is a software one (SwiftShader): right answers at CPU speed */
+  softwareAdapter: Type.Optional(Type.Boolean()),
 });
 export type Hardware = Static<typeof Hardware>;
 

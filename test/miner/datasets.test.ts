@@ -101,7 +101,7 @@ test('an edge stage given a downloaded dataset trains on it', async () => {
   const cache = new DatasetCache(join(dir, 'd'), async () => bytes);
   const corpus = await cache.load(id);
   const runner = new StageRunner(engine, assignment(id, 0, 1), 2, corpus);
-  const { loss } = runner.forwardBackwardLast(1, 0, null);
+  const { loss } = await runner.forwardBackwardLast(1, 0, null);
   assert.ok(Number.isFinite(loss) && loss > 0);
   runner.dispose();
   assert.equal(createHash('sha256').update(readFileSync(cache.pathOf(id))).digest('hex'), hex);

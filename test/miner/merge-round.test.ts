@@ -43,12 +43,12 @@ function randomArray(n: number, seed: number, scale = 1): Float32Array {
 }
 
 /** `steps` inner steps on random activations and gradients drawn from `seed`. */
-function train(runner: StageRunner, steps: number, seed: number): void {
+async function train(runner: StageRunner, steps: number, seed: number): Promise<void> {
   const width = runner.activationShape[0] * runner.activationShape[1];
   for (let i = 0; i < steps; i++) {
     const id = seed * 100 + i + 1;
-    runner.forwardMiddle(id, randomArray(width, seed * 1000 + 2 * i));
-    runner.backward(id, randomArray(width, seed * 1000 + 2 * i + 1, 1e-2));
+    await runner.forwardMiddle(id, randomArray(width, seed * 1000 + 2 * i));
+    await runner.backward(id, randomArray(width, seed * 1000 + 2 * i + 1, 1e-2));
   }
 }
 
@@ -131,8 +131,8 @@ test('two replicas end a merge round with the same weights: the outer step of th
   const n = a.runner.paramCount;
   const theta0 = a.runner.copyWeights(new Float32Array(n));
   assert.deepEqual(b.runner.copyWeights(new Float32Array(n)), theta0, 'replicas start from the same weights');
-  train(a.runner, 3, 1);
-  train(b.runner, 2, 2);
+  await train(a.runner, 3, 1);
+  await train(b.runner, 2, 2);
   assert.notDeepEqual(a.runner.copyWeights(new Float32Array(n)), b.runner.copyWeights(new Float32Array(n)));
 
   // the direct computation: sample-weighted mean of the exact pseudo-gradients, one outer step
@@ -188,8 +188,8 @@ test('two replicas end a merge round with the same weights: the outer step of th
   assert.equal(a.merges.mergedKept, 2, 'a merged partitions 0 and 2 of round 1');
 
   // a second round (with momentum and error feedback) keeps the replicas in lockstep
-  train(a.runner, 1, 3);
-  train(b.runner, 2, 4);
+  await train(a.runner, 1, 3);
+  await train(b.runner, 2, 4);
   await mergeRound(store, replicas, 2, partitions);
   assert.deepEqual(a.runner.copyWeights(new Float32Array(n)), b.runner.copyWeights(new Float32Array(n)));
   assert.equal(b.runner.round, 2);

@@ -31,7 +31,7 @@ function assignment(over: Partial<StageAssignment> = {}): StageAssignment {
   return { runId: 'r1', stage: 0, stageCount: 1, from: 0, to: 1, model, data: 'spam-assassin', batchSize: B, seed: 7, round: 0, stateBlob: null, codec: 'f16', lr: 1e-2, ...over };
 }
 
-test('a step of an MLP stage is the shard batch forward, loss, backward and AdamW step of a plain Mlp', () => {
+test('a step of an MLP stage is the shard batch forward, loss, backward and AdamW step of a plain Mlp', async () => {
   const runner = new StageRunner(engine, assignment(), 2);
   assert.equal(runner.paramCount, 256 * 16 + 16 + 16 * 2 + 2);
   assert.equal(runner.tokensPerMicrobatch, B, 'a microbatch is B examples');
@@ -42,7 +42,7 @@ test('a step of an MLP stage is the shard batch forward, loss, backward and Adam
   const dataset = loadSpamDataset(256);
   const losses: number[] = [];
   for (let shard = 0; shard < 60; shard++) {
-    const { loss, dInput } = runner.forwardBackwardLast(shard + 1, shard, null);
+    const { loss, dInput } = await runner.forwardBackwardLast(shard + 1, shard, null);
     assert.equal(dInput, null, 'nothing goes upstream');
     const batch = spamBatch(dataset, 7, shard, B);
     ref.zeroGrad();
@@ -57,19 +57,19 @@ test('a step of an MLP stage is the shard batch forward, loss, backward and Adam
   assert.equal(runner.freeSlotCount, 2, 'each microbatch lets its slot go at once');
   const mean = (xs: number[]): number => xs.reduce((a, b) => a + b, 0) / xs.length;
   assert.ok(mean(losses.slice(-10)) < mean(losses.slice(0, 10)), `the loss falls: ${mean(losses.slice(0, 10))} → ${mean(losses.slice(-10))}`);
-  assert.throws(() => runner.forwardFirst(99, 1), /one stage/);
+  await assert.rejects(runner.forwardFirst(99, 1), /one stage/);
   opt.release();
   ref.release();
   runner.dispose();
 });
 
-test('MLP replicas merge by the outer step of their mean pseudo-gradient and end identical', () => {
+test('MLP replicas merge by the outer step of their mean pseudo-gradient and end identical', async () => {
   const a = new StageRunner(engine, assignment(), 2);
   const b = new StageRunner(engine, assignment(), 2);
   const start = a.stage.params.flat.data.slice();
   for (let i = 0; i < 10; i++) {
-    a.forwardBackwardLast(i + 1, 2 * i, null);
-    b.forwardBackwardLast(i + 100, 2 * i + 1, null);
+    await a.forwardBackwardLast(i + 1, 2 * i, null);
+    await b.forwardBackwardLast(i + 100, 2 * i + 1, null);
   }
   const wa = a.stage.params.flat.data.slice();
   const wb = b.stage.params.flat.data.slice();
@@ -88,9 +88,9 @@ test('MLP replicas merge by the outer step of their mean pseudo-gradient and end
   b.dispose();
 });
 
-test("an MLP stage's state round-trips through its checkpoint, and a whole-model checkpoint gives a later run its start", () => {
+test("an MLP stage's state round-trips through its checkpoint, and a whole-model checkpoint gives a later run its start", async () => {
   const a = new StageRunner(engine, assignment(), 2);
-  for (let i = 0; i < 5; i++) a.forwardBackwardLast(i + 1, i, null);
+  for (let i = 0; i < 5; i++) await a.forwardBackwardLast(i + 1, i, null);
   a.applyOuterStep(a.pseudoGradient().map((x) => x * 0.5), 1, 0.7, 0.9);
   const state = a.encodeState(1);
   const file = decodeSafetensors(state);
@@ -131,7 +131,7 @@ test('an MLP assignment the stage cannot train is refused', () => {
 });
 
 test("a miner takes an MLP stage once its features are built: in the background, the first time, while it keeps serving", async () => {
-  const { stageDataReady } = await import('../../src/miner/stage-model.ts');
+  const { stageDataReady } = await import('../../src/miner/create-stage-model.ts');
   const { loadSpamDatasetAsync } = await import('../../src/data/spam.ts');
   const a = assignment({ model: 'mlp:96-8-2' });
   const lines: string[] = [];

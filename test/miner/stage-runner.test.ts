@@ -31,7 +31,7 @@ function randomArray(n: number, seed: number, scale = 1): Float32Array {
   return Float32Array.from({ length: n }, () => (rand() * 2 - 1) * scale);
 }
 
-test('a delayed backward uses the weights its forward used (weight stashing)', () => {
+test('a delayed backward uses the weights its forward used (weight stashing)', async () => {
   const config = gptConfig(model);
   const a = assignment(1, 3); // a middle stage: backward returns d(input)
   const runner = new StageRunner(engine, a, 2);
@@ -43,12 +43,12 @@ test('a delayed backward uses the weights its forward used (weight stashing)', (
   const g1 = randomArray(width, 3, 1e-3);
   const g2 = randomArray(width, 4, 1e-3);
 
-  runner.forwardMiddle(1, x1);
-  runner.forwardMiddle(2, x2);
-  runner.backward(2, g2); // inner step: the weights move
+  await runner.forwardMiddle(1, x1);
+  await runner.forwardMiddle(2, x2);
+  await runner.backward(2, g2); // inner step: the weights move
   assert.notDeepEqual(runner.stage.params.flat.data, w0);
   const wAfterFirstStep = runner.stage.params.flat.data.slice();
-  const d1 = runner.backward(1, g1);
+  const d1 = await runner.backward(1, g1);
   assert.ok(d1);
 
   // reference: the same forward and backward on a stage holding w0
@@ -67,46 +67,46 @@ test('a delayed backward uses the weights its forward used (weight stashing)', (
   runner.dispose();
 });
 
-test('a first stage stashes too: its parameter gradient matches the forward weights', () => {
+test('a first stage stashes too: its parameter gradient matches the forward weights', async () => {
   const config = gptConfig(model);
   const a = assignment(0, 2);
   const runner = new StageRunner(engine, a, 2);
   const T = config.contextLength;
   const width = B * T * config.channels;
   const w0 = runner.stage.params.flat.data.slice();
-  runner.forwardFirst(1, 10);
-  runner.forwardFirst(2, 11);
-  runner.backward(2, randomArray(width, 5, 1e-3));
+  await runner.forwardFirst(1, 10);
+  await runner.forwardFirst(2, 11);
+  await runner.backward(2, randomArray(width, 5, 1e-3));
   const g1 = randomArray(width, 6, 1e-3);
-  assert.equal(runner.backward(1, g1), null);
+  assert.equal(await runner.backward(1, g1), null);
 
   const ref = new StageRunner(engine, a, 1);
   ref.stage.params.flat.data.set(w0);
-  ref.forwardFirst(1, 10);
+  await ref.forwardFirst(1, 10);
   const before = ref.stage.params.flat.data.slice();
   ref.stage.zeroGrad();
-  ref.stage.backward(g1, 0);
+  await ref.stage.backward(g1, 0, ref.stage.params.flat.data);
   assert.deepEqual(runner.stage.grads.flat.data.slice(), ref.stage.grads.flat.data.slice());
   assert.deepEqual(ref.stage.params.flat.data.slice(), before);
   ref.dispose();
   runner.dispose();
 });
 
-test('a forward behind others in flight runs at the predicted weights, and its backward uses them', () => {
+test('a forward behind others in flight runs at the predicted weights, and its backward uses them', async () => {
   const config = gptConfig(model);
   const a = assignment(1, 3);
   const runner = new StageRunner(engine, a, 3);
   const T = config.contextLength;
   const width = B * T * config.channels;
   // one inner step so AdamW has moments
-  runner.forwardMiddle(1, randomArray(width, 1));
-  runner.backward(1, randomArray(width, 2, 1e-3));
+  await runner.forwardMiddle(1, randomArray(width, 1));
+  await runner.backward(1, randomArray(width, 2, 1e-3));
   const current = runner.stage.params.flat.data.slice();
-  runner.forwardMiddle(2, randomArray(width, 3)); // nothing in flight: the current weights
+  await runner.forwardMiddle(2, randomArray(width, 3)); // nothing in flight: the current weights
   assert.deepEqual(runner.forwardWeights(2)!.weights, current);
   assert.equal(runner.forwardWeights(2)!.predictedSteps, 0);
   const x3 = randomArray(width, 4);
-  runner.forwardMiddle(3, x3); // one in flight: one step ahead
+  await runner.forwardMiddle(3, x3); // one in flight: one step ahead
   const used = runner.forwardWeights(3)!;
   assert.equal(used.predictedSteps, 1);
   const stashed = used.weights.slice();
@@ -116,9 +116,9 @@ test('a forward behind others in flight runs at the predicted weights, and its b
   for (let i = 0; i < current.length; i++) worst = Math.max(worst, Math.abs(stashed[i] - current[i]));
   assert.ok(worst > 0 && worst <= 1e-2 * 7.3, `moved ${worst}`);
 
-  runner.backward(2, randomArray(width, 5, 1e-3));
+  await runner.backward(2, randomArray(width, 5, 1e-3));
   const g3 = randomArray(width, 6, 1e-3);
-  const d3 = runner.backward(3, g3);
+  const d3 = await runner.backward(3, g3);
   const ref = new GptStage(engine, config, { from: a.from, to: a.to }, { batchSize: B });
   ref.params.flat.data.set(stashed);
   const out = (ref.forward(x3, B, T) as Float32Array).slice();

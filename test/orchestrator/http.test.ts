@@ -16,7 +16,7 @@ import { Coordinator } from '../../src/orchestrator/coordinator.ts';
 import { buildApi } from '../../src/orchestrator/http.ts';
 import { MAX_UPLOAD_BYTES } from '../../src/orchestrator/routes/miners.ts';
 import { OrchestratorState } from '../../src/orchestrator/state/index.ts';
-import { HeartbeatReply, JoinReply, NetworkInfo, parse } from '../../src/protocol/messages.ts';
+import { HeartbeatReply, JoinReply, NetworkInfo, parse, type Hardware } from '../../src/protocol/messages.ts';
 import { domainOf, verifyNetwork } from '../../src/protocol/network.ts';
 import { SessionKey } from '../../src/protocol/session-key.ts';
 import { RequestSigner } from '../../src/protocol/signing.ts';
@@ -161,6 +161,27 @@ test('join and heartbeat answer their protocol messages', async () => {
   assert.deepEqual(probe.body, { bytes: 1 << 20 });
 });
 
+test("GET /miners shows where each miner's GPT stages run, its GPU adapter and whether that is a software one, as of its last join; a miner that did not say is wasm", async () => {
+  const gpu = new RequestSigner(generatePrivateKey(), { domain });
+  const cpu = new RequestSigner(generatePrivateKey(), { domain });
+  const joinAs = (signer: RequestSigner, hardware: Partial<Hardware>): Promise<Answer> =>
+    request('POST', '/miners/join', { json: { ...joinBody, name: signer === gpu ? 'gpu' : 'cpu', sessionKey: SessionKey.generate().publicKey, hardware: { ...joinBody.hardware, ...hardware } }, signer });
+  const shown = async (signer: RequestSigner): Promise<unknown> => {
+    const m = (valid(Type.Array(MinerView), await request('GET', '/miners')) as MinerView[]).find((v) => v.id === signer.address)!;
+    return { backend: m.backend, adapter: m.adapter, softwareAdapter: m.softwareAdapter };
+  };
+  valid(JoinReply, await joinAs(gpu, { backend: 'webgpu', adapter: 'SwiftShader driver', softwareAdapter: true }));
+  valid(JoinReply, await joinAs(cpu, {}));
+  assert.deepEqual(await shown(gpu), { backend: 'webgpu', adapter: 'SwiftShader driver', softwareAdapter: true });
+  assert.deepEqual(await shown(cpu), { backend: 'wasm', adapter: null, softwareAdapter: false });
+  assert.equal(state.miners.get(gpu.address)!.adapter, 'SwiftShader driver', 'stored as it said');
+  // a rejoin replaces them
+  valid(JoinReply, await joinAs(gpu, { backend: 'webgpu', adapter: 'Apple M2 (Metal)', softwareAdapter: false }));
+  assert.deepEqual(await shown(gpu), { backend: 'webgpu', adapter: 'Apple M2 (Metal)', softwareAdapter: false });
+  valid(JoinReply, await joinAs(cpu, { backend: 'wasm' }));
+  assert.deepEqual(await shown(cpu), { backend: 'wasm', adapter: null, softwareAdapter: false });
+});
+
 test('a signed request that breaks a contract is refused with 4xx; the malformed ones count as invalid work of their signer', async () => {
   const invalid = (): number => state.ledger.workTotals().filter((w) => w.minerId === miner.address && w.kind === 'invalid').reduce((a, w) => a + w.units, 0);
   const before = invalid();
@@ -186,15 +207,20 @@ test('uploads are limited per route before they are buffered', async () => {
   isError(await request('POST', '/miners/heartbeat', { raw: 'x'.repeat((1 << 20) + 1), contentType: 'application/json', signer: miner }), 413, 'too_large');
 });
 
-test('finite but absurd numbers get a 400 naming the field: 2^53 − 1 bytes of memory, 1e30 GFLOP/s, a queue of 1e30, epoch 2^53 − 1', async () => {
+test('finite but absurd numbers get a 400 naming the field: 2^53 − 1 bytes of memory, 1e30 GFLOP/s, a queue of 1e30, epoch 2^53 − 1; a GPU adapter name of 201 characters or with a newline', async () => {
   const fresh = new RequestSigner(generatePrivateKey(), { domain });
-  const joinWith = (hardware: Partial<typeof joinBody.hardware>, extra: Record<string, unknown> = {}): Promise<Answer> =>
+  const joinWith = (hardware: Partial<Hardware>, extra: Record<string, unknown> = {}): Promise<Answer> =>
     request('POST', '/miners/join', { json: { ...joinBody, sessionKey: SessionKey.generate().publicKey, hardware: { ...joinBody.hardware, ...hardware }, ...extra }, signer: fresh });
   isError(await joinWith({ memoryBytes: 2 ** 53 - 1 }), 400, 'invalid', /\/hardware\/memoryBytes/);
   isError(await joinWith({ memoryBytes: 2 ** 53 }), 400, 'invalid', /\/hardware\/memoryBytes/);
   isError(await joinWith({ gflops: 1e30 }), 400, 'invalid', /\/hardware\/gflops/);
   isError(await joinWith({ threads: 2 ** 53 }), 400, 'invalid', /\/hardware\/threads/);
   isError(await joinWith({}, { bandwidthMbps: 1e30 }), 400, 'invalid', /\/bandwidthMbps/);
+  // the GPU adapter's name: printable text of at most 200 characters; the backend one of the two
+  isError(await joinWith({ backend: 'webgpu', adapter: 'x'.repeat(201) }), 400, 'invalid', /\/hardware\/adapter/);
+  isError(await joinWith({ backend: 'webgpu', adapter: 'SwiftShader\ndriver' }), 400, 'invalid', /\/hardware\/adapter/);
+  isError(await joinWith({ backend: 'cuda' as 'wasm' }), 400, 'invalid', /\/hardware\/backend/);
+  assert.equal(state.miners.get(fresh.address), undefined, 'nothing of a refused join is stored');
   valid(JoinReply, await joinWith({ memoryBytes: 2 ** 50, gflops: 1e7, threads: 1024 }, { bandwidthMbps: 1e6 }));
   const beat = (json: unknown): Promise<Answer> => request('POST', '/miners/heartbeat', { json, signer: miner });
   isError(await beat({ freeSlots: 0, queue: 1e30, reports: [] }), 400, 'invalid', /\/queue/);

@@ -42,13 +42,13 @@ const lr = 1e-2;
 const assignment: StageAssignment = { runId: 'r1', stage: 0, stageCount: 1, from: 0, to: 1, model, data: 'spam-assassin', batchSize: B, seed, round: 0, stateBlob: null, codec: 'f16', lr };
 
 /** An honest miner's forward after `steps` inner steps: the weights it used, the loss it reported, the shard. */
-function honest(steps: number, shard: number): { weights: Float32Array; loss: number; samples: number; theta: Float32Array } {
+async function honest(steps: number, shard: number): Promise<{ weights: Float32Array; loss: number; samples: number; theta: Float32Array }> {
   const runner = new StageRunner(miner, assignment, 2);
   const theta = runner.stage.params.flat.data.slice();
-  for (let i = 0; i < steps; i++) runner.forwardBackwardLast(i + 1, 1000 + i, null);
+  for (let i = 0; i < steps; i++) await runner.forwardBackwardLast(i + 1, 1000 + i, null);
   const weights = runner.stage.params.flat.data.slice();
   const samples = runner.samples;
-  const { loss } = runner.forwardBackwardLast(steps + 1, shard, null);
+  const { loss } = await runner.forwardBackwardLast(steps + 1, shard, null);
   runner.dispose();
   return { weights, loss, samples, theta };
 }
@@ -57,9 +57,9 @@ function decoded(meta: CheckMeta, weights: Float32Array) {
   return decodeCheckBundle(encodeCheckBundle({ meta, weights, input: null, output: null }), { paramCount: weights.length, activationShape: [B, 256], hasInput: false, hasOutput: false, maxBytes: 1 << 24 });
 }
 
-test('an honest MLP bundle passes; a loss reported off, weights out of reach or another shard fail', () => {
+test('an honest MLP bundle passes; a loss reported off, weights out of reach or another shard fail', async () => {
   const shard = 42;
-  const h = honest(30, shard);
+  const h = await honest(30, shard);
   const meta: CheckMeta = { runId: 'r1', microbatch: 31, stage: 0, round: 0, samples: h.samples, shard };
   const ctx: MlpCheckContext = { config, dataset: loadSpamDataset(256), batchSize: B, seed, shard, lr, thetaStart: h.theta, decaySize: stageLayout(model, { from: 0, to: 1 }).decaySize, maxSamples: 464, loss: h.loss };
   const ok = verifyMlpForward(verifier, ctx, decoded(meta, h.weights));
@@ -102,8 +102,8 @@ test("the orchestrator's spot checks of an MLP run: an honest answer passes, a t
     const init = new Float32Array(layout.size);
     initParams(layout, init, seed);
 
-    const answer = async (steps: number, shard: number, tamper: (h: ReturnType<typeof honest>) => void) => {
-      const h = honest(steps, shard);
+    const answer = async (steps: number, shard: number, tamper: (h: Awaited<ReturnType<typeof honest>>) => void) => {
+      const h = await honest(steps, shard);
       assert.deepEqual(h.theta, init);
       tamper(h);
       const id = db.microbatches.insert('r1', shard, steps);

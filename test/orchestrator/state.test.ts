@@ -10,6 +10,7 @@ import { after, test } from 'node:test';
 import Database from 'better-sqlite3';
 import { NimbleError } from '../../src/protocol/errors.ts';
 import { MIGRATIONS, OrchestratorState } from '../../src/orchestrator/state/index.ts';
+import { MINER_MIGRATIONS, type MinerProfile } from '../../src/orchestrator/state/miners.ts';
 import type { RunOptions } from '../../src/orchestrator/state/runs.ts';
 import type { Plan } from '../../src/planner/types.ts';
 
@@ -70,6 +71,55 @@ test('a file written by a newer build is refused, not misread', () => {
   state.db.sql.prepare("UPDATE schema_versions SET version = 99 WHERE store = 'runs'").run();
   state.close();
   assert.throws(() => OrchestratorState.open(path), (err: unknown) => isCorrupt(err) && /newer than this build/.test((err as Error).message));
+});
+
+const MINER: MinerProfile = { id: '0xa', name: 'm1', url: 'http://127.0.0.1:1', gflops: 10, threads: 2, memoryBytes: 1 << 30, bandwidthMbps: 100, sessionKey: 'k1' };
+const backendOf = (state: OrchestratorState, id: string): unknown => {
+  const m = state.miners.get(id)!;
+  return { backend: m.backend, adapter: m.adapter, softwareAdapter: m.softwareAdapter };
+};
+
+test('miners: the backend, the GPU adapter and whether it is a software one are stored at join and replaced by a rejoin; a join without them is wasm, no adapter, not software', () => {
+  const { state, path } = fresh();
+  state.miners.upsert({ ...MINER, backend: 'webgpu', adapter: 'SwiftShader driver', softwareAdapter: true }, 10);
+  state.miners.upsert({ ...MINER, id: '0xb', name: 'm2' }, 11);
+  assert.deepEqual(backendOf(state, '0xa'), { backend: 'webgpu', adapter: 'SwiftShader driver', softwareAdapter: true });
+  assert.deepEqual(backendOf(state, '0xb'), { backend: 'wasm', adapter: null, softwareAdapter: false });
+  // a rejoin (after an eviction, too) takes what it says now
+  state.miners.evict('0xa', 'test');
+  state.miners.upsert({ ...MINER, backend: 'webgpu', adapter: 'NVIDIA GeForce RTX 4090', softwareAdapter: false }, 20);
+  assert.deepEqual(backendOf(state, '0xa'), { backend: 'webgpu', adapter: 'NVIDIA GeForce RTX 4090', softwareAdapter: false });
+  assert.equal(state.miners.get('0xa')!.evicted, null);
+  state.miners.upsert({ ...MINER, id: '0xb', name: 'm2', backend: 'webgpu', adapter: 'SwiftShader driver', softwareAdapter: true }, 21);
+  state.close();
+  // it survives a restart; a rejoin that says nothing of them is wasm again
+  const again = OrchestratorState.open(path);
+  assert.deepEqual(backendOf(again, '0xb'), { backend: 'webgpu', adapter: 'SwiftShader driver', softwareAdapter: true });
+  assert.deepEqual(again.miners.list().map((m) => [m.id, m.backend, m.adapter, m.softwareAdapter]), [
+    ['0xa', 'webgpu', 'NVIDIA GeForce RTX 4090', false],
+    ['0xb', 'webgpu', 'SwiftShader driver', true],
+  ]);
+  again.miners.upsert({ ...MINER, id: '0xb', name: 'm2' }, 30);
+  assert.deepEqual(backendOf(again, '0xb'), { backend: 'wasm', adapter: null, softwareAdapter: false });
+  again.close();
+});
+
+test('a miners table from before backends were recorded migrates: its miners read back as wasm, no adapter, not software', () => {
+  const path = join(dir, 'miners-old.sqlite');
+  const old = new Database(path);
+  const before = MINER_MIGRATIONS.steps.length - 1;
+  for (const step of MINER_MIGRATIONS.steps.slice(0, before)) {
+    assert.equal(typeof step, 'string');
+    old.exec(step as string);
+  }
+  old.exec(`CREATE TABLE schema_versions (store TEXT PRIMARY KEY, version INTEGER NOT NULL); INSERT INTO schema_versions VALUES ('miners', ${before})`);
+  old.prepare(`INSERT INTO miners (id, name, url, gflops, threads, memory_bytes, bandwidth_mbps, joined_at, last_seen, session_key, serve) VALUES ('0xold', 'old', 'http://127.0.0.1:1', 5, 1, 1024, 10, 1, 2, 'k', 'training')`).run();
+  old.close();
+  const state = OrchestratorState.open(path);
+  assert.equal(state.db.versions().miners, MINER_MIGRATIONS.steps.length);
+  const m = state.miners.get('0xold')!;
+  assert.deepEqual([m.name, m.serve, m.backend, m.adapter, m.softwareAdapter], ['old', 'training', 'wasm', null, false]);
+  state.close();
 });
 
 test('runs: waiting → started → executing ⇄ merging → completed, with counters', () => {
@@ -253,4 +303,7 @@ test('rows that no longer decode are corrupt state (500), never cast', () => {
   state.ledger.logWork({ minerId: '0xa', runId: 'r1', kind: 'forward' }, 1);
   sql.prepare("UPDATE work_log SET kind = 'bribe'").run();
   assert.throws(() => state.ledger.workTotals(), isCorrupt);
+  state.miners.upsert(MINER, 10);
+  sql.prepare("UPDATE miners SET backend = 'cuda' WHERE id = '0xa'").run();
+  assert.throws(() => state.miners.get('0xa'), (err: unknown) => isCorrupt(err) && /\/backend/.test((err as Error).message));
 });

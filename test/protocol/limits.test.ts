@@ -42,12 +42,14 @@ function refuses(schema: TSchema, base: unknown, path: string, values: unknown[]
 
 const join = { name: 'm1', url: 'http://127.0.0.1:9999', hardware: { gflops: 10, threads: 2, memoryBytes: 1 << 30 }, bandwidthMbps: 100, sessionKey: 'A'.repeat(43) };
 
-test('a join with absurd hardware figures is refused: memory past 1 PiB, GFLOP/s past 1e7, threads past 1024, bandwidth past 1 Tbit/s; the largest sensible ones pass', () => {
+test('a join with absurd hardware figures is refused: memory past 1 PiB, GFLOP/s past 1e7, threads past 1024, bandwidth past 1 Tbit/s, a GPU adapter name past 200 characters or with control characters, an unknown backend; the largest sensible ones pass', () => {
   refuses(JoinRequest, join, 'hardware.memoryBytes', [...ABSURD, 2 ** 50 + 1], 2 ** 50);
   refuses(JoinRequest, join, 'hardware.gflops', [...ABSURD, 0], 1e7);
   refuses(JoinRequest, join, 'hardware.threads', [...ABSURD, 1025, 2.5], 1024);
   refuses(JoinRequest, join, 'bandwidthMbps', [...ABSURD, 1e6 + 1, -1], 1e6);
   refuses(JoinRequest, join, 'name', ['bad\nname', 'x'.repeat(65), ''], 'miner 7 (rack β)');
+  refuses(JoinRequest, join, 'hardware.adapter', ['x'.repeat(201), 'SwiftShader\ndriver', '', 'GPU\u0000'], 'x'.repeat(200));
+  refuses(JoinRequest, join, 'hardware.backend', ['cuda', ''], 'webgpu');
 });
 
 test('heartbeats, work reports and frame meta refuse absurd slots, queues and stages', () => {

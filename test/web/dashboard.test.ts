@@ -82,6 +82,8 @@ test('the dashboard shows the network live, draws the loss, renders miner names 
   const names = await page.$$eval('#miners [data-miner]', (els) => els.map((e) => e.textContent));
   assert.deepEqual([...names].sort(), [EVIL, 'alpha'].sort());
   assert.equal(await page.$$eval('img', (els) => els.length), 0, 'no element was made from a miner name');
+  // where each one's GPT stages run: both on wasm (the default), no GPU adapter to name
+  assert.deepEqual(await page.$$eval('#miners [data-backend]', (els) => els.map((e) => e.textContent)), ['wasm', 'wasm']);
   assert.equal(await page.textContent('#who'), 'read-only');
 
   // a short run: loss points arrive in the chart, the run reaches completed

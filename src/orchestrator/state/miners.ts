@@ -3,6 +3,10 @@ import { Type, type Static } from '@sinclair/typebox';
 import { ServeSetting } from '../../protocol/messages.ts';
 import { all, one, rowReader, type Migrations, type StateDb } from './db.ts';
 
+/** Where a miner's GPT stages run (src/protocol/messages.ts Hardware). */
+export const MinerBackend = Type.Union([Type.Literal('wasm'), Type.Literal('webgpu')]);
+export type MinerBackend = Static<typeof MinerBackend>;
+
 export const MINER_MIGRATIONS: Migrations = {
   store: 'miners',
   steps: [
@@ -19,6 +23,10 @@ export const MINER_MIGRATIONS: Migrations = {
     'ALTER TABLE miners ADD COLUMN banned_until INTEGER',
     // what it offers to do: serve deployed models, train, or both (nbcli miner start --serve)
     "ALTER TABLE miners ADD COLUMN serve TEXT NOT NULL DEFAULT 'both'",
+    // where its GPT stages run (wasm for miners that joined before backends were reported), its GPU adapter's name, and whether that adapter is a software one
+    `ALTER TABLE miners ADD COLUMN backend TEXT NOT NULL DEFAULT 'wasm';
+     ALTER TABLE miners ADD COLUMN adapter TEXT;
+     ALTER TABLE miners ADD COLUMN software_adapter INTEGER NOT NULL DEFAULT 0`,
   ],
 };
 
@@ -35,6 +43,12 @@ export interface MinerProfile {
   sessionKey: string;
   /** what it offers to do (default both) */
   serve?: ServeSetting;
+  /** where its GPT stages run (default wasm) */
+  backend?: MinerBackend;
+  /** its GPU adapter's name, if it reported one (default none) */
+  adapter?: string | null;
+  /** that adapter is a software one such as SwiftShader (default false) */
+  softwareAdapter?: boolean;
 }
 
 const MinerRow = Type.Object({
@@ -52,6 +66,9 @@ const MinerRow = Type.Object({
   evicted: Type.Union([Type.String(), Type.Null()]),
   bannedUntil: Type.Union([Type.Integer(), Type.Null()]),
   serve: ServeSetting,
+  backend: MinerBackend,
+  adapter: Type.Union([Type.String(), Type.Null()]),
+  softwareAdapter: Type.Union([Type.Literal(0), Type.Literal(1)]),
 });
 
 export interface MinerRecord extends MinerProfile {
@@ -63,27 +80,31 @@ export interface MinerRecord extends MinerProfile {
   /** an eviction for an offence also refuses its joins until then (ms) */
   bannedUntil: number | null;
   serve: ServeSetting;
+  backend: MinerBackend;
+  adapter: string | null;
+  softwareAdapter: boolean;
 }
 
 const decodeId = rowReader(Type.Object({ id: Type.String() }), 'miner id');
-const COLUMNS = 'id, name, url, gflops, threads, memory_bytes AS memoryBytes, bandwidth_mbps AS bandwidthMbps, session_key AS sessionKey, joined_at AS joinedAt, last_seen AS lastSeen, alive, evicted, banned_until AS bannedUntil, serve';
+const COLUMNS = 'id, name, url, gflops, threads, memory_bytes AS memoryBytes, bandwidth_mbps AS bandwidthMbps, session_key AS sessionKey, joined_at AS joinedAt, last_seen AS lastSeen, alive, evicted, banned_until AS bannedUntil, serve, backend, adapter, software_adapter AS softwareAdapter';
 const readRow = rowReader(MinerRow, 'miner');
 const decode = (row: unknown): MinerRecord => {
   const r: Static<typeof MinerRow> = readRow(row);
-  return { ...r, alive: r.alive === 1 };
+  return { ...r, alive: r.alive === 1, softwareAdapter: r.softwareAdapter === 1 };
 };
 
 export class MinerStore {
   constructor(private readonly db: StateDb) {}
 
-  /** Records a join: a new miner, or new hardware figures and URL for a known one (alive again, no longer evicted). */
+  /** Records a join: a new miner, or new hardware figures (backend and adapter included) and URL for a known one (alive again, no longer evicted). */
   upsert(m: MinerProfile, now: number): void {
     this.db.run(
-      `INSERT INTO miners (id, name, url, gflops, threads, memory_bytes, bandwidth_mbps, session_key, serve, joined_at, last_seen, alive)
-       VALUES (@id, @name, @url, @gflops, @threads, @memoryBytes, @bandwidthMbps, @sessionKey, @serve, @now, @now, 1)
+      `INSERT INTO miners (id, name, url, gflops, threads, memory_bytes, bandwidth_mbps, session_key, serve, backend, adapter, software_adapter, joined_at, last_seen, alive)
+       VALUES (@id, @name, @url, @gflops, @threads, @memoryBytes, @bandwidthMbps, @sessionKey, @serve, @backend, @adapter, @softwareAdapter, @now, @now, 1)
        ON CONFLICT(id) DO UPDATE SET name = @name, url = @url, gflops = @gflops, threads = @threads,
-         memory_bytes = @memoryBytes, bandwidth_mbps = @bandwidthMbps, session_key = @sessionKey, serve = @serve, last_seen = @now, alive = 1, evicted = NULL`,
-      { ...m, serve: m.serve ?? 'both', now },
+         memory_bytes = @memoryBytes, bandwidth_mbps = @bandwidthMbps, session_key = @sessionKey, serve = @serve,
+         backend = @backend, adapter = @adapter, software_adapter = @softwareAdapter, last_seen = @now, alive = 1, evicted = NULL`,
+      { ...m, serve: m.serve ?? 'both', backend: m.backend ?? 'wasm', adapter: m.adapter ?? null, softwareAdapter: m.softwareAdapter ? 1 : 0, now },
     );
   }
 

@@ -1,4 +1,5 @@
-// The Network page: every miner (name, address, speed, memory, what it does,
+// The Network page: every miner (name, address, speed, where its GPT stages
+// run (wasm or webgpu, and the GPU adapter's name), memory, what it does,
 // its work done, its work per minute lately and its dropped work, what it
 // earned, its stake on the chain, when it was last seen) and the
 // pipeline of each run under way, with the traffic between its stages.
@@ -30,11 +31,12 @@ function minerTable(list: readonly DashboardMiner[]): HTMLTableElement {
   const now = Date.now();
   const sorted = [...list].sort((a, b) => Number(b.alive) - Number(a.alive) || a.name.localeCompare(b.name));
   return table(
-    ['name', 'address', 'GFLOP/s', 'threads', 'memory', 'bandwidth', 'stage / role', 'work done', 'work/min', 'dropped', 'NIM earned', 'stake', 'last seen'],
+    ['name', 'address', 'GFLOP/s', 'backend', 'threads', 'memory', 'bandwidth', 'stage / role', 'work done', 'work/min', 'dropped', 'NIM earned', 'stake', 'last seen'],
     sorted.map((m) => [
       h('span', { class: m.alive ? 'alive' : 'gone', data: { miner: m.id } }, m.name),
       h('code', { title: m.id }, short(m.id)),
       num(m.gflops, 1),
+      backend(m),
       num(m.threads),
       bytes(m.memoryBytes),
       `${num(m.bandwidthMbps)} Mbit/s`,
@@ -48,6 +50,13 @@ function minerTable(list: readonly DashboardMiner[]): HTMLTableElement {
     ]),
     { class: 'grid' },
   );
+}
+
+/** Where its GPT stages run, and under it the GPU adapter's name as it reported it (text, never markup), marked when it is a software one. */
+function backend(m: DashboardMiner): HTMLSpanElement {
+  const adapter = [m.adapter, m.softwareAdapter ? '(software)' : null].filter((x) => x !== null).join(' ');
+  const title = m.softwareAdapter ? 'a software adapter (such as SwiftShader): right answers at CPU speed' : 'the GPU adapter it reported';
+  return h('span', { data: { backend: m.id } }, m.backend, adapter ? h('div', { class: 'muted', title, data: { adapter: m.id } }, adapter) : null);
 }
 
 /** Its stake, rounded (exact in the tooltip), and what it is unstaking if anything; – when not read (an unpaid network, or not yet). */

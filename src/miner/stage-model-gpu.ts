@@ -1,0 +1,119 @@
+// A range of a GPT's parts whose forward and backward run on the GPU
+// (src/engine/webgpu/gpt-stage.ts), for a miner whose engine has one
+// (`nbcli miner start --backend webgpu`). The flat parameters and gradients
+// stay where every other part of the miner reads them, in the WASM memory
+// (the same layout and initialisation as the WASM stage), so the inner AdamW,
+// weight stashing and prediction, merges, checkpoints and spot-check records
+// work unchanged. What crosses to the GPU per call: the weights the call runs
+// with (queued before its kernels), the batch or the activation received;
+// what comes back: the activation or gradient sent on (a frame that leaves
+// the miner anyway), the loss, and after a backward the stage's gradients.
+// The GPU kernels are compiled when the stage is taken, in the background;
+// the first call waits for them.
+import type { ByteCorpus } from '../data/corpus.ts';
+import type { Engine } from '../engine/engine.ts';
+import type { Gpu } from '../engine/webgpu/device.ts';
+import { GpuGptStage } from '../engine/webgpu/gpt-stage.ts';
+import { partParams, rangeParts } from '../model/gpt.ts';
+import { initParams } from '../model/init.ts';
+import type { ModelRef } from '../model/model-ref.ts';
+import { FlatTensors, ParamLayout, type ParamSpec } from '../model/params.ts';
+import type { StageAssignment } from '../protocol/messages.ts';
+import { GptStageData, type StageModel } from './stage-model.ts';
+
+export class GpuGptStageModel extends GptStageData implements StageModel {
+  readonly layout: ParamLayout;
+  readonly params: FlatTensors;
+  readonly grads: FlatTensors;
+  readonly slotCount: number;
+  private readonly ready: Promise<GpuGptStage>;
+  private released = false;
+
+  constructor(
+    private readonly engine: Engine,
+    private readonly gpu: Gpu,
+    model: Extract<ModelRef, { kind: 'gpt' }>,
+    a: StageAssignment,
+    slots: number,
+    corpus?: ByteCorpus,
+  ) {
+    super(model, a, corpus);
+    const config = model.config;
+    const specs: ParamSpec[] = [];
+    for (let p = a.from; p < a.to; p++) specs.push(...partParams(config, p));
+    this.layout = new ParamLayout(specs);
+    this.params = new FlatTensors(this.layout, engine);
+    this.grads = new FlatTensors(this.layout, engine);
+    // the WASM stage's initialisation (src/model/gpt.ts GptStage): same seed, same weights, whichever backend
+    initParams(this.layout, this.params.flat.data, a.seed ?? 1337);
+    this.slotCount = slots;
+    this.ready = GpuGptStage.create(gpu.device, config, rangeParts(config, this.range), this.layout, this.params.flat.data, { batchSize: a.batchSize, slots });
+    this.ready.catch(() => {}); // reported by the first call that waits for it
+  }
+
+  get paramCount(): number {
+    return this.layout.size;
+  }
+
+  async forward(shard: number, input: Float32Array | null, slot: number, weights: Float32Array): Promise<Float32Array> {
+    const g = await this.stage();
+    g.writeParams(weights);
+    g.forward(input ?? this.batch(shard).inputs, this.B, this.T, undefined, slot);
+    return this.checked(await g.readOutput(slot));
+  }
+
+  async lossAndBackward(shard: number, input: Float32Array | null, slot: number): Promise<{ loss: number; dInput: Float32Array | null }> {
+    const g = await this.stage();
+    const batch = this.batch(shard);
+    g.writeParams(this.params.flat.data);
+    g.forward(input ?? batch.inputs, this.B, this.T, batch.targets, slot);
+    g.clearGrads();
+    g.backward(undefined, slot);
+    const [loss, dInput, grads] = await Promise.all([g.readLoss(slot), g.readDInput(slot), g.readGrads()]);
+    this.accumulate(this.checked(grads));
+    return { loss, dInput: dInput ? this.checked(dInput) : null };
+  }
+
+  async backward(dOutput: Float32Array, slot: number, weights: Float32Array): Promise<Float32Array | null> {
+    const g = await this.stage();
+    g.writeParams(weights);
+    g.clearGrads();
+    g.backward(dOutput, slot);
+    const [dInput, grads] = await Promise.all([g.readDInput(slot), g.readGrads()]);
+    this.accumulate(this.checked(grads));
+    return dInput ? this.checked(dInput) : null;
+  }
+
+  zeroGrad(): void {
+    this.grads.flat.data.fill(0);
+  }
+
+  release(): void {
+    if (this.released) return;
+    this.released = true;
+    this.ready.then((g) => g.destroy(), () => {});
+    this.engine.free(this.params.flat);
+    this.engine.free(this.grads.flat);
+  }
+
+  private async stage(): Promise<GpuGptStage> {
+    if (this.released) throw new Error('the stage was released');
+    const g = await this.ready;
+    if (this.released) throw new Error('the stage was released');
+    return g;
+  }
+
+  /** The GPU stage's gradients of one call, added to the flat gradients (which accumulate, as on WASM). */
+  private accumulate(grads: Float32Array): void {
+    if (this.released) throw new Error('the stage was released');
+    const g = this.grads.flat.data;
+    for (let i = 0; i < g.length; i++) g[i] += grads[i];
+  }
+
+  /** `values`, unless the device reported an error (out of memory, a validation error): then what it said. */
+  private checked(values: Float32Array): Float32Array {
+    const errors = this.gpu.takeErrors();
+    if (errors.length) throw new Error(`WebGPU: ${errors[0].slice(0, 300)}`);
+    return values;
+  }
+}
