@@ -7,13 +7,19 @@
 // (on CHECK_ROWS sequences, as for a stage before the last, and on the whole batch).
 // And the MLP classifier's loss (its run has one stage), miner against
 // orchestrator as above, along a training run: MLP_LOSS_TOLERANCE.
+// And a miner on the WebGPU backend (a GPU, else SwiftShader) against the
+// same WASM recomputation: the same weights and batches through GpuGptStage.
 import { loadCorpus } from '../src/data/corpus.ts';
 import { loadSpamDataset, spamBatch } from '../src/data/spam.ts';
 import { batchForShard } from '../src/data/batches.ts';
 import { Engine } from '../src/engine/engine.ts';
+import { openGpu } from '../src/engine/webgpu/device.ts';
+import { GpuGptStage } from '../src/engine/webgpu/gpt-stage.ts';
 import { AdamW, ADAMW_DEFAULTS } from '../src/model/adamw.ts';
 import { gptConfig } from '../src/model/config.ts';
-import { GptStage, splitEvenly } from '../src/model/gpt.ts';
+import { GptStage, rangeParts, splitEvenly, type StageRange } from '../src/model/gpt.ts';
+import type { GptConfig } from '../src/model/config.ts';
+import type { ByteCorpus } from '../src/data/corpus.ts';
 import { mulberry32 } from '../src/model/init.ts';
 import { Mlp } from '../src/model/mlp.ts';
 import { decodeCheckBundle, encodeCheckBundle } from '../src/protocol/check-bundle.ts';
@@ -69,6 +75,52 @@ function mlpLossDeviation(miner: Engine, verifier: Engine, log: (line: string) =
   m.release();
   r.release();
   return { relative, absolute, minLoss };
+}
+
+/**
+ * The honest deviation of a miner on the WebGPU backend: the two stages'
+ * weights on GpuGptStage, the same CHECKS batches as the WASM miner's, the
+ * activation sent as fp16, compared with the verifier's WASM recomputation
+ * (`refs`); and the last stage's loss on the GPU against the verifier's from
+ * the same sent activation. Nothing when no adapter opens (software allowed).
+ */
+async function webgpuDeviation(
+  o: { config: GptConfig; corpus: ByteCorpus; stages: StageRange[]; weights: Float32Array[]; refs: GptStage[] },
+  log: (line: string) => void,
+): Promise<BenchResult[]> {
+  const opened = await openGpu({ software: 'allow' });
+  if (!opened.gpu) {
+    log(`webgpu: no adapter (${opened.reason}): cross-backend deviation not measured`);
+    return [];
+  }
+  const { config } = o;
+  const T = config.contextLength, C = config.channels;
+  const gpu = opened.gpu;
+  const stages = await Promise.all(o.stages.map((range, i) => GpuGptStage.create(gpu.device, config, rangeParts(config, range), o.refs[i].layout, o.weights[i], { batchSize: B })));
+  try {
+    let minCos = 1, maxDev = 0, maxLossDev = 0;
+    for (let i = 0; i < CHECKS; i++) {
+      const b = batchForShard(o.corpus.train, 1, 10_000 + i, B, T);
+      stages[0].forward(b.inputs, B, T, undefined, 0);
+      const sent = decodeFrame(encodeFrame(await stages[0].readOutput(0), [B * T, C], 'f16')).data;
+      const { cosine, normRatio } = compare(o.refs[0].forward(b.inputs, B, T) as Float32Array, sent);
+      minCos = Math.min(minCos, cosine);
+      maxDev = Math.max(maxDev, Math.abs(normRatio - 1));
+      stages[1].forward(sent, B, T, b.targets, 0);
+      const lossGpu = await stages[1].readLoss(0);
+      const lossRef = o.refs[1].forward(sent, B, T, b.targets) as number;
+      maxLossDev = Math.max(maxLossDev, Math.abs(lossGpu - lossRef) / lossRef);
+    }
+    log(`webgpu (${gpu.adapterName}) miner against the WASM verifier, f16: honest min cosine ${minCos}, max |norm ratio - 1| ${maxDev.toExponential(3)}, max loss deviation ${maxLossDev.toExponential(3)}`);
+    return [
+      { bench: 'spot_check.webgpu.f16.honest_cosine_gap', value: 1 - minCos, unit: '1 - min cosine' },
+      { bench: 'spot_check.webgpu.f16.honest_max_norm_dev', value: maxDev, unit: 'ratio' },
+      { bench: 'spot_check.webgpu.honest_max_loss_dev', value: maxLossDev, unit: 'ratio' },
+    ];
+  } finally {
+    for (const s of stages) s.destroy();
+    await gpu.close();
+  }
 }
 
 export const spotCheckBenches: Bench[] = [
@@ -167,6 +219,7 @@ export const spotCheckBenches: Bench[] = [
         { bench: 'spot_check.verify_full_batch_ms', value: timeCheck(null), unit: 'ms' },
         { bench: 'spot_check.bundle_bytes', value: bundle.length, unit: 'bytes' },
       );
+      results.push(...(await webgpuDeviation({ config, corpus, stages: [first, second], weights: [w0, w1], refs: [ref0, ref1] }, o.log)));
       const mlp = mlpLossDeviation(miner, verifier, o.log);
       o.log(`mlp: honest loss deviation at most ${mlp.relative.toExponential(3)} relative, ${mlp.absolute.toExponential(3)} absolute (smallest loss ${mlp.minLoss.toExponential(3)})`);
       results.push(

@@ -35,6 +35,12 @@ export interface Thresholds {
  * Each threshold is 70–500 times what honest miners reach, so rounding on
  * other CPUs does not fail them, while 1% noise (1 − cosine 5e-5) fails at
  * fp16 and weights left at the merged state (1 − cosine 0.66) fail anywhere.
+ * A miner on the WebGPU backend (SwiftShader; the same bench) against the
+ * same WASM recomputation: f16 1 − cosine ≤ 2.2e-8, |norm ratio − 1| ≤ 4.2e-6,
+ * loss ≤ 2.1e-8: the fp16 rounding of the frame hides the backends' own
+ * difference (max 1.2e-7 of the activations' scale, docs/webgpu.md), so the
+ * same thresholds hold across backends. A hardware GPU's transcendentals
+ * (exp, tanh) may round differently; the bench says how far on one.
  */
 export const CHECK_THRESHOLDS: Record<Codec, Thresholds> = {
   f32: { minCosine: 0.99999, maxNormDeviation: 1e-3 },
