@@ -20,7 +20,8 @@ if (files.length === 0) {
   console.error('run-tests: no test files matched');
   process.exit(1);
 }
-const r = spawnSync(process.execPath, ['--import', 'tsx', '--test', '--test-reporter=spec', ...files], {
+const concurrency = process.env.NIMBLE_TEST_CONCURRENCY ?? '1';
+const r = spawnSync(process.execPath, ['--import', 'tsx', '--test', `--test-concurrency=${concurrency}`, '--test-reporter=spec', ...files], {
   cwd: root,
   stdio: 'inherit',
 });
