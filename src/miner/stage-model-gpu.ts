@@ -14,10 +14,9 @@ import type { ByteCorpus } from '../data/corpus.ts';
 import type { Engine } from '../engine/engine.ts';
 import type { Gpu } from '../engine/webgpu/device.ts';
 import { GpuGptStage } from '../engine/webgpu/gpt-stage.ts';
-import { partParams, rangeParts } from '../model/gpt.ts';
-import { initParams } from '../model/init.ts';
+import { createStageParams, rangeParts } from '../model/gpt.ts';
 import type { ModelRef } from '../model/model-ref.ts';
-import { FlatTensors, ParamLayout, type ParamSpec } from '../model/params.ts';
+import type { FlatTensors, ParamLayout } from '../model/params.ts';
 import type { StageAssignment } from '../protocol/messages.ts';
 import { GptStageData, type StageModel } from './stage-model.ts';
 
@@ -39,13 +38,8 @@ export class GpuGptStageModel extends GptStageData implements StageModel {
   ) {
     super(model, a, corpus);
     const config = model.config;
-    const specs: ParamSpec[] = [];
-    for (let p = a.from; p < a.to; p++) specs.push(...partParams(config, p));
-    this.layout = new ParamLayout(specs);
-    this.params = new FlatTensors(this.layout, engine);
-    this.grads = new FlatTensors(this.layout, engine);
-    // the WASM stage's initialisation (src/model/gpt.ts GptStage): same seed, same weights, whichever backend
-    initParams(this.layout, this.params.flat.data, a.seed ?? 1337);
+    // the WASM stage's layout and initialisation (src/model/gpt.ts GptStage): same seed, same weights, whichever backend
+    ({ layout: this.layout, params: this.params, grads: this.grads } = createStageParams(engine, config, this.range, a.seed ?? 1337));
     this.slotCount = slots;
     this.ready = GpuGptStage.create(gpu.device, config, rangeParts(config, this.range), this.layout, this.params.flat.data, { batchSize: a.batchSize, slots });
     this.ready.catch(() => {}); // reported by the first call that waits for it

@@ -163,6 +163,20 @@ interface SlotActs {
   T: number;
 }
 
+/**
+ * A stage's flat parameters (initialised from `seed`: the same seed gives the
+ * same weights, whole or split) and gradients (zero), laid out by its parts.
+ */
+export function createStageParams(engine: Engine, config: GptConfig, range: StageRange, seed: number): { layout: ParamLayout; params: FlatTensors; grads: FlatTensors } {
+  const specs: ParamSpec[] = [];
+  for (let p = range.from; p < range.to; p++) specs.push(...partParams(config, p));
+  const layout = new ParamLayout(specs);
+  const params = new FlatTensors(layout, engine);
+  const grads = new FlatTensors(layout, engine);
+  initParams(layout, params.flat.data, seed);
+  return { layout, params, grads };
+}
+
 export interface StageOptions {
   /** largest batch this stage runs */
   batchSize: number;
@@ -211,12 +225,7 @@ export class GptStage {
     this.isFirst = range.from === 0;
     this.isLast = range.to === parts;
     this.maxBatch = options.batchSize;
-    const specs: ParamSpec[] = [];
-    for (let p = range.from; p < range.to; p++) specs.push(...partParams(config, p));
-    this.layout = new ParamLayout(specs);
-    this.params = new FlatTensors(this.layout, engine);
-    this.grads = new FlatTensors(this.layout, engine);
-    initParams(this.layout, this.params.flat.data, options.seed ?? 1337);
+    ({ layout: this.layout, params: this.params, grads: this.grads } = createStageParams(engine, config, range, options.seed ?? 1337));
 
     const { contextLength: T, channels: C, heads: NH, vocabSize: V } = config;
     const B = options.batchSize;
