@@ -2,7 +2,9 @@
 // SwiftShader), how far its SGEMM is from the WASM kernel's on a 256³
 // product, how far a few other ported kernels are from theirs at gpt-tiny
 // sizes, and on a hardware adapter only, SGEMM throughput at 2048³
-// (SwiftShader's speed says nothing about a GPU, so it is not measured).
+// (SwiftShader's speed says nothing about a GPU, so it is not measured), and
+// gpt-tiny's training tokens/s there; on any adapter, 200 training steps of
+// gpt-micro on both backends: how far apart their losses get.
 import { Engine } from '../src/engine/engine.ts';
 import { GpuAttention } from '../src/engine/webgpu/attention.ts';
 import { crosscheckAttention } from '../src/engine/webgpu/attention-check.ts';
@@ -14,10 +16,14 @@ import { adamwCase, elementwiseCase } from '../src/engine/webgpu/kernel-cases.ts
 import { crossEntropyForwardCase, layernormForwardCase } from '../src/engine/webgpu/kernel-cases-rows.ts';
 import { checkCase, type KernelCase } from '../src/engine/webgpu/kernel-check.ts';
 import { GpuKernelSet } from '../src/engine/webgpu/kernel-set.ts';
-import { GPT_CONFIGS } from '../src/model/config.ts';
-import { partCount, rangeParamCount } from '../src/model/gpt.ts';
+import { batchForShard } from '../src/data/batches.ts';
+import { mobyDickBytes } from '../src/data/corpus.ts';
+import { GpuGptStep } from '../src/engine/webgpu/gpt-step.ts';
+import { AdamW, ADAMW_DEFAULTS } from '../src/model/adamw.ts';
+import { GPT_CONFIGS, gptConfig } from '../src/model/config.ts';
+import { GptStage, partCount, rangeParamCount } from '../src/model/gpt.ts';
 import { mulberry32 } from '../src/model/init.ts';
-import type { Bench, BenchResult } from './harness.ts';
+import { median, type Bench, type BenchResult } from './harness.ts';
 
 /** max |gpu − wasm| of a 256³ product, and the worst element's share of its rounding bound. */
 async function diffAgainstWasm(device: GPUDevice, gemm: GpuGemm): Promise<{ maxAbsDiff: number; worstRatio: number }> {
@@ -81,6 +87,67 @@ async function attentionDiffs(device: GPUDevice, log: (line: string) => void): P
   }
 }
 
+/**
+ * 200 training steps of gpt-micro (B 4, Moby Dick, AdamW defaults) on both
+ * backends from the same weights: the largest |Δloss| at any step and the
+ * final losses (the test runs 50 of them, gpt-step.test.ts).
+ */
+async function train200(device: GPUDevice, log: (line: string) => void): Promise<BenchResult[]> {
+  const config = gptConfig('gpt-micro');
+  const B = 4, T = config.contextLength, steps = 200;
+  const engine = await Engine.create({ threads: 0 });
+  const stage = new GptStage(engine, config, { from: 0, to: partCount(config) }, { batchSize: B, seed: 7 });
+  const opt = new AdamW(engine, stage.params, stage.grads, ADAMW_DEFAULTS);
+  const gpuStep = await GpuGptStep.create(device, config, stage.layout, stage.params.flat.data.slice(), { batchSize: B, optimizer: ADAMW_DEFAULTS });
+  try {
+    const bytes = mobyDickBytes();
+    let maxDiff = 0, wasmLoss = 0, gpuLoss = 0;
+    for (let step = 0; step < steps; step++) {
+      const b = batchForShard(bytes, 7, step, B, T);
+      stage.zeroGrad();
+      wasmLoss = stage.forward(b.inputs, B, T, b.targets) as number;
+      stage.backward();
+      opt.update();
+      gpuLoss = (await gpuStep.trainStep(b.inputs, b.targets, B)).loss;
+      maxDiff = Math.max(maxDiff, Math.abs(gpuLoss - wasmLoss));
+    }
+    log(`gpt-micro, ${steps} steps on both backends: final loss WebGPU ${gpuLoss.toFixed(5)}, WASM ${wasmLoss.toFixed(5)}; max |Δloss| over the steps ${maxDiff.toExponential(2)}`);
+    return [
+      { bench: 'engine.webgpu.train200.max_loss_diff', value: maxDiff, unit: 'nats' },
+      { bench: 'engine.webgpu.train200.final_loss', value: Number(gpuLoss.toFixed(5)), unit: 'nats' },
+    ];
+  } finally {
+    gpuStep.destroy();
+    opt.release();
+    stage.release();
+    await engine.close();
+  }
+}
+
+/** gpt-tiny training tokens/s of the whole GPU step (B 8; on a hardware adapter only), median of 5 steps after one. */
+async function tinyTokensPerS(device: GPUDevice): Promise<number> {
+  const config = gptConfig('gpt-tiny');
+  const B = 8, T = config.contextLength;
+  const engine = await Engine.create({ threads: 0 });
+  const stage = new GptStage(engine, config, { from: 0, to: partCount(config) }, { batchSize: 1, seed: 7 });
+  const gpuStep = await GpuGptStep.create(device, config, stage.layout, stage.params.flat.data.slice(), { batchSize: B, optimizer: ADAMW_DEFAULTS });
+  try {
+    const b = batchForShard(mobyDickBytes(), 7, 0, B, T);
+    const rates: number[] = [];
+    for (let i = 0; i < 6; i++) {
+      const t0 = performance.now();
+      await gpuStep.trainStep(b.inputs, b.targets, B);
+      await gpuStep.readParams();
+      if (i > 0) rates.push((B * T) / ((performance.now() - t0) / 1000));
+    }
+    return median(rates);
+  } finally {
+    gpuStep.destroy();
+    stage.release();
+    await engine.close();
+  }
+}
+
 export const webgpuBenches: Bench[] = [
   {
     group: 'webgpu',
@@ -102,9 +169,13 @@ export const webgpuBenches: Bench[] = [
           { bench: 'engine.webgpu.max_abs_diff.sgemm', value: diff.maxAbsDiff, unit: 'abs' },
           ...(await kernelDiffs(gpu.device, o.log)),
           ...(await attentionDiffs(gpu.device, o.log)),
+          ...(await train200(gpu.device, o.log)),
         ];
-        if (gpu.isSoftware) o.log('software adapter: sgemm2048 not measured (its speed says nothing about a GPU)');
-        else results.push({ bench: 'engine.webgpu.sgemm2048', value: await sgemmGflops(gpu.device, gemm, 2048, 7), unit: 'GFLOP/s' });
+        if (gpu.isSoftware) o.log('software adapter: sgemm2048 and gpt-tiny tokens/s not measured (its speed says nothing about a GPU)');
+        else {
+          results.push({ bench: 'engine.webgpu.sgemm2048', value: await sgemmGflops(gpu.device, gemm, 2048, 7), unit: 'GFLOP/s' });
+          results.push({ bench: 'gpt-tiny.webgpu.train.tokens_per_s', value: Math.round(await tinyTokensPerS(gpu.device)), unit: 'tokens/s' });
+        }
         const errors = gpu.takeErrors();
         if (errors.length) throw new Error(`the GPU reported errors: ${errors.join('; ')}`);
         return results;
