@@ -31,6 +31,9 @@ export class GpuArray {
 /** A zero-filled array of `length` floats (storage; copy source and destination). */
 export function createArray(device: GPUDevice, length: number, label?: string): GpuArray {
   if (!Number.isInteger(length) || length < 0) throw new RangeError(`createArray: bad length ${length}`);
+  // every array is bound as storage by some kernel: one past the adapter's limit would fail later, as a validation error far from its cause
+  const limit = Math.min(device.limits.maxBufferSize, device.limits.maxStorageBufferBindingSize);
+  if (length * 4 > limit) throw new RangeError(`${label ?? 'a GPU array'} needs ${length * 4} bytes; this adapter binds at most ${limit} bytes in one buffer`);
   // an empty binding is invalid: keep at least one float
   const buffer = device.createBuffer({
     label,

@@ -10,6 +10,7 @@ import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { batchForShard } from '../../../src/data/batches.ts';
 import { mobyDickBytes } from '../../../src/data/corpus.ts';
+import { createArray } from '../../../src/engine/webgpu/buffers.ts';
 import { GpuGptStage } from '../../../src/engine/webgpu/gpt-stage.ts';
 import { gptConfig } from '../../../src/model/config.ts';
 import { GptStage, rangeParts, splitEvenly } from '../../../src/model/gpt.ts';
@@ -139,6 +140,10 @@ test('a stage refuses what it cannot run: a bad layout, batch, input or slot', {
       assert.throws(() => gpu.forward(new Float32Array(N), 2, config.contextLength, undefined, 1), /slot 1 outside/);
       assert.throws(() => gpu.readOutput(0), /holds no forward/);
       assert.throws(() => gpu.writeParams(new Float32Array(3)), /3 parameters/);
+      // a buffer past the adapter's limit is refused by name, before anything is allocated
+      const limits = device.limits;
+      const tooMany = Math.floor(Math.min(limits.maxBufferSize, limits.maxStorageBufferBindingSize) / 4) + 1;
+      assert.throws(() => createArray(device, tooMany, 'logits'), /logits needs \d+ bytes; this adapter binds at most \d+ bytes in one buffer/);
     } finally {
       gpu.destroy();
     }
