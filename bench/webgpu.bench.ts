@@ -112,6 +112,8 @@ async function train200(device: GPUDevice, log: (line: string) => void): Promise
       maxDiff = Math.max(maxDiff, Math.abs(gpuLoss - wasmLoss));
     }
     log(`gpt-micro, ${steps} steps on both backends: final loss WebGPU ${gpuLoss.toFixed(5)}, WASM ${wasmLoss.toFixed(5)}; max |Δloss| over the steps ${maxDiff.toExponential(2)}`);
+    // the bound gpt-step.test.ts states for 50 steps holds for 200
+    if (!(maxDiff <= 1e-4)) throw new Error(`gpt-micro: the backends' losses drifted ${maxDiff} apart in ${steps} steps (bound 1e-4)`);
     return [
       { bench: 'engine.webgpu.train200.max_loss_diff', value: maxDiff, unit: 'nats' },
       { bench: 'engine.webgpu.train200.final_loss', value: Number(gpuLoss.toFixed(5)), unit: 'nats' },
