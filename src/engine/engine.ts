@@ -3,7 +3,7 @@
 // It knows nothing of networks or files beyond its own kernel binaries.
 //
 // The backend: 'wasm' runs every kernel here; 'webgpu' also opens a GPU
-// (./webgpu/device.ts), on which a GPT stage's forward and backward run
+// (./webgpu/device.ts), on which a stage's forward and backward run
 // (src/miner/stage-model-gpu.ts) while the flat parameters, the optimizer and
 // everything else stay in this memory. 'auto' takes a hardware GPU when there
 // is one and WASM otherwise; 'webgpu' also takes a software adapter

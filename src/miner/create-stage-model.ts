@@ -6,7 +6,7 @@ import type { Engine } from '../engine/engine.ts';
 import { parseModelRef, type ModelRef } from '../model/model-ref.ts';
 import type { StageAssignment } from '../protocol/messages.ts';
 import type { StageModel } from './stage-model.ts';
-import { GpuGptStageModel } from './stage-model-gpu.ts';
+import { GpuGptStageModel, GpuMlpStageModel } from './stage-model-gpu.ts';
 import { GptStageModel, MlpStageModel } from './stage-model-wasm.ts';
 
 /**
@@ -37,11 +37,11 @@ export function stageDataReady(a: StageAssignment, log: (line: string) => void =
  * The model of an assignment (its reference parsed and validated, its data
  * loaded): `corpus` is an edge GPT stage's corpus when the miner has it
  * already (an uploaded dataset); a named one is loaded here. A GPT runs on
- * the engine's GPU when it has one (./stage-model-gpu.ts), else on WASM.
+ * the engine's GPU when it has one (./stage-model-gpu.ts), else on WASM; so does an MLP.
  */
 export function createStageModel(engine: Engine, a: StageAssignment, slots: number, corpus?: ByteCorpus): StageModel {
   const model = parseModelRef(a.model);
-  if (model.kind === 'mlp') return new MlpStageModel(engine, model, a, slots);
+  if (model.kind === 'mlp') return engine.gpu ? new GpuMlpStageModel(engine, engine.gpu, model, a, slots) : new MlpStageModel(engine, model, a, slots);
   return engine.gpu ? new GpuGptStageModel(engine, engine.gpu, model, a, slots, corpus) : new GptStageModel(engine, model, a, slots, corpus);
 }
 

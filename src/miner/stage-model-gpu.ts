@@ -9,16 +9,20 @@
 // what comes back: the activation or gradient sent on (a frame that leaves
 // the miner anyway), the loss, and after a backward the stage's gradients.
 // The GPU kernels are compiled when the stage is taken, in the background;
-// the first call waits for them.
+// the first call waits for them. The MLP classifier (one stage) runs its
+// forward, loss and backward on the GPU the same way (GpuMlpStageModel).
 import type { ByteCorpus } from '../data/corpus.ts';
 import type { Engine } from '../engine/engine.ts';
 import type { Gpu } from '../engine/webgpu/device.ts';
 import { GpuGptStage } from '../engine/webgpu/gpt-stage.ts';
+import { GpuMlp } from '../engine/webgpu/mlp.ts';
+import { spamBatch } from '../data/spam.ts';
 import { createStageParams, rangeParts } from '../model/gpt.ts';
 import type { ModelRef } from '../model/model-ref.ts';
 import type { FlatTensors, ParamLayout } from '../model/params.ts';
 import type { StageAssignment } from '../protocol/messages.ts';
 import { GptStageData, type StageModel } from './stage-model.ts';
+import { MlpStageModel } from './stage-model-wasm.ts';
 
 export class GpuGptStageModel extends GptStageData implements StageModel {
   readonly layout: ParamLayout;
@@ -53,7 +57,7 @@ export class GpuGptStageModel extends GptStageData implements StageModel {
     const g = await this.stage();
     g.writeParams(weights);
     g.forward(input ?? this.batch(shard).inputs, this.B, this.T, undefined, slot);
-    return this.checked(await g.readOutput(slot));
+    return checked(this.gpu, await g.readOutput(slot));
   }
 
   async lossAndBackward(shard: number, input: Float32Array | null, slot: number): Promise<{ loss: number; dInput: Float32Array | null }> {
@@ -64,8 +68,8 @@ export class GpuGptStageModel extends GptStageData implements StageModel {
     g.clearGrads();
     g.backward(undefined, slot);
     const [loss, dInput, grads] = await Promise.all([g.readLoss(slot), g.readDInput(slot), g.readGrads()]);
-    this.accumulate(this.checked(grads));
-    return { loss, dInput: dInput ? this.checked(dInput) : null };
+    accumulate(this.grads.flat.data, checked(this.gpu, grads), this.released);
+    return { loss, dInput: dInput ? checked(this.gpu, dInput) : null };
   }
 
   async backward(dOutput: Float32Array, slot: number, weights: Float32Array): Promise<Float32Array | null> {
@@ -74,8 +78,8 @@ export class GpuGptStageModel extends GptStageData implements StageModel {
     g.clearGrads();
     g.backward(dOutput, slot);
     const [dInput, grads] = await Promise.all([g.readDInput(slot), g.readGrads()]);
-    this.accumulate(this.checked(grads));
-    return dInput ? this.checked(dInput) : null;
+    accumulate(this.grads.flat.data, checked(this.gpu, grads), this.released);
+    return dInput ? checked(this.gpu, dInput) : null;
   }
 
   zeroGrad(): void {
@@ -97,17 +101,51 @@ export class GpuGptStageModel extends GptStageData implements StageModel {
     return g;
   }
 
-  /** The GPU stage's gradients of one call, added to the flat gradients (which accumulate, as on WASM). */
-  private accumulate(grads: Float32Array): void {
-    if (this.released) throw new Error('the stage was released');
-    const g = this.grads.flat.data;
-    for (let i = 0; i < g.length; i++) g[i] += grads[i];
+}
+
+/** The whole MLP classifier, its forward, loss and backward on the GPU; the rest as MlpStageModel (its WASM Mlp holds the flat parameters and gradients). */
+export class GpuMlpStageModel extends MlpStageModel {
+  private readonly ready: Promise<GpuMlp>;
+  private released = false;
+
+  constructor(engine: Engine, private readonly gpu: Gpu, model: Extract<ModelRef, { kind: 'mlp' }>, a: StageAssignment, slots: number) {
+    super(engine, model, a, slots);
+    this.ready = GpuMlp.create(gpu.device, model.config, this.layout, this.params.flat.data, a.batchSize);
+    this.ready.catch(() => {}); // reported by the first call that waits for it
   }
 
-  /** `values`, unless the device reported an error (out of memory, a validation error): then what it said. */
-  private checked(values: Float32Array): Float32Array {
-    const errors = this.gpu.takeErrors();
-    if (errors.length) throw new Error(`WebGPU: ${errors[0].slice(0, 300)}`);
-    return values;
+  override async lossAndBackward(shard: number, input: Float32Array | null): Promise<{ loss: number; dInput: Float32Array | null }> {
+    if (input) throw new Error('an MLP is one stage: it receives no activation');
+    if (this.released) throw new Error('the stage was released');
+    const g = await this.ready;
+    if (this.released) throw new Error('the stage was released');
+    const batch = spamBatch(this.dataset, this.a.seed, shard, this.a.batchSize);
+    g.writeParams(this.params.flat.data);
+    g.clearGrads();
+    g.forward(batch.x, batch.B, batch.y);
+    g.backward();
+    const [loss, grads] = await Promise.all([g.readLoss(), g.readGrads()]);
+    accumulate(this.grads.flat.data, checked(this.gpu, grads), this.released);
+    return { loss, dInput: null };
   }
+
+  override release(): void {
+    if (this.released) return;
+    this.released = true;
+    this.ready.then((g) => g.destroy(), () => {});
+    super.release();
+  }
+}
+
+/** One call's gradients from the GPU, added to the flat gradients (which accumulate, as on WASM). */
+function accumulate(into: Float32Array, grads: Float32Array, released: boolean): void {
+  if (released) throw new Error('the stage was released');
+  for (let i = 0; i < into.length; i++) into[i] += grads[i];
+}
+
+/** `values`, unless the device reported an error (out of memory, a validation error): then what it said. */
+function checked(gpu: Gpu, values: Float32Array): Float32Array {
+  const errors = gpu.takeErrors();
+  if (errors.length) throw new Error(`WebGPU: ${errors[0].slice(0, 300)}`);
+  return values;
 }

@@ -76,7 +76,7 @@ export class MlpStageModel implements StageModel {
   constructor(
     engine: Engine,
     readonly model: Extract<ModelRef, { kind: 'mlp' }>,
-    private readonly a: StageAssignment,
+    protected readonly a: StageAssignment,
     /** microbatches queued for this stage; each runs forward, loss and backward at once */
     readonly slotCount: number,
   ) {

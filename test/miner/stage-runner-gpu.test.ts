@@ -10,15 +10,16 @@
 // up to 2·lr per step (gpt-step-check.ts derives this for one step). Such
 // gradients are the key biases' (softmax ignores a constant added to every
 // score): only those weights may differ, every other must agree to 1e-6.
-// Also: the backend choice of
-// Engine.create ('auto' takes no software adapter; a bad name is refused).
+// The spam MLP (one stage, forward, loss and backward at once) matches WASM
+// step for step. Also: the backend choice of Engine.create ('auto' takes no
+// software adapter; a bad name is refused).
 import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
 import { Engine } from '../../src/engine/engine.ts';
 import { mulberry32 } from '../../src/model/init.ts';
 import { gptConfig } from '../../src/model/config.ts';
 import type { StageAssignment } from '../../src/protocol/messages.ts';
-import { GpuGptStageModel } from '../../src/miner/stage-model-gpu.ts';
+import { GpuGptStageModel, GpuMlpStageModel } from '../../src/miner/stage-model-gpu.ts';
 import { StageRunner } from '../../src/miner/stage-runner.ts';
 
 const REL = 1e-5;
@@ -125,4 +126,27 @@ test("Engine.create: 'auto' takes no software adapter, an unknown backend is ref
   await assert.rejects(Engine.create({ backend: 'cuda' as never }), /backend must be one of wasm, webgpu, auto/);
   assert.equal(wasm.backend, 'wasm');
   assert.equal(wasm.gpu, null);
+});
+
+test('the spam MLP on the GPU: 20 inner steps from the same weights, the same losses and weights as on WASM', { get skip() { return skip; } }, async () => {
+  const a: StageAssignment = { runId: 'm', stage: 0, stageCount: 1, from: 0, to: 1, model: 'mlp:256-16-2', data: 'spam-assassin', batchSize: 16, seed: 3, round: 0, stateBlob: null, codec: 'f16', lr: 1e-2 };
+  const onWasm = new StageRunner(wasm, a, 2);
+  const onGpu = new StageRunner(gpu!, a, 2);
+  try {
+    assert.ok(onGpu.stage instanceof GpuMlpStageModel);
+    let worstLoss = 0;
+    for (let i = 0; i < 20; i++) {
+      const w = await onWasm.forwardBackwardLast(i + 1, i, null);
+      const g = await onGpu.forwardBackwardLast(i + 1, i, null);
+      assert.equal(g.dInput, null);
+      worstLoss = Math.max(worstLoss, Math.abs(g.loss - w.loss) / w.loss);
+    }
+    const dw = relDiff(onGpu.stage.params.flat.data, onWasm.stage.params.flat.data);
+    process.stderr.write(`mlp: losses within ${worstLoss.toExponential(2)} relative, weights after 20 steps within ${dw.toExponential(2)} of their scale\n`);
+    assert.ok(worstLoss <= 1e-5, `loss ${worstLoss}`);
+    assert.ok(dw <= 1e-5, `weights ${dw}`);
+  } finally {
+    onWasm.dispose();
+    onGpu.dispose();
+  }
 });

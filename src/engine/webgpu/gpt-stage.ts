@@ -21,6 +21,7 @@ import { uploadTokens, type GpuTokens } from './embedding.ts';
 import { GpuGemm } from './gemm.ts';
 import { checkLayout, clearRef, createScratch, createSlotActs, GpuFlat, type FlatLayout, type GpuBlockActs, type GpuScratch, type GpuSlotActs, type GptParts, type GptShape } from './gpt-buffers.ts';
 import { GpuKernelSet } from './kernel-set.ts';
+import { linearBackward, linearForward } from './linear.ts';
 import { uploadIndices } from './program.ts';
 
 export interface GpuGptStageOptions {
@@ -246,21 +247,12 @@ export class GpuGptStage {
     return a.blocks.length ? a.blocks[a.blocks.length - 1].out : a.inputAct;
   }
 
-  /** out[N×OC] = inp[N×C] · W[C×OC] (+ b): linearForward of src/model/layers.ts */
   private linearForward(out: GpuArray, inp: GpuArray, w: string, b: string | null, N: number, C: number, OC: number): void {
-    const P = this.params;
-    this.gemm.sgemm({
-      M: N, N: OC, K: C, a: inp, lda: C, b: P.array, bOffset: P.offset(w), ldb: OC, c: out, ldc: OC,
-      ...(b ? { bias: P.array, biasOffset: P.offset(b) } : {}),
-    });
+    linearForward(this.gemm, this.params, out, inp, w, b, N, C, OC);
   }
 
-  /** dinp = dout · Wᵀ (written); dW += inpᵀ · dout; db += column sums: linearBackward of src/model/layers.ts */
   private linearBackward(dinp: GpuArray, w: string, b: string | null, dout: GpuArray, inp: GpuArray, N: number, C: number, OC: number): void {
-    const P = this.params, G = this.grads;
-    this.gemm.sgemm({ M: N, N: C, K: OC, a: dout, lda: OC, b: P.array, bOffset: P.offset(w), ldb: OC, transB: true, c: dinp, ldc: C });
-    this.gemm.sgemm({ M: C, N: OC, K: N, a: inp, lda: C, transA: true, b: dout, ldb: OC, c: G.array, cOffset: G.offset(w), ldc: OC, accumulate: true });
-    if (b) this.k.rows.biasBackward(G.ref(b), dout, N, OC);
+    linearBackward({ gemm: this.gemm, rows: this.k.rows }, this.params, this.grads, dinp, w, b, dout, inp, N, C, OC);
   }
 
   /** dinp += ; dw, db += : layernormBackward of src/model/layers.ts */
