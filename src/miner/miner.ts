@@ -324,6 +324,12 @@ export class Miner {
         // a new stage, or one whose rounds ended without a saved state: its state is the initial one
         this.dropStage();
         this.runner = new StageRunner(this.engine, a, inFlightLimit(a, this.options.slots ?? 3), corpus);
+        try {
+          await this.runner.ready();
+        } catch (err) {
+          this.dropStage();
+          throw new Error(`cannot hold stage ${a.stage} of ${a.runId}: ${(err as Error).message}`, { cause: err });
+        }
         this.runner.lazy = this.options.tamper?.lazy ?? false;
         this.runner.round = a.round;
         this.merges.reset(a.round);

@@ -29,7 +29,7 @@ export class GpuGptStageModel extends GptStageData implements StageModel {
   readonly params: FlatTensors;
   readonly grads: FlatTensors;
   readonly slotCount: number;
-  private readonly ready: Promise<GpuGptStage>;
+  private readonly compiled: Promise<GpuGptStage>;
   private released = false;
 
   constructor(
@@ -45,8 +45,8 @@ export class GpuGptStageModel extends GptStageData implements StageModel {
     // the WASM stage's layout and initialisation (src/model/gpt.ts GptStage): same seed, same weights, whichever backend
     ({ layout: this.layout, params: this.params, grads: this.grads } = createStageParams(engine, config, this.range, a.seed ?? 1337));
     this.slotCount = slots;
-    this.ready = GpuGptStage.create(gpu.device, config, rangeParts(config, this.range), this.layout, this.params.flat.data, { batchSize: a.batchSize, slots });
-    this.ready.catch(() => {}); // reported by the first call that waits for it
+    this.compiled = GpuGptStage.create(gpu.device, config, rangeParts(config, this.range), this.layout, this.params.flat.data, { batchSize: a.batchSize, slots });
+    this.compiled.catch(() => {}); // reported by the first call that waits for it
   }
 
   get paramCount(): number {
@@ -82,6 +82,10 @@ export class GpuGptStageModel extends GptStageData implements StageModel {
     return dInput ? checked(this.gpu, dInput) : null;
   }
 
+  async ready(): Promise<void> {
+    await this.compiled;
+  }
+
   zeroGrad(): void {
     this.grads.flat.data.fill(0);
   }
@@ -89,14 +93,14 @@ export class GpuGptStageModel extends GptStageData implements StageModel {
   release(): void {
     if (this.released) return;
     this.released = true;
-    this.ready.then((g) => g.destroy(), () => {});
+    this.compiled.then((g) => g.destroy(), () => {});
     this.engine.free(this.params.flat);
     this.engine.free(this.grads.flat);
   }
 
   private async stage(): Promise<GpuGptStage> {
     if (this.released) throw new Error('the stage was released');
-    const g = await this.ready;
+    const g = await this.compiled;
     if (this.released) throw new Error('the stage was released');
     return g;
   }
@@ -105,19 +109,19 @@ export class GpuGptStageModel extends GptStageData implements StageModel {
 
 /** The whole MLP classifier, its forward, loss and backward on the GPU; the rest as MlpStageModel (its WASM Mlp holds the flat parameters and gradients). */
 export class GpuMlpStageModel extends MlpStageModel {
-  private readonly ready: Promise<GpuMlp>;
+  private readonly compiled: Promise<GpuMlp>;
   private released = false;
 
   constructor(engine: Engine, private readonly gpu: Gpu, model: Extract<ModelRef, { kind: 'mlp' }>, a: StageAssignment, slots: number) {
     super(engine, model, a, slots);
-    this.ready = GpuMlp.create(gpu.device, model.config, this.layout, this.params.flat.data, a.batchSize);
-    this.ready.catch(() => {}); // reported by the first call that waits for it
+    this.compiled = GpuMlp.create(gpu.device, model.config, this.layout, this.params.flat.data, a.batchSize);
+    this.compiled.catch(() => {}); // reported by the first call that waits for it
   }
 
   override async lossAndBackward(shard: number, input: Float32Array | null): Promise<{ loss: number; dInput: Float32Array | null }> {
     if (input) throw new Error('an MLP is one stage: it receives no activation');
     if (this.released) throw new Error('the stage was released');
-    const g = await this.ready;
+    const g = await this.compiled;
     if (this.released) throw new Error('the stage was released');
     const batch = spamBatch(this.dataset, this.a.seed, shard, this.a.batchSize);
     g.writeParams(this.params.flat.data);
@@ -129,10 +133,14 @@ export class GpuMlpStageModel extends MlpStageModel {
     return { loss, dInput: null };
   }
 
+  override async ready(): Promise<void> {
+    await this.compiled;
+  }
+
   override release(): void {
     if (this.released) return;
     this.released = true;
-    this.ready.then((g) => g.destroy(), () => {});
+    this.compiled.then((g) => g.destroy(), () => {});
     super.release();
   }
 }

@@ -58,6 +58,10 @@ export class GptStageModel extends GptStageData implements StageModel {
     return withWeights(this.gpt.params.flat.data, this.keep, weights, () => this.gpt.backward(dOutput, slot)?.slice() ?? null);
   }
 
+  ready(): Promise<void> {
+    return Promise.resolve();
+  }
+
   zeroGrad(): void {
     this.gpt.zeroGrad();
   }
@@ -125,6 +129,10 @@ export class MlpStageModel implements StageModel {
 
   backward(): Promise<Float32Array | null> {
     return Promise.reject(new Error('an MLP is one stage: it receives no gradient'));
+  }
+
+  ready(): Promise<void> {
+    return Promise.resolve();
   }
 
   zeroGrad(): void {

@@ -43,6 +43,8 @@ export interface StageModel {
   /** Backward of the microbatch held in `slot` from the gradient of its output, with `weights` (gradients accumulated); d(input), or null at the first stage. */
   backward(dOutput: Float32Array, slot: number, weights: Float32Array): Promise<Float32Array | null>;
   zeroGrad(): void;
+  /** Resolves once the stage can run (a GPU stage compiles its kernels in the background), or rejects with why it cannot. */
+  ready(): Promise<void>;
   release(): void;
 }
 

@@ -82,6 +82,11 @@ export class StageRunner {
     this.round = 0;
   }
 
+  /** Resolves once the stage can run, or rejects with why it cannot (a GPU stage compiles its kernels first). */
+  ready(): Promise<void> {
+    return this.stage.ready();
+  }
+
   get runId(): string {
     return this.assignment.runId;
   }

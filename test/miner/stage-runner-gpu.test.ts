@@ -150,3 +150,15 @@ test('the spam MLP on the GPU: 20 inner steps from the same weights, the same lo
     onGpu.dispose();
   }
 });
+
+test('a stage the GPU cannot hold is refused when it is taken, with the reason', { get skip() { return skip; } }, async () => {
+  // a vocabulary of 65,536: the logits of B × 16 rows take B × 4 MiB, past the adapter's largest binding (1 GiB on SwiftShader) while every other buffer is small
+  const limit = Math.min(gpu!.gpu!.limits.maxBufferSize, gpu!.gpu!.limits.maxStorageBufferBindingSize);
+  const B = Math.floor(limit / (16 * 65536 * 4)) + 1;
+  const runner = new StageRunner(gpu!, { ...assignment(0, 3, 0), stageCount: 1, model: 'gpt:v65536.t16.c16.l1.h2.r4', batchSize: B }, 1);
+  try {
+    await assert.rejects(runner.ready(), /logits needs \d+ bytes; this adapter binds at most \d+ bytes in one buffer/);
+  } finally {
+    runner.dispose();
+  }
+});

@@ -125,20 +125,22 @@ export interface GpuSlotActs {
  */
 export type GpuScratch = Record<'dres' | 'dsmall' | 'dqkv' | 'dbig' | 'dbig2' | 'tmp', GpuArray> & { dlogits: GpuArray | null; all: GpuArray[] };
 
-function allocator(device: GPUDevice, all: GpuArray[]): (length: number, label: string) => GpuArray {
+/** Creates arrays into `all`, and into `owned` too when given (the caller's list, which keeps what was made before a later array fails). */
+function allocator(device: GPUDevice, all: GpuArray[], owned?: GpuArray[]): (length: number, label: string) => GpuArray {
   return (length, label) => {
     const a = createArray(device, length, label);
     all.push(a);
+    owned?.push(a);
     return a;
   };
 }
 
 /** Allocates one slot's activations for batches of up to B sequences of the config's context length. */
-export function createSlotActs(device: GPUDevice, config: GptShape, B: number, parts: GptParts): GpuSlotActs {
+export function createSlotActs(device: GPUDevice, config: GptShape, B: number, parts: GptParts, owned?: GpuArray[]): GpuSlotActs {
   const { contextLength: T, channels: C, vocabSize: V } = config;
   const N = B * T;
   const all: GpuArray[] = [];
-  const t = allocator(device, all);
+  const t = allocator(device, all, owned);
   const inputAct = t(N * C, 'stage input');
   const blocks: GpuBlockActs[] = [];
   let input = inputAct;
@@ -155,11 +157,11 @@ export function createSlotActs(device: GPUDevice, config: GptShape, B: number, p
 }
 
 /** Allocates the backward scratch of a stage for batches of up to B sequences. */
-export function createScratch(device: GPUDevice, config: GptShape, B: number, parts: GptParts): GpuScratch {
+export function createScratch(device: GPUDevice, config: GptShape, B: number, parts: GptParts, owned?: GpuArray[]): GpuScratch {
   const { contextLength: T, channels: C, vocabSize: V } = config;
   const N = B * T, H = C * config.mlpRatio;
   const all: GpuArray[] = [];
-  const t = allocator(device, all);
+  const t = allocator(device, all, owned);
   return {
     dres: t(N * C, 'dres'), dsmall: t(N * C, 'dsmall'), dqkv: t(N * 3 * C, 'dqkv'),
     dbig: t(N * H, 'dbig'), dbig2: t(N * H, 'dbig2'), tmp: t(N * C, 'tmp'),

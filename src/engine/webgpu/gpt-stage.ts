@@ -62,10 +62,22 @@ export class GpuGptStage {
     params: Float32Array,
   ) {
     const n = layout.size;
-    this.params = new GpuFlat(layout, uploadArray(device, params, 'params'));
-    this.grads = new GpuFlat(layout, uploadArray(device, new Float32Array(n), 'grads'));
-    this.slots = Array.from({ length: slots }, () => ({ acts: createSlotActs(device, config, batchSize, parts), tokens: null, targets: null, B: 0 }));
-    this.scratch = createScratch(device, config, batchSize, parts);
+    // what is made before an allocation fails (past the adapter's limits) is freed, with the kernels
+    const owned: GpuArray[] = [];
+    try {
+      this.params = new GpuFlat(layout, uploadArray(device, params, 'params'));
+      owned.push(this.params.array);
+      this.grads = new GpuFlat(layout, uploadArray(device, new Float32Array(n), 'grads'));
+      owned.push(this.grads.array);
+      this.slots = Array.from({ length: slots }, () => ({ acts: createSlotActs(device, config, batchSize, parts, owned), tokens: null, targets: null, B: 0 }));
+      this.scratch = createScratch(device, config, batchSize, parts, owned);
+    } catch (err) {
+      for (const a of owned) a.destroy();
+      kernels.destroy();
+      gemm.destroy();
+      attention.destroy();
+      throw err;
+    }
   }
 
   /**

@@ -46,15 +46,30 @@ export class GpuMlp {
     params: Float32Array,
   ) {
     this.widths = [config.inputs, ...config.hidden, config.classes];
-    this.params = new GpuFlat(layout, uploadArray(device, params, 'mlp params'));
-    this.grads = new GpuFlat(layout, uploadArray(device, new Float32Array(layout.size), 'mlp grads'));
-    const t = (n: number, label: string): GpuArray => createArray(device, maxBatch * n, label);
-    this.acts = this.widths.map((w, i) => t(w, `mlp act ${i}`));
-    this.dacts = this.widths.map((w, i) => t(w, `mlp dact ${i}`));
-    this.relus = this.widths.slice(1, -1).map((w, i) => t(w, `mlp relu ${i}`));
-    this.dpre = this.widths.slice(1, -1).map((w, i) => t(w, `mlp dpre ${i}`));
-    this.probs = t(config.classes, 'mlp probs');
-    this.losses = t(1, 'mlp losses');
+    // what is made before an allocation fails (past the adapter's limits) is freed, with the kernels
+    const owned: GpuArray[] = [];
+    const t = (n: number, label: string): GpuArray => {
+      const a = createArray(device, maxBatch * n, label);
+      owned.push(a);
+      return a;
+    };
+    try {
+      this.params = new GpuFlat(layout, uploadArray(device, params, 'mlp params'));
+      owned.push(this.params.array);
+      this.grads = new GpuFlat(layout, uploadArray(device, new Float32Array(layout.size), 'mlp grads'));
+      owned.push(this.grads.array);
+      this.acts = this.widths.map((w, i) => t(w, `mlp act ${i}`));
+      this.dacts = this.widths.map((w, i) => t(w, `mlp dact ${i}`));
+      this.relus = this.widths.slice(1, -1).map((w, i) => t(w, `mlp relu ${i}`));
+      this.dpre = this.widths.slice(1, -1).map((w, i) => t(w, `mlp dpre ${i}`));
+      this.probs = t(config.classes, 'mlp probs');
+      this.losses = t(1, 'mlp losses');
+    } catch (err) {
+      for (const a of owned) a.destroy();
+      k.destroy();
+      gemm.destroy();
+      throw err;
+    }
   }
 
   /** Compiles the kernels and uploads the parameters (laid out by `layout`, which must name fc<i>.w and fc<i>.b of these widths). */
