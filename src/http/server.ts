@@ -224,7 +224,7 @@ export function routesOf(app: HttpServer): readonly RouteSummary[] {
 /**
  * Errors found before a request reaches fastify (a request head too slow,
  * too large or malformed), answered in the error contract on the raw socket,
- * which then closes.
+ * which then closes after what the client still sends is drained (LINGER_MS).
  */
 function answerClientError(err: Error & { code?: string; rawPacket?: unknown }, socket: Duplex): void {
   if (err.code === 'ECONNRESET' || socket.destroyed) return;
@@ -236,11 +236,18 @@ function answerClientError(err: Error & { code?: string; rawPacket?: unknown }, 
       : err.code === 'HPE_HEADER_OVERFLOW'
         ? [431, { error: 'the request head is larger than this server accepts', code: 'too_large' }]
         : [400, { error: 'malformed HTTP request', code: 'invalid' }];
-  if (socket.writable) {
-    const json = JSON.stringify(body);
-    socket.write(`HTTP/1.1 ${status} ${STATUS_CODES[status]}\r\nContent-Length: ${Buffer.byteLength(json)}\r\nContent-Type: application/json\r\nConnection: close\r\n\r\n${head ? '' : json}`);
+  if (!socket.writable) {
+    socket.destroy();
+    return;
   }
-  socket.destroy();
+  const json = JSON.stringify(body);
+  socket.end(`HTTP/1.1 ${status} ${STATUS_CODES[status]}\r\nContent-Length: ${Buffer.byteLength(json)}\r\nContent-Type: application/json\r\nConnection: close\r\n\r\n${head ? '' : json}`);
+  // linger as lingerOnClose does: the rest of a head too large is still arriving; destroying now would reset the
+  // connection with it unread, and a client slow to read could lose the answer to the reset
+  socket.on('data', () => {});
+  const timer = setTimeout(() => socket.destroy(), LINGER_MS);
+  timer.unref();
+  socket.once('close', () => clearTimeout(timer));
 }
 
 /** Bodies up to this size are not counted against the body budget (each route's limit bounds them). */

@@ -15,6 +15,8 @@ export interface FuzzResult {
   body: string;
   /** how the connection failed, when no answer came */
   error: string | null;
+  /** the server refused the request (a head past the parser's limit) and closed before its answer could be read: no body to check */
+  cutShort?: boolean;
 }
 
 /** Gives up on an answer after this long (the server's own limits are shorter). */
@@ -35,11 +37,11 @@ function sendHttp(req: FuzzRequest, agent: Agent): Promise<FuzzResult> {
   return new Promise((resolve) => {
     const url = new URL(req.target);
     let done = false;
-    const finish = (status: number | null, body: string, error: string | null): void => {
+    const finish = (status: number | null, body: string, error: string | null, cutShort = false): void => {
       if (done) return;
       done = true;
       clearTimeout(timer);
-      resolve({ req, status, body: body.slice(0, 1 << 16), error });
+      resolve({ req, status, body: body.slice(0, 1 << 16), error, ...(cutShort ? { cutShort } : {}) });
     };
     const headers: Record<string, string> = { ...req.headers };
     if (req.announce !== undefined) headers['content-length'] = String(req.announce);
@@ -73,7 +75,7 @@ function sendHttp(req: FuzzRequest, agent: Agent): Promise<FuzzResult> {
       const code = (err as NodeJS.ErrnoException).code ?? err.message;
       // a head past Node's parser limit is answered 431 and the socket closed at once: the client, still
       // writing, may see the close (EPIPE, ECONNRESET) before the answer; the server refused it, nothing broke
-      if (headBytes(req.method, req.path, headers) > HEAD_LIMIT && (code === 'EPIPE' || code === 'ECONNRESET')) return finish(431, '', null);
+      if (headBytes(req.method, req.path, headers) > HEAD_LIMIT && (code === 'EPIPE' || code === 'ECONNRESET')) return finish(431, '', null, true);
       finish(null, '', code);
     });
     if (req.body && req.body.length) r.write(req.body);
