@@ -48,7 +48,7 @@ export function registerMiner(program: Command): void {
       .option('--memory <size>', 'memory offered to the planner, e.g. 512MB or 2GiB (default: the free memory; never more than it)')
       .option('--merge-delay-ms <ms>', 'wait this long before merging partitions (for failure testing)', '0')
       .option('--serve <what>', 'what this miner offers: inference (serve deployed models), training, or both', 'both')
-      .option('--backend <b>', 'where GPT stages train: wasm (the CPU), webgpu (the GPU; a software adapter is taken too, for tests) or auto (a hardware GPU if there is one, else wasm)', 'wasm')
+      .option('--backend <b>', 'where stages train (GPT or MLP): wasm (the CPU), webgpu (the GPU; a software adapter is taken too, for tests) or auto (a hardware GPU if there is one, else wasm)', 'wasm')
       .option('--chain-rpc <url>', "check deployed models' weights against the ModelRegistry on the chain at this RPC URL (addresses from <data-dir>/chain/deployment.json; default: the local node of the data dir, if it has one; $NIMBLE_CHAIN_RPC)")
       .option('--wallet.name <name>', 'sign with this wallet (<data-dir>/wallets/NAME.json; password from $NIMBLE_PASSWORD or a prompt) instead of <data-dir>/miner/miner-key.json'),
   ).action(async (flags: Flags) => {
