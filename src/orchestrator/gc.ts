@@ -19,11 +19,17 @@
 //     ones `checkRetentionMs` after their decision (their counts are kept);
 //   - miners gone for `minerRetentionMs`, or beyond the `maxGoneMiners` most
 //     recently seen, unless they hold a stage of an active run;
+//   - work-log entries: folded into per-miner sums (the ledger's
+//     work_totals, which the views still count) once their epoch is settled
+//     (or at once when nobody is paid), `workRetentionMs` after they were
+//     logged, and for an active run only before its stages' latest rounds
+//     opened (the next round's upload checks count the steps since);
 //   - blobs the deleted rows named, `blobGraceMs` after, unless a kept row
 //     names them (the state layer remembers them until then: ./state/garbage.ts);
 //     a stored model (./state/models.ts) is never collected, nor is a
 //     dataset while a row names it (./datasets.ts says when rows go).
-// The work log, epochs, rewards and slashes are the ledger: never collected.
+// Epochs, rewards and slashes are the ledger: never collected; the work log
+// is only folded into sums.
 import { FINAL_RUN_STATUSES } from '../api/schemas.ts';
 import type { BlobStore } from './blobs.ts';
 import type { OrchestratorState } from './state/index.ts';
@@ -47,6 +53,10 @@ export interface GcOptions {
   maxGoneMiners: number;
   /** a collected blob is deleted this long after its rows, unless named again */
   blobGraceMs: number;
+  /** work-log entries are folded into sums this long after they were logged (once paid) */
+  workRetentionMs: number;
+  /** fold entries no epoch covers: the orchestrator pays nobody (no chain), so no epoch will */
+  foldUnpaidWork: boolean;
 }
 
 export const GC_DEFAULTS: GcOptions = {
@@ -58,6 +68,8 @@ export const GC_DEFAULTS: GcOptions = {
   minerRetentionMs: 24 * 60 * 60_000,
   maxGoneMiners: 10_000,
   blobGraceMs: 60_000,
+  workRetentionMs: 6 * 60 * 60_000,
+  foldUnpaidWork: false,
 };
 
 /** What one pass collected. */
@@ -73,6 +85,8 @@ export interface GcReport {
   /** decided checks deleted */
   checksDeleted: number;
   miners: number;
+  /** work-log entries folded into sums */
+  workFolded: number;
   /** blobs deleted from the store */
   blobs: number;
 }
@@ -123,7 +137,7 @@ export class Collector {
 
   private async pass(): Promise<GcReport> {
     const now = this.now();
-    const report: GcReport = { rounds: 0, roundBlobs: 0, microbatches: 0, claims: 0, checksSkipped: 0, checksDeleted: 0, miners: 0, blobs: 0 };
+    const report: GcReport = { rounds: 0, roundBlobs: 0, microbatches: 0, claims: 0, checksSkipped: 0, checksDeleted: 0, miners: 0, workFolded: 0, blobs: 0 };
     this.state.tx(() => {
       const open = this.closeChecksOfEndedRuns(report, now);
       const condemned = this.collectRounds(open, report);
@@ -132,6 +146,7 @@ export class Collector {
       this.collectMicrobatches(open, report, now);
       report.checksDeleted = this.state.spotChecks.deleteDecidedBefore(now - this.options.checkRetentionMs, this.options.batch);
       this.collectMiners(report, now);
+      report.workFolded = this.foldWork(now);
     });
     report.blobs = await this.deleteBlobs(now);
     return report;
@@ -212,6 +227,23 @@ export class Collector {
     const gone = this.state.miners.deleteGone(now - this.options.minerRetentionMs, this.options.maxGoneMiners, assigned, this.options.batch);
     for (const id of gone) this.hooks.forgetMiner(id);
     report.miners = gone.length;
+  }
+
+  /**
+   * Work-log entries that are paid (their epochs settled), older than the
+   * retention and, for an active run, logged before each of its stages'
+   * latest round opened: the next round's upload check counts the backward
+   * units logged since (src/orchestrator/merge-checks.ts creditedSteps).
+   */
+  private foldWork(now: number): number {
+    const mark = this.state.ledger.settledWorkMark() ?? (this.options.foldUnpaidWork ? Number.MAX_SAFE_INTEGER : null);
+    if (mark === null) return 0;
+    const runCutoffs = new Map<string, number>();
+    for (const run of this.state.runs.active()) {
+      const opened = this.state.runs.stages(run.id).map((s) => (s.round > 0 ? (this.state.mergeRounds.get({ runId: run.id, stage: s.stage, round: s.round })?.startedAt ?? 0) : 0));
+      runCutoffs.set(run.id, opened.length ? Math.min(...opened) : 0);
+    }
+    return this.state.ledger.foldWork({ upToId: mark, before: now - this.options.workRetentionMs, runCutoffs, limit: this.options.batch });
   }
 
   /** Condemned blobs past their grace that no kept row names: deleted from the store. */

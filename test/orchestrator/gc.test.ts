@@ -12,6 +12,7 @@ import { GptStage } from '../../src/model/gpt.ts';
 import { assembleCheckpoint } from '../../src/orchestrator/checkpoint.ts';
 import type { GcOptions } from '../../src/orchestrator/gc.ts';
 import type { RunRecord } from '../../src/orchestrator/state/runs.ts';
+import { MergeChecks } from '../../src/orchestrator/merge-checks.ts';
 import { runView } from '../../src/orchestrator/views.ts';
 import { encodeCheckBundle } from '../../src/protocol/check-bundle.ts';
 import { encodeFrame, readFrameHeader } from '../../src/protocol/frame.ts';
@@ -345,4 +346,64 @@ test('miners gone for long, or beyond the most recent maxGoneMiners, are forgott
   // a forgotten miner that comes back joins like a new one
   gone[0].join();
   assert.equal(h.state.miners.get(gone[0].id)?.alive, true);
+});
+
+/** Units credited to each replica for round 2 of both stages (what round 2's upload checks allow). */
+function round2Credits(h: Harness, run: RunRecord): number[] {
+  const checks = new MergeChecks(h.state, h.blobs, h.coordinator.stageStates);
+  return [0, 1].flatMap((stage) => h.replicas(run.id, stage).map((m) => checks.creditedSteps({ runId: run.id, stage, round: 2 }, m.id)));
+}
+
+/** Round 1 trained and merged, then round 2's microbatches trained, a second apart each. */
+async function intoRound2(h: Harness): Promise<RunRecord> {
+  const run = twoByTwo(h);
+  trainMicrobatches(h, run, 4);
+  h.advance(1000);
+  await mergeRoundAll(h, run, 1);
+  h.advance(1000);
+  trainMicrobatches(h, run, 4);
+  return run;
+}
+
+test("the work log: paid entries past the retention, logged before their stages' latest round opened, are folded into sums; totals, credited steps and the last id stay", async (t) => {
+  const h = await harness(t, { workRetentionMs: 60_000, foldUnpaidWork: true });
+  const run = await intoRound2(h);
+  const [totals, all, credited, entries, last] = [h.state.ledger.workTotals(run.id), h.state.ledger.workTotals(), round2Credits(h, run), h.state.ledger.workEntries(), h.state.ledger.lastWorkId()];
+  assert.ok(credited.every((c) => c > 0), 'round 2 has credited steps to check');
+
+  assert.equal((await h.coordinator.gc.collect()).workFolded, 0, 'nothing is past the retention yet');
+  h.advance(120_000);
+  const report = await h.coordinator.gc.collect();
+  // round 1's 4 microbatches, forward and backward at both stages; round 2's and the merge work after round 1 opened stay
+  assert.equal(report.workFolded, 4 * 2 * 2);
+  assert.equal(h.state.ledger.workEntries(), entries - report.workFolded);
+  assert.deepEqual(h.state.ledger.workTotals(run.id), totals, "the run's totals count the folded entries");
+  assert.deepEqual(h.state.ledger.workTotals(), all);
+  assert.deepEqual(round2Credits(h, run), credited, "round 2's checks see the same steps");
+  assert.equal(h.state.ledger.lastWorkId(), last);
+
+  // an ended run's entries all go but the newest (lastWorkId never goes back), and a second pass folds into the same sums
+  h.coordinator.stopRun(run.id, 'test');
+  h.advance(120_000);
+  assert.equal((await h.coordinator.gc.collect()).workFolded, entries - report.workFolded - 1);
+  assert.equal(h.state.ledger.workEntries(), 1);
+  assert.deepEqual(h.state.ledger.workTotals(run.id), totals);
+  assert.equal(h.state.ledger.lastWorkId(), last);
+});
+
+test('the work log is folded only up to the first epoch not settled; a paying orchestrator with no epoch yet folds nothing', async (t) => {
+  const h = await harness(t, { workRetentionMs: 60_000 });
+  const run = await intoRound2(h);
+  const { ledger } = h.state;
+  h.advance(120_000);
+  assert.equal((await h.coordinator.gc.collect()).workFolded, 0, 'no epoch: the work may still be paid');
+  const epoch = ledger.openEpoch(h.now);
+  assert.equal((await h.coordinator.gc.collect()).workFolded, 0, 'the open epoch covers every entry');
+  ledger.closeEpoch(epoch.id, { runId: run.id, mergesMark: 1, toLog: ledger.lastWorkId(), closedAt: h.now, emission: 10n, remainder: 0n, settled: false });
+  ledger.openEpoch(h.now);
+  assert.equal((await h.coordinator.gc.collect()).workFolded, 0, 'the closed epoch is not settled yet');
+  ledger.markSettled(epoch.id, null, h.now);
+  const totals = ledger.workTotals(run.id);
+  assert.equal((await h.coordinator.gc.collect()).workFolded, 4 * 2 * 2, "settled: round 1's entries go");
+  assert.deepEqual(ledger.workTotals(run.id), totals);
 });

@@ -8,7 +8,7 @@
 // skipped (nothing staked).
 import { Type, type Static } from '@sinclair/typebox';
 import { EpochStatus, WorkKind } from '../../api/schemas.ts';
-import { all, jsonColumn, one, rowReader, scalar, type Migrations, type StateDb } from './db.ts';
+import { all, jsonColumn, one, rowReader, scalar, type Migrations, type SqlValue, type StateDb } from './db.ts';
 
 export const LEDGER_MIGRATIONS: Migrations = {
   store: 'ledger',
@@ -44,6 +44,12 @@ export const LEDGER_MIGRATIONS: Migrations = {
     CREATE INDEX slashes_by_status ON slashes (status)`,
     // inference work names the deployment it served (its stage shares weigh it, as a run's weigh training)
     `ALTER TABLE work_log ADD COLUMN deployment_id TEXT`,
+    // old entries folded into sums (src/orchestrator/gc.ts): '' for no run or deployment, -1 for no stage
+    `CREATE TABLE work_totals (
+      miner_id TEXT NOT NULL, run_id TEXT NOT NULL, deployment_id TEXT NOT NULL, kind TEXT NOT NULL, stage INTEGER NOT NULL,
+      units REAL NOT NULL, entries INTEGER NOT NULL,
+      PRIMARY KEY (miner_id, run_id, deployment_id, kind, stage)
+    )`,
   ],
 };
 
@@ -176,14 +182,66 @@ export class Ledger {
     );
   }
 
-  /** Units per miner and kind (of one run, or of all). */
+  /** Units per miner and kind (of one run, or of all): the entries and the sums old ones were folded into. */
   workTotals(runId?: string): WorkTotalRecord[] {
+    const where = runId ? 'WHERE run_id = ?' : '';
     return all(
       this.db,
       decodeTotal,
-      `SELECT miner_id AS minerId, kind, SUM(units) AS units FROM work_log ${runId ? 'WHERE run_id = ?' : ''} GROUP BY miner_id, kind ORDER BY miner_id, kind`,
-      ...(runId ? [runId] : []),
+      `SELECT minerId, kind, SUM(units) AS units FROM (
+        SELECT miner_id AS minerId, kind, units FROM work_log ${where}
+        UNION ALL SELECT miner_id AS minerId, kind, units FROM work_totals ${where}
+      ) GROUP BY minerId, kind ORDER BY minerId, kind`,
+      ...(runId ? [runId, runId] : []),
     );
+  }
+
+  /**
+   * Folds entries nothing reads one by one any more into work_totals (summed
+   * per miner, run, deployment, kind and stage; workTotals still counts them)
+   * and deletes them: ids up to `upToId` (paid: their epochs are settled),
+   * logged before `before`, and for each run in `runCutoffs` (the active
+   * ones) logged before its cutoff too. The newest entry always stays, so
+   * lastWorkId never goes back. At most `limit`; returns how many.
+   */
+  foldWork(q: { upToId: number; before: number; runCutoffs: ReadonlyMap<string, number>; limit: number }): number {
+    const common = 'id <= ? AND id < (SELECT MAX(id) FROM work_log) AND at < ?';
+    const active = JSON.stringify([...q.runCutoffs.keys()]);
+    let folded = this.fold(`${common} AND (run_id IS NULL OR run_id NOT IN (SELECT value FROM json_each(?)))`, [q.upToId, q.before, active], q.limit);
+    for (const [runId, cutoff] of q.runCutoffs) {
+      if (folded >= q.limit) break;
+      folded += this.fold(`${common} AND run_id = ?`, [q.upToId, Math.min(q.before, cutoff), runId], q.limit - folded);
+    }
+    return folded;
+  }
+
+  private fold(where: string, params: SqlValue[], limit: number): number {
+    const pick = `SELECT id FROM work_log WHERE ${where} ORDER BY id LIMIT ?`;
+    this.db.run(
+      `INSERT INTO work_totals (miner_id, run_id, deployment_id, kind, stage, units, entries)
+        SELECT miner_id, COALESCE(run_id, ''), COALESCE(deployment_id, ''), kind, COALESCE(stage, -1), SUM(units), COUNT(*)
+        FROM work_log WHERE id IN (${pick}) GROUP BY 1, 2, 3, 4, 5
+        ON CONFLICT (miner_id, run_id, deployment_id, kind, stage) DO UPDATE SET units = units + excluded.units, entries = entries + excluded.entries`,
+      ...params,
+      limit,
+    );
+    return this.db.run(`DELETE FROM work_log WHERE id IN (${pick})`, ...params, limit).changes;
+  }
+
+  /** Entries in the log (folded ones are not). */
+  workEntries(): number {
+    return scalar(this.db, 'SELECT COUNT(*) AS n FROM work_log');
+  }
+
+  /**
+   * The last entry every epoch that covers it has settled (null: no epoch
+   * was ever opened, the orchestrator does not pay): entries up to it are
+   * paid and can be folded.
+   */
+  settledWorkMark(): number | null {
+    if (scalar(this.db, 'SELECT COUNT(*) AS n FROM epochs') === 0) return null;
+    const unsettled = scalar(this.db, "SELECT COALESCE(MIN(from_log), -1) AS n FROM epochs WHERE status != 'settled'");
+    return unsettled >= 0 ? unsettled : scalar(this.db, 'SELECT COALESCE(MAX(to_log), 0) AS n FROM epochs');
   }
 
   /** Units of `kinds` per miner logged after entry `afterId` (a range of the primary key: cheap on a long log). */
