@@ -14,8 +14,9 @@ import { jobSubmitBenches } from './jobs-submit.bench.ts';
 import { inferenceBenches } from './inference.bench.ts';
 import { dashboardBenches } from './dashboard.bench.ts';
 import { webgpuBenches } from './webgpu.bench.ts';
+import { gcBenches } from './gc.bench.ts';
 
-const registry: Bench[] = [...engineBenches, ...protocolBenches, ...chainBenches, ...mergeBenches, ...spotCheckBenches, ...networkBenches, ...floodBenches, ...trustBenches, ...spamBenches, ...jobPlanBenches, ...jobSubmitBenches, ...inferenceBenches, ...dashboardBenches, ...webgpuBenches];
+const registry: Bench[] = [...engineBenches, ...protocolBenches, ...chainBenches, ...mergeBenches, ...spotCheckBenches, ...networkBenches, ...floodBenches, ...trustBenches, ...spamBenches, ...jobPlanBenches, ...jobSubmitBenches, ...inferenceBenches, ...dashboardBenches, ...webgpuBenches, ...gcBenches];
 
 const args = process.argv.slice(2);
 const json = args.includes('--json');
