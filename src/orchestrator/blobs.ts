@@ -3,7 +3,7 @@
 //
 // BlobStore is the whole interface the orchestrator uses, kept to operations an
 // S3 bucket has (PutObject, GetObject with Range, HeadObject, ListObjectsV2 with
-// a prefix, DeleteObject), so an S3BlobStore can implement it later. Names
+// a prefix, DeleteObject), so S3BlobStore (./blobs-s3.ts) implements it too. Names
 // (which blob is the latest checkpoint of a run) live in the database, not here.
 //
 // FsBlobStore lays blobs out as <dir>/<id[0..2]>/<id[2..64]>, writes through a
@@ -62,6 +62,13 @@ const REST_RE = /^[0-9a-f]{62}$/;
 /** sha256 hex id of bytes. */
 export function blobId(bytes: Uint8Array): string {
   return createHash('sha256').update(bytes).digest('hex');
+}
+
+/** Throws BlobError 'bad_prefix' unless `prefix` is 0-64 lowercase hex digits. */
+export function assertBlobPrefix(prefix: unknown): asserts prefix is string {
+  if (typeof prefix !== 'string' || !PREFIX_RE.test(prefix)) {
+    throw new BlobError('bad_prefix', `${JSON.stringify(prefix)} is not a hex prefix`);
+  }
 }
 
 /** Throws BlobError 'bad_id' unless `id` is 64 lowercase hex digits (so it can never escape the folder). */
@@ -191,9 +198,7 @@ export class FsBlobStore implements BlobStore {
   }
 
   async *list(prefix: string = ''): AsyncIterable<string> {
-    if (typeof prefix !== 'string' || !PREFIX_RE.test(prefix)) {
-      throw new BlobError('bad_prefix', `${JSON.stringify(prefix)} is not a hex prefix`);
-    }
+    assertBlobPrefix(prefix);
     const fanouts = (await readdir(this.dir))
       .filter((d) => FANOUT_RE.test(d) && (prefix.length >= 2 ? d === prefix.slice(0, 2) : d.startsWith(prefix)))
       .sort();

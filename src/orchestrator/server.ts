@@ -1,9 +1,10 @@
-// Starts an orchestrator: the SQLite file and blob folder in its data dir, the
+// Starts an orchestrator: the SQLite file in its data dir, the blob store (a
+// folder in the data dir by default, or an S3 bucket: ./blob-store-url.ts), the
 // coordinator, the HTTP API on a loopback port (by default), and the clock.
 import { mkdirSync } from 'node:fs';
 import { join } from 'node:path';
 import { mobyDickBytes } from '../data/corpus.ts';
-import { FsBlobStore } from './blobs.ts';
+import { openBlobStore, type BlobStoreSpec } from './blob-store-url.ts';
 import { Completions } from './serving/completions.ts';
 import { Coordinator, type CoordinatorOptions } from './coordinator.ts';
 import { DatasetService } from './datasets.ts';
@@ -23,6 +24,8 @@ import { SyntheticPrompts, type SyntheticOptions } from './serving/synthetic-pro
 
 export interface OrchestratorOptions {
   dataDir: string;
+  /** where the blobs are (--blobs: a folder or an S3 bucket, src/orchestrator/blob-store-url.ts); absent: the folder <dataDir>/blobs */
+  blobs?: BlobStoreSpec;
   /** the data dir whose wallets (`<it>/wallets`) the dashboard's Wallets page shows; absent: none */
   walletsDataDir?: string;
   host?: string;
@@ -64,10 +67,14 @@ export interface RunningOrchestrator {
 
 export async function startOrchestrator(options: OrchestratorOptions): Promise<RunningOrchestrator> {
   mkdirSync(options.dataDir, { recursive: true });
+  // first, so a bucket that is not there stops the start before anything is open
+  const blobStore = await openBlobStore(options.blobs, options.dataDir);
+  const blobs = blobStore.store;
   const state = OrchestratorState.open(join(options.dataDir, 'orchestrator.sqlite'));
-  const blobs = await FsBlobStore.open(join(options.dataDir, 'blobs'));
   const slashing = { ...options.coordinator?.slashing, enabled: Boolean(options.chain) };
-  const coordinator = new Coordinator(state, blobs, { ...options.coordinator, slashing, identity: loadOrCreateOrchestratorIdentity(options.dataDir) });
+  // with no chain no epoch ever covers the work log: its old entries are folded into sums without waiting for one
+  const gc = { foldUnpaidWork: !options.chain, ...options.coordinator?.gc };
+  const coordinator = new Coordinator(state, blobs, { ...options.coordinator, slashing, gc, identity: loadOrCreateOrchestratorIdentity(options.dataDir) });
   const epochs = options.chain
     ? new Epochs(state, { evict: (id, reason) => coordinator.evict(id, reason), ...options.chain }, Date.now, slashWindowMs(coordinator.checks.options))
     : null;
@@ -76,6 +83,7 @@ export async function startOrchestrator(options: OrchestratorOptions): Promise<R
       await epochs.start(); // finishes epochs a crash left 'settling' before anything else
     } catch (err) {
       state.close();
+      blobStore.close();
       throw err;
     }
   }
@@ -157,6 +165,7 @@ export async function startOrchestrator(options: OrchestratorOptions): Promise<R
         await epochs.reconcile();
       }
       state.close();
+      blobStore.close();
       await options.chain?.close?.();
     },
   };
