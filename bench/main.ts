@@ -16,8 +16,9 @@ import { dashboardBenches } from './dashboard.bench.ts';
 import { webgpuBenches } from './webgpu.bench.ts';
 import { gcBenches } from './gc.bench.ts';
 import { s3Benches } from './s3.bench.ts';
+import { simBenches } from './sim.bench.ts';
 
-const registry: Bench[] = [...engineBenches, ...protocolBenches, ...chainBenches, ...mergeBenches, ...spotCheckBenches, ...networkBenches, ...floodBenches, ...trustBenches, ...spamBenches, ...jobPlanBenches, ...jobSubmitBenches, ...inferenceBenches, ...dashboardBenches, ...webgpuBenches, ...gcBenches, ...s3Benches];
+const registry: Bench[] = [...engineBenches, ...protocolBenches, ...chainBenches, ...mergeBenches, ...spotCheckBenches, ...networkBenches, ...floodBenches, ...trustBenches, ...spamBenches, ...jobPlanBenches, ...jobSubmitBenches, ...inferenceBenches, ...dashboardBenches, ...webgpuBenches, ...gcBenches, ...s3Benches, ...simBenches];
 
 const args = process.argv.slice(2);
 const json = args.includes('--json');

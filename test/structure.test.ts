@@ -24,6 +24,7 @@ const LAYERS: Record<string, number> = {
   train: 4,
   miner: 4,
   orchestrator: 4,
+  sim: 4,
   cli: 5,
 };
 

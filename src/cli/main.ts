@@ -18,6 +18,7 @@ import { registerDataset } from './dataset.ts';
 import { registerGenerate } from './generate.ts';
 import { registerApiKey } from './api-key.ts';
 import { registerCredit } from './credit.ts';
+import { registerSimulate } from './simulate.ts';
 
 export function buildProgram(): Command {
   const program = new Command('nbcli')
@@ -40,6 +41,7 @@ export function buildProgram(): Command {
   registerGenerate(program);
   registerApiKey(program);
   registerCredit(program);
+  registerSimulate(program);
   return program;
 }
 

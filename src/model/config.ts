@@ -52,17 +52,25 @@ export const GPT_LIMITS: Readonly<Record<'vocabSize' | 'contextLength' | 'channe
 /** The most parameters a config may have (about 17 billion). */
 export const MAX_GPT_PARAMS = 2 ** 34;
 
-/** Checks the constraints the kernels rely on, and that every size is within GPT_LIMITS. */
+/** Checks the constraints the kernels rely on, that every size is within GPT_LIMITS, and that the parameters fit MAX_GPT_PARAMS. */
 export function validateGptConfig(c: GptConfig): void {
+  validateGptShape(c);
+  // embeddings, and per layer attention (4 C²) and MLP (2 · ratio · C²) weights: the bulk of the parameters
+  const params = (c.vocabSize + c.contextLength) * c.channels + c.layers * (4 + 2 * c.mlpRatio) * c.channels * c.channels;
+  if (params > MAX_GPT_PARAMS) throw new Error(`gpt config: about ${params.toExponential(2)} parameters, more than ${MAX_GPT_PARAMS}`);
+}
+
+/**
+ * validateGptConfig without the parameter cap: for code that only counts a
+ * model (the planner's cost model, the simulator), never allocates it.
+ */
+export function validateGptShape(c: GptConfig): void {
   const ints = [c.vocabSize, c.contextLength, c.channels, c.layers, c.heads, c.mlpRatio];
   if (!ints.every((n) => Number.isInteger(n) && n > 0)) throw new Error('gpt config: every size must be a positive integer');
   for (const [key, max] of Object.entries(GPT_LIMITS)) {
     const v = c[key as keyof typeof GPT_LIMITS];
     if (v > max) throw new Error(`gpt config: ${key} ${v} exceeds ${max}`);
   }
-  // embeddings, and per layer attention (4 C²) and MLP (2 · ratio · C²) weights: the bulk of the parameters
-  const params = (c.vocabSize + c.contextLength) * c.channels + c.layers * (4 + 2 * c.mlpRatio) * c.channels * c.channels;
-  if (params > MAX_GPT_PARAMS) throw new Error(`gpt config: about ${params.toExponential(2)} parameters, more than ${MAX_GPT_PARAMS}`);
   if (c.channels % c.heads !== 0) throw new Error('gpt config: channels must divide into heads');
   if ((c.channels / c.heads) % 4 !== 0) throw new Error('gpt config: head size must be a multiple of 4');
   if (c.vocabSize % 4 !== 0) throw new Error('gpt config: vocabulary size must be a multiple of 4');

@@ -17,6 +17,7 @@ import type { BlobStore } from './blobs.ts';
 import { CheckpointEvaluator } from './checkpoint-eval.ts';
 import { Deployments, type DeploymentOptions } from './deployments.ts';
 import { Collector, type GcOptions } from './gc.ts';
+import { peerWeight } from './issue-policy.ts';
 import { MergeChecks } from './merge-checks.ts';
 import { MergeRounds } from './merges.ts';
 import { MergeUploads } from './merge-uploads.ts';
@@ -279,7 +280,7 @@ export class Coordinator {
       if (a.stage !== stage || this.holding.get(a.minerId) !== current) continue;
       const m = this.state.miners.get(a.minerId);
       if (!m || !m.alive || !m.sessionKey) continue;
-      out.push({ id: m.id, url: m.url, sessionKey: m.sessionKey, weight: m.gflops / (1 + (this.queues.get(m.id) ?? 0)) });
+      out.push({ id: m.id, url: m.url, sessionKey: m.sessionKey, weight: peerWeight(m.gflops, this.queues.get(m.id) ?? 0) });
     }
     return out;
   }

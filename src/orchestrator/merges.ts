@@ -15,6 +15,7 @@ import { assignMergers, reassign } from '../merge/partition.ts';
 import { rangeParams } from '../model/model-ref.ts';
 import type { MergeTask } from '../protocol/messages.ts';
 import type { BlobStore } from './blobs.ts';
+import { mergeDue } from './issue-policy.ts';
 import { RECOMPUTED, type MergeChecks } from './merge-checks.ts';
 import type { Offences } from './offences.ts';
 import type { OrchestratorState } from './state/index.ts';
@@ -89,7 +90,7 @@ export class MergeRounds {
     if (steps === 0) return false;
     if (run.microbatchesDone >= run.steps) return true; // the final merge
     const replicas = Math.max(...stages.map((s) => this.aliveReplicas(run.id, s.stage).length), 1);
-    return steps >= run.mergeEvery * replicas;
+    return mergeDue(steps, run.mergeEvery, replicas);
   }
 
   /** After the last microbatch: every stage merged since and has a saved state. */

@@ -20,6 +20,7 @@
 import { itemsPerMicrobatch } from '../model/model-ref.ts';
 import { verifyReceipt, type TicketFields } from '../protocol/evidence.ts';
 import type { MicrobatchTask, WorkReport } from '../protocol/messages.ts';
+import { pipelineRoom, replicaIssueLimit } from './issue-policy.ts';
 import type { SpotChecks } from './spot-checks.ts';
 import type { HopClaim } from './state/claims.ts';
 import type { OrchestratorState } from './state/index.ts';
@@ -75,12 +76,12 @@ export class MicrobatchFlow {
     const replicas = this.state.runs.stages(run.id).map((s) => assignments.filter((a) => a.stage === s.stage).length);
     if (replicas.length === 0 || replicas.some((n) => n === 0)) return [];
     // the pipeline carries no more than its narrowest stage holds (two slots' worth per replica): deeper queues only miss deadlines
-    const room = 2 * this.options.slots * Math.min(...replicas);
+    const room = pipelineRoom(this.options.slots, replicas);
     const now = this.now();
     // its microbatches of this run (those of a run that ended meanwhile are not in its pipeline any more)
     const inFlight = this.state.microbatches.issuedTo(minerId).filter((mb) => mb.runId === run.id).length;
     // up to two slots' worth per miner (the ones it runs and the ones queued behind them), and its share of the room
-    let want = Math.min(freeSlots, Math.min(2 * this.options.slots, Math.ceil(room / replicas[0])) - inFlight);
+    let want = Math.min(freeSlots, replicaIssueLimit(this.options.slots, replicas) - inFlight);
     const issued: number[] = [];
     this.state.tx(() => {
       const runInFlight = this.state.microbatches.count(run.id, 'issued');

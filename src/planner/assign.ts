@@ -24,17 +24,12 @@
 // stage its minimum replicas is Hall's condition on prefixes: for each memory
 // level, the miners with at least that much must outnumber the replicas still
 // needed by the stages that need at least that much.
-import { PlanError, formatBytes } from './errors.ts';
+import { coverageGapSorted, diagnoseAssignment, type StageDemand } from './coverage.ts';
+import { PlanError } from './errors.ts';
 import type { MinerCapacity } from './types.ts';
+import { Untaken } from './untaken.ts';
 
-/** A stage as the assigner sees it. */
-export interface StageDemand {
-  /** forward + backward FLOPs per token */
-  flopsPerToken: number;
-  memoryBytes: number;
-  /** how messages name the stage, e.g. "stage 2 [3,5)" */
-  label: string;
-}
+export { coverageGap, diagnoseAssignment, type CoverageGap, type StageDemand } from './coverage.ts';
 
 export interface AssignOptions {
   /** replicas every stage must get (≥ 1) */
@@ -54,17 +49,6 @@ export interface AssignResult {
   optimal: boolean;
 }
 
-/** Stages whose minimum replicas the pool cannot supply, with the numbers. */
-export interface CoverageGap {
-  /** stage indices needing at least `memoryBytes` */
-  stages: number[];
-  memoryBytes: number;
-  /** replicas those stages still need */
-  need: number;
-  /** miners with at least `memoryBytes` */
-  have: number;
-}
-
 /** Rejects malformed miner records (they come from registration, so this is a caller bug). */
 export function validateMiners(miners: readonly MinerCapacity[]): void {
   const seen = new Set<string>();
@@ -80,55 +64,6 @@ export function validateMiners(miners: readonly MinerCapacity[]): void {
 /** Tokens per second of a stage whose replicas add up to `gflops`. */
 export function stageThroughput(gflops: number, flopsPerToken: number): number {
   return (gflops * 1e9) / flopsPerToken;
-}
-
-/**
- * Hall's condition for nested eligibility: can miners with memories `pool`
- * give each stage `deficit[s]` more replicas? Returns null if so, else the
- * first memory level where the need exceeds the miners.
- */
-export function coverageGap(stages: readonly StageDemand[], deficit: readonly number[], pool: readonly number[]): CoverageGap | null {
-  const order = stages.map((_, s) => s).filter((s) => deficit[s] > 0).sort((a, b) => stages[b].memoryBytes - stages[a].memoryBytes);
-  if (order.length === 0) return null;
-  const mem = [...pool].sort((a, b) => b - a);
-  let need = 0;
-  let have = 0;
-  for (let k = 0; k < order.length; k++) {
-    const level = stages[order[k]].memoryBytes;
-    need += deficit[order[k]];
-    while (have < mem.length && mem[have] >= level) have++;
-    if (have < need) return { stages: order.slice(0, k + 1), memoryBytes: level, need, have };
-  }
-  return null;
-}
-
-/**
- * Why no assignment gives every stage `minReplicas` fitting replicas, or null
- * if one exists. The message names the numbers.
- */
-export function diagnoseAssignment(stages: readonly StageDemand[], miners: readonly MinerCapacity[], minReplicas: number): string | null {
-  const S = stages.length;
-  if (miners.length < S * minReplicas) {
-    const per = minReplicas === 1 ? '' : ` with ${minReplicas} replicas each`;
-    const n = S * minReplicas;
-    return `${S} stage${S === 1 ? '' : 's'}${per} need${S === 1 ? 's' : ''} at least ${n} miner${n === 1 ? '' : 's'}; ${miners.length} available`;
-  }
-  const largest = miners.reduce((m, x) => Math.max(m, x.memoryBytes), 0);
-  const tooBig = stages.filter((s) => s.memoryBytes > largest);
-  if (tooBig.length > 0) {
-    const list = tooBig.map((s) => `${s.label} needs ${formatBytes(s.memoryBytes)}`).join(', ');
-    return `${list}; the largest miner has ${formatBytes(largest)}`;
-  }
-  const gap = coverageGap(stages, stages.map(() => minReplicas), miners.map((m) => m.memoryBytes));
-  if (gap) {
-    const list = gap.stages.map((s) => stages[s].label).join(', ');
-    const top = [...miners].sort((a, b) => b.memoryBytes - a.memoryBytes).slice(0, gap.have + 1);
-    const tops = top.map((m) => `${m.id} ${formatBytes(m.memoryBytes)}`).join(', ');
-    const one = gap.stages.length === 1;
-    return `${list} need${one ? 's' : ''} ${formatBytes(gap.memoryBytes)} or more per replica, ${gap.need} replicas in all, ` +
-      `but only ${gap.have} of ${miners.length} miners ${gap.have === 1 ? 'has' : 'have'} that much memory (largest: ${tops})`;
-  }
-  return null;
 }
 
 /**
@@ -166,6 +101,8 @@ class State {
   /** stage of order[i] */
   private stageOf: number[];
   private best: { stageOf: number[]; bottleneck: number } | null = null;
+  /** memories of order[from..], largest first (see suffixMemory) */
+  private suffix: { from: number; mem: number[] } = { from: Infinity, mem: [] };
 
   constructor(
     private readonly stages: readonly StageDemand[],
@@ -217,7 +154,26 @@ class State {
   private coverable(from: number): boolean {
     const d = this.deficits();
     if (d.every((x) => x === 0)) return true;
-    return coverageGap(this.stages, d, this.mem.slice(from)) === null;
+    return coverageGapSorted(this.stages, d, this.suffixMemory(from)) === null;
+  }
+
+  /** Memories of order[from..], largest first; kept between calls as `from` grows (the greedy's scan), rebuilt otherwise. */
+  private suffixMemory(from: number): number[] {
+    if (from < this.suffix.from) this.suffix = { from: 0, mem: [...this.mem].sort((a, b) => b - a) };
+    const mem = this.suffix.mem;
+    for (let k = this.suffix.from; k < from; k++) {
+      // remove one copy of mem[k] (binary search in the descending list)
+      let lo = 0;
+      let hi = mem.length;
+      while (lo < hi) {
+        const mid = (lo + hi) >> 1;
+        if (mem[mid] > this.mem[k]) lo = mid + 1;
+        else hi = mid;
+      }
+      mem.splice(lo, 1);
+    }
+    this.suffix.from = from;
+    return mem;
   }
 
   /** Stages miner i fits, lowest throughput first (ties: the heavier stage). */
@@ -263,27 +219,47 @@ class State {
     this.sum.fill(0);
     this.count.fill(0);
     const stages = Array.from({ length: this.S }, (_, s) => s).sort((a, b) => this.memory[b] - this.memory[a] || this.work[b] - this.work[a]);
-    // miners slowest first (order is fastest first)
-    const bySpeed = Array.from({ length: this.order.length }, (_, k) => this.order.length - 1 - k);
+    // Miners are indexed fastest first, so "slowest first" scans go down
+    // from n − 1, skipping placed miners (Untaken) instead of rescanning them.
+    const n = this.order.length;
+    const free = new Untaken(n);
+    /** The slowest unplaced miner at or faster than i that fits s, or -1. */
+    const slowestFitting = (i: number, s: number): number => {
+      for (let k = free.atOrBelow(i); k >= 0; k = free.atOrBelow(k - 1)) if (this.fits(k, s)) return k;
+      return -1;
+    };
     for (const s of stages) {
       const need = (): number => target * this.work[s] - this.sum[s];
+      // within a stage, the slowest fitting unplaced miner only gets faster
+      let cursor = n - 1;
       while (need() > 1e-12 * target * this.work[s] || this.count[s] < this.minReplicas) {
-        let pick = -1;
+        let pick: number;
         if (need() <= 0 || this.count[s] + 1 < this.minReplicas) {
           // enough speed already, or more replicas to come: the slowest eligible
-          for (const i of bySpeed) if (this.stageOf[i] < 0 && this.fits(i, s)) { pick = i; break; }
+          pick = cursor = slowestFitting(cursor, s);
         } else {
-          // the slowest that closes the gap, else the fastest
-          let fastest = -1;
-          for (const i of bySpeed) {
-            if (this.stageOf[i] >= 0 || !this.fits(i, s)) continue;
-            if (this.gflops[i] >= need()) { pick = i; break; }
-            fastest = i;
+          // the slowest that closes the gap, else the fastest (GFLOP/s do not increase with the index)
+          const g = need();
+          let lo = 0;
+          let hi = n;
+          while (lo < hi) {
+            const mid = (lo + hi) >> 1;
+            if (this.gflops[mid] >= g) lo = mid + 1;
+            else hi = mid;
           }
-          if (pick < 0) pick = fastest;
+          pick = slowestFitting(lo - 1, s);
+          if (pick < 0) {
+            for (let k = free.atOrAbove(0); k < n; k = free.atOrAbove(k + 1)) {
+              if (this.fits(k, s)) {
+                pick = k;
+                break;
+              }
+            }
+          }
         }
         if (pick < 0) return false;
         this.place(pick, s);
+        free.take(pick);
       }
     }
     return true;

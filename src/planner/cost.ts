@@ -26,7 +26,7 @@
 //   activations 4 · B·T · (slots · perSlot + scratch) where perSlot and
 //   scratch are the floats per token of activationFloatsPerToken.
 import type { GptConfig } from '../model/config.ts';
-import { validateGptConfig } from '../model/config.ts';
+import { validateGptShape } from '../model/config.ts';
 import { headPart, partCount, partParamCount, type StageRange } from '../model/gpt.ts';
 import type { FlopsPerToken } from './types.ts';
 
@@ -156,7 +156,7 @@ export function activationFloatsPerToken(config: GptConfig, range: StageRange): 
  * microbatches in flight (each keeps its activations until its backward).
  */
 export function stageCost(config: GptConfig, range: StageRange, batchSize: number, slots: number): StageCost {
-  validateGptConfig(config);
+  validateGptShape(config);
   checkRange(config, range);
   checkPositiveInt('batchSize', batchSize);
   checkPositiveInt('slots', slots);
@@ -188,7 +188,7 @@ export function stageCost(config: GptConfig, range: StageRange, batchSize: numbe
  * stageCost.
  */
 export function stageCostTable(config: GptConfig, batchSize: number, slots: number): (range: StageRange) => StageCost {
-  validateGptConfig(config);
+  validateGptShape(config);
   checkPositiveInt('batchSize', batchSize);
   checkPositiveInt('slots', slots);
   const P = partCount(config);

@@ -9,7 +9,7 @@
 // - rebalance (src/planner/rebalance.ts): miners joined or left; keep the cuts,
 //   move as few miners as possible.
 import type { GptConfig } from '../model/config.ts';
-import { validateGptConfig } from '../model/config.ts';
+import { validateGptShape } from '../model/config.ts';
 import { partCount, partName, type StageRange } from '../model/gpt.ts';
 import { assignMiners, diagnoseAssignment, stageThroughput, validateMiners, type AssignResult, type StageDemand } from './assign.ts';
 import { partFlopsPerToken, stageCostTable, totalFlops, type StageCost } from './cost.ts';
@@ -73,7 +73,7 @@ export function stageLabel(index: number, range: StageRange): string {
  * throws PlanError when no such cut exists.
  */
 export function cutStages(config: GptConfig, stages: number, opts: CutOptions = {}): StageRange[] {
-  validateGptConfig(config);
+  validateGptShape(config);
   const P = partCount(config);
   if (!Number.isInteger(stages) || stages < 1 || stages > P) {
     throw new RangeError(`cannot cut ${P} parts into ${stages} stages: stages must be in [1, ${P}]`);
@@ -160,7 +160,7 @@ export function chooseStageCount(config: GptConfig, miners: MinerCapacity[], opt
  */
 export function planPlacement(input: PlanInput): Plan {
   const { config, miners, batchSize, slots } = input;
-  validateGptConfig(config);
+  validateGptShape(config);
   validateMiners(miners);
   const exactSearchLimit = input.exactSearchLimit ?? DEFAULT_EXACT_SEARCH_LIMIT;
   if (input.minReplicas !== undefined && !(Number.isInteger(input.minReplicas) && input.minReplicas >= 1)) {
@@ -239,7 +239,7 @@ function layoutFor(config: GptConfig, miners: MinerCapacity[], S: number, r: num
 
 /** The stage count and cut chosen by the rule of chooseStageCount. */
 function chooseLayout(config: GptConfig, miners: MinerCapacity[], opts: StageCountOptions, minReplicas: number | undefined): Layout {
-  validateGptConfig(config);
+  validateGptShape(config);
   validateMiners(miners);
   const gain = opts.stageGain ?? DEFAULT_STAGE_GAIN;
   if (!(gain >= 0)) throw new RangeError(`stageGain must be ≥ 0, got ${gain}`);

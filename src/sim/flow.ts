@@ -1,0 +1,191 @@
+// Microbatches through the simulated pipeline, by the orchestrator's and the
+// miners' rules:
+// - a stage-0 replica gets microbatches on its heartbeat, re-issues first, up
+//   to the limits of src/orchestrator/issue-policy.ts (pipelineRoom,
+//   replicaIssueLimit), none while a merge is due or running, and only when
+//   every later stage has a replica that holds its stage (coordinator.ts);
+// - a miner runs backward jobs first, and a forward only with a free
+//   activation slot (src/miner/pipeline.ts nextJob); the last stage runs
+//   forward, loss and backward in one job;
+// - the next hop is drawn among the next stage's replicas in proportion to
+//   peerWeight(GFLOP/s, queue) (coordinator.ts peersOf, miner pickWeighted);
+//   the gradient goes back along the same path;
+// - a frame takes bytes / min(sender's upload, receiver's download) after
+//   both links are free, plus both latencies; sends do not block compute;
+// - a microbatch not done by its deadline, or owed by a miner noticed gone,
+//   is issued again and the miner it stalled at is charged a dropped unit
+//   (src/orchestrator/microbatches.ts expireDeadlines, dropAllOf).
+import { mergeDue, peerWeight, pipelineRoom, replicaIssueLimit } from '../orchestrator/issue-policy.ts';
+import type { World } from './world.ts';
+import type { Job, SimMicrobatch, SimMiner } from './types.ts';
+
+/** Schedules an issue check at the next heartbeat of every stage-0 replica that has none scheduled. */
+export function wakeStageZero(w: World): void {
+  for (const i of w.members[0] ?? []) {
+    const m = w.miners[i];
+    if (m.issueScheduled || !m.alive) continue;
+    m.issueScheduled = true;
+    w.schedule(w.nextHeartbeat(m), { type: 'issue', miner: i });
+  }
+}
+
+/** A stage-0 replica's heartbeat: new (or re-issued) microbatches, as many as the policy allows. */
+export function issueTo(w: World, m: SimMiner): void {
+  m.issueScheduled = false;
+  if (!m.alive || m.gone || m.stage !== 0 || m.readyAt > w.now || w.draining || w.merging || w.stalled) return;
+  const S = w.stageCount;
+  for (let s = 1; s < S; s++) if (w.routable(s).length === 0) return;
+  const replicas = w.members.map((set) => set.size);
+  const slots = w.options.slots;
+  const inFlight = w.issuedTo.get(m.index) ?? 0;
+  const startsQueued = m.queue.filter((j) => j.kind === 'start').length;
+  const freeSlots = Math.max(0, slots - m.held.size + slots - startsQueued);
+  const want = Math.min(freeSlots, replicaIssueLimit(slots, replicas) - inFlight, pipelineRoom(slots, replicas) - w.issued.size);
+  for (let k = 0; k < want; k++) {
+    let mb: SimMicrobatch;
+    const again = w.pending.shift();
+    if (again !== undefined) mb = w.microbatches[again];
+    else {
+      mb = { id: w.microbatches.length, attempt: 0, status: 'pending', path: [], holder: -1, backwardFrom: S };
+      w.microbatches.push(mb);
+    }
+    mb.attempt++;
+    mb.status = 'issued';
+    mb.path = [m.index];
+    mb.holder = m.index;
+    mb.backwardFrom = S;
+    w.issued.add(mb.id);
+    w.issuedTo.set(m.index, (w.issuedTo.get(m.index) ?? 0) + 1);
+    m.queue.push({ kind: 'start', mb: mb.id, attempt: mb.attempt });
+    w.schedule(w.now + w.options.deadlineMs, { type: 'deadline', mb: mb.id, attempt: mb.attempt });
+  }
+  tryStart(w, m);
+}
+
+function current(w: World, job: Job): boolean {
+  const mb = w.microbatches[job.mb];
+  return mb.status === 'issued' && mb.attempt === job.attempt;
+}
+
+/** Starts the miner's next job if it is idle: backward first, a forward only with a free slot; stale jobs are let go. */
+export function tryStart(w: World, m: SimMiner): void {
+  if (!m.alive || m.busyUntil >= 0 || m.stage < 0) return;
+  for (let k = m.queue.length - 1; k >= 0; k--) if (!current(w, m.queue[k])) m.queue.splice(k, 1);
+  let idx = m.queue.findIndex((j) => j.kind === 'backward');
+  const last = m.stage === w.stageCount - 1;
+  if (idx < 0 && m.queue.length > 0 && (last || m.held.size < w.options.slots)) idx = 0;
+  if (idx < 0) return;
+  const job = m.queue.splice(idx, 1)[0];
+  const f = w.flops[m.stage];
+  const flops = job.kind === 'backward' ? f.backward : last ? f.forward + f.backward : f.forward;
+  const ms = w.computeMs(m, flops);
+  if (job.kind !== 'backward' && !last) m.held.add(job.mb);
+  m.busyFrom = w.now;
+  m.busyUntil = w.now + ms;
+  m.busyMs += ms;
+  w.timeline.addBusy(w.now, w.now + ms);
+  w.schedule(w.now + ms, { type: 'computed', miner: m.index, job });
+}
+
+/** A job finished on miner m. */
+export function computed(w: World, m: SimMiner, job: Job): void {
+  m.busyUntil = -1;
+  if (!m.alive) return;
+  if (!current(w, job)) {
+    w.counters.wastedComputeMs += w.now - m.busyFrom;
+    tryStart(w, m);
+    return;
+  }
+  const mb = w.microbatches[job.mb];
+  const s = m.stage;
+  const S = w.stageCount;
+  if (job.kind !== 'backward' && s < S - 1) {
+    const peers = w.routable(s + 1);
+    if (peers.length === 0) {
+      w.counters.noPeer++;
+      requeue(w, mb, m.index, 'noPeer');
+    } else {
+      const next = peers[w.rng.weighted(peers.map((p) => peerWeight(p.gflops, p.queue.length)))];
+      mb.path[s + 1] = next.index;
+      send(w, m, next, { kind: 'forward', mb: mb.id, attempt: mb.attempt });
+    }
+  } else {
+    m.held.delete(mb.id);
+    mb.backwardFrom = s;
+    if (s === 0) complete(w, mb);
+    else send(w, m, w.miners[mb.path[s - 1]], { kind: 'backward', mb: mb.id, attempt: mb.attempt });
+  }
+  tryStart(w, m);
+}
+
+/** A frame from `from` to `to`: queued behind both links, then bytes over the slower one, plus both latencies. */
+function send(w: World, from: SimMiner, to: SimMiner, job: Job): void {
+  const bytes = w.activationBytes;
+  const mbps = Math.min(from.upMbps, to.downMbps);
+  const start = Math.max(w.now, from.upFree, to.downFree);
+  const end = start + (bytes * 8) / (mbps * 1e6) * 1000;
+  from.upFree = end;
+  to.downFree = end;
+  w.counters.activationBytes += bytes;
+  w.schedule(end + from.latencyMs + to.latencyMs, { type: 'arrive', miner: to.index, job, from: from.index });
+}
+
+/** A frame reached miner m: it holds the microbatch's next hop from now. */
+export function arrive(w: World, m: SimMiner, job: Job): void {
+  if (!current(w, job)) return;
+  const mb = w.microbatches[job.mb];
+  if (!m.alive) return; // lost; re-issued when the orchestrator notices the miner gone
+  const expected = mb.path.indexOf(m.index);
+  if (m.gone || m.stage !== expected) {
+    // the receiver left the stage: the sender's send fails and the microbatch goes back, charging nobody
+    requeue(w, mb, -1, 'churn');
+    return;
+  }
+  mb.holder = m.index;
+  m.queue.push(job);
+  tryStart(w, m);
+}
+
+/** A microbatch's backward reached stage 0: credited hop by hop, counted, maybe a merge becomes due. */
+function complete(w: World, mb: SimMicrobatch): void {
+  mb.status = 'done';
+  w.issued.delete(mb.id);
+  w.issuedTo.set(mb.path[0], (w.issuedTo.get(mb.path[0]) ?? 1) - 1);
+  w.counters.done++;
+  w.timeline.addTokens(w.now, w.tokensPerMicrobatch);
+  mb.path.forEach((i, stage) => {
+    w.ledger.log(w.now, w.miners[i].id, 'forward', stage);
+    w.ledger.log(w.now, w.miners[i].id, 'backward', stage);
+  });
+  w.innerSteps++;
+  if (!w.draining && mergeDue(w.innerSteps, w.options.mergeEvery, Math.max(...w.members.map((s) => s.size)))) w.draining = true;
+  wakeStageZero(w);
+}
+
+/** The attempt is abandoned and the microbatch waits to be issued again; `culprit` (≥ 0) is charged a dropped unit. */
+export function requeue(w: World, mb: SimMicrobatch, culprit: number, cause: 'deadline' | 'churn' | 'noPeer' | 'moved'): void {
+  if (mb.status !== 'issued') return;
+  for (const i of mb.path) {
+    const m = w.miners[i];
+    if (m.held.delete(mb.id)) tryStart(w, m);
+  }
+  w.issued.delete(mb.id);
+  w.issuedTo.set(mb.path[0], (w.issuedTo.get(mb.path[0]) ?? 1) - 1);
+  mb.status = 'pending';
+  w.pending.push(mb.id);
+  w.counters.reissued++;
+  if (cause === 'deadline') w.counters.byDeadline++;
+  if (cause === 'churn') w.counters.byChurn++;
+  if (culprit >= 0) {
+    const c = w.miners[culprit];
+    w.counters.droppedUnits++;
+    w.ledger.log(w.now, c.id, 'dropped', mb.path.indexOf(culprit));
+  }
+  wakeStageZero(w);
+}
+
+/** Whether miner `i` still owes a hop of this microbatch (on its path, its backward not done). */
+export function owes(mb: SimMicrobatch, i: number): boolean {
+  const s = mb.path.indexOf(i);
+  return s >= 0 && s < mb.backwardFrom;
+}

@@ -1,0 +1,167 @@
+// The simulator's shapes: its options, the miners and microbatches it keeps,
+// its events, and the report it returns.
+import type { GptConfig } from '../model/config.ts';
+import type { ActivationCodec } from '../protocol/messages.ts';
+import type { DrawnMiner, HardwareTable } from './hardware.ts';
+
+export interface SimOptions {
+  /** the model's name (for the report) and config */
+  modelName: string;
+  config: GptConfig;
+  miners: number;
+  hardware: HardwareTable;
+  /** simulated hours */
+  hours: number;
+  /** multiplier of the table's leave rates (0: nobody leaves) */
+  churn: number;
+  seed: number;
+  /** sequences per microbatch (the orchestrator's default is 12) */
+  batchSize: number;
+  /** activation slots per miner (COORDINATOR_DEFAULTS.slots) */
+  slots: number;
+  /** inner steps per replica between merges (DEFAULT_MERGE_EVERY) */
+  mergeEvery: number;
+  /** a microbatch not done this long after issue is issued again (COORDINATOR_DEFAULTS.microbatchDeadlineMs) */
+  deadlineMs: number;
+  /** miners' heartbeat period: stage-0 replicas get microbatches on heartbeats */
+  heartbeatMs: number;
+  /** a miner silent this long is noticed gone */
+  minerTimeoutMs: number;
+  /** activation and gradient codec */
+  codec: ActivationCodec;
+  /** merge frames' bytes per parameter; undefined = the real int8-block frames (≈1.02) */
+  mergeBytesPerParam?: number;
+  /** number of stages; undefined = the planner chooses */
+  stages?: number;
+  /** mean time before a departed miner's place is taken by a new one, ms */
+  rejoinMs: number;
+  /** an epoch's length, ms (rewards are split per epoch) */
+  epochMs: number;
+  /** NIM (wei) split per epoch */
+  emission: bigint;
+  /** points of the time series */
+  samples: number;
+  /** give up after this many events (a guard against runs that would take hours) */
+  maxEvents: number;
+}
+
+/** A miner in the simulation: what it is, where it is, what it does. */
+export interface SimMiner extends DrawnMiner {
+  /** index in the simulation's miner list */
+  index: number;
+  alive: boolean;
+  /** noticed gone by the orchestrator (it routes nothing to it any more) */
+  gone: boolean;
+  /** stage held, -1 = none */
+  stage: number;
+  /** when it has downloaded its stage (routable from then on) */
+  readyAt: number;
+  /** jobs waiting, in arrival order */
+  queue: Job[];
+  /** computing until then (-1: idle), since then */
+  busyUntil: number;
+  busyFrom: number;
+  /** microbatches holding one of its activation slots */
+  held: Set<number>;
+  /** its upload and download links are busy until then */
+  upFree: number;
+  downFree: number;
+  /** an issue check is scheduled (stage 0) */
+  issueScheduled: boolean;
+  /** when it joined */
+  joinedAt: number;
+  leftAt: number | null;
+  /** compute time spent, ms */
+  busyMs: number;
+}
+
+export type JobKind = 'start' | 'forward' | 'backward';
+
+export interface Job {
+  kind: JobKind;
+  mb: number;
+  attempt: number;
+}
+
+/** A microbatch and its current attempt. */
+export interface SimMicrobatch {
+  id: number;
+  attempt: number;
+  status: 'pending' | 'issued' | 'done';
+  /** the replica per stage it went through (this attempt) */
+  path: number[];
+  /** the miner that must do its next hop (charged if it stalls there) */
+  holder: number;
+  /** the lowest stage whose backward is done (stageCount: none yet) */
+  backwardFrom: number;
+}
+
+export type SimEvent =
+  | { type: 'computed'; miner: number; job: Job }
+  | { type: 'arrive'; miner: number; job: Job; from: number }
+  | { type: 'issue'; miner: number }
+  | { type: 'deadline'; mb: number; attempt: number }
+  | { type: 'leave'; miner: number }
+  | { type: 'noticed'; miner: number }
+  | { type: 'join' }
+  | { type: 'ready'; miner: number }
+  | { type: 'replan' }
+  | { type: 'merged' };
+
+/** A stage as the report shows it. */
+export interface StageReport {
+  range: { from: number; to: number };
+  params: number;
+  /** bytes a replica needs (weights, gradients, optimizer state, activations) */
+  memoryBytes: number;
+  /** replicas at the start and at the end */
+  replicas: number;
+  replicasAtEnd: number;
+  plannedTokensPerS: number;
+}
+
+export interface ClassReport {
+  hardware: string;
+  /** miners of this class drawn over the run (joins included) */
+  miners: number;
+  /** of them, holding a stage at the end */
+  assignedAtEnd: number;
+  /** busy compute time over alive time */
+  utilization: number;
+  /** NIM earned by the class over the run */
+  earnedNim: number;
+  /** per miner per hour alive */
+  nimPerMinerHour: number;
+}
+
+export interface SimReport {
+  model: string;
+  params: number;
+  miners: number;
+  hours: number;
+  seed: number;
+  batchSize: number;
+  codec: ActivationCodec;
+  mergeEvery: number;
+  stages: StageReport[];
+  /** memory a replica needs, the largest stage */
+  memoryPerMinerBytes: number;
+  /** the planner's bottleneck (compute only, no network) */
+  plannedTokensPerS: number;
+  /** trained tokens over simulated time */
+  tokensPerS: number;
+  microbatchesDone: number;
+  /** busy compute time over the alive time of every miner, and of the miners holding a stage */
+  utilization: number;
+  utilizationAssigned: number;
+  /** activation and gradient bytes per trained token; merge bytes per trained token */
+  bytesPerToken: { activations: number; merges: number; total: number };
+  merges: { rounds: number; meanMs: number; maxMs: number; bytesPerReplicaPerRound: number };
+  dropped: { units: number; reissued: number; byDeadline: number; byChurn: number; noPeer: number; wastedComputeMs: number };
+  churn: { left: number; joined: number; replans: number; moves: number; fullReplans: number };
+  classes: ClassReport[];
+  series: { tMs: number[]; utilization: number[]; tokensPerS: number[] };
+  events: number;
+  /** why training stopped early, if it did */
+  stalled: string | null;
+}

@@ -1,0 +1,143 @@
+// The simulation's state: miners, stages, microbatches, the event queue and
+// the counters the report is made of. The rules that change it are in
+// flow.ts (microbatches) and control.ts (churn, replanning, merges).
+import type { Plan } from '../planner/types.ts';
+import { EventQueue } from './event-queue.ts';
+import { WorkLedger } from './earnings.ts';
+import { drawMiner } from './hardware.ts';
+import { Rng } from './rng.ts';
+import { Timeline } from './timeline.ts';
+import type { SimEvent, SimMicrobatch, SimMiner, SimOptions } from './types.ts';
+
+export class World {
+  readonly rng: Rng;
+  readonly events = new EventQueue<SimEvent>();
+  readonly miners: SimMiner[] = [];
+  readonly byId = new Map<string, number>();
+  readonly microbatches: SimMicrobatch[] = [];
+  /** microbatches waiting to be issued again, oldest first */
+  readonly pending: number[] = [];
+  /** microbatches issued and not done */
+  readonly issued = new Set<number>();
+  /** microbatches in flight per stage-0 replica */
+  readonly issuedTo = new Map<number, number>();
+  /** replicas per stage, by miner index */
+  members: Set<number>[] = [];
+  plan: Plan | null = null;
+  readonly timeline: Timeline;
+  readonly ledger: WorkLedger;
+  now = 0;
+  readonly horizonMs: number;
+  /** tokens of one microbatch: batchSize × context */
+  readonly tokensPerMicrobatch: number;
+  /** FLOPs per token of each stage, forward and backward */
+  flops: { forward: number; backward: number }[] = [];
+  /** bytes of one activation (or gradient) frame */
+  activationBytes = 0;
+  aliveCount = 0;
+  private aliveSince = 0;
+  /** merges: a merge is due (stop issuing) / running */
+  draining = false;
+  merging = false;
+  innerSteps = 0;
+  replanScheduled = false;
+  stalled: string | null = null;
+  readonly counters = {
+    done: 0,
+    reissued: 0,
+    droppedUnits: 0,
+    byDeadline: 0,
+    byChurn: 0,
+    noPeer: 0,
+    wastedComputeMs: 0,
+    activationBytes: 0,
+    mergeBytes: 0,
+    mergeRounds: 0,
+    mergeMs: [] as number[],
+    mergeBytesPerReplica: [] as number[],
+    left: 0,
+    joined: 0,
+    replans: 0,
+    moves: 0,
+    fullReplans: 0,
+    events: 0,
+  };
+
+  constructor(readonly options: SimOptions) {
+    this.rng = new Rng(options.seed);
+    this.horizonMs = options.hours * 3_600_000;
+    this.timeline = new Timeline(this.horizonMs, options.samples);
+    this.ledger = new WorkLedger(options.epochMs);
+    this.tokensPerMicrobatch = options.batchSize * options.config.contextLength;
+  }
+
+  schedule(at: number, event: SimEvent): void {
+    this.events.push(at, event);
+  }
+
+  /** Draws a new miner from the table; it is alive from now. */
+  addMiner(): SimMiner {
+    const index = this.miners.length;
+    const m: SimMiner = {
+      ...drawMiner(this.options.hardware, this.rng, index),
+      index,
+      alive: true,
+      gone: false,
+      stage: -1,
+      readyAt: Infinity,
+      queue: [],
+      busyUntil: -1,
+      busyFrom: 0,
+      held: new Set(),
+      upFree: 0,
+      downFree: 0,
+      issueScheduled: false,
+      joinedAt: this.now,
+      leftAt: null,
+      busyMs: 0,
+    };
+    this.miners.push(m);
+    this.byId.set(m.id, index);
+    this.setAlive(this.aliveCount + 1);
+    return m;
+  }
+
+  /** The number of alive miners changes now. */
+  setAlive(count: number): void {
+    this.timeline.addAlive(this.aliveSince, this.now, this.aliveCount);
+    this.aliveSince = this.now;
+    this.aliveCount = count;
+  }
+
+  /** Closes the alive-time integral at the horizon. */
+  finish(): void {
+    this.now = this.horizonMs;
+    this.setAlive(this.aliveCount);
+  }
+
+  get stageCount(): number {
+    return this.members.length;
+  }
+
+  /** Replicas the orchestrator routes to: on the stage, not noticed gone, done downloading. */
+  routable(stage: number): SimMiner[] {
+    const out: SimMiner[] = [];
+    for (const i of this.members[stage] ?? []) {
+      const m = this.miners[i];
+      if (!m.gone && m.readyAt <= this.now) out.push(m);
+    }
+    return out;
+  }
+
+  /** The next heartbeat of a miner strictly after now (each miner has its own phase). */
+  nextHeartbeat(m: SimMiner): number {
+    const hb = this.options.heartbeatMs;
+    const phase = (m.index * 97) % hb;
+    return Math.floor((this.now - phase) / hb + 1) * hb + phase;
+  }
+
+  /** Compute time of `flopsPerToken` for one microbatch on miner m, ms. */
+  computeMs(m: SimMiner, flopsPerToken: number): number {
+    return (this.tokensPerMicrobatch * flopsPerToken) / (m.gflops * 1e9) * 1000;
+  }
+}

@@ -1,0 +1,82 @@
+// The simulator's clock and its hand-computable cases.
+import assert from 'node:assert/strict';
+import { test } from 'node:test';
+import { activationFrameBytes } from '../../src/sim/costs.ts';
+import { EventQueue } from '../../src/sim/event-queue.ts';
+import type { HardwareTable } from '../../src/sim/hardware.ts';
+import { Rng } from '../../src/sim/rng.ts';
+import { simOptions, simulate } from '../../src/sim/simulate.ts';
+import { GPT_CONFIGS } from '../../src/model/config.ts';
+import { stageCost } from '../../src/planner/cost.ts';
+
+/** One class of identical machines. */
+function table(gflops: number, upMbps: number, downMbps = upMbps, latencyMs = 0): HardwareTable {
+  return { classes: [{ name: 'box', share: 1, gflops, memoryGB: 8, upMbps, downMbps, latencyMs, sessionHours: 1 }] };
+}
+
+test('events come out by time, then in the order they were scheduled', () => {
+  const q = new EventQueue<number>();
+  const rng = new Rng(7);
+  const pushed: { at: number; id: number }[] = [];
+  for (let id = 0; id < 2000; id++) {
+    const at = Math.floor(rng.next() * 50);
+    q.push(at, id);
+    pushed.push({ at, id });
+  }
+  const expected = [...pushed].sort((a, b) => a.at - b.at || a.id - b.id).map((e) => e.id);
+  const got: number[] = [];
+  for (let e = q.pop(); e; e = q.pop()) got.push(e.event);
+  assert.deepEqual(got, expected);
+  assert.equal(q.size, 0);
+  assert.equal(q.peekTime(), Infinity);
+  assert.throws(() => q.push(NaN, 1), RangeError);
+});
+
+test('2 stages, 1 miner each, slow links: tokens/s is a frame over the link', () => {
+  const cfg = GPT_CONFIGS['gpt-tiny'];
+  const opts = simOptions({ modelName: 'gpt-tiny', miners: 2, stages: 2, hours: 0.25, churn: 0, hardware: table(1000, 1), mergeEvery: 1e9, deadlineMs: 1e6 });
+  const r = simulate(opts);
+  assert.equal(r.stages.length, 2);
+  assert.deepEqual(r.stages.map((s) => s.replicas), [1, 1]);
+  // each microbatch crosses each 1 Mbit/s link once per direction (activation up from stage 0, gradient up from stage 1)
+  const bytes = activationFrameBytes(cfg, 12, 'f16');
+  const formula = (12 * cfg.contextLength) / ((bytes * 8) / 1e6);
+  assert.ok(Math.abs(r.tokensPerS - formula) / formula < 0.02, `tokens/s ${r.tokensPerS} vs ${formula}`);
+  // frames of microbatches still in flight at the end count too: a little above 2 frames per microbatch
+  const perToken = (2 * bytes) / (12 * cfg.contextLength);
+  assert.ok(r.bytesPerToken.activations >= perToken && r.bytesPerToken.activations < perToken * 1.01, `${r.bytesPerToken.activations} vs ${perToken}`);
+  assert.equal(r.dropped.reissued, 0);
+});
+
+test('2 stages, 1 miner each, fast links: tokens/s is the slower stage’s compute', () => {
+  const cfg = GPT_CONFIGS['gpt-tiny'];
+  const r = simulate(simOptions({ modelName: 'gpt-tiny', miners: 2, stages: 2, hours: 0.1, churn: 0, hardware: table(1, 1e6), mergeEvery: 1e9, deadlineMs: 1e6 }));
+  const tokens = 12 * cfg.contextLength;
+  const slowest = Math.max(...r.stages.map((s) => {
+    const f = stageCost(cfg, s.range, 12, 3).flopsPerToken;
+    return (tokens * (f.forward + f.backward)) / 1e9;
+  }));
+  const formula = tokens / slowest;
+  assert.ok(Math.abs(r.tokensPerS - formula) / formula < 0.02, `tokens/s ${r.tokensPerS} vs ${formula}`);
+  // the slower stage is busy all the time: utilization is its share plus the other's
+  assert.ok(r.utilizationAssigned > 0.9, `utilization ${r.utilizationAssigned}`);
+});
+
+test('more replicas give more tokens/s while compute is the bottleneck; once the links are, faster compute adds nothing', () => {
+  const run = (miners: number, gflops: number, up: number): number =>
+    simulate(simOptions({ modelName: 'gpt-tiny', miners, stages: 2, hours: 0.1, churn: 0, hardware: table(gflops, up), mergeEvery: 1e9, deadlineMs: 1e6 })).tokensPerS;
+  const t2 = run(2, 1, 1e6);
+  const t4 = run(4, 1, 1e6);
+  const t8 = run(8, 1, 1e6);
+  // not quite 2×: the next hop is drawn at random (weighted by speed over queue), so replicas of a stage are not evenly loaded
+  assert.ok(t4 > 1.6 * t2 && t8 > 1.6 * t4, `compute-bound: ${t2} → ${t4} → ${t8}`);
+  // 1 Mbit/s links: ten times the compute changes nothing
+  const slow = run(4, 1000, 1);
+  const slowFaster = run(4, 10_000, 1);
+  assert.ok(Math.abs(slowFaster - slow) / slow < 0.02, `link-bound: ${slow} vs ${slowFaster}`);
+  // two replicas per stage: two 1 Mbit/s links per direction, each carrying one frame per microbatch, is
+  // the bound; random routing loads the stage-1 replicas' uplinks (the gradients) unevenly, so it is not reached
+  const cfg = GPT_CONFIGS['gpt-tiny'];
+  const linkBound = (2 * 12 * cfg.contextLength) / ((activationFrameBytes(cfg, 12, 'f16') * 8) / 1e6);
+  assert.ok(slow <= linkBound * 1.001 && slow > 0.6 * linkBound, `link-bound: ${slow} vs ${linkBound}`);
+});
