@@ -17,8 +17,9 @@ import { webgpuBenches } from './webgpu.bench.ts';
 import { gcBenches } from './gc.bench.ts';
 import { s3Benches } from './s3.bench.ts';
 import { simBenches } from './sim.bench.ts';
+import { pgBenches } from './pg.bench.ts';
 
-const registry: Bench[] = [...engineBenches, ...protocolBenches, ...chainBenches, ...mergeBenches, ...spotCheckBenches, ...networkBenches, ...floodBenches, ...trustBenches, ...spamBenches, ...jobPlanBenches, ...jobSubmitBenches, ...inferenceBenches, ...dashboardBenches, ...webgpuBenches, ...gcBenches, ...s3Benches, ...simBenches];
+const registry: Bench[] = [...engineBenches, ...protocolBenches, ...chainBenches, ...mergeBenches, ...spotCheckBenches, ...networkBenches, ...floodBenches, ...trustBenches, ...spamBenches, ...jobPlanBenches, ...jobSubmitBenches, ...inferenceBenches, ...dashboardBenches, ...webgpuBenches, ...gcBenches, ...s3Benches, ...simBenches, ...pgBenches];
 
 const args = process.argv.slice(2);
 const json = args.includes('--json');

@@ -25,6 +25,7 @@ import { NimbleError } from '../../src/protocol/errors.ts';
 import type { DeploymentAssignment, DeploymentReport, ServeSetting } from '../../src/protocol/messages.ts';
 import { SessionKey } from '../../src/protocol/session-key.ts';
 import { SMALL_MLP } from '../helpers/whole-model.ts';
+import { stateTarget } from './helpers.ts';
 
 const HOUR = 3_600_000;
 const OWNER = privateKeyToAccount(generatePrivateKey()).address;
@@ -34,16 +35,18 @@ const SHA = createHash('sha256').update('gpt-micro weights').digest('hex');
 let dir: string;
 let now: number;
 let state: OrchestratorState;
+let target: string;
 let c: Coordinator;
 let model: ModelRecord;
 
 async function open(): Promise<void> {
-  state = OrchestratorState.open(join(dir, 'o.sqlite'));
+  state = OrchestratorState.open(target);
   c = new Coordinator(state, await FsBlobStore.open(join(dir, 'blobs')), { spotChecks: { rate: 0 }, now: () => now, log: () => {} });
 }
 
 beforeEach(async () => {
   dir = mkdtempSync(join(tmpdir(), 'nimble-deployments-'));
+  target = await stateTarget(dir);
   now = 1_700_000_000_000;
   await open();
   model = state.models.claim({ sha256: SHA, owner: OWNER, name: 'micro', bytes: 30_000, kind: 'gpt', model: 'gpt-micro', config: CONFIG, jobId: null, step: 7 }, now).record;

@@ -15,6 +15,7 @@ import { createHash } from 'node:crypto';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { after } from 'node:test';
 import { generatePrivateKey, privateKeyToAccount } from 'viem/accounts';
 import { Engine } from '../../src/engine/engine.ts';
 import { createOuterState, outerStep } from '../../src/merge/outer.ts';
@@ -28,6 +29,7 @@ import { FsBlobStore } from '../../src/orchestrator/blobs.ts';
 import { Coordinator, COORDINATOR_DEFAULTS, type CoordinatorOptions } from '../../src/orchestrator/coordinator.ts';
 import type { OrchestratorIdentity } from '../../src/orchestrator/identity.ts';
 import { OrchestratorState } from '../../src/orchestrator/state/index.ts';
+import { closeSharedPostgres, sharedPostgres } from '../helpers/postgres-server.ts';
 import type { MergeRoundRecord, RoundKey } from '../../src/orchestrator/state/merge-rounds.ts';
 import type { RunRecord } from '../../src/orchestrator/state/runs.ts';
 import { DEFAULT_BLOCK_SIZE } from '../../src/protocol/codec.ts';
@@ -68,6 +70,20 @@ export function newIdentity(): OrchestratorIdentity {
   return { key, domain: domainOf(key.publicKey) };
 }
 
+/**
+ * The engine the orchestrator's tests keep state in: SQLite, or PostgreSQL
+ * with NIMBLE_TEST_DB=postgres (one real server per test file, started on
+ * first use and stopped after the file's tests; a database per state).
+ */
+export const TEST_ENGINE: 'sqlite' | 'postgres' = process.env.NIMBLE_TEST_DB === 'postgres' ? 'postgres' : 'sqlite';
+if (TEST_ENGINE === 'postgres') after(closeSharedPostgres);
+
+/** Where a test's state goes: the file `name` in `dir` (SQLite; no dir: ':memory:'), or a new database (PostgreSQL). */
+export async function stateTarget(dir?: string, name = 'o.sqlite'): Promise<string> {
+  if (TEST_ENGINE === 'postgres') return await (await sharedPostgres()).createDatabase();
+  return dir === undefined ? ':memory:' : join(dir, name);
+}
+
 /** A coordinator, its state and blobs in a temp dir, and a clock that only moves when told. */
 export class Harness {
   /** the injected clock (ms) */
@@ -83,6 +99,8 @@ export class Harness {
 
   private constructor(
     readonly dir: string,
+    /** the state's file or database URL (the same across restarts) */
+    readonly target: string,
     options: Partial<CoordinatorOptions>,
   ) {
     // spot checks off unless a test asks for them; one identity for the harness's life, as the data dir keeps it across restarts
@@ -91,13 +109,14 @@ export class Harness {
 
   /** A harness with the coordinator's defaults, spot checks off, overridden by `options`. */
   static async open(options: Partial<CoordinatorOptions> = {}): Promise<Harness> {
-    const h = new Harness(mkdtempSync(join(tmpdir(), 'nimble-coordinator-')), options);
+    const dir = mkdtempSync(join(tmpdir(), 'nimble-coordinator-'));
+    const h = new Harness(dir, await stateTarget(dir), options);
     await h.start();
     return h;
   }
 
   private async start(): Promise<void> {
-    this.state = OrchestratorState.open(join(this.dir, 'o.sqlite'));
+    this.state = OrchestratorState.open(this.target);
     this.blobs = await FsBlobStore.open(join(this.dir, 'blobs'));
     this.coordinator = new Coordinator(this.state, this.blobs, this.options);
   }

@@ -12,6 +12,7 @@ import { resolveJobSpec, type JobSpec } from '../../src/jobs/spec.ts';
 import { JobPayments } from '../../src/orchestrator/job-payments.ts';
 import { stageSharesOf } from '../../src/orchestrator/scoring.ts';
 import { OrchestratorState } from '../../src/orchestrator/state/index.ts';
+import { stateTarget } from './helpers.ts';
 import type { RunOptions } from '../../src/orchestrator/state/runs.ts';
 
 const A = '0x' + 'a'.repeat(40);
@@ -23,8 +24,8 @@ const options: RunOptions = { lr: 1e-3, codec: 'f16', aggregator: 'mean', minMin
 // the chain is never touched by allocate
 const payments = (state: OrchestratorState): JobPayments => new JobPayments(state, { client: {} as ChainClient, signer: {} as SigningClient, log: () => {} });
 
-function setup(budgetWei: bigint, price = 1e6): { state: OrchestratorState; flopsPerMicrobatch: { forward: number[]; backward: number[] } } {
-  const state = OrchestratorState.open(':memory:');
+async function setup(budgetWei: bigint, price = 1e6): Promise<{ state: OrchestratorState; flopsPerMicrobatch: { forward: number[]; backward: number[] } }> {
+  const state = OrchestratorState.open(await stateTarget());
   state.jobs.insert({ id: JOB, owner: DEV, spec, steps: 100, timeoutMs: 1e6, idleTimeoutMs: 1e6, checkpointEvery: 50, retentionMs: 1e6 }, 1);
   state.runs.insert({ id: 'run-1', owner: DEV, model: 'gpt-micro', data: 'moby-dick', steps: 100, batchSize: 4, mergeEvery: 10, seed: 1, options }, 1);
   state.runs.insertStages('run-1', [{ from: 0, to: 2 }, { from: 2, to: 4 }]);
@@ -47,8 +48,8 @@ function log(state: OrchestratorState, minerId: string, runId: string, kind: 'fo
 
 const shares = { 'run-1': stageSharesOf('gpt-micro', [{ from: 0, to: 2 }, { from: 2, to: 4 }]) };
 
-test("an epoch pays a job's miners for the FLOPs they were credited on its runs, split by score; other runs' work is not the job's", () => {
-  const { state, flopsPerMicrobatch: f } = setup(10n ** 18n);
+test("an epoch pays a job's miners for the FLOPs they were credited on its runs, split by score; other runs' work is not the job's", async () => {
+  const { state, flopsPerMicrobatch: f } = await setup(10n ** 18n);
   for (let i = 0; i < 3; i++) {
     log(state, A, 'run-1', 'forward', 0);
     log(state, A, 'run-1', 'backward', 0);
@@ -71,8 +72,8 @@ test("an epoch pays a job's miners for the FLOPs they were credited on its runs,
   assert.equal(state.escrows.get(JOB)!.spent, 0);
 });
 
-test('a miner with dropped work takes less; what its penalty takes stays in the escrow', () => {
-  const { state } = setup(10n ** 18n);
+test('a miner with dropped work takes less; what its penalty takes stays in the escrow', async () => {
+  const { state } = await setup(10n ** 18n);
   for (let i = 0; i < 4; i++) {
     log(state, A, 'run-1', 'forward', 0);
     log(state, B, 'run-1', 'forward', 0);
@@ -87,8 +88,8 @@ test('a miner with dropped work takes less; what its penalty takes stays in the 
   assert.ok(Math.abs(Number(a) / Number(b) - 4) < 1e-6);
 });
 
-test('the escrow caps the payment: what is left is paid and the job is marked spent; nothing more after', () => {
-  const { state } = setup(1000n);
+test('the escrow caps the payment: what is left is paid and the job is marked spent; nothing more after', async () => {
+  const { state } = await setup(1000n);
   log(state, A, 'run-1', 'forward', 0, 10);
   const pay = payments(state);
   pay.allocate(1, state.ledger.workBetween(0, state.ledger.lastWorkId()), shares);
@@ -102,8 +103,8 @@ test('the escrow caps the payment: what is left is paid and the job is marked sp
   assert.deepEqual(state.escrows.payments({ jobId: JOB, status: 'pending' }).map((p) => [p.epoch, p.total]), [[1, '1000'], [2, '0']]);
 });
 
-test('work logged after the job ended is not paid from its escrow', () => {
-  const { state } = setup(10n ** 18n);
+test('work logged after the job ended is not paid from its escrow', async () => {
+  const { state } = await setup(10n ** 18n);
   log(state, A, 'run-1', 'forward', 0);
   state.escrows.end(JOB, state.ledger.lastWorkId());
   log(state, A, 'run-1', 'forward', 0, 100);
@@ -111,21 +112,21 @@ test('work logged after the job ended is not paid from its escrow', () => {
   const [p] = state.escrows.payments({ jobId: JOB });
   const one = BigInt(p.total);
   assert.ok(one > 0n);
-  const { state: s2 } = setup(10n ** 18n);
+  const { state: s2 } = await setup(10n ** 18n);
   log(s2, A, 'run-1', 'forward', 0);
   payments(s2).allocate(1, s2.ledger.workBetween(0, s2.ledger.lastWorkId()), shares);
   assert.equal(s2.escrows.payments({ jobId: JOB })[0].total, p.total, 'only the unit before the end');
 });
 
-test('a run that trains no job, or a job without an escrow, pays nothing from escrows', () => {
-  const { state } = setup(10n ** 18n);
+test('a run that trains no job, or a job without an escrow, pays nothing from escrows', async () => {
+  const { state } = await setup(10n ** 18n);
   log(state, A, 'run-other', 'forward', 0, 5);
   payments(state).allocate(1, state.ledger.workBetween(0, state.ledger.lastWorkId()), shares);
   assert.deepEqual(state.escrows.payments(), []);
 });
 
-test('keeping checkpoints is priced per GB-day, rounded up to the wei', () => {
-  const state = OrchestratorState.open(':memory:');
+test('keeping checkpoints is priced per GB-day, rounded up to the wei', async () => {
+  const state = OrchestratorState.open(await stateTarget());
   const pay = payments(state);
   assert.equal(pay.storagePrice(1e9, 1), 10n ** 17n, '0.1 NIM per GB-day');
   assert.equal(pay.storagePrice(3.5e6, 30), 10500000000000000n);

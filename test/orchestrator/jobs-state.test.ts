@@ -4,18 +4,19 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { OrchestratorState } from '../../src/orchestrator/state/index.ts';
+import { stateTarget } from './helpers.ts';
 
 const DAY = 86_400_000;
 const spec = { name: 'j', model: 'gpt-micro' as const, data: 'moby-dick', training: { steps: 10 } };
 
-function setup(): OrchestratorState {
-  const state = OrchestratorState.open(':memory:');
+async function setup(): Promise<OrchestratorState> {
+  const state = OrchestratorState.open(await stateTarget());
   state.jobs.insert({ id: 'job-0000000000000001', owner: '0x' + '1'.repeat(40), spec, steps: 10, timeoutMs: 1000, idleTimeoutMs: 1000, checkpointEvery: 5, retentionMs: 3 * DAY }, 100);
   return state;
 }
 
-test('status changes and messages are appended in order with their times', () => {
-  const state = setup();
+test('status changes and messages are appended in order with their times', async () => {
+  const state = await setup();
   state.jobs.move('job-0000000000000001', 'started', 'placed', 200);
   state.jobs.note('job-0000000000000001', 'halfway', 300);
   state.jobs.move('job-0000000000000001', 'completed', 'done', 400);
@@ -27,8 +28,8 @@ test('status changes and messages are appended in order with their times', () =>
   assert.equal(job.endedAt, 400);
 });
 
-test("an ended job's checkpoints are kept for the retention, then collected with their blobs condemned; keep extends them", () => {
-  const state = setup();
+test("an ended job's checkpoints are kept for the retention, then collected with their blobs condemned; keep extends them", async () => {
+  const state = await setup();
   const id = 'job-0000000000000001';
   const blob = (n: number): string => String(n).repeat(64).slice(0, 64);
   assert.ok(state.jobs.addCheckpoint({ jobId: id, step: 5, tokens: 80, loss: 3, blob: blob(1), bytes: 10 }, 150));

@@ -20,6 +20,7 @@ import { compare, verifyForward, type CheckContext } from '../../src/orchestrato
 import { Offences } from '../../src/orchestrator/offences.ts';
 import { SpotChecks } from '../../src/orchestrator/spot-checks.ts';
 import { StageStates } from '../../src/orchestrator/stage-states.ts';
+import { stateTarget } from './helpers.ts';
 
 let engine: Engine;
 before(async () => {
@@ -191,7 +192,7 @@ test('a stage before the last is recomputed on a few sequences: honest passes, a
 
 test('selection follows the rate; a check left unanswered fails and costs the miner a failed_check unit', async () => {
   const dir = mkdtempSync(join(tmpdir(), 'nimble-checks-'));
-  const db = OrchestratorState.open(join(dir, 'o.sqlite'));
+  const db = OrchestratorState.open(await stateTarget(dir));
   try {
     const options = { lr: 1e-3, codec: 'f16', aggregator: 'mean', minMiners: 2, outerLr: 0.7, outerMomentum: 0.9, requestedStages: 2 } as const;
     db.runs.insert({ id: 'r1', owner: '0xdev', model: 'gpt-micro', data: 'moby-dick', steps: 10, batchSize: 2, mergeEvery: 5, seed: 1, options }, 1);

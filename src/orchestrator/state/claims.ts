@@ -77,19 +77,19 @@ export class ClaimStore {
 
   /** Every claim of a microbatch's attempt. */
   ofAttempt(microbatch: number, attempt: number): HopClaim[] {
-    return all(this.db, decode, `SELECT ${COLUMNS} FROM hop_claims WHERE microbatch = ? AND attempt = ? ORDER BY stage, phase, at`, microbatch, attempt);
+    return all(this.db, decode, `SELECT ${COLUMNS} FROM hop_claims WHERE microbatch = ? AND attempt = ? ORDER BY stage, phase, at, miner_id`, microbatch, attempt);
   }
 
   /** The claims of one hop of an attempt (one per claimant). */
   ofHop(microbatch: number, attempt: number, stage: number, phase: HopPhase): HopClaim[] {
-    return all(this.db, decode, `SELECT ${COLUMNS} FROM hop_claims WHERE microbatch = ? AND attempt = ? AND stage = ? AND phase = ? ORDER BY at`, microbatch, attempt, stage, phase);
+    return all(this.db, decode, `SELECT ${COLUMNS} FROM hop_claims WHERE microbatch = ? AND attempt = ? AND stage = ? AND phase = ? ORDER BY at, miner_id`, microbatch, attempt, stage, phase);
   }
 
   /** Deletes at most `limit` claims made before `at`, except the claims of the microbatches in `keep`; returns how many went. */
   deleteBefore(at: number, keep: readonly number[], limit: number): number {
     return this.db.run(
       `DELETE FROM hop_claims WHERE rowid IN (
-         SELECT rowid FROM hop_claims WHERE at < ? AND microbatch NOT IN (SELECT value FROM json_each(?)) ORDER BY at LIMIT ?
+         SELECT rowid FROM hop_claims WHERE at < ? AND microbatch NOT IN (SELECT CAST(value AS INTEGER) FROM json_each(?)) ORDER BY at LIMIT ?
        )`,
       at,
       JSON.stringify(keep),

@@ -1,11 +1,14 @@
-// The orchestrator's durable state: one SQLite file and a store per domain.
-// Everything the orchestrator remembers across a restart goes through here.
+// The orchestrator's durable state: one database (a SQLite file by default,
+// or PostgreSQL) and a store per domain. Everything the orchestrator
+// remembers across a restart goes through here.
 import { ApiKeyStore, API_KEY_MIGRATIONS } from './api-keys.ts';
 import { ClaimStore, CLAIM_MIGRATIONS } from './claims.ts';
 import { CreditStore, CREDIT_MIGRATIONS } from './credits.ts';
 import { DatasetStore, DATASET_MIGRATIONS } from './datasets.ts';
 import { DeploymentStore, DEPLOYMENT_MIGRATIONS } from './deployments.ts';
 import { StateDb } from './db.ts';
+import { PgDriver } from './pg-driver.ts';
+import type { PgSyncOptions } from './pg-sync.ts';
 import { EscrowStore, ESCROW_MIGRATIONS } from './escrows.ts';
 import { BlobGarbage, GARBAGE_MIGRATIONS } from './garbage.ts';
 import { InferenceRequestStore, INFERENCE_REQUEST_MIGRATIONS } from './inference-requests.ts';
@@ -61,9 +64,17 @@ export class OrchestratorState {
     this.lossPoints = new LossPointStore(db);
   }
 
-  /** Opens (creating or migrating) the state file; ':memory:' for a throwaway one. */
-  static open(path: string): OrchestratorState {
-    return new OrchestratorState(new StateDb(path, MIGRATIONS));
+  /**
+   * Opens (creating or migrating) the state:
+   * - a file path: a SQLite file, the embedded default (':memory:' for a throwaway one);
+   * - `postgres://user:password@host:port/database` (or `postgresql://`): that
+   *   PostgreSQL database, with the same schema and migrations (its tables are
+   *   created on first open). The connection is synchronous, like SQLite's
+   *   (./pg-sync.ts); `options.timeoutMs` bounds each call (default 30 s).
+   * Throws 'unavailable' when PostgreSQL cannot be reached.
+   */
+  static open(target: string, options: PgSyncOptions = {}): OrchestratorState {
+    return new OrchestratorState(new StateDb(isPostgresUrl(target) ? new PgDriver(target, options) : target, MIGRATIONS));
   }
 
   /** Runs fn in one transaction. */
@@ -74,4 +85,9 @@ export class OrchestratorState {
   close(): void {
     this.db.close();
   }
+}
+
+/** Whether `target` names a PostgreSQL database rather than a SQLite file. */
+export function isPostgresUrl(target: string): boolean {
+  return /^postgres(ql)?:\/\//i.test(target);
 }

@@ -102,7 +102,13 @@ export class InferenceRequestStore {
   }
 
   setPrice(sha256: string, owner: string, price: bigint, now: number): void {
-    this.db.run('INSERT OR REPLACE INTO model_prices (sha256, owner, price, read_at) VALUES (?, ?, ?, ?)', sha256, owner, price.toString(), now);
+    this.db.run(
+      'INSERT INTO model_prices (sha256, owner, price, read_at) VALUES (?, ?, ?, ?) ON CONFLICT (sha256) DO UPDATE SET owner = excluded.owner, price = excluded.price, read_at = excluded.read_at',
+      sha256,
+      owner,
+      price.toString(),
+      now,
+    );
   }
 
   reserve(r: NewInferenceRequest, now: number): void {
@@ -166,7 +172,7 @@ export class InferenceRequestStore {
   /** Adds `rows` run by `miner` at `stage` for request `id`. */
   addWork(id: string, miner: string, stage: number, rows: number): void {
     this.db.run(
-      'INSERT INTO inference_request_work (request_id, miner, stage, rows) VALUES (?, ?, ?, ?) ON CONFLICT (request_id, miner, stage) DO UPDATE SET rows = rows + excluded.rows',
+      'INSERT INTO inference_request_work (request_id, miner, stage, rows) VALUES (?, ?, ?, ?) ON CONFLICT (request_id, miner, stage) DO UPDATE SET rows = inference_request_work.rows + excluded.rows',
       id,
       miner,
       stage,

@@ -217,7 +217,7 @@ export class JobStore {
     this.db.tx(() => {
       this.db.run(
         `UPDATE jobs SET status = ?, message = ?, started_at = CASE WHEN ? = 'started' AND started_at IS NULL THEN ? ELSE started_at END,
-          ended_at = CASE WHEN ? THEN ? ELSE ended_at END WHERE id = ?`,
+          ended_at = CASE WHEN ? = 1 THEN ? ELSE ended_at END WHERE id = ?`,
         status,
         reason,
         status,

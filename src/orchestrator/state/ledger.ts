@@ -191,7 +191,7 @@ export class Ledger {
       `SELECT minerId, kind, SUM(units) AS units FROM (
         SELECT miner_id AS minerId, kind, units FROM work_log ${where}
         UNION ALL SELECT miner_id AS minerId, kind, units FROM work_totals ${where}
-      ) GROUP BY minerId, kind ORDER BY minerId, kind`,
+      ) AS entries GROUP BY minerId, kind ORDER BY minerId, kind`,
       ...(runId ? [runId, runId] : []),
     );
   }
@@ -221,7 +221,7 @@ export class Ledger {
       `INSERT INTO work_totals (miner_id, run_id, deployment_id, kind, stage, units, entries)
         SELECT miner_id, COALESCE(run_id, ''), COALESCE(deployment_id, ''), kind, COALESCE(stage, -1), SUM(units), COUNT(*)
         FROM work_log WHERE id IN (${pick}) GROUP BY 1, 2, 3, 4, 5
-        ON CONFLICT (miner_id, run_id, deployment_id, kind, stage) DO UPDATE SET units = units + excluded.units, entries = entries + excluded.entries`,
+        ON CONFLICT (miner_id, run_id, deployment_id, kind, stage) DO UPDATE SET units = work_totals.units + excluded.units, entries = work_totals.entries + excluded.entries`,
       ...params,
       limit,
     );
@@ -304,7 +304,7 @@ export class Ledger {
     const open = one(this.db, decodeEpoch, `SELECT ${EPOCH_COLUMNS} FROM epochs WHERE status = 'open' ORDER BY id DESC LIMIT 1`);
     if (open) return open;
     const from = scalar(this.db, 'SELECT COALESCE(MAX(to_log), 0) AS n FROM epochs');
-    const id = Number(this.db.run("INSERT INTO epochs (from_log, opened_at, status) VALUES (?, ?, 'open')", from, now).lastInsertRowid);
+    const id = scalar(this.db, "INSERT INTO epochs (from_log, opened_at, status) VALUES (?, ?, 'open') RETURNING id", from, now);
     return this.epoch(id)!;
   }
 
@@ -350,7 +350,8 @@ export class Ledger {
 
   putReward(r: { epoch: number; miner: string; score: number; amount: bigint; units: Record<string, number> }): void {
     this.db.run(
-      'INSERT OR REPLACE INTO epoch_rewards (epoch, miner, score, amount, units) VALUES (?, ?, ?, ?, ?)',
+      `INSERT INTO epoch_rewards (epoch, miner, score, amount, units) VALUES (?, ?, ?, ?, ?)
+       ON CONFLICT (epoch, miner) DO UPDATE SET score = excluded.score, amount = excluded.amount, units = excluded.units`,
       r.epoch,
       r.miner,
       r.score,

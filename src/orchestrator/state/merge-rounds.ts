@@ -125,8 +125,10 @@ export class MergeRoundStore {
   /** Opens a round (replacing a stale row of the same number). */
   open(k: RoundKey, r: { status: MergePhase; partitions: number; replicas: readonly string[]; plan: RoundPlan; startedAt: number }): void {
     this.db.run(
-      `INSERT OR REPLACE INTO merge_rounds (run_id, stage, round, status, partitions, replicas, assignment, started_at)
-       VALUES (?, ?, ?, ?, ?, ?, ?, ?)`,
+      `INSERT INTO merge_rounds (run_id, stage, round, status, partitions, replicas, assignment, started_at)
+       VALUES (?, ?, ?, ?, ?, ?, ?, ?)
+       ON CONFLICT (run_id, stage, round) DO UPDATE SET status = excluded.status, partitions = excluded.partitions, replicas = excluded.replicas,
+         assignment = excluded.assignment, started_at = excluded.started_at, state_blob = NULL`,
       k.runId,
       k.stage,
       k.round,
@@ -163,7 +165,8 @@ export class MergeRoundStore {
   /** A replica's pseudo-gradient slice of one partition (a re-upload replaces it). */
   putUpload(k: RoundKey, u: MergeUpload): void {
     this.db.run(
-      'INSERT OR REPLACE INTO merge_uploads (run_id, stage, round, miner_id, partition, blob, samples, norm) VALUES (?, ?, ?, ?, ?, ?, ?, ?)',
+      `INSERT INTO merge_uploads (run_id, stage, round, miner_id, partition, blob, samples, norm) VALUES (?, ?, ?, ?, ?, ?, ?, ?)
+       ON CONFLICT (run_id, stage, round, miner_id, partition) DO UPDATE SET blob = excluded.blob, samples = excluded.samples, norm = excluded.norm`,
       k.runId,
       k.stage,
       k.round,
@@ -189,7 +192,8 @@ export class MergeRoundStore {
   /** A merger's result for one partition (a re-upload replaces it). */
   putResult(k: RoundKey, r: MergeResult): void {
     this.db.run(
-      'INSERT OR REPLACE INTO merge_results (run_id, stage, round, partition, miner_id, blob) VALUES (?, ?, ?, ?, ?, ?)',
+      `INSERT INTO merge_results (run_id, stage, round, partition, miner_id, blob) VALUES (?, ?, ?, ?, ?, ?)
+       ON CONFLICT (run_id, stage, round, partition, miner_id) DO UPDATE SET blob = excluded.blob`,
       k.runId,
       k.stage,
       k.round,

@@ -61,7 +61,7 @@ export class MicrobatchStore {
 
   /** A new pending microbatch; returns its id. */
   insert(runId: string, shard: number, step: number): number {
-    return Number(this.db.run("INSERT INTO microbatches (run_id, shard, step, status) VALUES (?, ?, ?, 'pending')", runId, shard, step).lastInsertRowid);
+    return scalar(this.db, "INSERT INTO microbatches (run_id, shard, step, status) VALUES (?, ?, ?, 'pending') RETURNING id", runId, shard, step);
   }
 
   get(id: number): MicrobatchRecord | undefined {
@@ -124,7 +124,7 @@ export class MicrobatchStore {
   deleteDone(before: number, keep: readonly number[], limit: number): number {
     return this.db.run(
       `DELETE FROM microbatches WHERE id IN (
-         SELECT id FROM microbatches WHERE status = 'done' AND issued_at < ? AND id NOT IN (SELECT value FROM json_each(?)) ORDER BY id LIMIT ?
+         SELECT id FROM microbatches WHERE status = 'done' AND issued_at < ? AND id NOT IN (SELECT CAST(value AS INTEGER) FROM json_each(?)) ORDER BY id LIMIT ?
        )`,
       before,
       JSON.stringify(keep),
@@ -135,7 +135,7 @@ export class MicrobatchStore {
   /** Deletes at most `limit` microbatches of an ended run (whatever their status), except those in `keep`. */
   deleteOfRun(runId: string, keep: readonly number[], limit: number): number {
     return this.db.run(
-      'DELETE FROM microbatches WHERE id IN (SELECT id FROM microbatches WHERE run_id = ? AND id NOT IN (SELECT value FROM json_each(?)) ORDER BY id LIMIT ?)',
+      'DELETE FROM microbatches WHERE id IN (SELECT id FROM microbatches WHERE run_id = ? AND id NOT IN (SELECT CAST(value AS INTEGER) FROM json_each(?)) ORDER BY id LIMIT ?)',
       runId,
       JSON.stringify(keep),
       limit,

@@ -11,7 +11,6 @@
 // from their stored config.
 import { Type, type Static } from '@sinclair/typebox';
 import { Value } from '@sinclair/typebox/value';
-import type Database from 'better-sqlite3';
 import { GptConfig } from '../../model/config.ts';
 import { MlpConfig } from '../../model/mlp.ts';
 import { parseModelRef } from '../../model/model-ref.ts';
@@ -32,10 +31,10 @@ export const MODEL_MIGRATIONS: Migrations = {
 };
 
 /** Step 2: the `model` column (the model's reference), derived for the existing rows (all GPTs) from their config. */
-function addModelColumn(sql: Database.Database): void {
-  sql.exec("ALTER TABLE models ADD COLUMN model TEXT NOT NULL DEFAULT ''");
-  const rows = sql.prepare('SELECT sha256, config FROM models').all() as { sha256: string; config: string }[];
-  const update = sql.prepare('UPDATE models SET model = ? WHERE sha256 = ?');
+function addModelColumn(db: StateDb): void {
+  db.exec("ALTER TABLE models ADD COLUMN model TEXT NOT NULL DEFAULT ''");
+  const rows = db.statement('SELECT sha256, config FROM models').all() as { sha256: string; config: string }[];
+  const update = db.statement('UPDATE models SET model = ? WHERE sha256 = ?');
   for (const r of rows) {
     // a config that does not decode keeps '': reading the row then reports it as corrupt, as before
     const ref = gptRefOf(r.config);

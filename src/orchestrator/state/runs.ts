@@ -32,12 +32,29 @@ export const RUN_MIGRATIONS: Migrations = {
       PRIMARY KEY (run_id, miner_id)
     )`,
     // the count of microbatches created was kept inside the options JSON
-    `ALTER TABLE runs ADD COLUMN microbatches_created INTEGER NOT NULL DEFAULT 0;
-    UPDATE runs SET microbatches_created = COALESCE(json_extract(options, '$.created'), 0), options = json_remove(options, '$.created')`,
+    moveCreatedCount,
     // the developer who created it (null: created before runs were signed)
     'ALTER TABLE runs ADD COLUMN owner TEXT',
   ],
 };
+
+/** Step 2: the count of microbatches created moves out of the options JSON into its own column (read and rewritten here, on either engine). */
+function moveCreatedCount(db: StateDb): void {
+  db.exec('ALTER TABLE runs ADD COLUMN microbatches_created INTEGER NOT NULL DEFAULT 0');
+  const rows = db.statement('SELECT id, options FROM runs').all() as { id: string; options: string }[];
+  const update = db.statement('UPDATE runs SET microbatches_created = ?, options = ? WHERE id = ?');
+  for (const r of rows) {
+    let options: unknown;
+    try {
+      options = JSON.parse(r.options);
+    } catch {
+      continue; // options that do not decode stay as they are: reading the run reports them as corrupt
+    }
+    if (typeof options !== 'object' || options === null || Array.isArray(options)) continue;
+    const { created, ...rest } = options as Record<string, unknown>;
+    update.run(typeof created === 'number' ? created : 0, JSON.stringify(rest), r.id);
+  }
+}
 
 /** A run's training settings, fixed when it is created. */
 export const RunOptions = Type.Object({
@@ -167,17 +184,17 @@ export class RunStore {
   }
 
   list(): RunRecord[] {
-    return all(this.db, decodeRun, `SELECT ${RUN_COLUMNS} FROM runs ORDER BY created_at`);
+    return all(this.db, decodeRun, `SELECT ${RUN_COLUMNS} FROM runs ORDER BY created_at, rowid`);
   }
 
   /** Runs that have not ended (completed, failed, cancelled), oldest first. */
   active(): RunRecord[] {
-    return all(this.db, decodeRun, `SELECT ${RUN_COLUMNS} FROM runs WHERE status NOT IN ${ENDED} ORDER BY created_at`);
+    return all(this.db, decodeRun, `SELECT ${RUN_COLUMNS} FROM runs WHERE status NOT IN ${ENDED} ORDER BY created_at, rowid`);
   }
 
   /** Runs that have not ended, of one owner. */
   activeOf(owner: string): RunRecord[] {
-    return all(this.db, decodeRun, `SELECT ${RUN_COLUMNS} FROM runs WHERE owner = ? AND status NOT IN ${ENDED} ORDER BY created_at`, owner);
+    return all(this.db, decodeRun, `SELECT ${RUN_COLUMNS} FROM runs WHERE owner = ? AND status NOT IN ${ENDED} ORDER BY created_at, rowid`, owner);
   }
 
   /** Runs waiting for miners. */
@@ -317,7 +334,7 @@ export class RunStore {
       this.db,
       decodeAssignment,
       `SELECT a.run_id AS runId, a.stage, a.miner_id AS minerId, a.assigned_at AS assignedAt FROM assignments a JOIN runs r ON r.id = a.run_id
-       WHERE a.miner_id = ? AND r.status NOT IN ${ENDED} ORDER BY r.created_at LIMIT 1`,
+       WHERE a.miner_id = ? AND r.status NOT IN ${ENDED} ORDER BY r.created_at, r.rowid LIMIT 1`,
       minerId,
     );
   }

@@ -8,7 +8,7 @@
 // before any heartbeat reply named it). Decided checks are deleted after a
 // while; their counts per run, miner and status are kept (spot_check_totals).
 import { Type, type Static } from '@sinclair/typebox';
-import { all, one, rowReader, type Migrations, type StateDb } from './db.ts';
+import { all, one, rowReader, scalar, type Migrations, type StateDb } from './db.ts';
 
 export const SPOT_CHECK_MIGRATIONS: Migrations = {
   store: 'spot_checks',
@@ -81,16 +81,15 @@ export class SpotCheckStore {
 
   /** Asks a check of a reported forward; returns its id. */
   ask(c: { runId: string; microbatch: number; attempt: number; stage: number; minerId: string; createdAt: number }): number {
-    return Number(
-      this.db.run(
-        "INSERT INTO spot_checks (run_id, microbatch, attempt, stage, miner_id, status, created_at) VALUES (?, ?, ?, ?, ?, 'asked', ?)",
-        c.runId,
-        c.microbatch,
-        c.attempt,
-        c.stage,
-        c.minerId,
-        c.createdAt,
-      ).lastInsertRowid,
+    return scalar(
+      this.db,
+      "INSERT INTO spot_checks (run_id, microbatch, attempt, stage, miner_id, status, created_at) VALUES (?, ?, ?, ?, ?, 'asked', ?) RETURNING id",
+      c.runId,
+      c.microbatch,
+      c.attempt,
+      c.stage,
+      c.minerId,
+      c.createdAt,
     );
   }
 
@@ -157,11 +156,11 @@ export class SpotCheckStore {
     );
     this.db.run(
       `INSERT INTO spot_check_totals (run_id, miner_id, status, n)
-       SELECT run_id, miner_id, status, COUNT(*) FROM spot_checks WHERE id IN (SELECT value FROM json_each(?)) GROUP BY run_id, miner_id, status
-       ON CONFLICT (run_id, miner_id, status) DO UPDATE SET n = n + excluded.n`,
+       SELECT run_id, miner_id, status, COUNT(*) FROM spot_checks WHERE id IN (SELECT CAST(value AS INTEGER) FROM json_each(?)) GROUP BY run_id, miner_id, status
+       ON CONFLICT (run_id, miner_id, status) DO UPDATE SET n = spot_check_totals.n + excluded.n`,
       ids,
     );
-    return this.db.run('DELETE FROM spot_checks WHERE id IN (SELECT value FROM json_each(?))', ids).changes;
+    return this.db.run('DELETE FROM spot_checks WHERE id IN (SELECT CAST(value AS INTEGER) FROM json_each(?))', ids).changes;
   }
 
   list(): SpotCheckRecord[] {
@@ -177,7 +176,7 @@ export class SpotCheckStore {
       `SELECT minerId, status, SUM(n) AS n FROM (
          SELECT miner_id AS minerId, status, COUNT(*) AS n FROM spot_checks ${where} GROUP BY miner_id, status
          UNION ALL SELECT miner_id AS minerId, status, n FROM spot_check_totals ${where}
-       ) GROUP BY minerId, status ORDER BY minerId, status`,
+       ) AS checks GROUP BY minerId, status ORDER BY minerId, status`,
       ...(runId ? [runId, runId] : []),
     );
   }

@@ -1,0 +1,109 @@
+// The PostgreSQL engine: the stores' SQL translated (./sql-dialect.ts) and
+// run through the synchronous bridge (./pg-sync.ts), each statement prepared
+// once per connection under its own name. Transactions are BEGIN / COMMIT /
+// ROLLBACK, nested ones savepoints, as better-sqlite3's `transaction` does.
+// One difference remains (docs/postgres.md): a statement that fails inside a
+// transaction aborts all of it on PostgreSQL, so code that survives a SQL
+// error must wrap the statement in its own (nested) tx; a COMMIT PostgreSQL
+// turns into a ROLLBACK for that reason throws here, never passes silently.
+import { NimbleError } from '../../protocol/errors.ts';
+import type { RunResult, SqlDriver, SqlParams, Statement } from './driver.ts';
+import { PgSyncConnection, type PgResult, type PgSyncOptions } from './pg-sync.ts';
+import { bindings, toPostgres, type Translated } from './sql-dialect.ts';
+
+export class PgDriver implements SqlDriver {
+  readonly engine = 'postgres' as const;
+  readonly connection: PgSyncConnection;
+  private depth = 0;
+  private named = 0;
+
+  /** Connects to `url` (postgres://user:pass@host:port/db). */
+  constructor(url: string, options: PgSyncOptions = {}) {
+    this.connection = new PgSyncConnection(url, options);
+  }
+
+  /** Whether a transaction is open. */
+  get inTransaction(): boolean {
+    return this.depth > 0;
+  }
+
+  prepare(text: string): Statement {
+    return new PgStatement(this, toPostgres(text), `nimble_${++this.named}`);
+  }
+
+  exec(script: string): void {
+    const tr = toPostgres(script);
+    if (tr.params) throw new NimbleError('invalid', `a script takes no values: ${script.slice(0, 80)}`);
+    this.query(tr.text);
+  }
+
+  /** Runs translated SQL (the caller's transaction, if any, is the one it joins). */
+  query(text: string, values?: readonly unknown[], name?: string, array?: boolean): PgResult {
+    return this.connection.query({ text, values, name, array, inTx: this.depth > 0 });
+  }
+
+  transaction<T>(fn: () => T): T {
+    const level = this.depth;
+    const savepoint = `nimble_sp${level}`;
+    this.query(level === 0 ? 'BEGIN' : `SAVEPOINT ${savepoint}`);
+    this.depth++;
+    let result: T;
+    try {
+      result = fn();
+      if (result instanceof Promise) throw new TypeError('Transaction function cannot return a promise');
+    } catch (err) {
+      try {
+        this.query(level === 0 ? 'ROLLBACK' : `ROLLBACK TO SAVEPOINT ${savepoint}; RELEASE SAVEPOINT ${savepoint}`);
+      } catch {
+        // the connection is gone, and the transaction with it
+      } finally {
+        this.depth = level;
+      }
+      throw err;
+    }
+    try {
+      const done = this.query(level === 0 ? 'COMMIT' : `RELEASE SAVEPOINT ${savepoint}`);
+      if (level === 0 && done.command === 'ROLLBACK') {
+        throw new NimbleError('internal', 'PostgreSQL rolled the transaction back: a statement in it had failed (catch SQL errors inside a nested tx)');
+      }
+    } finally {
+      this.depth = level;
+    }
+    return result;
+  }
+
+  close(): void {
+    this.connection.close();
+  }
+}
+
+class PgStatement implements Statement {
+  private array = false;
+
+  constructor(
+    private readonly driver: PgDriver,
+    private readonly tr: Translated,
+    private readonly name: string,
+  ) {}
+
+  get(...params: SqlParams): unknown {
+    return this.exec(params).rows[0];
+  }
+
+  all(...params: SqlParams): unknown[] {
+    return this.exec(params).rows;
+  }
+
+  run(...params: SqlParams): RunResult {
+    return { changes: this.exec(params).rowCount };
+  }
+
+  raw(on = true): Statement {
+    this.array = on;
+    return this;
+  }
+
+  private exec(params: SqlParams): PgResult {
+    return this.driver.query(this.tr.text, bindings(this.tr, params), this.name, this.array);
+  }
+}
