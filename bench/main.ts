@@ -18,8 +18,9 @@ import { gcBenches } from './gc.bench.ts';
 import { s3Benches } from './s3.bench.ts';
 import { simBenches } from './sim.bench.ts';
 import { pgBenches } from './pg.bench.ts';
+import { simCalibrationBenches } from './sim-calibration.bench.ts';
 
-const registry: Bench[] = [...engineBenches, ...protocolBenches, ...chainBenches, ...mergeBenches, ...spotCheckBenches, ...networkBenches, ...floodBenches, ...trustBenches, ...spamBenches, ...jobPlanBenches, ...jobSubmitBenches, ...inferenceBenches, ...dashboardBenches, ...webgpuBenches, ...gcBenches, ...s3Benches, ...simBenches, ...pgBenches];
+const registry: Bench[] = [...engineBenches, ...protocolBenches, ...chainBenches, ...mergeBenches, ...spotCheckBenches, ...networkBenches, ...floodBenches, ...trustBenches, ...spamBenches, ...jobPlanBenches, ...jobSubmitBenches, ...inferenceBenches, ...dashboardBenches, ...webgpuBenches, ...gcBenches, ...s3Benches, ...simBenches, ...pgBenches, ...simCalibrationBenches];
 
 const args = process.argv.slice(2);
 const json = args.includes('--json');

@@ -13,7 +13,7 @@ import { rebalance } from '../planner/rebalance.ts';
 import type { MinerCapacity, Plan } from '../planner/types.ts';
 import { MERGE_REDUNDANCY, STATE_BYTES_PER_PARAM } from './costs.ts';
 import { owes, requeue, tryStart, wakeStageZero } from './flow.ts';
-import { stageMergeTime } from './merge-time.ts';
+import { lastHeartbeatMs, stageMergeTime } from './merge-time.ts';
 import type { SimMiner } from './types.ts';
 import type { World } from './world.ts';
 
@@ -126,14 +126,20 @@ export function ready(w: World, m: SimMiner): void {
   wakeStageZero(w);
 }
 
-/** Starts the merge round once a merge is due and nothing is in flight. */
+/**
+ * Starts the merge round once a merge is due and nothing is in flight: the
+ * orchestrator learns of the last microbatch on its stage-0 replica's next
+ * heartbeat (half a period on average) and opens the round at its next tick
+ * (half a tick); the round's time (opened → done) is counted from there.
+ */
 export function maybeMerge(w: World): void {
   if (!w.draining || w.merging || w.issued.size > 0) return;
   w.merging = true;
+  const opensIn = lastHeartbeatMs(w.options.heartbeatMs, 1) + w.options.tickMs / 2;
   let longest = 0;
   w.members.forEach((set, s) => {
     const replicas = [...set].map((i) => w.miners[i]).filter((m) => m.alive && !m.gone && m.readyAt <= w.now);
-    const merge = stageMergeTime(w.plan!.stages[s].params, replicas, w.options.heartbeatMs, w.options.mergeBytesPerParam);
+    const merge = stageMergeTime(w.plan!.stages[s].params, replicas, w.options.heartbeatMs, w.options.mergeBytesPerParam, w.options.tickMs);
     longest = Math.max(longest, merge.ms);
     w.counters.mergeBytes += merge.bytesTotal;
     if (merge.bytesPerReplica > 0) w.counters.mergeBytesPerReplica.push(merge.bytesPerReplica);
@@ -141,7 +147,7 @@ export function maybeMerge(w: World): void {
     for (const m of replicas) if (merge.partitions > 0) w.ledger.log(w.now, m.id, 'merge', s, (MERGE_REDUNDANCY * merge.partitions) / replicas.length);
   });
   w.counters.mergeMs.push(longest);
-  w.schedule(w.now + longest, { type: 'merged' });
+  w.schedule(w.now + opensIn + longest, { type: 'merged' });
 }
 
 /** Every stage holds its merged weights: training resumes. */

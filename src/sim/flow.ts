@@ -76,9 +76,7 @@ export function tryStart(w: World, m: SimMiner): void {
   if (idx < 0 && m.queue.length > 0 && (last || m.held.size < w.options.slots)) idx = 0;
   if (idx < 0) return;
   const job = m.queue.splice(idx, 1)[0];
-  const f = w.flops[m.stage];
-  const flops = job.kind === 'backward' ? f.backward : last ? f.forward + f.backward : f.forward;
-  const ms = w.computeMs(m, flops);
+  const ms = w.jobMs(m, job.kind === 'backward' ? 'backward' : last ? 'both' : 'forward');
   if (job.kind !== 'backward' && !last) m.held.add(job.mb);
   m.busyFrom = w.now;
   m.busyUntil = w.now + ms;

@@ -53,6 +53,8 @@ export const HardwareClass = Type.Object(
     latencyMs: Type.Number({ minimum: 0, maximum: 60_000 }),
     /** mean time a miner stays before it leaves, hours */
     sessionHours: Positive,
+    /** exactly this many of the first miners are of this class (classes in table order); later ones are drawn by share */
+    count: Type.Optional(Type.Integer({ minimum: 0, maximum: 1_000_000 })),
   },
   { additionalProperties: false },
 );
@@ -115,9 +117,19 @@ export interface DrawnMiner {
   sessionHours: number;
 }
 
+/** The class miner number `index` is by the classes' counts (none when the counts are used up). */
+function countedClass(table: HardwareTable, index: number): HardwareClass | undefined {
+  let left = index;
+  for (const c of table.classes) {
+    if (left < (c.count ?? 0)) return c;
+    left -= c.count ?? 0;
+  }
+  return undefined;
+}
+
 /** The class of miner number `index` drawn with `rng` in proportion to the shares. */
 export function drawMiner(table: HardwareTable, rng: Rng, index: number): DrawnMiner {
-  const c = table.classes[rng.weighted(table.classes.map((k) => k.share))];
+  const c = countedClass(table, index) ?? table.classes[rng.weighted(table.classes.map((k) => k.share))];
   return {
     id: `m${String(index).padStart(5, '0')}`,
     hardware: c.name,

@@ -2,13 +2,21 @@
 // the real butterfly's (costs.ts stageMergeTraffic, src/merge/traffic.ts):
 // every replica uploads its pseudo-gradient frames; each merger downloads the
 // others' slices of its partitions and uploads the merged partitions; every
-// replica downloads the merged partitions it did not compute. Each phase ends
-// when its slowest replica is done, and the orchestrator moves a round on at
-// a heartbeat, so a phase also waits a heartbeat and a round trip.
+// replica downloads the merged partitions it did not compute; the first
+// replica uploads the stage's new state (src/miner/merge-round.ts saveState).
+// The protocol's clocks (src/orchestrator/merges.ts, src/miner/miner.ts):
+// a replica learns of a phase on its next heartbeat, and the orchestrator
+// moves the round on at its next tick (every tickMs) after the phase's last
+// replica is done; applying is reported on the replica's heartbeat after it.
+// With heartbeat phases spread evenly, the last of n replicas' heartbeats
+// comes heartbeatMs·n/(n+1) after the phase opens on average, and the tick
+// tickMs/2 after the work is done; so a phase takes
+//   heartbeatMs·n/(n+1) + the slowest replica's transfers and 2 latencies + tickMs/2
+// and applying one heartbeatMs more.
 // Not modelled: the blob store's own bandwidth (assumed not the bottleneck,
 // e.g. S3), the aggregation and outer-step compute (milliseconds against
 // seconds of transfer), replicas leaving during the round.
-import { mergePartitions, stageMergeTraffic } from './costs.ts';
+import { mergePartitions, STATE_BYTES_PER_PARAM, stageMergeTraffic } from './costs.ts';
 
 /** The links of a replica taking part. */
 export interface MergeLink {
@@ -30,14 +38,22 @@ export interface StageMerge {
 
 const transferMs = (bytes: number, mbps: number): number => (bytes * 8) / (mbps * 1e6) * 1000;
 
+/** The orchestrator's clock, how often it moves merge rounds on (src/orchestrator/server.ts tickMs). */
+export const ORCHESTRATOR_TICK_MS = 200;
+
+/** Mean wait from a phase's opening to the last of `n` replicas' heartbeats (phases spread evenly over the period). */
+export const lastHeartbeatMs = (heartbeatMs: number, n: number): number => (heartbeatMs * n) / (n + 1);
+
 /** The merge round of a stage with `params` parameters held by `replicas`. */
-export function stageMergeTime(params: number, replicas: readonly MergeLink[], heartbeatMs: number, bytesPerParam?: number): StageMerge {
+export function stageMergeTime(params: number, replicas: readonly MergeLink[], heartbeatMs: number, bytesPerParam?: number, tickMs = ORCHESTRATOR_TICK_MS): StageMerge {
   const R = replicas.length;
-  if (R < 2) return { ms: heartbeatMs, bytesPerReplica: 0, bytesTotal: 0, partitions: 0 };
+  // one replica: straight to applying its own state (saved by it)
+  if (R < 2) return { ms: R ? lastHeartbeatMs(heartbeatMs, 1) + heartbeatMs + tickMs / 2 + transferMs(params * STATE_BYTES_PER_PARAM, replicas[0].upMbps) : 0, bytesPerReplica: 0, bytesTotal: 0, partitions: 0 };
   const t = stageMergeTraffic(params, R, bytesPerParam);
-  const phase = (f: (r: MergeLink) => number): number => Math.max(...replicas.map((r) => f(r) + 2 * r.latencyMs)) + heartbeatMs;
+  const phase = (f: (r: MergeLink, i: number) => number): number => lastHeartbeatMs(heartbeatMs, R) + Math.max(...replicas.map((r, i) => f(r, i) + 2 * r.latencyMs)) + tickMs / 2;
   const upload = phase((r) => transferMs(t.uploadPseudoGradient, r.upMbps));
   const merge = phase((r) => transferMs(t.downloadAsMerger, r.downMbps) + transferMs(t.uploadMerged, r.upMbps));
-  const apply = phase((r) => transferMs(t.downloadMerged, r.downMbps));
-  return { ms: upload + merge + apply, bytesPerReplica: t.total, bytesTotal: t.total * R, partitions: mergePartitions(params, R) };
+  const state = params * STATE_BYTES_PER_PARAM;
+  const apply = phase((r, i) => transferMs(t.downloadMerged, r.downMbps) + (i === 0 ? transferMs(state, r.upMbps) : 0)) + heartbeatMs;
+  return { ms: upload + merge + apply, bytesPerReplica: t.total, bytesTotal: t.total * R + state, partitions: mergePartitions(params, R) };
 }

@@ -7,6 +7,7 @@ import { activationFrameBytes } from './costs.ts';
 import { applyPlan, askReplan, join, leave, maybeMerge, merged, noticed, planFresh, ready, replan } from './control.ts';
 import { arrive, computed, issueTo, requeue, wakeStageZero } from './flow.ts';
 import { DEFAULT_HARDWARE } from './hardware.ts';
+import { ORCHESTRATOR_TICK_MS } from './merge-time.ts';
 import { simModel } from './models.ts';
 import { buildReport } from './report.ts';
 import type { SimOptions, SimReport } from './types.ts';
@@ -26,6 +27,7 @@ export function simOptions(input: Partial<SimOptions> & { modelName: string; min
     deadlineMs: COORDINATOR_DEFAULTS.microbatchDeadlineMs,
     heartbeatMs: COORDINATOR_DEFAULTS.heartbeatMs,
     minerTimeoutMs: COORDINATOR_DEFAULTS.minerTimeoutMs,
+    tickMs: ORCHESTRATOR_TICK_MS,
     codec: 'f16',
     rejoinMs: 10 * 60_000,
     epochMs: 3_600_000,
@@ -40,6 +42,7 @@ export function simOptions(input: Partial<SimOptions> & { modelName: string; min
   check(Number.isInteger(o.batchSize) && o.batchSize >= 1, `batchSize must be a positive integer, got ${o.batchSize}`);
   check(Number.isInteger(o.mergeEvery) && o.mergeEvery >= 1, `mergeEvery must be a positive integer, got ${o.mergeEvery}`);
   check(o.deadlineMs > 0, `deadline must be positive, got ${o.deadlineMs}`);
+  check(o.tickMs > 0 && o.heartbeatMs > 0, `tick and heartbeat must be positive, got ${o.tickMs} and ${o.heartbeatMs}`);
   check(o.mergeBytesPerParam === undefined || o.mergeBytesPerParam > 0, `merge bytes per parameter must be positive, got ${o.mergeBytesPerParam}`);
   return o;
 }

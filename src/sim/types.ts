@@ -25,6 +25,16 @@ export interface SimOptions {
   deadlineMs: number;
   /** miners' heartbeat period: stage-0 replicas get microbatches on heartbeats */
   heartbeatMs: number;
+  /** the orchestrator's clock: merge rounds open and move on at its ticks (src/orchestrator/server.ts, 200 ms) */
+  tickMs: number;
+  /**
+   * Measured job times (src/sim/calibrate.ts measureEngine) instead of
+   * FLOPs ÷ GFLOP/s: per stage, a forward and a backward job's wall ms on a
+   * core that measured `referenceGflops` the way a miner does at join; a
+   * miner reporting g GFLOP/s takes ms × referenceGflops ÷ g (the last stage:
+   * forward + backward as one job). Ignored unless there is one entry per stage.
+   */
+  jobTimes?: JobTimes;
   /** a miner silent this long is noticed gone */
   minerTimeoutMs: number;
   /** activation and gradient codec */
@@ -43,6 +53,12 @@ export interface SimOptions {
   samples: number;
   /** give up after this many events (a guard against runs that would take hours) */
   maxEvents: number;
+}
+
+/** Measured job times of each stage (SimOptions.jobTimes). */
+export interface JobTimes {
+  referenceGflops: number;
+  stages: { forwardMs: number; backwardMs: number }[];
 }
 
 /** A miner in the simulation: what it is, where it is, what it does. */

@@ -136,6 +136,18 @@ export class World {
     return Math.floor((this.now - phase) / hb + 1) * hb + phase;
   }
 
+  /** A job's compute time on miner m, ms: measured job times when given (SimOptions.jobTimes), else FLOPs ÷ GFLOP/s. */
+  jobMs(m: SimMiner, kind: 'forward' | 'backward' | 'both'): number {
+    const measured = this.options.jobTimes;
+    if (measured && measured.stages.length === this.stageCount) {
+      const t = measured.stages[m.stage];
+      const ms = kind === 'forward' ? t.forwardMs : kind === 'backward' ? t.backwardMs : t.forwardMs + t.backwardMs;
+      return (ms * measured.referenceGflops) / m.gflops;
+    }
+    const f = this.flops[m.stage];
+    return this.computeMs(m, kind === 'forward' ? f.forward : kind === 'backward' ? f.backward : f.forward + f.backward);
+  }
+
   /** Compute time of `flopsPerToken` for one microbatch on miner m, ms. */
   computeMs(m: SimMiner, flopsPerToken: number): number {
     return (this.tokensPerMicrobatch * flopsPerToken) / (m.gflops * 1e9) * 1000;

@@ -1,0 +1,155 @@
+// The simulator on a described local network (docs/simulation.md,
+// "Calibration"): the miners as they reported themselves at join (GFLOP/s,
+// memory, the bandwidth of their 1 MB probe to the orchestrator), loopback
+// links, the run's model, stages, batch and merge interval; and the engine's
+// real job times on this machine, measured by a short microbenchmark
+// (measureEngine) instead of FLOPs ÷ GFLOP/s. predictLocal runs the
+// simulator on it and returns what the bench compares with the real network:
+// tokens/s over whole merge cycles and the merge round's time.
+import { loadCorpus } from '../data/corpus.ts';
+import { Engine } from '../engine/engine.ts';
+import { measureCpuHardware } from '../miner/hardware.ts';
+import { StageRunner } from '../miner/stage-runner.ts';
+import { Throttle } from '../miner/throttle.ts';
+import { planPlacement } from '../planner/placement.ts';
+import { decodeFrame, encodeFrame } from '../protocol/frame.ts';
+import type { ActivationCodec, StageAssignment } from '../protocol/messages.ts';
+import type { HardwareTable } from './hardware.ts';
+import { simModel } from './models.ts';
+import { simOptions, simulate } from './simulate.ts';
+import type { JobTimes, SimOptions } from './types.ts';
+
+/** A miner of the local network, as GET /miners shows what it reported at join. */
+export interface LocalMiner {
+  name: string;
+  gflops: number;
+  memoryBytes: number;
+  /** its 1 MB signed probe to the orchestrator, Mbit/s */
+  bandwidthMbps: number;
+  threads: number;
+}
+
+/** A local network and the run it trains. */
+export interface LocalNetwork {
+  miners: LocalMiner[];
+  model: string;
+  stages: number;
+  batchSize: number;
+  mergeEvery: number;
+  codec?: ActivationCodec;
+}
+
+/** One-way latency of a loopback hop: the kernel's part of it is microseconds; HTTP and signing are in the measured bandwidth and job times. */
+export const LOOPBACK_LATENCY_MS = 0.05;
+
+/** The hardware table of a local network: one class per miner, exactly one miner each, nobody leaves. */
+export function localHardware(net: LocalNetwork): HardwareTable {
+  return {
+    classes: net.miners.map((m) => ({
+      name: m.name,
+      share: 1,
+      count: 1,
+      gflops: m.gflops,
+      memoryGB: m.memoryBytes / 1e9,
+      upMbps: m.bandwidthMbps,
+      downMbps: m.bandwidthMbps,
+      latencyMs: LOOPBACK_LATENCY_MS,
+      sessionHours: 1e6,
+    })),
+  };
+}
+
+/** The stage cut the orchestrator's planner makes for this network (what the miners run). */
+export function localStages(net: LocalNetwork): { from: number; to: number }[] {
+  const config = simModel(net.model);
+  const plan = planPlacement({ config, miners: net.miners.map((m, i) => ({ id: `m${i}`, gflops: m.gflops, memoryBytes: m.memoryBytes })), stages: net.stages, batchSize: net.batchSize, slots: simOptions({ modelName: net.model, miners: 1 }).slots });
+  return plan.stages.map((s) => s.range);
+}
+
+/** Simulator options for a local network (no churn; `hours` long enough for many merge cycles). */
+export function localOptions(net: LocalNetwork, jobTimes?: JobTimes, hours = 1): SimOptions {
+  return simOptions({
+    modelName: net.model,
+    miners: net.miners.length,
+    hardware: localHardware(net),
+    stages: net.stages,
+    batchSize: net.batchSize,
+    mergeEvery: net.mergeEvery,
+    codec: net.codec ?? 'f16',
+    churn: 0,
+    hours,
+    ...(jobTimes ? { jobTimes } : {}),
+  });
+}
+
+export interface LocalPrediction {
+  tokensPerS: number;
+  /** mean merge round, opened → done, ms (0: no merge) */
+  mergeMs: number;
+  merges: number;
+}
+
+/** The simulator's tokens/s and merge time for a local network. */
+export function predictLocal(net: LocalNetwork, jobTimes?: JobTimes, hours = 1): LocalPrediction {
+  const r = simulate(localOptions(net, jobTimes, hours));
+  return { tokensPerS: r.tokensPerS, mergeMs: r.merges.meanMs, merges: r.merges.rounds };
+}
+
+const medianOf = (xs: number[]): number => [...xs].sort((a, b) => a - b)[xs.length >> 1];
+
+/**
+ * The engine's job times on one thread of this machine, the way a miner runs
+ * them (src/miner/stage-runner.ts: forward with predicted weights kept in a
+ * slot, backward with them, AdamW step; the last stage's forward, loss and
+ * backward as one job) plus the activation frame's encoding by the sender and
+ * decoding by the receiver in the run's codec; and the GFLOP/s the same
+ * thread measures the way a miner does at join. Medians of `reps` after a
+ * warm-up.
+ */
+export async function measureEngine(net: LocalNetwork, reps = 7): Promise<JobTimes> {
+  const config = simModel(net.model);
+  const ranges = localStages(net);
+  const codec = net.codec ?? 'f16';
+  const engine = await Engine.create({ threads: 1 });
+  const corpus = loadCorpus('moby-dick');
+  try {
+    const referenceGflops = measureCpuHardware(engine, new Throttle(1)).gflops;
+    const C = config.channels;
+    const rows = net.batchSize * config.contextLength;
+    const framed = (x: Float32Array): Float32Array => decodeFrame(encodeFrame(x, [rows, C], codec, { runId: 'calibration', microbatch: 1 })).data;
+    const stages = [];
+    for (let s = 0; s < ranges.length; s++) {
+      const a: StageAssignment = { runId: 'calibration', stage: s, stageCount: ranges.length, from: ranges[s].from, to: ranges[s].to, model: net.model, data: 'moby-dick', batchSize: net.batchSize, seed: 1337, round: 0, stateBlob: null, codec, lr: 1e-3 };
+      const runner = new StageRunner(engine, a, 1, corpus);
+      await runner.ready();
+      const input = new Float32Array(rows * C).map((_, i) => Math.sin(i) * 0.1);
+      const fwd: number[] = [];
+      const bwd: number[] = [];
+      for (let k = 0; k < reps + 2; k++) {
+        let t0 = performance.now();
+        if (s === ranges.length - 1) {
+          const { dInput } = await runner.forwardBackwardLast(k, k, s === 0 ? null : framed(input));
+          if (dInput) framed(dInput);
+          if (k >= 2) fwd.push(performance.now() - t0);
+          if (k >= 2) bwd.push(0);
+          continue;
+        }
+        const out = s === 0 ? await runner.forwardFirst(k, k) : await runner.forwardMiddle(k, framed(input));
+        framed(out);
+        const f = performance.now() - t0;
+        t0 = performance.now();
+        const d = await runner.backward(k, framed(input));
+        if (d) framed(d);
+        if (k >= 2) {
+          fwd.push(f);
+          bwd.push(performance.now() - t0);
+        }
+      }
+      runner.dispose();
+      stages.push({ forwardMs: medianOf(fwd), backwardMs: medianOf(bwd) });
+    }
+    return { referenceGflops, stages };
+  } finally {
+    await engine.close();
+  }
+}

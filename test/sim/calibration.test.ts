@@ -1,0 +1,46 @@
+// The calibration path (src/sim/calibrate.ts) on fixed described networks,
+// against hand computations; no real network.
+import assert from 'node:assert/strict';
+import { test } from 'node:test';
+import { localHardware, localStages, predictLocal, type LocalNetwork } from '../../src/sim/calibrate.ts';
+import { STATE_BYTES_PER_PARAM, stageMergeTraffic } from '../../src/sim/costs.ts';
+import { Rng } from '../../src/sim/rng.ts';
+import { drawMiner } from '../../src/sim/hardware.ts';
+import { ORCHESTRATOR_TICK_MS } from '../../src/sim/merge-time.ts';
+import { rangeParamCount } from '../../src/model/gpt.ts';
+import { GPT_CONFIGS } from '../../src/model/config.ts';
+
+const miner = (name: string, gflops: number, bandwidthMbps = 1e5): LocalNetwork['miners'][number] => ({ name, gflops, memoryBytes: 8e9, bandwidthMbps, threads: 1 });
+
+test('a described network gets one class per miner, each drawn exactly once', () => {
+  const net: LocalNetwork = { miners: [miner('a', 10), miner('b', 20), miner('c', 30)], model: 'gpt-tiny', stages: 2, batchSize: 12, mergeEvery: 100 };
+  const rng = new Rng(1);
+  assert.deepEqual([0, 1, 2].map((i) => drawMiner(localHardware(net), rng, i).hardware), ['a', 'b', 'c']);
+});
+
+test('2 stages, 1 miner each, measured job times: tokens/s is a microbatch over the slower stage', () => {
+  // stage 0 runs forward 30 ms + backward 50 ms per microbatch, stage 1 one 70 ms job, measured at 40 GFLOP/s;
+  // two miners of 20 GFLOP/s take twice that: 160 and 140 ms; fast links; one microbatch is 12 × 64 = 768 tokens
+  const jobTimes = { referenceGflops: 40, stages: [{ forwardMs: 30, backwardMs: 50 }, { forwardMs: 70, backwardMs: 0 }] };
+  const net: LocalNetwork = { miners: [miner('a', 20), miner('b', 20)], model: 'gpt-tiny', stages: 2, batchSize: 12, mergeEvery: 1e9 };
+  const p = predictLocal(net, jobTimes, 0.1);
+  const hand = (768 * 1000) / 160;
+  assert.equal(p.merges, 0);
+  assert.ok(Math.abs(p.tokensPerS - hand) / hand < 0.03, `${p.tokensPerS} vs ${hand}`);
+});
+
+test('merge time: three phases, each the last heartbeat, the transfers and half a tick; applying one heartbeat more', () => {
+  const config = GPT_CONFIGS['gpt-tiny'];
+  const net: LocalNetwork = { miners: [miner('a', 40, 100), miner('b', 40, 100), miner('c', 40, 100), miner('d', 40, 100)], model: 'gpt-tiny', stages: 2, batchSize: 12, mergeEvery: 20 };
+  const p = predictLocal(net, undefined, 0.05);
+  assert.ok(p.merges > 2);
+  const ms = (bytes: number): number => (bytes * 8) / 100e6 * 1000;
+  const H = 250, lat = 2 * 0.05, hb = (H * 2) / 3, tick = ORCHESTRATOR_TICK_MS / 2;
+  const stageMs = localStages(net).map((range) => {
+    const params = rangeParamCount(config, range);
+    const t = stageMergeTraffic(params, 2);
+    return (hb + ms(t.uploadPseudoGradient) + lat + tick) + (hb + ms(t.downloadAsMerger) + ms(t.uploadMerged) + lat + tick) + (hb + ms(t.downloadMerged) + ms(params * STATE_BYTES_PER_PARAM) + lat + tick + H);
+  });
+  const hand = Math.max(...stageMs);
+  assert.ok(Math.abs(p.mergeMs - hand) < 1e-6, `${p.mergeMs} vs ${hand}`);
+});
