@@ -1,11 +1,13 @@
-// nbcli orchestrator start: the coordinator of a network, with its SQLite
-// state in the data dir and its blobs there too or in an S3 bucket (--blobs).
+// nbcli orchestrator start: the coordinator of a network, with its state in
+// the data dir's SQLite file or in PostgreSQL (--db), and its blobs in the
+// data dir too or in an S3 bucket (--blobs).
 import { NimbleError } from '../protocol/errors.ts';
 import { join } from 'node:path';
 import type { Command } from 'commander';
 import { parseDuration } from '../jobs/duration.ts';
 import { describeBlobStore, parseBlobStoreUrl, type BlobStoreSpec } from '../orchestrator/blob-store-url.ts';
 import { startOrchestrator } from '../orchestrator/server.ts';
+import { describeStateTarget, parseStateTarget } from '../orchestrator/state/target.ts';
 import { MAX_SYNTHETIC_RATE } from '../orchestrator/serving/synthetic-prompts.ts';
 import { emit, parsePositiveInt, resolveDataDir, withCommonOptions } from './common.ts';
 import { orchestratorChain, withOrchestratorChainOptions, type OrchestratorChainFlags } from './orchestrator-chain.ts';
@@ -21,6 +23,7 @@ interface Flags extends OrchestratorChainFlags {
   slashFraction: string;
   checkpointRetention: string;
   blobs?: string;
+  db?: string;
 }
 
 export function registerOrchestrator(program: Command): void {
@@ -36,6 +39,7 @@ export function registerOrchestrator(program: Command): void {
       .option('--check-rate <share>', 'share of forwards the orchestrator recomputes (spot checks; 0 disables)', '0.02')
       .option('--inference-check-rate <share>', "share of served inference windows (a session's calls at one stage) the orchestrator recomputes (0 disables)", '0.02')
       .option('--synthetic-prompts <rate>', `send this many completion requests a second (at most ${MAX_SYNTHETIC_RATE}) to the models being served, prompts from Moby Dick, billed to nobody, so that serving miners earn without outside users (default: none)`)
+      .option('--db <url>', 'where the state is kept: postgres://USER[:PASSWORD]@HOST[:PORT]/DATABASE (the password may come from $PGPASSWORD instead), or a SQLite file (default: <data-dir>/orchestrator/orchestrator.sqlite)')
       .option('--blobs <url>', "where blobs (checkpoints, stage weights, pseudo-gradients) are kept: a folder, or s3://BUCKET[/PREFIX][?endpoint=URL&region=R&pathStyle=true] for any S3-compatible store, credentials from AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY or AWS_PROFILE (default: <data-dir>/orchestrator/blobs)")
       .option('--checkpoint-retention <duration>', "how long an ended job's checkpoints are kept (e.g. 3d, 12h)", '3d')
       .option('--slash-fraction <share>', 'share of its stake a miner loses for each offence: a failed spot check, a forged receipt or claim, a poisoned merge (paid networks)', '0.05'),
@@ -44,6 +48,7 @@ export function registerOrchestrator(program: Command): void {
     if (!Number.isInteger(port) || port < 0 || port > 65535) throw new NimbleError('invalid', `--port must be 0-65535, got '${flags.port}'`);
     const dataDir = join(resolveDataDir(flags), 'orchestrator');
     const blobs: BlobStoreSpec | undefined = flags.blobs === undefined ? undefined : parseBlobStoreUrl(flags.blobs);
+    const db = flags.db === undefined ? undefined : parseStateTarget(flags.db);
     const coordinator = {
       minerTimeoutMs: parsePositiveInt('--miner-timeout-ms', flags.minerTimeoutMs, 4000),
       microbatchDeadlineMs: parsePositiveInt('--deadline-ms', flags.deadlineMs, 15000),
@@ -70,14 +75,15 @@ export function registerOrchestrator(program: Command): void {
     const chain = await orchestratorChain(flags, log);
     let orch;
     try {
-      orch = await startOrchestrator({ dataDir, blobs, walletsDataDir: resolveDataDir(flags), host: flags.host, port, coordinator, chain: chain ?? undefined, checkpointRetentionMs, inferenceChecks, syntheticPrompts });
+      orch = await startOrchestrator({ dataDir, db, blobs, walletsDataDir: resolveDataDir(flags), host: flags.host, port, coordinator, chain: chain ?? undefined, checkpointRetentionMs, inferenceChecks, syntheticPrompts });
     } catch (err) {
       await chain?.close?.();
       throw err;
     }
     const paid = chain ? `paying ${flags.emission ?? '100'} NIM per epoch on chain ${chain.client.chainId}` : 'unpaid (--no-chain)';
     const blobsWhere = describeBlobStore(blobs ?? { kind: 'fs', dir: join(dataDir, 'blobs') });
-    emit(flags, { event: 'listening', url: orch.url, dataDir, blobs: blobsWhere, chainId: chain?.client.chainId ?? null, dashboard: `${orch.url}/`, login: orch.loginUrl }, () => `orchestrator listening on ${orch.url} (state in ${dataDir}${blobs ? `, blobs in ${blobsWhere}` : ''}; ${paid})\ndashboard: ${orch.url}/ (to act as the operator, log in once with ${orch.loginUrl})`);
+    const stateWhere = db === undefined ? join(dataDir, 'orchestrator.sqlite') : describeStateTarget(db);
+    emit(flags, { event: 'listening', url: orch.url, dataDir, state: stateWhere, blobs: blobsWhere, chainId: chain?.client.chainId ?? null, dashboard: `${orch.url}/`, login: orch.loginUrl }, () => `orchestrator listening on ${orch.url} (state in ${db === undefined ? dataDir : stateWhere}${blobs ? `, blobs in ${blobsWhere}` : ''}; ${paid})\ndashboard: ${orch.url}/ (to act as the operator, log in once with ${orch.loginUrl})`);
     await waitForSignal();
     await orch.close();
   });

@@ -1,4 +1,5 @@
-// Starts an orchestrator: the SQLite file in its data dir, the blob store (a
+// Starts an orchestrator: its state (a SQLite file in its data dir, or
+// PostgreSQL: ./state/index.ts), the blob store (a
 // folder in the data dir by default, or an S3 bucket: ./blob-store-url.ts), the
 // coordinator, the HTTP API on a loopback port (by default), and the clock.
 import { mkdirSync } from 'node:fs';
@@ -24,6 +25,8 @@ import { SyntheticPrompts, type SyntheticOptions } from './serving/synthetic-pro
 
 export interface OrchestratorOptions {
   dataDir: string;
+  /** the state database (--db): a postgres:// URL or a SQLite file; absent: the file <dataDir>/orchestrator.sqlite */
+  db?: string;
   /** where the blobs are (--blobs: a folder or an S3 bucket, src/orchestrator/blob-store-url.ts); absent: the folder <dataDir>/blobs */
   blobs?: BlobStoreSpec;
   /** the data dir whose wallets (`<it>/wallets`) the dashboard's Wallets page shows; absent: none */
@@ -70,7 +73,13 @@ export async function startOrchestrator(options: OrchestratorOptions): Promise<R
   // first, so a bucket that is not there stops the start before anything is open
   const blobStore = await openBlobStore(options.blobs, options.dataDir);
   const blobs = blobStore.store;
-  const state = OrchestratorState.open(join(options.dataDir, 'orchestrator.sqlite'));
+  let state: OrchestratorState;
+  try {
+    state = OrchestratorState.open(options.db ?? join(options.dataDir, 'orchestrator.sqlite'));
+  } catch (err) {
+    blobStore.close();
+    throw err;
+  }
   const slashing = { ...options.coordinator?.slashing, enabled: Boolean(options.chain) };
   // with no chain no epoch ever covers the work log: its old entries are folded into sums without waiting for one
   const gc = { foldUnpaidWork: !options.chain, ...options.coordinator?.gc };
