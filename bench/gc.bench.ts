@@ -21,9 +21,8 @@ import assert from 'node:assert/strict';
 import { readdirSync, statSync } from 'node:fs';
 import { join } from 'node:path';
 import Database from 'better-sqlite3';
-import type { RunRecord } from '../src/orchestrator/state/runs.ts';
 import { Harness } from '../test/orchestrator/helpers.ts';
-import { applyAll, beatAll, mergeAll, tickSettled, trainMicrobatches, uploadAll } from '../test/orchestrator/flows.ts';
+import { beatAll, mergeRoundAll, trainMicrobatches } from '../test/orchestrator/flows.ts';
 import type { Bench, BenchOptions, BenchResult } from './harness.ts';
 
 const ROUNDS = 200;
@@ -70,18 +69,6 @@ function footprint(h: Harness): Footprint {
   }
 }
 
-/** One merge round of both stages, every phase done by every replica, as honest miners do it. */
-async function mergeRound(h: Harness, run: RunRecord, round: number): Promise<void> {
-  h.tick();
-  assert.equal(h.run(run.id).status, 'merging', `round ${round} opened`);
-  for (const s of [0, 1]) await uploadAll(h, run, s);
-  h.tick();
-  for (const s of [0, 1]) await mergeAll(h, run, s);
-  await tickSettled(h);
-  for (const s of [0, 1]) await applyAll(h, run, s, round);
-  h.tick();
-}
-
 async function longRun(log: (line: string) => void): Promise<BenchResult[]> {
   // as an orchestrator without a chain (nobody paid: the work log is folded without waiting for epochs), entries kept 30 min
   const h = await Harness.open({ minerTimeoutMs: 1e12, microbatchDeadlineMs: 1e12, gc: { workRetentionMs: 30 * 60_000, foldUnpaidWork: true } });
@@ -92,7 +79,7 @@ async function longRun(log: (line: string) => void): Promise<BenchResult[]> {
     const at: Footprint[] = [];
     for (let round = 1; round <= ROUNDS; round++) {
       trainMicrobatches(h, run, 4);
-      await mergeRound(h, run, round);
+      await mergeRoundAll(h, run, round);
       h.advance(ROUND_MS);
       for (const m of h.miners.values()) m.beat(); // miners stay alive across the minute
       h.tick(); // the collector's pass from the clock

@@ -105,3 +105,16 @@ export async function trainToCompletion(h: Harness, run: RunRecord): Promise<num
   assert.equal(h.run(run.id).status, 'completed');
   return ids;
 }
+
+/** Merge round `round` of both stages, every phase done by every replica (the microbatches that make it due trained before). */
+export async function mergeRoundAll(h: Harness, run: RunRecord, round: number): Promise<void> {
+  h.tick();
+  assert.equal(h.run(run.id).status, 'merging', `round ${round} opened`);
+  for (const s of [0, 1]) await uploadAll(h, run, s);
+  h.tick();
+  for (const s of [0, 1]) await mergeAll(h, run, s);
+  await tickSettled(h);
+  for (const s of [0, 1]) await applyAll(h, run, s, round);
+  h.tick();
+  assert.deepEqual(h.state.runs.stages(run.id).map((s) => s.round), [round, round], `round ${round} done`);
+}

@@ -16,7 +16,7 @@ import { MergeChecks } from '../../src/orchestrator/merge-checks.ts';
 import { runView } from '../../src/orchestrator/views.ts';
 import { encodeCheckBundle } from '../../src/protocol/check-bundle.ts';
 import { encodeFrame, readFrameHeader } from '../../src/protocol/frame.ts';
-import { applyAll, beatAll, blobIds, mergeAll, tickSettled, trainMicrobatches, trainToCompletion, uploadAll } from './flows.ts';
+import { beatAll, blobIds, mergeRoundAll, trainMicrobatches, trainToCompletion, uploadAll } from './flows.ts';
 import { CONFIG, FRAME_BYTES, Harness, type FakeMiner } from './helpers.ts';
 
 /** No pass from the clock unless a test says so: the tests collect by hand. */
@@ -41,19 +41,6 @@ function twoByTwo(h: Harness, steps = 40): RunRecord {
   const run = h.createRun({ steps, mergeEvery: 2 });
   beatAll(...h.miners.values());
   return run;
-}
-
-/** Merge round `round` of both stages, every phase done by every replica (the microbatches that make it due trained before). */
-async function mergeRoundAll(h: Harness, run: RunRecord, round: number): Promise<void> {
-  h.tick();
-  assert.equal(h.run(run.id).status, 'merging', `round ${round} opened`);
-  for (const s of [0, 1]) await uploadAll(h, run, s);
-  h.tick();
-  for (const s of [0, 1]) await mergeAll(h, run, s);
-  await tickSettled(h);
-  for (const s of [0, 1]) await applyAll(h, run, s, round);
-  h.tick();
-  assert.deepEqual(h.state.runs.stages(run.id).map((s) => s.round), [round, round], `round ${round} done`);
 }
 
 /** Rounds of a stage that have a row, in order. */
