@@ -85,25 +85,37 @@ export async function sendContractTx(client: { public: PublicClient<Transport, C
 }
 
 /** How many times a send is retried when another sender of the same account took its nonce. */
-const NONCE_RETRIES = 5;
+const NONCE_RETRIES = 8;
 
 /**
  * Sends a simulated request. Two processes may sign with one account (on the
  * local chain the orchestrator settles epochs with the operator key that
  * `nbcli wallet faucet` mints with): both read the same next nonce and the
- * second send is refused as "nonce too low", having sent nothing. Such a send
- * is retried with the nonce read again; any other error is the caller's.
+ * second send is refused, having sent nothing. Such a send is retried with the
+ * nonce read again; any other error is the caller's.
  */
 async function withFreshNonce(send: () => Promise<Hash>): Promise<Hash> {
   for (let attempt = 0; ; attempt++) {
     try {
       return await send();
     } catch (err) {
-      const nonceTaken = err instanceof BaseError && err.walk((e) => e instanceof NonceTooLowError) instanceof NonceTooLowError;
-      if (!nonceTaken || attempt >= NONCE_RETRIES) throw err;
-      await new Promise((resolve) => setTimeout(resolve, 50 * (attempt + 1)));
+      if (!isNonceTaken(err) || attempt >= NONCE_RETRIES) throw err;
+      // jittered, so that senders that collided once do not collide again
+      await new Promise((resolve) => setTimeout(resolve, 25 * (attempt + 1) + Math.random() * 50));
     }
   }
+}
+
+/**
+ * Whether a send was refused because another transaction holds its nonce:
+ * "nonce too low" once that one is mined, "replacement transaction
+ * underpriced" while it is still pending at the same fee (a node takes a
+ * second transaction with a pending one's nonce as an attempt to replace it).
+ */
+export function isNonceTaken(err: unknown): boolean {
+  if (!(err instanceof BaseError)) return false;
+  if (err.walk((e) => e instanceof NonceTooLowError) instanceof NonceTooLowError) return true;
+  return err.walk((e) => e instanceof BaseError && /replacement transaction underpriced/i.test(e.details)) !== null;
 }
 
 /** Turns a viem revert into one line naming the contract error. */

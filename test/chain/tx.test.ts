@@ -6,7 +6,8 @@ import { after, before, test } from 'node:test';
 import { nimAbi } from '../../src/chain/abis.ts';
 import { signerFor } from '../../src/chain/client.ts';
 import { nimBalance } from '../../src/chain/token.ts';
-import { sendContractTx } from '../../src/chain/tx.ts';
+import { isNonceTaken, sendContractTx } from '../../src/chain/tx.ts';
+import { BaseError, ContractFunctionExecutionError, NonceTooLowError } from 'viem';
 import { startTestChain, type TestChain } from './helpers.ts';
 
 let chain: TestChain;
@@ -24,4 +25,12 @@ test('concurrent sends from one account by separate clients all land, each once'
   );
   assert.equal(new Set(sent.map((t) => t.hash)).size, 6);
   assert.equal(await nimBalance(chain.client, to), start + 21n);
+});
+
+test('a send refused because another transaction holds its nonce is recognized, mined or pending; other refusals are not', () => {
+  const wrap = (inner: Error): BaseError => new ContractFunctionExecutionError(new BaseError('Transaction creation failed.', { cause: inner }), { abi: nimAbi, functionName: 'mint', args: [] });
+  assert.equal(isNonceTaken(wrap(new NonceTooLowError())), true);
+  assert.equal(isNonceTaken(wrap(new BaseError('Transaction creation failed.', { details: 'replacement transaction underpriced' }))), true);
+  assert.equal(isNonceTaken(wrap(new BaseError('Transaction creation failed.', { details: 'insufficient funds for gas * price + value' }))), false);
+  assert.equal(isNonceTaken(new Error('replacement transaction underpriced')), false);
 });
