@@ -12,7 +12,7 @@ import { resolve, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { NimbleError } from '../protocol/errors.ts';
 import { FsBlobStore, type BlobStore } from './blobs.ts';
-import { describeS3, S3BlobStore, type S3Location } from './blobs-s3.ts';
+import { describeS3, type S3Location } from './s3-location.ts';
 
 /** A parsed --blobs value. */
 export type BlobStoreSpec = { kind: 'fs'; dir: string } | ({ kind: 's3' } & S3Location);
@@ -109,6 +109,8 @@ export function describeBlobStore(spec: BlobStoreSpec): string {
 export async function openBlobStore(spec: BlobStoreSpec | undefined, dataDir: string): Promise<OpenedBlobStore> {
   const chosen = spec ?? { kind: 'fs', dir: join(dataDir, 'blobs') };
   if (chosen.kind === 'fs') return { store: await FsBlobStore.open(chosen.dir), where: chosen.dir, close: () => {} };
+  // loaded here: the AWS SDK is a fifth of nbcli's start-up, and most orchestrators keep a folder
+  const { S3BlobStore } = await import('./blobs-s3.ts');
   const store = await S3BlobStore.open(chosen);
   return { store, where: store.where, close: () => store.close() };
 }

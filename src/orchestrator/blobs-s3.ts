@@ -30,23 +30,12 @@ import {
 } from '@aws-sdk/client-s3';
 import { NimbleError } from '../protocol/errors.ts';
 import { BlobError, assertBlobId, assertBlobPrefix, blobId, type BlobStore } from './blobs.ts';
+import { describeS3, type S3Location } from './s3-location.ts';
 
 const MiB = 1024 * 1024;
 /** S3's smallest part (every part but the last) and its most parts per upload. */
 const MIN_PART_BYTES = 5 * MiB;
 const MAX_PARTS = 10_000;
-
-/** Where the bucket is and how to reach it. */
-export interface S3Location {
-  bucket: string;
-  /** key prefix, no slash at either end ('' : the bucket's root) */
-  prefix: string;
-  /** an S3-compatible server's http(s) URL; absent: AWS S3 */
-  endpoint?: string;
-  region: string;
-  /** bucket in the path (http://host/bucket/key) rather than the host name */
-  forcePathStyle: boolean;
-}
 
 /** An S3BlobStore's location and tuning. */
 export interface S3BlobStoreOptions extends S3Location {
@@ -84,11 +73,6 @@ function statusOf(err: unknown): number | undefined {
 function isNotFound(err: unknown): boolean {
   const name = (err as SdkError).name;
   return name === 'NotFound' || name === 'NoSuchKey' || (statusOf(err) === 404 && name !== 'NoSuchBucket');
-}
-
-/** A location as a person reads it: s3://bucket/prefix (endpoint or AWS region). */
-export function describeS3(location: S3Location): string {
-  return `s3://${location.bucket}${location.prefix ? `/${location.prefix}` : ''} (${location.endpoint ?? `AWS S3, region ${location.region}`})`;
 }
 
 /** The SDK warns on every start that it will drop Node 20 in 2027; an orchestrator's output is not the place (the user may still ask for it). */

@@ -15,9 +15,12 @@ import { localOperatorAccount, withChain } from '../../src/chain/session.ts';
 import { nimBalance } from '../../src/chain/token.ts';
 import { sendContractTx } from '../../src/chain/tx.ts';
 import { startTestChain, supplyReport, tempDir } from './helpers.ts';
+import { nbcliArgv } from '../helpers/nbcli.ts';
+
+/** nbcli as a child process (the build when fresh: test/helpers/nbcli.ts) */
+const [node, ...pre] = nbcliArgv();
 
 const root = fileURLToPath(new URL('../..', import.meta.url));
-const main = join(root, 'src', 'cli', 'main.ts');
 let dataDir: string;
 let bobAddress = '';
 let aliceAddress = '';
@@ -39,7 +42,7 @@ interface Run {
 
 function nbcli(args: string[], env: Record<string, string | undefined> = {}): Promise<Run> {
   return new Promise((resolve, reject) => {
-    const child = spawn(process.execPath, ['--import', 'tsx', main, ...args, '--data-dir', dataDir], {
+    const child = spawn(node, [...pre, ...args, '--data-dir', dataDir], {
       cwd: root,
       env: { ...process.env, NIMBLE_PASSWORD: 'hunter2', NIMBLE_CHAIN_RPC: '', ...env },
       stdio: ['ignore', 'pipe', 'pipe'],

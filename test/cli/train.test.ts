@@ -7,6 +7,10 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, test } from 'node:test';
 import { readCheckpoint } from '../../src/model/checkpoint.ts';
+import { nbcliArgv } from '../helpers/nbcli.ts';
+
+/** nbcli as a child process (the build when fresh: test/helpers/nbcli.ts) */
+const [node, ...pre] = nbcliArgv();
 
 const root = new URL('../..', import.meta.url).pathname;
 let dir: string;
@@ -18,7 +22,7 @@ after(() => {
 });
 
 function nbcli(args: string[]): { status: number | null; stdout: string; stderr: string } {
-  const r = spawnSync(process.execPath, ['--import', 'tsx', join(root, 'src/cli/main.ts'), ...args], {
+  const r = spawnSync(node, [...pre, ...args], {
     cwd: root,
     encoding: 'utf8',
     env: { ...process.env, NIMBLE_HOME: dir },

@@ -12,9 +12,9 @@ import { generatePrivateKey } from 'viem/accounts';
 import { OrchestratorClient } from '../../src/api/client.ts';
 import type { CreateRunRequest, EpochView, RunView } from '../../src/api/schemas.ts';
 import type { Kind } from '../helpers/byzantine.ts';
+import { nbcliArgv } from '../helpers/nbcli.ts';
 
 const root = new URL('../..', import.meta.url).pathname;
-const MAIN = join(root, 'src/cli/main.ts');
 const BYZANTINE_MINER = join(root, 'test/helpers/byzantine-miner.ts');
 
 export interface Proc {
@@ -34,7 +34,8 @@ export class Cluster {
   port = 0;
 
   spawnNbcli(args: string[], home: string): Proc {
-    return this.spawnScript(MAIN, [...args, '--json'], home);
+    const [node, ...pre] = nbcliArgv();
+    return this.spawnProcess(node, [...pre, ...args, '--json'], home);
   }
 
   /** Runs an nbcli command to its end: its exit code, the JSON lines it printed, and its stderr. */
@@ -55,7 +56,12 @@ export class Cluster {
 
   /** Runs a TypeScript file of the project in a child process (through tsx), its output collected like nbcli's. */
   spawnScript(script: string, args: string[], home: string): Proc {
-    const child = spawn(process.execPath, ['--import', 'tsx', script, ...args], {
+    return this.spawnProcess(process.execPath, ['--import', 'tsx', script, ...args], home);
+  }
+
+  /** Starts a child process with NIMBLE_HOME=home, its stdout lines collected and JSON ones matched by waitFor. */
+  private spawnProcess(command: string, args: string[], home: string): Proc {
+    const child = spawn(command, args, {
       cwd: root,
       env: { ...process.env, NIMBLE_HOME: home },
       stdio: ['ignore', 'pipe', 'pipe'],

@@ -25,6 +25,10 @@ import { startOrchestrator } from '../../src/orchestrator/server.ts';
 import { OrchestratorState } from '../../src/orchestrator/state/index.ts';
 import { displayNim } from '../../src/chain/nim-display.ts';
 import { startTestChain, tempDir, type TestChain } from '../chain/helpers.ts';
+import { nbcliArgv } from '../helpers/nbcli.ts';
+
+/** nbcli as a child process (the build when fresh: test/helpers/nbcli.ts) */
+const [node, ...pre] = nbcliArgv();
 
 const root = fileURLToPath(new URL('../..', import.meta.url));
 let chain: TestChain;
@@ -233,7 +237,7 @@ test('one slash per failed check, its amount from the stake at the offence, sent
 
 function nbcli(args: string[]): Promise<string> {
   return new Promise((resolve, reject) => {
-    const child = spawn(process.execPath, ['--import', 'tsx', join(root, 'src/cli/main.ts'), ...args], { cwd: root, stdio: ['ignore', 'pipe', 'pipe'] });
+    const child = spawn(node, [...pre, ...args], { cwd: root, stdio: ['ignore', 'pipe', 'pipe'] });
     let out = '';
     let err = '';
     child.stdout.on('data', (d: Buffer) => (out += d.toString()));

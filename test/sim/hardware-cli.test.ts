@@ -12,12 +12,16 @@ import { registerSimulate } from '../../src/cli/simulate.ts';
 import { DEFAULT_HARDWARE, drawMiner, loadHardwareFile, validateHardwareTable } from '../../src/sim/hardware.ts';
 import { modelParams, simModel } from '../../src/sim/models.ts';
 import { Rng } from '../../src/sim/rng.ts';
+import { nbcliArgv } from '../helpers/nbcli.ts';
+
+/** nbcli as a child process (the build when fresh: test/helpers/nbcli.ts) */
+const [node, ...pre] = nbcliArgv();
 
 const root = fileURLToPath(new URL('../..', import.meta.url));
 const dir = mkdtempSync(join(tmpdir(), 'nimble-sim-'));
 
 function nbcli(...args: string[]) {
-  return spawnSync(process.execPath, ['--import', 'tsx', join(root, 'src/cli/main.ts'), ...args], { cwd: root, encoding: 'utf8', timeout: 60_000 });
+  return spawnSync(node, [...pre, ...args], { cwd: root, encoding: 'utf8', timeout: 60_000 });
 }
 
 test('the built-in table validates, and miners are drawn in proportion to the shares', () => {
