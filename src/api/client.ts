@@ -7,6 +7,7 @@
 import { Type } from '@sinclair/typebox';
 import type { Hex } from 'viem';
 import { JsonClient, SignedClient } from '../http/client.ts';
+import type { BaseUrls, Failover } from '../http/failover.ts';
 import { NimbleError } from '../protocol/errors.ts';
 import { parseJson } from '../protocol/messages.ts';
 import { RequestSigner } from '../protocol/signing.ts';
@@ -32,12 +33,14 @@ export class OrchestratorClient {
   private developer: Promise<SignedClient> | null = null;
 
   constructor(
-    baseUrl: string | URL,
+    /** the orchestrator: one URL, several of one network (src/http/failover.ts), or the Failover of other clients of it */
+    baseUrl: BaseUrls | Failover,
     private readonly options: OrchestratorClientOptions = {},
   ) {
     this.http = new JsonClient(baseUrl, options.timeoutMs ?? 15_000, 'the orchestrator');
   }
 
+  /** The orchestrator URL requests go to now. */
   get url(): string {
     return this.http.baseUrl.href.replace(/\/$/, '');
   }
@@ -46,7 +49,8 @@ export class OrchestratorClient {
   signed(): Promise<SignedClient> {
     const wallet = this.options.wallet;
     if (!wallet) return Promise.reject(new NimbleError('invalid', 'this needs a developer key (a wallet) to sign with'));
-    this.developer ??= findNetwork(this.url, () => false, DEVELOPER_WAIT_MS).then(({ domain }) => new SignedClient(this.url, new RequestSigner(wallet, { domain }), this.options.timeoutMs));
+    const orchestrators = this.http.failover;
+    this.developer ??= findNetwork(orchestrators, () => false, DEVELOPER_WAIT_MS).then(({ domain }) => new SignedClient(orchestrators, new RequestSigner(wallet, { domain }), this.options.timeoutMs));
     return this.developer;
   }
 

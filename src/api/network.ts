@@ -4,6 +4,7 @@
 // and signs the tickets of the microbatches it is given.
 import { randomBytes } from 'node:crypto';
 import { JsonClient } from '../http/client.ts';
+import { showUrl, type BaseUrls, type Failover } from '../http/failover.ts';
 import { NimbleError } from '../protocol/errors.ts';
 import { NetworkInfo } from '../protocol/messages.ts';
 import { verifyNetwork } from '../protocol/network.ts';
@@ -18,11 +19,13 @@ export interface Network {
 export const MINER_WAIT_MS = 60_000;
 
 /**
- * Asks `orchestrator` for its network, retrying while it is unreachable for
- * up to `waitMs` (a miner waits for an orchestrator that is starting; a
- * developer's command gives up after a few seconds and says so).
+ * Asks `orchestrator` for its network (one URL, or several tried in turn as
+ * src/http/failover.ts says), retrying while none is reachable, or while
+ * none has a leader, for up to `waitMs` (a miner waits for an orchestrator
+ * that is starting; a developer's command gives up after a few seconds and
+ * says so).
  */
-export async function findNetwork(orchestrator: string, stopped: () => boolean = () => false, waitMs: number = MINER_WAIT_MS): Promise<Network> {
+export async function findNetwork(orchestrator: BaseUrls | Failover, stopped: () => boolean = () => false, waitMs: number = MINER_WAIT_MS): Promise<Network> {
   const client = new JsonClient(orchestrator, 10_000, 'the orchestrator');
   const giveUpAt = Date.now() + waitMs;
   for (let attempt = 0; ; attempt++) {
@@ -30,9 +33,10 @@ export async function findNetwork(orchestrator: string, stopped: () => boolean =
     try {
       const info = await client.get(`/network?challenge=${challenge}`, NetworkInfo, 'network');
       const domain = verifyNetwork(info, challenge);
-      if (!domain) throw new NimbleError('forbidden', `${orchestrator} did not prove it holds the key it announces`);
+      if (!domain) throw new NimbleError('forbidden', `${showUrl(client.baseUrl)} did not prove it holds the key it announces`);
       return { domain, orchestratorKey: info.publicKey };
     } catch (err) {
+      // 'unreachable': no answer, or a follower with no leader to pass the request on to (a 503)
       const unreachable = err instanceof NimbleError && err.code === 'unreachable';
       if (!unreachable || Date.now() >= giveUpAt || stopped()) throw err;
       await new Promise((r) => setTimeout(r, Math.min(2000, 100 * 2 ** attempt)));

@@ -1,7 +1,9 @@
 // nbcli miner start: join a network and train the stage it assigns, or serve a
 // stage of a deployed model (--serve inference|training|both). A deployed
 // model's weights are checked against the ModelRegistry of the miner's chain:
-// --chain-rpc, or the local node of its data dir.
+// --chain-rpc, or the local node of its data dir. --orchestrator may name
+// several orchestrators of one network (URL,URL... or the flag repeated): the
+// miner moves to the next when the one it talks to stops answering.
 import { NimbleError } from '../protocol/errors.ts';
 import { join } from 'node:path';
 import type { Command } from 'commander';
@@ -16,7 +18,7 @@ import { signingKey } from './keys.ts';
 
 interface Flags extends CommonOptions {
   'wallet.name'?: string;
-  orchestrator: string;
+  orchestrator: string[];
   name?: string;
   threads?: string;
   throttle: string;
@@ -32,13 +34,42 @@ interface Flags extends CommonOptions {
 
 const SERVE_SETTINGS: readonly ServeSetting[] = ['inference', 'training', 'both'];
 
+/** Collects a repeated flag's values. */
+function collect(value: string, previous: string[] | undefined): string[] {
+  return [...(previous ?? []), value];
+}
+
+/**
+ * The orchestrator URLs of --orchestrator's values (each one URL or several
+ * separated by commas), without trailing slashes; throws an 'invalid'
+ * NimbleError naming the first that is not an http(s) URL, or one given twice.
+ */
+export function parseOrchestratorUrls(values: readonly string[]): string[] {
+  const urls: string[] = [];
+  for (const given of values.flatMap((v) => v.split(','))) {
+    const text = given.trim();
+    let url: URL | null = null;
+    try {
+      url = new URL(text);
+    } catch {
+      // said below
+    }
+    if (!url || (url.protocol !== 'http:' && url.protocol !== 'https:')) throw new NimbleError('invalid', `--orchestrator: '${text}' is not an http(s) URL (give one, or several separated by commas)`);
+    const href = url.href.replace(/\/$/, '');
+    if (urls.includes(href)) throw new NimbleError('invalid', `--orchestrator names ${href} twice`);
+    urls.push(href);
+  }
+  if (urls.length === 0) throw new NimbleError('invalid', '--orchestrator needs a URL');
+  return urls;
+}
+
 export function registerMiner(program: Command): void {
   const group = program.command('miner').description('run a miner');
   withCommonOptions(
     group
       .command('start')
       .description('join a network and train the stage the orchestrator assigns')
-      .requiredOption('--orchestrator <url>', 'the orchestrator, e.g. http://127.0.0.1:7070')
+      .requiredOption('--orchestrator <url,...>', 'the orchestrator, e.g. http://127.0.0.1:7070; or several of one network, separated by commas or with the flag repeated (it moves to the next when one stops answering)', collect)
       .option('--name <name>', 'a name shown in the dashboard')
       .option('--threads <n>', 'engine threads (default: every core)')
       .option('--throttle <f>', 'use only this share of the time, 0 < f <= 1', '1')
@@ -52,12 +83,7 @@ export function registerMiner(program: Command): void {
       .option('--chain-rpc <url>', "check deployed models' weights against the ModelRegistry on the chain at this RPC URL (addresses from <data-dir>/chain/deployment.json; default: the local node of the data dir, if it has one; $NIMBLE_CHAIN_RPC)")
       .option('--wallet.name <name>', 'sign with this wallet (<data-dir>/wallets/NAME.json; password from $NIMBLE_PASSWORD or a prompt) instead of <data-dir>/miner/miner-key.json'),
   ).action(async (flags: Flags) => {
-    let orchestrator: URL;
-    try {
-      orchestrator = new URL(flags.orchestrator);
-    } catch {
-      throw new NimbleError('invalid', `--orchestrator must be a URL, got '${flags.orchestrator}'`);
-    }
+    const orchestrator = parseOrchestratorUrls(flags.orchestrator);
     const throttle = Number(flags.throttle);
     if (!(throttle > 0 && throttle <= 1)) throw new NimbleError('invalid', `--throttle must be in (0, 1], got '${flags.throttle}'`);
     const port = Number(flags.port);
@@ -80,7 +106,7 @@ export function registerMiner(program: Command): void {
     const backend = flags.backend as BackendChoice;
     const registryLookup = serve === 'training' ? null : chainRegistryLookup(resolveDataDir(flags), chainRpcOf(flags));
     const privateKey = await signingKey(flags, 'miner-key.json', dataDir);
-    const miner = await Miner.start({ orchestrator: orchestrator.href.replace(/\/$/, ''), dataDir, name: flags.name, threads, throttle, host: flags.host, port, slots, log, mergeDelayMs, privateKey, memoryBytes, serve, registryLookup, backend });
+    const miner = await Miner.start({ orchestrator, dataDir, name: flags.name, threads, throttle, host: flags.host, port, slots, log, mergeDelayMs, privateKey, memoryBytes, serve, registryLookup, backend });
     emit(flags, { event: 'started', address: miner.address, url: miner.url, serve, backend: miner.backend, chain: registryLookup !== null }, () => `miner ${miner.address} serving peers on ${miner.url} (offers ${serve === 'both' ? 'training and inference' : serve}, trains on ${miner.backend}${serve !== 'training' && !registryLookup ? "; no chain: deployed models of a paid network are refused, see --chain-rpc" : ''})`);
     await waitForSignal();
     await miner.stop();

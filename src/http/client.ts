@@ -1,11 +1,14 @@
 // The client half of the error contract: a request that fails comes back as a
 // NimbleError with the server's code and status (or 'unreachable' when there
-// was no answer), and JSON replies are validated against their schema.
+// was no answer), and JSON replies are validated against their schema. A
+// client is given one base URL or several (./failover.ts: a request moves to
+// the next only when the one it went to certainly did nothing with it).
 import type { Static, TSchema } from '@sinclair/typebox';
 import { NimbleError } from '../protocol/errors.ts';
 import { parseJson } from '../protocol/messages.ts';
 import type { RequestSigner } from '../protocol/signing.ts';
-import { send, type Sent, type TransportError } from './transport.ts';
+import { Failover, isAbsoluteUrl, type BaseUrls } from './failover.ts';
+import { send, TransportError, type Sent } from './transport.ts';
 
 export type HttpMethod = 'GET' | 'POST' | 'DELETE';
 
@@ -54,58 +57,85 @@ const JSON_TYPE = { 'content-type': 'application/json' };
 
 /** A client of one JSON API (unsigned): GET and POST with validated replies. */
 export class JsonClient {
-  readonly baseUrl: URL;
+  /** the base URLs and the one requests go to now */
+  readonly failover: Failover;
 
   constructor(
-    baseUrl: string | URL,
+    /** one base URL, several (./failover.ts), or the Failover of other clients of the same service */
+    baseUrl: BaseUrls | Failover,
     private readonly timeoutMs = 15_000,
     /** who answers, for messages (e.g. 'the orchestrator') */
     private readonly peer?: string,
   ) {
-    try {
-      this.baseUrl = new URL(baseUrl);
-    } catch {
-      throw new NimbleError('invalid', `not a URL: '${String(baseUrl)}'`);
-    }
+    this.failover = Failover.of(baseUrl);
+  }
+
+  /** The base URL requests go to now. */
+  get baseUrl(): URL {
+    return this.failover.current;
   }
 
   async get<T extends TSchema>(path: string, reply: T, what: string): Promise<Static<T>> {
-    return parseJson(reply, await httpRequest(new URL(path, this.baseUrl), { method: 'GET', timeoutMs: this.timeoutMs, peer: this.peer }), what);
+    return parseJson(reply, await this.send('GET', path), what);
   }
 
   async post<T extends TSchema>(path: string, value: unknown, reply: T, what: string): Promise<Static<T>> {
-    const body = new TextEncoder().encode(JSON.stringify(value));
-    return parseJson(reply, await httpRequest(new URL(path, this.baseUrl), { method: 'POST', headers: JSON_TYPE, body, timeoutMs: this.timeoutMs, peer: this.peer }), what);
+    return parseJson(reply, await this.send('POST', path, new TextEncoder().encode(JSON.stringify(value))), what);
   }
 
   async bytes(path: string): Promise<Uint8Array> {
-    return httpRequest(new URL(path, this.baseUrl), { method: 'GET', timeoutMs: this.timeoutMs, peer: this.peer });
+    return this.send('GET', path);
+  }
+
+  private send(method: HttpMethod, path: string, body?: Uint8Array): Promise<Uint8Array> {
+    const req: HttpRequest = { method, headers: body ? JSON_TYPE : undefined, body, timeoutMs: this.timeoutMs, peer: this.peer };
+    return this.failover.send(method, (base) => httpRequest(new URL(path, base), req));
   }
 }
 
-/** A client that signs every request with one key (a miner's wallet key to join, its session key after). */
 /** Times a signed request refused with 429 is sent again (pauses of about 0.25, 0.5, 1, 2 s). */
 const RATE_LIMIT_RETRIES = 4;
 
+/**
+ * A client that signs every request with one key (a miner's wallet key to
+ * join, its session key after). A path goes to the base URLs (moving on as
+ * ./failover.ts says, signed afresh for each); a whole URL (a peer's) goes
+ * there alone.
+ */
 export class SignedClient {
+  /** the base URLs and the one requests go to now */
+  readonly failover: Failover;
+
   constructor(
-    readonly baseUrl: string,
+    /** one base URL, several (./failover.ts), or the Failover of other clients of the same service */
+    baseUrl: BaseUrls | Failover,
     readonly signer: RequestSigner,
     private readonly timeoutMs = 30_000,
-  ) {}
+  ) {
+    this.failover = Failover.of(baseUrl);
+  }
+
+  /** The base URL requests go to now. */
+  get baseUrl(): string {
+    return this.failover.current.href;
+  }
 
   get address(): `0x${string}` {
     return this.signer.address;
   }
 
   /**
-   * Sends a signed request to `url` (absolute, or a path on the base URL);
+   * Sends a signed request to `url` (absolute, or a path on the base URLs);
    * returns the body bytes. A 429 (`rate_limited`: the server is taking
    * signatures slower than they come) is sent again, signed afresh, after
    * RATE_LIMIT_RETRIES growing pauses.
    */
   async request(method: HttpMethod, pathOrUrl: string, body?: Uint8Array, contentType = 'application/octet-stream'): Promise<Uint8Array> {
-    const url = new URL(pathOrUrl, this.baseUrl);
+    if (isAbsoluteUrl(pathOrUrl)) return this.requestAt(new URL(pathOrUrl), method, body, contentType);
+    return this.failover.send(method, (base) => this.requestAt(new URL(pathOrUrl, base), method, body, contentType));
+  }
+
+  private async requestAt(url: URL, method: HttpMethod, body: Uint8Array | undefined, contentType: string): Promise<Uint8Array> {
     for (let attempt = 0; ; attempt++) {
       const headers: Record<string, string> = { ...(await this.signer.sign(method, url.pathname + url.search, body)) };
       if (body) headers['content-type'] = contentType;
@@ -124,12 +154,18 @@ export class SignedClient {
    * as the NimbleError it carries.
    */
   async open(pathOrUrl: string, headers: Record<string, string> = {}, signal?: AbortSignal): Promise<Response> {
-    const url = new URL(pathOrUrl, this.baseUrl);
+    if (isAbsoluteUrl(pathOrUrl)) return this.openAt(new URL(pathOrUrl), headers, signal);
+    return this.failover.send('GET', (base) => this.openAt(new URL(pathOrUrl, base), headers, signal), signal);
+  }
+
+  private async openAt(url: URL, headers: Record<string, string>, signal: AbortSignal | undefined): Promise<Response> {
+    const signed = { ...headers, ...(await this.signer.sign('GET', url.pathname + url.search)) };
     let res: Response;
     try {
-      res = await fetch(url, { method: 'GET', headers: { ...headers, ...(await this.signer.sign('GET', url.pathname + url.search)) }, signal });
+      res = await fetch(url, { method: 'GET', headers: signed, signal });
     } catch (err) {
-      throw new NimbleError('unreachable', `cannot reach ${url.origin}: ${(err as Error).message}`, 502, { cause: err });
+      // no answer began (fetch resolves once the head has come)
+      throw new NimbleError('unreachable', `cannot reach ${url.origin}: ${(err as Error).message}`, 502, { cause: new TransportError((err as Error).message, false, { cause: err }) });
     }
     if (!res.ok) throw errorOf(res.status, res.statusText, new Uint8Array(await res.arrayBuffer()), `GET ${url.pathname}`);
     return res;

@@ -7,7 +7,9 @@
 //
 // A connection that breaks before the answer starts is 'unreachable' (the
 // caller may try another peer); one that breaks after it started is an answer
-// cut off. A pooled connection the server closed while idle is not retried
+// cut off. A failure before the connection was even open (refused, no route,
+// a connect that timed out) says so: the server cannot have seen the request
+// (./failover.ts moves a POST to another orchestrator only then). A pooled connection the server closed while idle is not retried
 // here: the agent drops idle sockets after IDLE_SOCKET_MS, well before the
 // servers' own keep-alive timeout (src/http/server.ts).
 import http from 'node:http';
@@ -23,10 +25,19 @@ export interface Sent {
   bytes: Uint8Array;
 }
 
-/** Why a request got no whole answer: `started` says whether the answer had begun. */
+/**
+ * Why a request got no whole answer: `started` says whether the answer had
+ * begun; `connected` whether a connection to the server was open (a pooled
+ * one counts), or undefined when the transport cannot tell (fetch).
+ */
 export class TransportError extends Error {
   override readonly name = 'TransportError';
-  constructor(message: string, readonly started: boolean, options?: ErrorOptions) {
+  constructor(
+    message: string,
+    readonly started: boolean,
+    options?: ErrorOptions,
+    readonly connected?: boolean,
+  ) {
     super(message, options);
   }
 }
@@ -36,12 +47,13 @@ export function send(url: URL, method: string, headers: Record<string, string> |
   if (url.protocol !== 'http:') return sendWithFetch(url, method, headers, body, timeoutMs);
   return new Promise<Sent>((resolve, reject) => {
     let started = false;
+    let connected = false;
     let settled = false;
     const fail = (err: Error): void => {
       if (settled) return;
       settled = true;
       clearTimeout(timer);
-      reject(new TransportError(err.message, started, { cause: err }));
+      reject(new TransportError(err.message, started, { cause: err }, connected));
     };
     const req = http.request(url, { method, agent, headers: { ...headers, 'content-length': String(body?.byteLength ?? 0) } }, (res) => {
       started = true;
@@ -63,6 +75,10 @@ export function send(url: URL, method: string, headers: Record<string, string> |
       req.destroy();
     }, timeoutMs);
     req.on('error', fail);
+    req.on('socket', (socket) => {
+      if (!socket.connecting) connected = true;
+      else socket.once('connect', () => (connected = true));
+    });
     req.end(body);
   });
 }

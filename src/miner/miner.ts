@@ -6,7 +6,9 @@
 // each recent forward (weights, input, output) until the heartbeat that
 // reported it is answered, so that it can prove it in a spot check. A miner
 // that serves inference may instead be given a stage of a deployed model,
-// which it downloads, checks and loads (deployment.ts).
+// which it downloads, checks and loads (deployment.ts). It may be given the
+// URLs of several orchestrators of one network: every call to them moves to
+// the next when the one it talks to stops answering (src/http/failover.ts).
 //
 // This file is the lifecycle: start and stop, join, the heartbeat loop and
 // following its reply. The work is done by
@@ -22,6 +24,7 @@ import { join } from 'node:path';
 import type { Address } from 'viem';
 import { Engine, type Backend, type BackendChoice } from '../engine/engine.ts';
 import { SignedClient } from '../http/client.ts';
+import { Failover } from '../http/failover.ts';
 import type { HttpServer } from '../http/server.ts';
 import { loadOrCreateKeyFile } from '../chain/key-file.ts';
 import { NimbleError } from '../protocol/errors.ts';
@@ -51,7 +54,8 @@ import { Throttle } from './throttle.ts';
 export const ORCHESTRATOR_NONCES = 30_000;
 
 export interface MinerOptions {
-  orchestrator: string;
+  /** the orchestrator's URL, or the URLs of the orchestrators of one network (it moves between them: src/http/failover.ts) */
+  orchestrator: string | readonly string[];
   dataDir: string;
   name?: string;
   threads?: number;
@@ -118,14 +122,16 @@ export class Miner {
     privateKey: `0x${string}`,
     private readonly throttle: Throttle,
     network: Network,
+    /** the orchestrator URLs, shared by every client of the orchestrator so that they move together */
+    private readonly orchestrators: Failover,
   ) {
     const { domain } = network;
-    this.wallet = new SignedClient(options.orchestrator, new RequestSigner(privateKey, { domain }));
+    this.wallet = new SignedClient(orchestrators, new RequestSigner(privateKey, { domain }));
     this.address = this.wallet.address;
-    this.client = new SignedClient(options.orchestrator, new RequestSigner({ session: this.sessionKey, address: this.address as Address }, { domain }));
+    this.client = new SignedClient(orchestrators, new RequestSigner({ session: this.sessionKey, address: this.address as Address }, { domain }));
     this.log = options.log ?? (() => {});
     this.datasets = new DatasetCache(join(options.dataDir, 'datasets'), blobFetch(this.client), this.log);
-    const models = new ModelClient(new OrchestratorClient(options.orchestrator));
+    const models = new ModelClient(new OrchestratorClient(orchestrators));
     this.serving = new DeploymentServing({
       engine,
       dir: join(options.dataDir, 'models'),
@@ -180,9 +186,10 @@ export class Miner {
   static async start(options: MinerOptions): Promise<Miner> {
     const throttle = new Throttle(options.throttle ?? 1); // a bad share throws before any thread starts
     const privateKey = options.privateKey ?? loadOrCreateKeyFile(join(options.dataDir, 'miner-key.json')).privateKey;
-    const network = await findNetwork(options.orchestrator);
+    const orchestrators = new Failover(options.orchestrator, (from, to, why) => options.log?.(`orchestrator ${from} ${why}; now using ${to}`));
+    const network = await findNetwork(orchestrators);
     const engine = await Engine.create({ threads: options.threads, backend: options.backend });
-    const miner = new Miner(options, engine, privateKey, throttle, network);
+    const miner = new Miner(options, engine, privateKey, throttle, network, orchestrators);
     try {
       await miner.app.listen({ host: options.host ?? '127.0.0.1', port: options.port ?? 0 });
       const addr = miner.app.server.address() as AddressInfo;
@@ -217,7 +224,7 @@ export class Miner {
         bandwidthMbps = (probe.length * 8) / ((performance.now() - t0) * 1000);
         break;
       } catch (err) {
-        if (attempt >= 40 || this.stopped) throw new Error(`cannot reach the orchestrator at ${this.options.orchestrator}: ${(err as Error).message}`, { cause: err });
+        if (attempt >= 40 || this.stopped) throw new Error(`cannot reach the orchestrator at ${this.orchestrators.describe()}: ${(err as Error).message}`, { cause: err });
         await sleep(Math.min(2000, 100 * 2 ** attempt));
       }
     }
