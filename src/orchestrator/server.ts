@@ -19,7 +19,8 @@ import { modelOfSha256 } from '../chain/registry.ts';
 import { InferenceChecks, type InferenceCheckOptions } from './serving/checks.ts';
 import { DEFAULT_CHECKPOINT_RETENTION_MS, JobService } from './jobs.ts';
 import { slashWindowMs } from './spot-checks.ts';
-import { loadOrCreateOrchestratorIdentity } from './identity.ts';
+import { loadOrCreateOrchestratorIdentity, sharedOrchestratorIdentity, type OrchestratorIdentity } from './identity.ts';
+import type { PgDriverOptions } from './state/pg-driver.ts';
 import { OrchestratorState } from './state/index.ts';
 import { SyntheticPrompts, type SyntheticOptions } from './serving/synthetic-prompts.ts';
 
@@ -27,6 +28,8 @@ export interface OrchestratorOptions {
   dataDir: string;
   /** the state database (--db): a postgres:// URL or a SQLite file; absent: the file <dataDir>/orchestrator.sqlite */
   db?: string;
+  /** how a PostgreSQL state is opened: its fence when several orchestrators share it (./cluster/member.ts), session settings */
+  stateOptions?: PgDriverOptions;
   /** where the blobs are (--blobs: a folder or an S3 bucket, src/orchestrator/blob-store-url.ts); absent: the folder <dataDir>/blobs */
   blobs?: BlobStoreSpec;
   /** the data dir whose wallets (`<it>/wallets`) the dashboard's Wallets page shows; absent: none */
@@ -74,16 +77,25 @@ export async function startOrchestrator(options: OrchestratorOptions): Promise<R
   const blobStore = await openBlobStore(options.blobs, options.dataDir);
   const blobs = blobStore.store;
   let state: OrchestratorState;
+  let identity: OrchestratorIdentity;
   try {
-    state = OrchestratorState.open(options.db ?? join(options.dataDir, 'orchestrator.sqlite'));
+    state = OrchestratorState.open(options.db ?? join(options.dataDir, 'orchestrator.sqlite'), options.stateOptions);
   } catch (err) {
+    blobStore.close();
+    throw err;
+  }
+  try {
+    // a shared (PostgreSQL) state names the network itself: every orchestrator on it signs as one
+    identity = state.db.engine === 'postgres' ? sharedOrchestratorIdentity(state.identity, options.dataDir) : loadOrCreateOrchestratorIdentity(options.dataDir);
+  } catch (err) {
+    state.close();
     blobStore.close();
     throw err;
   }
   const slashing = { ...options.coordinator?.slashing, enabled: Boolean(options.chain) };
   // with no chain no epoch ever covers the work log: its old entries are folded into sums without waiting for one
   const gc = { foldUnpaidWork: !options.chain, ...options.coordinator?.gc };
-  const coordinator = new Coordinator(state, blobs, { ...options.coordinator, slashing, gc, identity: loadOrCreateOrchestratorIdentity(options.dataDir) });
+  const coordinator = new Coordinator(state, blobs, { ...options.coordinator, slashing, gc, identity });
   const epochs = options.chain
     ? new Epochs(state, { evict: (id, reason) => coordinator.evict(id, reason), ...options.chain }, Date.now, slashWindowMs(coordinator.checks.options))
     : null;

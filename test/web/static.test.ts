@@ -2,7 +2,8 @@
 // the built files served with their content types and caching headers, names
 // that could leave the build folder refused, the API's routes not shadowed,
 // the operator's login (token → HttpOnly SameSite=Strict cookie, never in the
-// URL it sends the browser on to), reading open to loopback only, actions
+// URL it sends the browser on to), reading open to loopback only (not to an
+// outside client a follower on this machine forwards), actions
 // refused without the cookie or from another origin, the snapshot of
 // GET /events against its contracts; the loss curves' bounds; NIM for people.
 import { zeroAddress } from 'viem';
@@ -17,7 +18,7 @@ import { displayNim } from '../../src/chain/nim-display.ts';
 import { createHttpServer, type HttpServer } from '../../src/http/server.ts';
 import { FsBlobStore } from '../../src/orchestrator/blobs.ts';
 import { Coordinator } from '../../src/orchestrator/coordinator.ts';
-import { OperatorAuth, isLoopback, sessionIdOf } from '../../src/orchestrator/dashboard/auth.ts';
+import { FORWARDED_FOR, OperatorAuth, clientAddressOf, isLocalClient, isLoopback, sessionIdOf } from '../../src/orchestrator/dashboard/auth.ts';
 import { LossHistories } from '../../src/orchestrator/dashboard/loss-history.ts';
 import { StaticFiles } from '../../src/orchestrator/dashboard/static-files.ts';
 import { buildApi } from '../../src/orchestrator/http.ts';
@@ -154,10 +155,36 @@ test('login: the token becomes an HttpOnly SameSite=Strict cookie and the browse
   assert.equal((await app.inject({ method: 'GET', url: '/', remoteAddress: '10.1.2.3' })).statusCode, 403);
   assert.equal((await app.inject({ method: 'GET', url: '/', remoteAddress: '10.1.2.3', headers: { cookie: session } })).statusCode, 200);
   assert.ok(isLoopback('127.0.0.1') && isLoopback('::1') && isLoopback('::ffff:127.0.0.1') && !isLoopback('10.0.0.1') && !isLoopback(undefined));
+  // a follower on this machine forwards an outside client over loopback: that client is not local
+  assert.equal((await app.inject({ method: 'GET', url: '/', remoteAddress: '127.0.0.1', headers: { [FORWARDED_FOR]: '10.1.2.3' } })).statusCode, 403);
+  assert.equal((await app.inject({ method: 'GET', url: '/', remoteAddress: '127.0.0.1', headers: { [FORWARDED_FOR]: '10.1.2.3', cookie: session } })).statusCode, 200);
+  assert.equal((await app.inject({ method: 'GET', url: '/', remoteAddress: '127.0.0.1', headers: { [FORWARDED_FOR]: '::1' } })).statusCode, 200);
 
   // logging out ends the session
   await app.inject({ method: 'POST', url: '/logout', headers: { cookie: session } });
   assert.deepEqual(JSON.parse((await app.inject({ method: 'GET', url: '/session', headers: { cookie: session } })).body), { operator: false, paid: false, operatorAddress: zeroAddress });
+});
+
+test('isLocalClient: loopback, and when forwarded, for a loopback client; the header believed only from this machine', () => {
+  const req = (remoteAddress: string | undefined, forwarded?: string | string[]) => ({ socket: { remoteAddress }, headers: forwarded === undefined ? {} : { [FORWARDED_FOR]: forwarded } });
+  assert.equal(FORWARDED_FOR, 'x-nimble-forwarded-for');
+  assert.equal(isLocalClient(req('127.0.0.1')), true);
+  assert.equal(isLocalClient(req('::1', '127.0.0.1')), true);
+  assert.equal(isLocalClient(req('::ffff:127.0.0.1', '::ffff:127.0.0.2')), true);
+  for (const [peer, forwarded] of [
+    ['127.0.0.1', '10.1.2.3'],
+    ['127.0.0.1', ''],
+    ['127.0.0.1', '127.0.0.1, 10.1.2.3'],
+    ['127.0.0.1', ['127.0.0.1', '127.0.0.1']],
+    ['10.1.2.3', undefined],
+    ['10.1.2.3', '127.0.0.1'],
+    [undefined, undefined],
+    [undefined, '127.0.0.1'],
+  ] as const) assert.equal(isLocalClient(req(peer, forwarded as string | string[] | undefined)), false, `${peer} for ${String(forwarded)}`);
+  // the client's address: the header from a loopback peer only
+  assert.equal(clientAddressOf(req('127.0.0.1', '10.1.2.3')), '10.1.2.3');
+  assert.equal(clientAddressOf(req('10.9.9.9', '127.0.0.1')), '10.9.9.9');
+  assert.equal(clientAddressOf(req(undefined)), '');
 });
 
 test('GET /events without a stream: every section now, each matching its contract; a curve of an unknown run is a 404', async () => {

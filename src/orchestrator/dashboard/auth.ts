@@ -91,3 +91,38 @@ export function isLoopback(address: string | undefined): boolean {
   if (!address) return false;
   return address === '::1' || /^(::ffff:)?127\.\d{1,3}\.\d{1,3}\.\d{1,3}$/.test(address);
 }
+
+/**
+ * The request header in which a follower orchestrator (../cluster/forwarder.ts)
+ * tells the leader whom it forwards for: the address of its own client.
+ */
+export const FORWARDED_FOR = 'x-nimble-forwarded-for';
+
+/** What `clientAddressOf` and `isLocalClient` read of a request (a fastify request or a node one). */
+export interface ClientOfRequest {
+  socket: { remoteAddress?: string | undefined };
+  headers: Record<string, string | string[] | undefined>;
+}
+
+/**
+ * The address of the client a request is for: its socket's peer, unless that
+ * peer is this machine and names another client in FORWARDED_FOR (a follower
+ * forwarding). Only a loopback peer is believed: anyone else could write the
+ * header. A follower forwards this address in turn, so a chain of followers on
+ * one machine still names the outside client. '' when unknown.
+ */
+export function clientAddressOf(req: ClientOfRequest): string {
+  const peer = req.socket.remoteAddress ?? '';
+  const named = req.headers[FORWARDED_FOR];
+  if (named === undefined || !isLoopback(peer)) return peer;
+  return typeof named === 'string' ? named : '';
+}
+
+/**
+ * Whether a request comes from this machine: its socket is loopback and, when
+ * a follower forwarded it, the follower's own client was loopback too (a
+ * follower on this machine forwards outside clients over loopback).
+ */
+export function isLocalClient(req: ClientOfRequest): boolean {
+  return isLoopback(clientAddressOf(req));
+}

@@ -23,7 +23,7 @@ import { BINARY, type HttpServer } from '../../http/server.ts';
 import { NimbleError } from '../../protocol/errors.ts';
 import { assembleCheckpoint } from '../checkpoint.ts';
 import type { Coordinator } from '../coordinator.ts';
-import { OperatorAuth, isLoopback } from '../dashboard/auth.ts';
+import { OperatorAuth, isLocalClient } from '../dashboard/auth.ts';
 import { DashboardFeed } from '../dashboard/feed.ts';
 import { ASSET_NAME, StaticFiles } from '../dashboard/static-files.ts';
 import type { JobService } from '../jobs.ts';
@@ -82,7 +82,7 @@ export function dashboardRoutes(app: HttpServer, c: Coordinator, options: Dashbo
   const isOperator = (req: FastifyRequest): boolean => auth.isOperator(req.headers.cookie);
   /** Reading: this machine, or the operator. */
   const reader = async (req: FastifyRequest): Promise<void> => {
-    if (!isLoopback(req.socket.remoteAddress) && !isOperator(req)) throw new NimbleError('forbidden', 'the dashboard is open to this machine only: log in with the URL the orchestrator printed', 403);
+    if (!isLocalClient(req) && !isOperator(req)) throw new NimbleError('forbidden', 'the dashboard is open to this machine only: log in with the URL the orchestrator printed', 403);
   };
   /** Acting: the operator's cookie, on a request from the dashboard's own page (its Origin, or without one, a browser's Sec-Fetch-Site: same-origin). */
   const operator = async (req: FastifyRequest): Promise<void> => {

@@ -7,9 +7,9 @@ import { CreditStore, CREDIT_MIGRATIONS } from './credits.ts';
 import { DatasetStore, DATASET_MIGRATIONS } from './datasets.ts';
 import { DeploymentStore, DEPLOYMENT_MIGRATIONS } from './deployments.ts';
 import { StateDb } from './db.ts';
-import { PgDriver } from './pg-driver.ts';
-import type { PgSyncOptions } from './pg-sync.ts';
+import { PgDriver, type PgDriverOptions } from './pg-driver.ts';
 import { EscrowStore, ESCROW_MIGRATIONS } from './escrows.ts';
+import { IdentityStore, IDENTITY_MIGRATIONS } from './identity.ts';
 import { BlobGarbage, GARBAGE_MIGRATIONS } from './garbage.ts';
 import { InferenceRequestStore, INFERENCE_REQUEST_MIGRATIONS } from './inference-requests.ts';
 import { JobStore, JOB_MIGRATIONS } from './jobs.ts';
@@ -22,7 +22,7 @@ import { ModelStore, MODEL_MIGRATIONS } from './models.ts';
 import { RunStore, RUN_MIGRATIONS } from './runs.ts';
 import { SpotCheckStore, SPOT_CHECK_MIGRATIONS } from './spot-checks.ts';
 
-export const MIGRATIONS = [MINER_MIGRATIONS, RUN_MIGRATIONS, MICROBATCH_MIGRATIONS, CLAIM_MIGRATIONS, MERGE_ROUND_MIGRATIONS, LEDGER_MIGRATIONS, SPOT_CHECK_MIGRATIONS, GARBAGE_MIGRATIONS, JOB_MIGRATIONS, MODEL_MIGRATIONS, ESCROW_MIGRATIONS, DATASET_MIGRATIONS, DEPLOYMENT_MIGRATIONS, API_KEY_MIGRATIONS, CREDIT_MIGRATIONS, INFERENCE_REQUEST_MIGRATIONS, LOSS_POINT_MIGRATIONS];
+export const MIGRATIONS = [MINER_MIGRATIONS, RUN_MIGRATIONS, MICROBATCH_MIGRATIONS, CLAIM_MIGRATIONS, MERGE_ROUND_MIGRATIONS, LEDGER_MIGRATIONS, SPOT_CHECK_MIGRATIONS, GARBAGE_MIGRATIONS, JOB_MIGRATIONS, MODEL_MIGRATIONS, ESCROW_MIGRATIONS, DATASET_MIGRATIONS, DEPLOYMENT_MIGRATIONS, API_KEY_MIGRATIONS, CREDIT_MIGRATIONS, INFERENCE_REQUEST_MIGRATIONS, LOSS_POINT_MIGRATIONS, IDENTITY_MIGRATIONS];
 
 export class OrchestratorState {
   readonly miners: MinerStore;
@@ -43,6 +43,8 @@ export class OrchestratorState {
   readonly inferenceRequests: InferenceRequestStore;
   /** the dashboard's loss curves and status timelines */
   readonly lossPoints: LossPointStore;
+  /** the network's key when the state is shared (PostgreSQL) */
+  readonly identity: IdentityStore;
 
   private constructor(readonly db: StateDb) {
     this.miners = new MinerStore(db);
@@ -62,6 +64,7 @@ export class OrchestratorState {
     this.credits = new CreditStore(db);
     this.inferenceRequests = new InferenceRequestStore(db);
     this.lossPoints = new LossPointStore(db);
+    this.identity = new IdentityStore(db);
   }
 
   /**
@@ -70,10 +73,11 @@ export class OrchestratorState {
    * - `postgres://user:password@host:port/database` (or `postgresql://`): that
    *   PostgreSQL database, with the same schema and migrations (its tables are
    *   created on first open). The connection is synchronous, like SQLite's
-   *   (./pg-sync.ts); `options.timeoutMs` bounds each call (default 30 s).
+   *   (./pg-sync.ts); `options.timeoutMs` bounds each call (default 30 s);
+   *   `options.fence` makes every write prove this process leads (./pg-driver.ts).
    * Throws 'unavailable' when PostgreSQL cannot be reached.
    */
-  static open(target: string, options: PgSyncOptions = {}): OrchestratorState {
+  static open(target: string, options: PgDriverOptions = {}): OrchestratorState {
     return new OrchestratorState(new StateDb(isPostgresUrl(target) ? new PgDriver(target, options) : target, MIGRATIONS));
   }
 

@@ -6,20 +6,46 @@
 // transaction aborts all of it on PostgreSQL, so code that survives a SQL
 // error must wrap the statement in its own (nested) tx; a COMMIT PostgreSQL
 // turns into a ROLLBACK for that reason throws here, never passes silently.
+//
+// A fence (several orchestrators on one database, src/orchestrator/cluster/)
+// makes every write prove that this process still leads: each outermost
+// transaction first runs the fence's query, which locks the lease row for
+// the rest of the transaction, and a write outside a transaction gets one of
+// its own. When the query finds no row another orchestrator took the lease:
+// the write is refused (nothing of the transaction is committed) and the
+// fence's onLost is told, once.
 import { NimbleError } from '../../protocol/errors.ts';
 import type { RunResult, SqlDriver, SqlParams, Statement } from './driver.ts';
 import { PgSyncConnection, type PgResult, type PgSyncOptions } from './pg-sync.ts';
 import { bindings, toPostgres, type Translated } from './sql-dialect.ts';
+
+/** What every write of a fenced driver proves first (./pg-driver.ts header). */
+export interface Fence {
+  /** PostgreSQL SQL that returns a row while this process may write; it should lock that row (FOR SHARE) */
+  text: string;
+  values: readonly unknown[];
+  /** what a refused write says */
+  lostMessage: string;
+  /** called once, the first time the query finds no row */
+  onLost(): void;
+}
+
+export interface PgDriverOptions extends PgSyncOptions {
+  fence?: Fence;
+}
 
 export class PgDriver implements SqlDriver {
   readonly engine = 'postgres' as const;
   readonly connection: PgSyncConnection;
   private depth = 0;
   private named = 0;
+  private readonly fence: Fence | null;
+  private lost = false;
 
   /** Connects to `url` (postgres://user:pass@host:port/db). */
-  constructor(url: string, options: PgSyncOptions = {}) {
+  constructor(url: string, options: PgDriverOptions = {}) {
     this.connection = new PgSyncConnection(url, options);
+    this.fence = options.fence ?? null;
   }
 
   /** Whether a transaction is open. */
@@ -34,7 +60,23 @@ export class PgDriver implements SqlDriver {
   exec(script: string): void {
     const tr = toPostgres(script);
     if (tr.params) throw new NimbleError('invalid', `a script takes no values: ${script.slice(0, 80)}`);
-    this.query(tr.text);
+    this.fenced(tr.text, () => this.query(tr.text));
+  }
+
+  /** Runs `send`, inside a transaction of its own when a fence is set, it is a write and none is open. */
+  fenced(text: string, send: () => PgResult): PgResult {
+    if (this.fence === null || this.depth > 0 || /^\s*SELECT\b/i.test(text)) return send();
+    return this.transaction(send);
+  }
+
+  /** Refuses to go on when another orchestrator holds the lease (a fenced driver's outermost transactions call it first). */
+  private proveLease(fence: Fence): void {
+    if (!this.lost && this.query(fence.text, fence.values).rows.length > 0) return;
+    if (!this.lost) {
+      this.lost = true;
+      fence.onLost();
+    }
+    throw new NimbleError('unavailable', fence.lostMessage, 503);
   }
 
   /** Runs translated SQL (the caller's transaction, if any, is the one it joins). */
@@ -49,6 +91,7 @@ export class PgDriver implements SqlDriver {
     this.depth++;
     let result: T;
     try {
+      if (level === 0 && this.fence) this.proveLease(this.fence);
       result = fn();
       if (result instanceof Promise) throw new TypeError('Transaction function cannot return a promise');
     } catch (err) {
@@ -104,6 +147,6 @@ class PgStatement implements Statement {
   }
 
   private exec(params: SqlParams): PgResult {
-    return this.driver.query(this.tr.text, bindings(this.tr, params), this.name, this.array);
+    return this.driver.fenced(this.tr.text, () => this.driver.query(this.tr.text, bindings(this.tr, params), this.name, this.array));
   }
 }

@@ -41,6 +41,8 @@ export interface PgQuery {
 export interface PgSyncOptions {
   /** ms a call may take before the connection is given up (default 30 s) */
   timeoutMs?: number;
+  /** server settings of every session this connection opens (e.g. lock_timeout: 1000), set at connect so a reconnect keeps them */
+  settings?: Readonly<Record<string, number>>;
 }
 
 interface WireError {
@@ -53,7 +55,7 @@ type Reply = { ok: true; rows: unknown[]; rowCount: number; command: string } | 
 const WORKER = `
 'use strict';
 const { workerData } = require('node:worker_threads');
-const { port, flag, url, connectMs } = workerData;
+const { port, flag, url, connectMs, options } = workerData;
 let pg = null, loadError = null;
 try {
   pg = require(workerData.pgPath);
@@ -73,7 +75,7 @@ async function ensure(inTx) {
   if (client && !broken) return client;
   if (inTx) throw Object.assign(new Error('the connection was lost inside a transaction' + (broken ? ': ' + broken.message : '')), { code: '08006' });
   if (client) { const old = client; client = null; old.end().catch(() => {}); }
-  const c = new pg.Client({ connectionString: url, connectionTimeoutMillis: connectMs });
+  const c = new pg.Client({ connectionString: url, connectionTimeoutMillis: connectMs, options });
   c.on('error', (err) => { if (client === c) broken = err; });
   await c.connect();
   client = c;
@@ -115,6 +117,16 @@ port.on('message', async (req) => {
 });
 `;
 
+/** Settings as the startup packet's options ('-c name=value ...'); names are checked, values are integers. */
+function sessionOptions(settings: Readonly<Record<string, number>> | undefined): string | undefined {
+  if (!settings) return undefined;
+  const parts = Object.entries(settings).map(([name, value]) => {
+    if (!/^[a-z_]{1,63}$/.test(name) || !Number.isSafeInteger(value) || value < 0) throw new NimbleError('invalid', `not a PostgreSQL setting: ${name}=${value}`);
+    return `-c ${name}=${value}`;
+  });
+  return parts.length > 0 ? parts.join(' ') : undefined;
+}
+
 /** Where the connection goes, without its password: host:port/database. */
 export function describeUrl(url: string): string {
   try {
@@ -145,7 +157,7 @@ export class PgSyncConnection {
       eval: true,
       // plain CommonJS: none of the parent's loaders (tsx) are needed, and they cost a quarter of a second to start
       execArgv: [],
-      workerData: { port: port2, flag: this.flag, url, pgPath, connectMs: Math.min(this.timeoutMs, 10_000) },
+      workerData: { port: port2, flag: this.flag, url, pgPath, connectMs: Math.min(this.timeoutMs, 10_000), options: sessionOptions(options.settings) },
       transferList: [port2],
     });
     // nothing here may keep the process alive: the caller blocks while it waits anyway

@@ -1,0 +1,101 @@
+// Several orchestrators on one PostgreSQL database and one S3 bucket (real
+// servers, started here): one leads, the other answers by forwarding to it;
+// the leader is killed with SIGKILL mid-run and the follower takes over
+// within seconds on its own port; the miners, which talk to the follower,
+// never notice more than a pause; the run completes with every microbatch
+// credited once per hop. Then the new leader is frozen (SIGSTOP) until a
+// third orchestrator takes over, and woken: its lease is gone, so it stops
+// (that none of its writes can land is test/orchestrator/cluster/lease.test.ts).
+import assert from 'node:assert/strict';
+import { join } from 'node:path';
+import { after, before, test } from 'node:test';
+import pg from 'pg';
+import { OrchestratorClient } from '../../src/api/client.ts';
+import { startPostgres, type PostgresServer } from '../helpers/postgres-server.ts';
+import { startS3, type TestS3 } from '../helpers/s3-server.ts';
+import { Cluster, type Proc } from './helpers.ts';
+
+const cluster = new Cluster();
+let server: PostgresServer;
+let db: string;
+let s3: TestS3;
+before(async () => {
+  [server, s3] = await Promise.all([startPostgres(), startS3('nimble-orchestrators')]);
+  db = await server.createDatabase();
+  process.env.AWS_ACCESS_KEY_ID = 'S3RVER';
+  process.env.AWS_SECRET_ACCESS_KEY = 'S3RVER';
+});
+after(async () => {
+  await cluster.stop();
+  await Promise.all([server?.close(), s3?.close()]);
+});
+
+async function query<T extends pg.QueryResultRow>(text: string, values: unknown[] = []): Promise<T[]> {
+  const client = new pg.Client({ connectionString: db });
+  await client.connect();
+  try {
+    return (await client.query<T>(text, values)).rows;
+  } finally {
+    await client.end();
+  }
+}
+
+/** Starts one orchestrator of the cluster; resolves with its process and its `listening` event. */
+async function startMember(name: string): Promise<{ proc: Proc; listening: Record<string, unknown> }> {
+  const blobs = `s3://${s3.bucket}/net?endpoint=${encodeURIComponent(s3.endpoint)}&region=us-east-1`;
+  const proc = cluster.spawnNbcli(['orchestrator', 'start', '--port', '0', '--no-chain', '--db', db, '--blobs', blobs, '--lease-ttl', '2s'], join(cluster.dir, name));
+  const listening = await proc.waitFor((v) => v.event === 'listening');
+  return { proc, listening };
+}
+
+function exited(p: Proc): Promise<number | null> {
+  return new Promise((r) => (p.child.exitCode !== null || p.child.signalCode !== null ? r(p.child.exitCode) : p.child.once('exit', (code) => r(code))));
+}
+
+test('two orchestrators share one database and bucket: the follower forwards, takes over within seconds when the leader is killed, and nothing is lost or counted twice; a frozen leader woken after a takeover stops', async (t) => {
+  const a = await startMember('orch-a');
+  assert.equal(a.listening.role, 'leader');
+  const b = await startMember('orch-b');
+  assert.equal(b.listening.role, 'follower');
+  assert.notEqual(a.listening.url, b.listening.url);
+
+  // everyone talks to the follower: the miners, the developer
+  cluster.url = b.listening.url as string;
+  await Promise.all(['m1', 'm2'].map((n) => cluster.startMiner(n)));
+  const run = await cluster.createRun({ model: 'gpt-micro', data: 'moby-dick', steps: 60, stages: 1, mergeEvery: 5, batchSize: 8, minMiners: 2 });
+  await cluster.waitRun(run.id, (v) => v.mergesDone >= 1, 60_000);
+
+  const killedAt = Date.now();
+  a.proc.child.kill('SIGKILL');
+  const leading = await b.proc.waitFor((v) => v.event === 'leading', 30_000);
+  const takeoverMs = Date.now() - killedAt;
+  assert.equal(leading.url, b.listening.url, 'it leads on the port it answered on');
+  assert.ok(takeoverMs < 10_000, `took over in ${takeoverMs} ms`);
+  t.diagnostic(`takeover after kill -9 of the leader: ${takeoverMs} ms (lease ttl 2 s)`);
+
+  // a third one follows the new leader
+  const c = await startMember('orch-c');
+  assert.equal(c.listening.role, 'follower');
+
+  const done = await cluster.waitRun(run.id, (v) => v.status === 'completed' || v.status === 'failed', 120_000);
+  assert.equal(done.status, 'completed', JSON.stringify(done));
+  assert.ok(done.mergesDone >= 2, `${done.mergesDone} merges`);
+  // each completed microbatch is one forward and one backward of its one stage, across both leaders
+  const work = await cluster.api.work();
+  const total = (kind: string): number => work.filter((w) => w.kind === kind).reduce((s, w) => s + w.units, 0);
+  assert.equal(total('forward'), done.microbatchesDone);
+  assert.equal(total('backward'), done.microbatchesDone);
+  const [lease] = await query<{ holder: string; term: string }>('SELECT holder, term FROM nimble_lease');
+  assert.equal(Number(lease.term), 2);
+  assert.equal(lease.holder, b.listening.holder);
+
+  // freeze the leader: the third takes over once the lease expires; woken, the old leader stops without a write
+  b.proc.child.kill('SIGSTOP');
+  const cLeads = await c.proc.waitFor((v) => v.event === 'leading', 30_000);
+  b.proc.child.kill('SIGCONT');
+  assert.equal(await exited(b.proc), 3, b.proc.lines.slice(-10).join('\n'));
+  assert.ok(b.proc.lines.some((l) => /stopped leading/.test(l)), b.proc.lines.slice(-10).join('\n'));
+  // the network answers through its new leader
+  assert.equal(cLeads.url, c.listening.url);
+  assert.equal((await new OrchestratorClient(cLeads.url as string).run(run.id)).status, 'completed');
+});
