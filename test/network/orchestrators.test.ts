@@ -1,8 +1,9 @@
 // Several orchestrators on one PostgreSQL database and one S3 bucket (real
 // servers, started here): one leads, the other answers by forwarding to it;
 // the leader is killed with SIGKILL mid-run and the follower takes over
-// within seconds on its own port; the miners, which talk to the follower,
-// never notice more than a pause; the run completes with every microbatch
+// within seconds on its own port; a miner that talked to the leader moves to
+// the follower's URL (its second), one that talked to the follower sees a
+// pause; the run completes with every microbatch
 // credited once per hop. Then the new leader is frozen (SIGSTOP) until a
 // third orchestrator takes over, and woken: its lease is gone, so it stops
 // (that none of its writes can land is test/orchestrator/cluster/lease.test.ts).
@@ -59,9 +60,10 @@ test('two orchestrators share one database and bucket: the follower forwards, ta
   assert.equal(b.listening.role, 'follower');
   assert.notEqual(a.listening.url, b.listening.url);
 
-  // everyone talks to the follower: the miners, the developer
+  // m1 talks to the leader first, with the follower as its second URL; m2 and the developer talk to the follower
   cluster.url = b.listening.url as string;
-  await Promise.all(['m1', 'm2'].map((n) => cluster.startMiner(n)));
+  const m1 = cluster.spawnNbcli(['miner', 'start', '--orchestrator', `${a.listening.url},${b.listening.url}`, '--name', 'm1', '--threads', '1'], join(cluster.dir, 'm1'));
+  await Promise.all([m1.waitFor((v) => v.event === 'started'), cluster.startMiner('m2')]);
   const run = await cluster.createRun({ model: 'gpt-micro', data: 'moby-dick', steps: 60, stages: 1, mergeEvery: 5, batchSize: 8, minMiners: 2 });
   await cluster.waitRun(run.id, (v) => v.mergesDone >= 1, 60_000);
 
@@ -73,6 +75,8 @@ test('two orchestrators share one database and bucket: the follower forwards, ta
   assert.ok(takeoverMs < 10_000, `took over in ${takeoverMs} ms`);
   t.diagnostic(`takeover after kill -9 of the leader: ${takeoverMs} ms (lease ttl 2 s)`);
 
+  // m1 moved to the URL that answers
+  await m1.waitFor((v) => typeof v.message === 'string' && v.message.includes(`now using ${b.listening.url}`), 30_000);
   // a third one follows the new leader
   const c = await startMember('orch-c');
   assert.equal(c.listening.role, 'follower');

@@ -91,7 +91,8 @@ export async function startForwarder(options: ForwarderOptions): Promise<Forward
     const path = req.url ?? '/';
     if (!path.startsWith('/')) return fail(req, res, new NimbleError('invalid', 'the request target must be a path', 400));
     const headers = endToEnd(req.headers, ['host', FORWARDED_FOR]);
-    headers.host = leader.host;
+    // the client's Host stays: the leader checks a dashboard action's Origin against the host the page was loaded from
+    headers.host = req.headers.host ?? leader.host;
     headers[FORWARDED_FOR] = clientAddressOf(req);
     let upstream: ClientRequest;
     try {
