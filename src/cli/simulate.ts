@@ -1,5 +1,6 @@
 // nbcli simulate: the real planner, routing rules, deadlines, merge schedule
 // and scoring driven over simulated time (src/sim/, docs/simulation.md).
+import { isMemoryModelName, MEMORY_MODELS } from '../sim/memory-models.ts';
 import { writeFileSync } from 'node:fs';
 import type { Command } from 'commander';
 import { NimbleError } from '../protocol/errors.ts';
@@ -24,6 +25,7 @@ interface Flags {
   chart?: string;
   mergeEvery?: string;
   codec: string;
+  memoryModel: string;
   mergeBytesPerParam?: string;
   stages?: string;
   batchSize?: string;
@@ -49,6 +51,7 @@ export function registerSimulate(program: Command): void {
     .option('--merge-every <h>', 'inner steps per replica between merges (default: the orchestrator default, 100)')
     .option('--codec <codec>', 'activation codec: f32, f16 or int8-row', 'f16')
     .option('--merge-bytes-per-param <b>', 'bytes per parameter of merge frames (default: the real int8-block frames, ~1.02)')
+    .option('--memory-model <name>', `what a miner keeps per parameter and activation: ${Object.keys(MEMORY_MODELS).join(', ')} (what-ifs; engine is what the engines do, docs/simulation.md)`, 'engine')
     .option('--stages <n>', 'number of stages (default: the planner chooses)')
     .option('--batch-size <n>', 'sequences per microbatch (default 12)')
     .option('--deadline <s>', 'microbatch deadline, seconds (default: the orchestrator default, 15)')
@@ -64,6 +67,7 @@ export function registerSimulate(program: Command): void {
         throw new NimbleError('invalid', (e as Error).message);
       }
       if (!isCodec(flags.codec) || flags.codec === 'int8-block') throw new NimbleError('invalid', `--codec must be f32, f16 or int8-row, got '${flags.codec}'`);
+      if (!isMemoryModelName(flags.memoryModel)) throw new NimbleError('invalid', `--memory-model must be one of ${Object.keys(MEMORY_MODELS).join(', ')}, got '${flags.memoryModel}'`);
       const options = simOptions({
         modelName: flags.model,
         config,
@@ -73,6 +77,7 @@ export function registerSimulate(program: Command): void {
         seed: number('--seed', flags.seed, 0, 2 ** 32 - 1),
         hardware: flags.hardware ? loadHardwareFile(flags.hardware) : DEFAULT_HARDWARE,
         codec: flags.codec as ActivationCodec,
+        memoryModel: flags.memoryModel,
         ...(flags.mergeEvery !== undefined ? { mergeEvery: parsePositiveInt('--merge-every', flags.mergeEvery, 1) } : {}),
         ...(flags.mergeBytesPerParam !== undefined ? { mergeBytesPerParam: number('--merge-bytes-per-param', flags.mergeBytesPerParam, 1e-6, 4) } : {}),
         ...(flags.stages !== undefined ? { stages: parsePositiveInt('--stages', flags.stages, 1) } : {}),
@@ -98,7 +103,7 @@ const num = (x: number, d = 0): string => x.toLocaleString('en-US', { maximumFra
 /** The human view of a report. */
 export function describeReport(r: SimReport): string {
   const lines = [
-    `${r.model} (${num(r.params / 1e6, 1)} M parameters) on ${num(r.miners)} miners, ${r.hours} simulated h, seed ${r.seed}; batch ${r.batchSize}, activations ${r.codec}, merge every ${r.mergeEvery}`,
+    `${r.model} (${num(r.params / 1e6, 1)} M parameters) on ${num(r.miners)} miners, ${r.hours} simulated h, seed ${r.seed}; batch ${r.batchSize}, activations ${r.codec}, memory model ${r.memoryModel}, merge every ${r.mergeEvery}`,
     `stages: ${r.stages.length}; memory per miner up to ${gb(r.memoryPerMinerBytes)}`,
     ...r.stages.map((s, i) => `  stage ${i} [${s.range.from},${s.range.to})  ${num(s.params / 1e6, 1)} M params  ${gb(s.memoryBytes)}  ${s.replicas} replicas (${s.replicasAtEnd} at the end)  planned ${num(s.plannedTokensPerS)} tokens/s`),
     `tokens/s: ${num(r.tokensPerS, 1)} (planner's compute bound ${num(r.plannedTokensPerS)}); ${num(r.microbatchesDone)} microbatches`,

@@ -25,6 +25,8 @@
 //   optimizer (AdamW m and v, DiLoCo start weights and outer momentum) 4·P·4,
 //   activations 4 · B·T · (slots · perSlot + scratch) where perSlot and
 //   scratch are the floats per token of activationFloatsPerToken.
+// Those byte counts are the engine's (ENGINE_MEMORY); the simulator can ask
+// what another precision or optimizer layout would need (a MemoryModel).
 import type { GptConfig } from '../model/config.ts';
 import { validateGptShape } from '../model/config.ts';
 import { headPart, partCount, partParamCount, type StageRange } from '../model/gpt.ts';
@@ -56,13 +58,36 @@ export const ELEMENTWISE_FLOPS = {
   bias: { forward: 1, backward: 1 },
 } as const;
 
+/** Bytes a stage keeps per parameter and per activation value. */
+export interface MemoryModel {
+  /** per parameter: the weights */
+  weightBytes: number;
+  /** per parameter: the gradients */
+  gradientBytes: number;
+  /** per parameter: every optimizer and DiLoCo copy together */
+  optimizerBytes: number;
+  /** per activation value kept for the backward pass */
+  activationBytes: number;
+  /** whether the attention probabilities (NH·T per token and block) are kept for the backward; false: recomputed from Q and K (flash-style) */
+  keepsAttentionProbs: boolean;
+}
+
+/** What the engine keeps: everything float32, the attention probabilities too. */
+export const ENGINE_MEMORY: MemoryModel = {
+  weightBytes: BYTES_PER_FLOAT,
+  gradientBytes: BYTES_PER_FLOAT,
+  optimizerBytes: OPTIMIZER_COPIES * BYTES_PER_FLOAT,
+  activationBytes: BYTES_PER_FLOAT,
+  keepsAttentionProbs: true,
+};
+
 /** Bytes a stage needs on the miner that holds it. */
 export interface MemoryBytes {
-  /** parameters, float32 */
+  /** parameters (float32 in the engine) */
   weights: number;
-  /** gradients, float32 */
+  /** gradients (float32 in the engine) */
   gradients: number;
-  /** AdamW m and v plus DiLoCo start weights and outer momentum: 4 copies of the parameters */
+  /** AdamW m and v plus DiLoCo start weights and outer momentum: 4 float32 copies of the parameters in the engine */
   optimizer: number;
   /** activations of every microbatch in flight plus the backward scratch */
   activations: number;
@@ -136,7 +161,7 @@ export function partFlopsPerToken(config: GptConfig, part: number): FlopsPerToke
  * Scratch, once per stage: dres, dsmall, tmp C each, dqkv 3C, dbig H, and
  * dlogits V on the last stage (written and consumed within one backward).
  */
-export function activationFloatsPerToken(config: GptConfig, range: StageRange): ActivationFloats {
+export function activationFloatsPerToken(config: GptConfig, range: StageRange, keepsAttentionProbs = true): ActivationFloats {
   checkRange(config, range);
   const { vocabSize: V, contextLength: T, channels: C, heads: NH } = config;
   const H = C * config.mlpRatio;
@@ -144,7 +169,7 @@ export function activationFloatsPerToken(config: GptConfig, range: StageRange): 
   const last = range.to === partCount(config);
   const blocks = Math.min(range.to, headPart(config)) - Math.max(range.from, 1);
   let perSlot = C + (first ? 1 : 0) + (last ? 1 : 0);
-  perSlot += Math.max(0, blocks) * (8 * C + 2 * H + 4 + NH * T);
+  perSlot += Math.max(0, blocks) * (8 * C + 2 * H + 4 + (keepsAttentionProbs ? NH * T : 0));
   if (last) perSlot += C + 2 + 2 * V + 1;
   const scratch = 6 * C + H + (last ? V : 0);
   return { perSlot, scratch };
@@ -155,7 +180,7 @@ export function activationFloatsPerToken(config: GptConfig, range: StageRange): 
  * microbatches of `batchSize` sequences of the full context, with `slots`
  * microbatches in flight (each keeps its activations until its backward).
  */
-export function stageCost(config: GptConfig, range: StageRange, batchSize: number, slots: number): StageCost {
+export function stageCost(config: GptConfig, range: StageRange, batchSize: number, slots: number, memory: MemoryModel = ENGINE_MEMORY): StageCost {
   validateGptShape(config);
   checkRange(config, range);
   checkPositiveInt('batchSize', batchSize);
@@ -169,12 +194,12 @@ export function stageCost(config: GptConfig, range: StageRange, batchSize: numbe
     forward += f.forward;
     backward += f.backward;
   }
-  const acts = activationFloatsPerToken(config, range);
+  const acts = activationFloatsPerToken(config, range, memory.keepsAttentionProbs);
   const tokens = batchSize * config.contextLength;
-  const weights = params * BYTES_PER_FLOAT;
-  const gradients = params * BYTES_PER_FLOAT;
-  const optimizer = OPTIMIZER_COPIES * params * BYTES_PER_FLOAT;
-  const activations = BYTES_PER_FLOAT * tokens * (slots * acts.perSlot + acts.scratch);
+  const weights = params * memory.weightBytes;
+  const gradients = params * memory.gradientBytes;
+  const optimizer = params * memory.optimizerBytes;
+  const activations = memory.activationBytes * tokens * (slots * acts.perSlot + acts.scratch);
   return {
     params,
     flopsPerToken: { forward, backward },
@@ -187,7 +212,7 @@ export function stageCost(config: GptConfig, range: StageRange, batchSize: numbe
  * and summed by prefix, so each range costs O(1). Gives the same numbers as
  * stageCost.
  */
-export function stageCostTable(config: GptConfig, batchSize: number, slots: number): (range: StageRange) => StageCost {
+export function stageCostTable(config: GptConfig, batchSize: number, slots: number, memory: MemoryModel = ENGINE_MEMORY): (range: StageRange) => StageCost {
   validateGptShape(config);
   checkPositiveInt('batchSize', batchSize);
   checkPositiveInt('slots', slots);
@@ -205,14 +230,15 @@ export function stageCostTable(config: GptConfig, batchSize: number, slots: numb
   return (range: StageRange): StageCost => {
     checkRange(config, range);
     const n = params[range.to] - params[range.from];
-    const acts = activationFloatsPerToken(config, range);
-    const weights = n * BYTES_PER_FLOAT;
-    const optimizer = OPTIMIZER_COPIES * n * BYTES_PER_FLOAT;
-    const activations = BYTES_PER_FLOAT * tokens * (slots * acts.perSlot + acts.scratch);
+    const acts = activationFloatsPerToken(config, range, memory.keepsAttentionProbs);
+    const weights = n * memory.weightBytes;
+    const gradients = n * memory.gradientBytes;
+    const optimizer = n * memory.optimizerBytes;
+    const activations = memory.activationBytes * tokens * (slots * acts.perSlot + acts.scratch);
     return {
       params: n,
       flopsPerToken: { forward: forward[range.to] - forward[range.from], backward: backward[range.to] - backward[range.from] },
-      memoryBytes: { weights, gradients: weights, optimizer, activations, total: 2 * weights + optimizer + activations },
+      memoryBytes: { weights, gradients, optimizer, activations, total: weights + gradients + optimizer + activations },
     };
   };
 }

@@ -12,7 +12,7 @@ import type { GptConfig } from '../model/config.ts';
 import { validateGptShape } from '../model/config.ts';
 import { partCount, partName, type StageRange } from '../model/gpt.ts';
 import { assignMiners, diagnoseAssignment, stageThroughput, validateMiners, type AssignResult, type StageDemand } from './assign.ts';
-import { partFlopsPerToken, stageCostTable, totalFlops, type StageCost } from './cost.ts';
+import { partFlopsPerToken, stageCostTable, totalFlops, type MemoryModel, type StageCost } from './cost.ts';
 import { PlanError, formatBytes } from './errors.ts';
 import type { MinerCapacity, Plan } from './types.ts';
 
@@ -28,6 +28,8 @@ export interface CutOptions {
   batchSize?: number;
   /** microbatches in flight per stage, for the memory cap */
   slots?: number;
+  /** bytes per parameter and activation (default: the engine's, ENGINE_MEMORY) */
+  memory?: MemoryModel;
 }
 
 export interface StageCountOptions {
@@ -37,6 +39,8 @@ export interface StageCountOptions {
   slots: number;
   /** a plan with more stages must beat the best plan with fewer by this fraction (default 0.1) */
   stageGain?: number;
+  /** bytes per parameter and activation (default: the engine's, ENGINE_MEMORY) */
+  memory?: MemoryModel;
 }
 
 export interface PlanInput {
@@ -57,6 +61,8 @@ export interface PlanInput {
   exactSearchLimit?: number;
   /** see StageCountOptions.stageGain */
   stageGain?: number;
+  /** bytes per parameter and activation (default: the engine's, ENGINE_MEMORY) */
+  memory?: MemoryModel;
 }
 
 /** How a stage is named in messages: "stage 2 [3,5)". */
@@ -159,7 +165,7 @@ export function chooseStageCount(config: GptConfig, miners: MinerCapacity[], opt
  * PlanError with the numbers when no valid plan exists.
  */
 export function planPlacement(input: PlanInput): Plan {
-  const { config, miners, batchSize, slots } = input;
+  const { config, miners, batchSize, slots, memory } = input;
   validateGptShape(config);
   validateMiners(miners);
   const exactSearchLimit = input.exactSearchLimit ?? DEFAULT_EXACT_SEARCH_LIMIT;
@@ -168,7 +174,7 @@ export function planPlacement(input: PlanInput): Plan {
   }
   let layout: Layout;
   if (input.stages === undefined) {
-    layout = chooseLayout(config, miners, { batchSize, slots, stageGain: input.stageGain }, input.minReplicas);
+    layout = chooseLayout(config, miners, { batchSize, slots, stageGain: input.stageGain, memory }, input.minReplicas);
   } else {
     const S = input.stages;
     const P = partCount(config);
@@ -177,7 +183,7 @@ export function planPlacement(input: PlanInput): Plan {
     let last: string | null = null;
     let found: Layout | null = null;
     for (const r of wanted) {
-      const attempt = layoutFor(config, miners, S, r, batchSize, slots);
+      const attempt = layoutFor(config, miners, S, r, batchSize, slots, memory);
       if ('reason' in attempt) last = attempt.reason;
       else {
         found = attempt;
@@ -215,8 +221,8 @@ interface Layout {
 }
 
 /** The cut for S stages with r replicas each, or why none fits. */
-function layoutFor(config: GptConfig, miners: MinerCapacity[], S: number, r: number, batchSize: number, slots: number): Layout | { reason: string } {
-  const cost = stageCostTable(config, batchSize, slots);
+function layoutFor(config: GptConfig, miners: MinerCapacity[], S: number, r: number, batchSize: number, slots: number, memory?: MemoryModel): Layout | { reason: string } {
+  const cost = stageCostTable(config, batchSize, slots, memory);
   const make = (ranges: StageRange[]): Layout => {
     const costs = ranges.map(cost);
     const demands = costs.map((c, s) => ({ flopsPerToken: totalFlops(c.flopsPerToken), memoryBytes: c.memoryBytes.total, label: stageLabel(s, ranges[s]) }));
@@ -228,7 +234,7 @@ function layoutFor(config: GptConfig, miners: MinerCapacity[], S: number, r: num
   if (miners.length >= S * r) {
     const cap = miners.map((m) => m.memoryBytes).sort((a, b) => b - a)[S * r - 1];
     try {
-      const capped = make(cutStages(config, S, { maxStageMemoryBytes: cap, batchSize, slots }));
+      const capped = make(cutStages(config, S, { maxStageMemoryBytes: cap, batchSize, slots, memory }));
       if (diagnoseAssignment(capped.demands, miners, r) === null) return capped;
     } catch (e) {
       if (!(e instanceof PlanError)) throw e;
@@ -253,7 +259,7 @@ function chooseLayout(config: GptConfig, miners: MinerCapacity[], opts: StageCou
   for (let S = 1; S <= maxS; S++) {
     const wanted = minReplicas !== undefined ? [minReplicas] : miners.length >= 2 * S ? [2, 1] : [1];
     for (const r of wanted) {
-      const attempt = layoutFor(config, miners, S, r, opts.batchSize, opts.slots);
+      const attempt = layoutFor(config, miners, S, r, opts.batchSize, opts.slots, opts.memory);
       if ('reason' in attempt) {
         if (S === maxS) finest = attempt.reason;
         continue;
@@ -286,7 +292,7 @@ function pick<T extends { layout: Layout; bottleneck: number }>(candidates: T[],
 /** Why no stage count works: a part bigger than every miner, else the finest cut's numbers. */
 function noLayoutReason(config: GptConfig, miners: MinerCapacity[], opts: StageCountOptions, maxS: number, finest: string | null): string {
   const largest = Math.max(...miners.map((m) => m.memoryBytes));
-  const cost = stageCostTable(config, opts.batchSize, opts.slots);
+  const cost = stageCostTable(config, opts.batchSize, opts.slots, opts.memory);
   for (let p = 0; p < partCount(config); p++) {
     const need = cost({ from: p, to: p + 1 }).memoryBytes.total;
     if (need > largest) {
@@ -302,7 +308,7 @@ function memoryFilter(config: GptConfig, opts: CutOptions): (i: number, j: numbe
   if (cap === undefined) return () => true;
   const { batchSize, slots } = opts;
   if (batchSize === undefined || slots === undefined) throw new RangeError('maxStageMemoryBytes needs batchSize and slots');
-  const cost = stageCostTable(config, batchSize, slots);
+  const cost = stageCostTable(config, batchSize, slots, opts.memory);
   return (i, j) => cost({ from: i, to: j }).memoryBytes.total <= cap;
 }
 
@@ -310,7 +316,7 @@ function memoryFilter(config: GptConfig, opts: CutOptions): (i: number, j: numbe
 function cutRefusal(config: GptConfig, stages: number, opts: CutOptions): string {
   const cap = opts.maxStageMemoryBytes!;
   const P = partCount(config);
-  const cost = stageCostTable(config, opts.batchSize!, opts.slots!);
+  const cost = stageCostTable(config, opts.batchSize!, opts.slots!, opts.memory);
   const need = (i: number, j: number): number => cost({ from: i, to: j }).memoryBytes.total;
   for (let p = 0; p < P; p++) {
     const n = need(p, p + 1);

@@ -10,6 +10,7 @@
 import { PlanError } from '../planner/errors.ts';
 import { planPlacement } from '../planner/placement.ts';
 import { rebalance } from '../planner/rebalance.ts';
+import { MEMORY_MODELS } from './memory-models.ts';
 import type { MinerCapacity, Plan } from '../planner/types.ts';
 import { MERGE_REDUNDANCY, STATE_BYTES_PER_PARAM } from './costs.ts';
 import { owes, requeue, tryStart, wakeStageZero } from './flow.ts';
@@ -66,8 +67,8 @@ function capacities(w: World): MinerCapacity[] {
 
 /** The first plan, or a fresh one: the real planner over the miners the orchestrator knows. */
 export function planFresh(w: World): Plan {
-  const { config, batchSize, slots, stages } = w.options;
-  return planPlacement({ config, miners: capacities(w), stages, batchSize, slots });
+  const { config, batchSize, slots, stages, memoryModel } = w.options;
+  return planPlacement({ config, miners: capacities(w), stages, batchSize, slots, memory: MEMORY_MODELS[memoryModel] });
 }
 
 /** Applies a plan: miners whose stage changed let go of their microbatches and download their new stage. */

@@ -64,6 +64,7 @@ export function buildReport(w: World, initial: Plan): SimReport {
     seed: o.seed,
     batchSize: o.batchSize,
     codec: o.codec,
+    memoryModel: o.memoryModel,
     mergeEvery: o.mergeEvery,
     stages: initial.stages.map((s, i) => ({
       range: { ...s.range },

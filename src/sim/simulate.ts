@@ -1,5 +1,6 @@
 // The simulator's entry: draws the miners, plans with the real planner, runs
 // the events over simulated time (no wall-clock sleeps) and reports.
+import { isMemoryModelName, MEMORY_MODELS } from './memory-models.ts';
 import { COORDINATOR_DEFAULTS } from '../orchestrator/coordinator.ts';
 import { DEFAULT_EMISSION } from '../orchestrator/epochs.ts';
 import { DEFAULT_MERGE_EVERY } from '../orchestrator/run-planner.ts';
@@ -29,6 +30,7 @@ export function simOptions(input: Partial<SimOptions> & { modelName: string; min
     minerTimeoutMs: COORDINATOR_DEFAULTS.minerTimeoutMs,
     tickMs: ORCHESTRATOR_TICK_MS,
     codec: 'f16',
+    memoryModel: 'engine',
     rejoinMs: 10 * 60_000,
     epochMs: 3_600_000,
     emission: DEFAULT_EMISSION,
@@ -43,6 +45,7 @@ export function simOptions(input: Partial<SimOptions> & { modelName: string; min
   check(Number.isInteger(o.mergeEvery) && o.mergeEvery >= 1, `mergeEvery must be a positive integer, got ${o.mergeEvery}`);
   check(o.deadlineMs > 0, `deadline must be positive, got ${o.deadlineMs}`);
   check(o.tickMs > 0 && o.heartbeatMs > 0, `tick and heartbeat must be positive, got ${o.tickMs} and ${o.heartbeatMs}`);
+  check(isMemoryModelName(o.memoryModel), `memory model must be one of ${Object.keys(MEMORY_MODELS).join(', ')}, got ${o.memoryModel}`);
   check(o.mergeBytesPerParam === undefined || o.mergeBytesPerParam > 0, `merge bytes per parameter must be positive, got ${o.mergeBytesPerParam}`);
   return o;
 }

@@ -3,6 +3,7 @@
 import type { GptConfig } from '../model/config.ts';
 import type { ActivationCodec } from '../protocol/messages.ts';
 import type { DrawnMiner, HardwareTable } from './hardware.ts';
+import type { MemoryModelName } from './memory-models.ts';
 
 export interface SimOptions {
   /** the model's name (for the report) and config */
@@ -41,6 +42,8 @@ export interface SimOptions {
   codec: ActivationCodec;
   /** merge frames' bytes per parameter; undefined = the real int8-block frames (≈1.02) */
   mergeBytesPerParam?: number;
+  /** what a miner keeps per parameter and activation (./memory-models.ts; default the engine's) */
+  memoryModel: MemoryModelName;
   /** number of stages; undefined = the planner chooses */
   stages?: number;
   /** mean time before a departed miner's place is taken by a new one, ms */
@@ -158,6 +161,8 @@ export interface SimReport {
   seed: number;
   batchSize: number;
   codec: ActivationCodec;
+  /** what a miner keeps per parameter and activation (./memory-models.ts) */
+  memoryModel: MemoryModelName;
   mergeEvery: number;
   stages: StageReport[];
   /** memory a replica needs, the largest stage */

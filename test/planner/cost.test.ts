@@ -7,12 +7,14 @@ import { gptConfig, type GptConfig } from '../../src/model/config.ts';
 import { headPart, partCount, partParamCount, rangeParamCount } from '../../src/model/gpt.ts';
 import {
   ELEMENTWISE_FLOPS as E,
+  ENGINE_MEMORY,
   activationFloatsPerToken,
   causalKeysPerQuery,
   partFlopsPerToken,
   stageCost,
   stageCostTable,
   totalFlops,
+  type MemoryModel,
 } from '../../src/planner/cost.ts';
 import type { FlopsPerToken } from '../../src/planner/types.ts';
 
@@ -179,4 +181,19 @@ test('stageCostTable gives the numbers of stageCost for every range', () => {
       for (let to = from + 1; to <= P; to++) assert.deepEqual(table({ from, to }), stageCost(c, { from, to }, 3, 2));
     }
   }
+});
+
+test('another memory model: its bytes per parameter and activation, without the attention probabilities when they are recomputed; the table agrees', () => {
+  const lean: MemoryModel = { weightBytes: 2, gradientBytes: 2, optimizerBytes: 0, activationBytes: 2, keepsAttentionProbs: false };
+  const m = stageCost(tiny, { from: 2, to: 3 }, 4, 3, lean).memoryBytes;
+  assert.equal(m.weights, 198272 * 2);
+  assert.equal(m.gradients, 198272 * 2);
+  assert.equal(m.optimizer, 0);
+  // block 1 alone without NH·T = 256 per slot and token: 2436 − 256
+  assert.deepEqual(activationFloatsPerToken(tiny, { from: 2, to: 3 }, false), { perSlot: 2180, scratch: 1280 });
+  assert.equal(m.activations, 2 * 4 * 64 * (3 * 2180 + 1280));
+  assert.equal(m.total, m.weights + m.gradients + m.optimizer + m.activations);
+  assert.deepEqual(stageCost(tiny, { from: 0, to: 6 }, 8, 2, ENGINE_MEMORY), stageCost(tiny, { from: 0, to: 6 }, 8, 2));
+  const table = stageCostTable(tiny, 4, 3, lean);
+  for (let from = 0; from < 6; from++) for (let to = from + 1; to <= 6; to++) assert.deepEqual(table({ from, to }), stageCost(tiny, { from, to }, 4, 3, lean));
 });

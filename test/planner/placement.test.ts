@@ -143,6 +143,20 @@ test('memory: a small miner never holds a big stage, and a miner that fits nothi
   assert.deepEqual(plan.unassigned, ['tiny']);
 });
 
+test('a memory model changes what fits: the same miners hold the model as one stage when it keeps half the bytes', () => {
+  const lean = { weightBytes: 2, gradientBytes: 2, optimizerBytes: 8, activationBytes: 2, keepsAttentionProbs: true };
+  const whole = { from: 0, to: 6 };
+  const engineNeed = stageCost(tiny, whole, B, SLOTS).memoryBytes.total;
+  const leanNeed = stageCost(tiny, whole, B, SLOTS, lean).memoryBytes.total;
+  assert.equal(leanNeed * 2, engineNeed);
+  const miners: MinerCapacity[] = [0, 1].map((i) => ({ id: `m${i}`, gflops: 10, memoryBytes: Math.ceil((leanNeed + engineNeed) / 2) }));
+  assert.ok(planPlacement({ config: tiny, miners, batchSize: B, slots: SLOTS }).stages.length > 1, 'the engine needs more than one stage');
+  const plan = planPlacement({ config: tiny, miners, batchSize: B, slots: SLOTS, memory: lean });
+  assert.equal(plan.stages.length, 1);
+  assert.equal(plan.stages[0].memoryBytes, leanNeed);
+  assert.throws(() => planPlacement({ config: tiny, miners, stages: 1, batchSize: B, slots: SLOTS }), PlanError);
+});
+
 test('refusals name the numbers', () => {
   const big = minersOf([10, 10], GB);
   assert.throws(

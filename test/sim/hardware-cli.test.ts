@@ -75,6 +75,7 @@ test('nbcli simulate --json reports the run and --chart writes the SVG', () => {
   assert.equal(report.model, 'gpt-tiny');
   assert.equal(report.miners, 16);
   assert.equal(report.stages.length, 2);
+  assert.equal(report.memoryModel, 'engine');
   for (const s of report.stages) assert.ok(s.params > 0 && s.memoryBytes > 0 && s.replicas >= 1);
   assert.ok(report.tokensPerS > 0 && report.utilization > 0 && report.utilization <= 1);
   assert.ok(report.bytesPerToken.activations > 0);
@@ -86,9 +87,10 @@ test('nbcli simulate --json reports the run and --chart writes the SVG', () => {
   assert.match(svg, /<path d="M[0-9.]+,[0-9.]+ L/);
   assert.match(svg, /training tokens\/s/);
   // the human view names the same figures
-  const human = nbcli('simulate', '--miners', '16', '--model', 'gpt-tiny', '--hours', '0.1', '--stages', '2', '--seed', '4');
+  const human = nbcli('simulate', '--miners', '16', '--model', 'gpt-tiny', '--hours', '0.1', '--stages', '2', '--seed', '4', '--memory-model', 'bf16-offload');
   assert.equal(human.status, 0, human.stderr);
   assert.match(human.stdout, /stages: 2/);
+  assert.match(human.stdout, /memory model bf16-offload/);
   assert.match(human.stdout, /earnings per class:/);
 });
 
@@ -99,6 +101,7 @@ test('nbcli simulate refuses bad flags with clear errors', async () => {
     [['--miners', '4', '--model', 'gpt-tiny', '--churn', '-1'], /--churn must be a number in \[0, 1000\], got '-1'/],
     [['--miners', '4', '--model', 'gpt-tiny', '--hours', 'x'], /--hours must be a number/],
     [['--miners', '4', '--model', 'gpt-tiny', '--codec', 'int8-block'], /--codec must be f32, f16 or int8-row/],
+    [['--miners', '4', '--model', 'gpt-tiny', '--memory-model', 'fp8'], /--memory-model must be one of engine, bf16, bf16-offload, got 'fp8'/],
     [['--miners', '4', '--model', 'gpt-tiny', '--hardware', join(dir, 'nope.json')], /cannot read hardware table/],
     [['--miners', '1', '--model', 'gpt-tiny', '--stages', '3'], /cannot simulate: 3 stages need at least 3 miners; 1 available/],
   ];
