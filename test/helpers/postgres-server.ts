@@ -113,3 +113,14 @@ export async function closeSharedPostgres(): Promise<void> {
   shared = null;
   if (s) await (await s).close();
 }
+
+/** One query on the database at `url`, as an outside reader (a connection of its own). */
+export async function queryDatabase<T extends pg.QueryResultRow>(url: string, text: string, values: unknown[] = []): Promise<T[]> {
+  const client = new pg.Client({ connectionString: url });
+  await client.connect();
+  try {
+    return (await client.query<T>(text, values)).rows;
+  } finally {
+    await client.end();
+  }
+}

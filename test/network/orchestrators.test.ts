@@ -18,7 +18,7 @@ import { generatePrivateKey } from 'viem/accounts';
 import { OrchestratorClient } from '../../src/api/client.ts';
 import { localNodePaths } from '../../src/chain/node.ts';
 import { saveWallet } from '../../src/chain/wallets.ts';
-import { startPostgres, type PostgresServer } from '../helpers/postgres-server.ts';
+import { queryDatabase, startPostgres, type PostgresServer } from '../helpers/postgres-server.ts';
 import { startS3, type TestS3 } from '../helpers/s3-server.ts';
 import { Cluster, type Proc } from './helpers.ts';
 import { assertEachEpochPaidOnce } from './paid-once.ts';
@@ -58,15 +58,7 @@ function localNodePid(dataDir: string): number | null {
   }
 }
 
-async function query<T extends pg.QueryResultRow>(text: string, values: unknown[] = []): Promise<T[]> {
-  const client = new pg.Client({ connectionString: db });
-  await client.connect();
-  try {
-    return (await client.query<T>(text, values)).rows;
-  } finally {
-    await client.end();
-  }
-}
+const query = <T extends pg.QueryResultRow>(text: string, values: unknown[] = []): Promise<T[]> => queryDatabase<T>(db, text, values);
 
 /** The data dir the orchestrators share on this machine: the local chain node (the first one runs it, the others use it) and the wallets. */
 const home = (): string => join(cluster.dir, 'orch');

@@ -11,7 +11,7 @@ import { after, before, test } from 'node:test';
 import pg from 'pg';
 import { checkpointInfo } from '../../src/model/checkpoint.ts';
 import { decodeSafetensors } from '../../src/model/safetensors.ts';
-import { startPostgres, type PostgresServer } from '../helpers/postgres-server.ts';
+import { queryDatabase, startPostgres, type PostgresServer } from '../helpers/postgres-server.ts';
 import { Cluster } from './helpers.ts';
 
 const cluster = new Cluster();
@@ -27,15 +27,7 @@ after(async () => {
 });
 
 /** One query on the test database, as an outside reader. */
-async function query<T extends pg.QueryResultRow>(text: string, values: unknown[] = []): Promise<T[]> {
-  const client = new pg.Client({ connectionString: url });
-  await client.connect();
-  try {
-    return (await client.query<T>(text, values)).rows;
-  } finally {
-    await client.end();
-  }
-}
+const query = <T extends pg.QueryResultRow>(text: string, values: unknown[] = []): Promise<T[]> => queryDatabase<T>(url, text, values);
 
 test('a run trains with the state in PostgreSQL, through a kill -9 of the orchestrator and a restart on the same database', async () => {
   await cluster.startOrchestrator(['--db', url]);
