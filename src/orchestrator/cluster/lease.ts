@@ -126,11 +126,11 @@ export class Lease {
     this.conn.query({ text: `UPDATE nimble_lease SET expires_at = now() - interval '1 millisecond' WHERE name = $1 AND holder = $2`, values: [NAME, this.holder] });
   }
 
-  /** The fence the leader's state writes prove (../state/pg-driver.ts). */
+  /** The fence the leader's state writes prove (../state/pg-driver.ts): its literals are this process's own id, checked here. */
   fence(onLost: () => void): Fence {
+    if (!/^[A-Za-z0-9.:-]{1,80}$/.test(this.holder)) throw new NimbleError('internal', `a lease holder id must be letters, digits, '.', ':' and '-', got '${this.holder}'`);
     return {
-      text: 'SELECT term FROM nimble_lease WHERE name = $1 AND holder = $2 FOR SHARE',
-      values: [NAME, this.holder],
+      text: `SELECT term FROM nimble_lease WHERE name = '${NAME}' AND holder = '${this.holder}' FOR SHARE`,
       lostMessage: 'this orchestrator no longer leads the network (another one took over its lease); nothing was written',
       onLost,
     };

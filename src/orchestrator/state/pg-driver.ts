@@ -21,9 +21,12 @@ import { bindings, toPostgres, type Translated } from './sql-dialect.ts';
 
 /** What every write of a fenced driver proves first (./pg-driver.ts header). */
 export interface Fence {
-  /** PostgreSQL SQL that returns a row while this process may write; it should lock that row (FOR SHARE) */
+  /**
+   * PostgreSQL SQL that returns a row while this process may write; it should
+   * lock that row (FOR SHARE). It takes no values (it is sent in one round trip
+   * with the BEGIN), so its literals must be the caller's own, never input.
+   */
   text: string;
-  values: readonly unknown[];
   /** what a refused write says */
   lostMessage: string;
   /** called once, the first time the query finds no row */
@@ -69,9 +72,9 @@ export class PgDriver implements SqlDriver {
     return this.transaction(send);
   }
 
-  /** Refuses to go on when another orchestrator holds the lease (a fenced driver's outermost transactions call it first). */
-  private proveLease(fence: Fence): void {
-    if (!this.lost && this.query(fence.text, fence.values).rows.length > 0) return;
+  /** Refuses to go on when the fence's query, sent with the BEGIN, found no row (another orchestrator holds the lease). */
+  private proveLease(fence: Fence, begun: PgResult): void {
+    if (!this.lost && begun.rows.length > 0) return;
     if (!this.lost) {
       this.lost = true;
       fence.onLost();
@@ -87,11 +90,13 @@ export class PgDriver implements SqlDriver {
   transaction<T>(fn: () => T): T {
     const level = this.depth;
     const savepoint = `nimble_sp${level}`;
-    this.query(level === 0 ? 'BEGIN' : `SAVEPOINT ${savepoint}`);
+    // fenced: the BEGIN and the fence's query go as one script, one round trip
+    const fence = level === 0 ? this.fence : null;
+    const begun = this.query(level > 0 ? `SAVEPOINT ${savepoint}` : fence ? `BEGIN; ${fence.text}` : 'BEGIN');
     this.depth++;
     let result: T;
     try {
-      if (level === 0 && this.fence) this.proveLease(this.fence);
+      if (fence) this.proveLease(fence, begun);
       result = fn();
       if (result instanceof Promise) throw new TypeError('Transaction function cannot return a promise');
     } catch (err) {
