@@ -34,7 +34,7 @@ export function issueTo(w: World, m: SimMiner): void {
   m.issueScheduled = false;
   if (!m.alive || m.gone || m.stage !== 0 || m.readyAt > w.now || w.draining || w.merging || w.stalled) return;
   const S = w.stageCount;
-  for (let s = 1; s < S; s++) if (w.routable(s).length === 0) return;
+  for (let s = 1; s < S; s++) if (!w.hasRoutable(s)) return;
   const replicas = w.members.map((set) => set.size);
   const slots = w.options.slots;
   const inFlight = w.issuedTo.get(m.index) ?? 0;

@@ -129,6 +129,15 @@ export class World {
     return out;
   }
 
+  /** Whether a stage has a replica the orchestrator routes to (routable without building the list: asked at every stage-0 heartbeat). */
+  hasRoutable(stage: number): boolean {
+    for (const i of this.members[stage] ?? []) {
+      const m = this.miners[i];
+      if (!m.gone && m.readyAt <= this.now) return true;
+    }
+    return false;
+  }
+
   /** The next heartbeat of a miner strictly after now (each miner has its own phase). */
   nextHeartbeat(m: SimMiner): number {
     const hb = this.options.heartbeatMs;
