@@ -133,7 +133,9 @@ export function registerOrchestrator(program: Command): void {
       }
       const orch = member.orchestrator();
       emit(flags, listening(member.url, { role: orch ? 'leader' : 'follower', holder: member.holder, dashboard: `${member.url}/`, login: orch?.loginUrl ?? null }), () =>
-        orch ? `orchestrator listening on ${member.url}, leading (${where})` : `orchestrator listening on ${member.url}, following: it forwards to the leader and takes over when the leader stops (${where})`,
+        orch
+          ? `orchestrator listening on ${member.url}, leading (${where})\ndashboard: ${member.url}/ (to act as the operator, log in once with ${orch.loginUrl})`
+          : `orchestrator listening on ${member.url}, following: it forwards to the leader and takes over when the leader stops (${where})`,
       );
       await waitForSignal();
       await member.close();

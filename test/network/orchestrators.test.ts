@@ -86,6 +86,7 @@ test('two orchestrators share one database, bucket and chain: the leader is kill
     delete process.env.NIMBLE_TEST_SETTLE_PAUSE_MS;
   }
   assert.equal(a.listening.role, 'leader');
+  assert.match(String(a.listening.login), /^http:\/\/127\.0\.0\.1:\d+\//, 'a leader from the start prints its login URL with `listening`');
   const b = await startMember(args);
   assert.equal(b.listening.role, 'follower');
   assert.notEqual(a.listening.url, b.listening.url);
@@ -104,6 +105,7 @@ test('two orchestrators share one database, bucket and chain: the leader is kill
   const leading = await b.proc.waitFor((v) => v.event === 'leading', 30_000);
   const takeoverMs = Date.now() - killedAt;
   assert.equal(leading.url, b.listening.url, 'it leads on the port it answered on');
+  assert.ok(!a.proc.lines.some((l) => l.includes('"event":"leading"')), '`leading` is only for a takeover');
   assert.ok(takeoverMs < 10_000, `took over in ${takeoverMs} ms`);
   t.diagnostic(`takeover after kill -9 of the leader: ${takeoverMs} ms (lease ttl 2 s)`);
   // m1 moved to the URL that answers

@@ -59,6 +59,8 @@ export function newHolderId(): string {
 export class Lease {
   readonly holder = newHolderId();
   readonly ttlMs: number;
+  /** where this process answers once it leads, as the others see it */
+  readonly url: string;
   private readonly conn: PgSyncConnection;
 
   private constructor(
@@ -66,6 +68,7 @@ export class Lease {
     conn: PgSyncConnection,
   ) {
     this.ttlMs = options.ttlMs ?? DEFAULT_LEASE_TTL_MS;
+    this.url = options.url;
     if (!Number.isSafeInteger(this.ttlMs) || this.ttlMs < 100) throw new NimbleError('invalid', `a lease lives at least 100 ms, got ${this.ttlMs}`);
     this.conn = conn;
   }
@@ -94,7 +97,7 @@ export class Lease {
                ON CONFLICT (name) DO UPDATE SET holder = EXCLUDED.holder, url = EXCLUDED.url, term = nimble_lease.term + 1, expires_at = EXCLUDED.expires_at
                WHERE nimble_lease.expires_at < now()
                RETURNING term`,
-        values: [NAME, this.holder, this.options.url, this.ttlMs],
+        values: [NAME, this.holder, this.url, this.ttlMs],
       });
       return r.rows.length > 0 ? (r.rows[0] as { term: number }).term : null;
     } catch (err) {

@@ -23,7 +23,7 @@ export interface MemberOptions {
   leaseTtlMs?: number;
   /** the URL the other orchestrators reach this one at when it leads (default: http://host:port, right when they share its machine or host is its address) */
   advertiseUrl?: string;
-  /** told when this process starts leading, its orchestrator started */
+  /** told when this process, which joined as a follower, took over and its orchestrator started (one that leads from the start is told by joinCluster's return) */
   onLeading?(orchestrator: RunningOrchestrator, term: number): void;
   /** told (once) when it lost the lease while leading: stop the process now */
   onLost(why: string): void;
@@ -116,8 +116,8 @@ class Member implements ClusterMember {
     if (this.holding) return this.renew();
     try {
       const now = this.lease.current();
-      // never itself: a restarted orchestrator on the same port finds its dead predecessor's URL there
-      this.setLeaderUrl(now && now.holder !== this.holder && now.url !== this.url ? now.url : null);
+      // never itself: a restarted orchestrator on the same port (or advertised URL) finds its dead predecessor's URL there
+      this.setLeaderUrl(now && now.holder !== this.holder && now.url !== this.url && now.url !== this.lease.url ? now.url : null);
       const term = this.lease.tryAcquire();
       // not awaited: the lease is renewed by the next steps while the orchestrator starts (a start may settle a crash's epochs on chain)
       if (term !== null) {
@@ -173,7 +173,7 @@ class Member implements ClusterMember {
       }
       throw err;
     }
-    if (this.lost) return;
+    if (this.lost || !this.joined) return;
     this.options.onLeading?.(this.running, term);
   }
 
