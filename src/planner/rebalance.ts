@@ -8,11 +8,16 @@
 //    leaves the higher of the two throughputs as high as possible).
 // 3. Free miners (new ones first among equals) go, fastest first, to the
 //    fitting stage with the lowest throughput.
-// 4. Up to `maxMoves` replicas already in place move (or swap, counting 2),
+// 4. A stage that departures left with a single replica gets a second one
+//    from a stage with three or more (the move that leaves the bottleneck
+//    highest), gain or not: one more departure would stop the pipeline, and a
+//    lone replica's merges are checked against nobody's.
+// 5. Up to `maxMoves` replicas already in place move (or swap, counting 2),
 //    each only if it raises the bottleneck throughput by more than `minGain`.
 //
 // Moves of step 2 count towards `maxMoves` but are never skipped: a stage with
-// no replica stops the pipeline.
+// no replica stops the pipeline. Moves of step 4 take from the same budget
+// before step 5.
 import { stageThroughput, validateMiners } from './assign.ts';
 import { totalFlops } from './cost.ts';
 import { PlanError, formatBytes } from './errors.ts';
@@ -113,10 +118,32 @@ export function rebalance(previous: Plan, miners: MinerCapacity[], opts: Rebalan
     if (best >= 0) put(id, best);
   }
 
-  // 4. voluntary moves of miners still at their old stage
   let budget = Math.max(0, maxMoves - forced);
   const bottleneck = (): number => Math.min(...Array.from({ length: S }, (_, s) => tp(s)));
   const movable = (id: string): boolean => was.get(id) === at.get(id);
+
+  // 4. stages that departures left with one replica, the hardest to fill first
+  const thinned = holders.map((_, s) => s)
+    .filter((s) => holders[s].length === 1 && stages[s].miners.length >= 2)
+    .sort((a, b) => stages[b].memoryBytes - stages[a].memoryBytes);
+  for (const t of thinned) {
+    if (budget === 0) break;
+    let donor: { id: string; value: number } | null = null;
+    for (let d = 0; d < S; d++) {
+      if (d === t || holders[d].length < 3) continue;
+      for (const id of holders[d]) {
+        if (!movable(id) || !fits(id, t)) continue;
+        const g = byId.get(id)!.gflops;
+        const value = Math.min(...Array.from({ length: S }, (_, s) => tp(s, s === d ? -g : s === t ? g : 0)));
+        if (!donor || value > donor.value) donor = { id, value };
+      }
+    }
+    if (!donor) continue;
+    put(donor.id, t);
+    budget--;
+  }
+
+  // 5. voluntary moves of miners still at their old stage
   while (budget > 0) {
     const now = bottleneck();
     const b = Array.from({ length: S }, (_, s) => s).reduce((x, y) => (tp(y) < tp(x) ? y : x));

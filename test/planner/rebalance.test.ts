@@ -114,6 +114,27 @@ test('a voluntary move happens only if it raises the bottleneck by more than min
   assert.deepEqual(rebalance(previous, fleet, { maxMoves: 0 }).moves, []);
 });
 
+test('a stage that departures leave with one replica takes a second from a stage with three or more, gain or not', () => {
+  const fleet: MinerCapacity[] = [
+    { id: 'h1', gflops: 3, memoryBytes: GB },
+    { id: 'h2', gflops: 4, memoryBytes: GB },
+    { id: 'h3', gflops: 3, memoryBytes: GB },
+    { id: 'h4', gflops: 3, memoryBytes: GB },
+    { id: 'p', gflops: 12, memoryBytes: GB },
+  ];
+  const previous = handPlan([['h1', 'h2', 'h3', 'h4'], ['p', 'x', 'y', 'z']]);
+  const { plan, moves, departed } = rebalance(previous, fleet);
+  assert.deepEqual(departed, ['x', 'y', 'z']);
+  // 13 against 12 GFLOP/s: no move would raise the bottleneck, yet p must not stay alone; the donor that keeps the
+  // bottleneck highest is a 3-GFLOP/s one, h1 the first of them
+  assert.deepEqual(moves, [{ miner: 'h1', from: 0, to: 1 }]);
+  assert.deepEqual(plan.stages.map((s) => s.miners), [['h2', 'h3', 'h4'], ['p', 'h1']]);
+  // a budget of no moves keeps it alone; a stage that was alone already is left alone; two replicas give none
+  assert.deepEqual(rebalance(previous, fleet, { maxMoves: 0 }).moves, []);
+  assert.deepEqual(rebalance(handPlan([['h1', 'h2', 'h3', 'h4'], ['p']]), fleet).moves, []);
+  assert.deepEqual(rebalance(handPlan([['h1', 'h2'], ['p', 'x']]), fleet.filter((m) => m.id !== 'h3' && m.id !== 'h4')).moves, []);
+});
+
 test('a miner whose memory shrank below its stage leaves it', () => {
   const shrunk = miners.map((m) => (m.id === 'm1' ? { ...m, memoryBytes: 1e6 } : m));
   const { plan, moves } = rebalance(base, shrunk);
