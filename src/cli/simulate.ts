@@ -7,11 +7,12 @@ import { NimbleError } from '../protocol/errors.ts';
 import { PlanError } from '../planner/errors.ts';
 import { isCodec } from '../protocol/codec.ts';
 import type { ActivationCodec } from '../protocol/messages.ts';
+import { COORDINATOR_DEFAULTS } from '../orchestrator/coordinator.ts';
 import { chartSvg } from '../sim/chart.ts';
 import { DEFAULT_HARDWARE, loadHardwareFile } from '../sim/hardware.ts';
 import { simModel } from '../sim/models.ts';
 import { simOptions, simulate } from '../sim/simulate.ts';
-import type { SimReport } from '../sim/types.ts';
+import type { SimOptions, SimReport } from '../sim/types.ts';
 import { emit, parsePositiveInt } from './common.ts';
 
 interface Flags {
@@ -30,12 +31,24 @@ interface Flags {
   stages?: string;
   batchSize?: string;
   deadline?: string;
+  slots?: string;
+  activationRatio?: string;
 }
 
 function number(name: string, value: string, min: number, max: number): number {
   const n = Number(value);
   if (value.trim() === '' || !Number.isFinite(n) || n < min || n > max) throw new NimbleError('invalid', `${name} must be a number in [${min}, ${max}], got '${value}'`);
   return n;
+}
+
+/** simOptions, its refusals worded as the CLI's. */
+function validOptions(input: Parameters<typeof simOptions>[0]): SimOptions {
+  try {
+    return simOptions(input);
+  } catch (e) {
+    if (e instanceof RangeError) throw new NimbleError('invalid', e.message);
+    throw e;
+  }
 }
 
 export function registerSimulate(program: Command): void {
@@ -50,10 +63,12 @@ export function registerSimulate(program: Command): void {
     .option('--seed <n>', 'random seed (same seed, same result)', '1')
     .option('--merge-every <h>', 'inner steps per replica between merges (default: the orchestrator default, 100)')
     .option('--codec <codec>', 'activation codec: f32, f16 or int8-row', 'f16')
+    .option('--activation-ratio <r>', 'what-if: activation and gradient frames compressed this many times more than the codec does (default 1: the real frames)')
     .option('--merge-bytes-per-param <b>', 'bytes per parameter of merge frames (default: the real int8-block frames, ~1.02)')
     .option('--memory-model <name>', `what a miner keeps per parameter and activation: ${Object.keys(MEMORY_MODELS).join(', ')} (what-ifs; engine is what the engines do, docs/simulation.md)`, 'engine')
     .option('--stages <n>', 'number of stages (default: the planner chooses)')
     .option('--batch-size <n>', 'sequences per microbatch (default 12)')
+    .option('--slots <n>', `activation slots per miner: microbatches a miner holds in flight, which also sets how many the pipeline may hold (default: the orchestrator's, ${COORDINATOR_DEFAULTS.slots})`)
     .option('--deadline <s>', 'microbatch deadline, seconds (default: the orchestrator default, 15)')
     .option('--chart <file.svg>', 'write utilization and tokens/s over time as an SVG image')
     .option('--json', 'print the report as JSON')
@@ -68,7 +83,7 @@ export function registerSimulate(program: Command): void {
       }
       if (!isCodec(flags.codec) || flags.codec === 'int8-block') throw new NimbleError('invalid', `--codec must be f32, f16 or int8-row, got '${flags.codec}'`);
       if (!isMemoryModelName(flags.memoryModel)) throw new NimbleError('invalid', `--memory-model must be one of ${Object.keys(MEMORY_MODELS).join(', ')}, got '${flags.memoryModel}'`);
-      const options = simOptions({
+      const options = validOptions({
         modelName: flags.model,
         config,
         miners,
@@ -82,6 +97,8 @@ export function registerSimulate(program: Command): void {
         ...(flags.mergeBytesPerParam !== undefined ? { mergeBytesPerParam: number('--merge-bytes-per-param', flags.mergeBytesPerParam, 1e-6, 4) } : {}),
         ...(flags.stages !== undefined ? { stages: parsePositiveInt('--stages', flags.stages, 1) } : {}),
         ...(flags.batchSize !== undefined ? { batchSize: parsePositiveInt('--batch-size', flags.batchSize, 1) } : {}),
+        ...(flags.slots !== undefined ? { slots: parsePositiveInt('--slots', flags.slots, 1) } : {}),
+        ...(flags.activationRatio !== undefined ? { activationRatio: number('--activation-ratio', flags.activationRatio, 1, 1e6) } : {}),
         ...(flags.deadline !== undefined ? { deadlineMs: number('--deadline', flags.deadline, 0.001, 86_400) * 1000 } : {}),
       });
       let report: SimReport;
@@ -103,7 +120,7 @@ const num = (x: number, d = 0): string => x.toLocaleString('en-US', { maximumFra
 /** The human view of a report. */
 export function describeReport(r: SimReport): string {
   const lines = [
-    `${r.model} (${num(r.params / 1e6, 1)} M parameters) on ${num(r.miners)} miners, ${r.hours} simulated h, seed ${r.seed}; batch ${r.batchSize}, activations ${r.codec}, memory model ${r.memoryModel}, merge every ${r.mergeEvery}`,
+    `${r.model} (${num(r.params / 1e6, 1)} M parameters) on ${num(r.miners)} miners, ${r.hours} simulated h, seed ${r.seed}; batch ${r.batchSize}, ${r.slots} slots, activations ${r.codec}${r.activationRatio !== 1 ? ` ÷ ${num(r.activationRatio, 1)} (what-if)` : ''}, memory model ${r.memoryModel}, merge every ${r.mergeEvery}`,
     `stages: ${r.stages.length}; memory per miner up to ${gb(r.memoryPerMinerBytes)}`,
     ...r.stages.map((s, i) => `  stage ${i} [${s.range.from},${s.range.to})  ${num(s.params / 1e6, 1)} M params  ${gb(s.memoryBytes)}  ${s.replicas} replicas (${s.replicasAtEnd} at the end)  planned ${num(s.plannedTokensPerS)} tokens/s`),
     `tokens/s: ${num(r.tokensPerS, 1)} (planner's compute bound ${num(r.plannedTokensPerS)}); ${num(r.microbatchesDone)} microbatches`,

@@ -70,6 +70,14 @@ export interface MemoryModel {
   activationBytes: number;
   /** whether the attention probabilities (NH·T per token and block) are kept for the backward; false: recomputed from Q and K (flash-style) */
   keepsAttentionProbs: boolean;
+  /**
+   * activation checkpointing at the stage's input: a microbatch in flight
+   * keeps only what entered the stage, and the backward runs the forward
+   * again block by block (one block's activations at a time, as scratch),
+   * which costs a forward more per backward. Default false (the engine keeps
+   * everything).
+   */
+  recomputesActivations?: boolean;
 }
 
 /** What the engine keeps: everything float32, the attention probabilities too. */
@@ -161,18 +169,20 @@ export function partFlopsPerToken(config: GptConfig, part: number): FlopsPerToke
  * Scratch, once per stage: dres, dsmall, tmp C each, dqkv 3C, dbig H, and
  * dlogits V on the last stage (written and consumed within one backward).
  */
-export function activationFloatsPerToken(config: GptConfig, range: StageRange, keepsAttentionProbs = true): ActivationFloats {
+export function activationFloatsPerToken(config: GptConfig, range: StageRange, keepsAttentionProbs = true, recomputes = false): ActivationFloats {
   checkRange(config, range);
   const { vocabSize: V, contextLength: T, channels: C, heads: NH } = config;
   const H = C * config.mlpRatio;
   const first = range.from === 0;
   const last = range.to === partCount(config);
-  const blocks = Math.min(range.to, headPart(config)) - Math.max(range.from, 1);
-  let perSlot = C + (first ? 1 : 0) + (last ? 1 : 0);
-  perSlot += Math.max(0, blocks) * (8 * C + 2 * H + 4 + (keepsAttentionProbs ? NH * T : 0));
-  if (last) perSlot += C + 2 + 2 * V + 1;
+  const blocks = Math.max(0, Math.min(range.to, headPart(config)) - Math.max(range.from, 1));
+  const block = 8 * C + 2 * H + 4 + (keepsAttentionProbs ? NH * T : 0);
+  const head = last ? C + 2 + 2 * V + 1 : 0;
+  const input = C + (first ? 1 : 0) + (last ? 1 : 0);
   const scratch = 6 * C + H + (last ? V : 0);
-  return { perSlot, scratch };
+  // recomputing: only the input is kept per microbatch; one block's (or the head's) activations are rebuilt at a time
+  if (recomputes) return { perSlot: input, scratch: scratch + Math.max(blocks > 0 ? block : 0, head) };
+  return { perSlot: input + blocks * block + head, scratch };
 }
 
 /**
@@ -194,7 +204,8 @@ export function stageCost(config: GptConfig, range: StageRange, batchSize: numbe
     forward += f.forward;
     backward += f.backward;
   }
-  const acts = activationFloatsPerToken(config, range, memory.keepsAttentionProbs);
+  const acts = activationFloatsPerToken(config, range, memory.keepsAttentionProbs, memory.recomputesActivations);
+  if (memory.recomputesActivations) backward += forward;
   const tokens = batchSize * config.contextLength;
   const weights = params * memory.weightBytes;
   const gradients = params * memory.gradientBytes;
@@ -230,14 +241,16 @@ export function stageCostTable(config: GptConfig, batchSize: number, slots: numb
   return (range: StageRange): StageCost => {
     checkRange(config, range);
     const n = params[range.to] - params[range.from];
-    const acts = activationFloatsPerToken(config, range, memory.keepsAttentionProbs);
+    const acts = activationFloatsPerToken(config, range, memory.keepsAttentionProbs, memory.recomputesActivations);
+    const fwd = forward[range.to] - forward[range.from];
+    const bwd = backward[range.to] - backward[range.from] + (memory.recomputesActivations ? fwd : 0);
     const weights = n * memory.weightBytes;
     const gradients = n * memory.gradientBytes;
     const optimizer = n * memory.optimizerBytes;
     const activations = memory.activationBytes * tokens * (slots * acts.perSlot + acts.scratch);
     return {
       params: n,
-      flopsPerToken: { forward: forward[range.to] - forward[range.from], backward: backward[range.to] - backward[range.from] },
+      flopsPerToken: { forward: fwd, backward: bwd },
       memoryBytes: { weights, gradients, optimizer, activations, total: weights + gradients + optimizer + activations },
     };
   };

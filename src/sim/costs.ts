@@ -26,11 +26,16 @@ function headerBytes(codec: Codec, rowWidth: number, meta: Record<string, string
 /** A forward frame's meta as the miner sends it (src/protocol/messages.ts ForwardMeta), with realistic lengths. */
 const FORWARD_META = { runId: 'run-0123456789abcdef', microbatch: 123456, attempt: 1, shard: 123456, step: 123456, stage: 3, ticket: '0x' + 'ab'.repeat(65) };
 
-/** Bytes of one activation (or activation gradient) frame of a microbatch: [B·T, C] values in `codec`, plus the header. */
-export function activationFrameBytes(config: GptConfig, batchSize: number, codec: ActivationCodec): number {
+/**
+ * Bytes of one activation (or activation gradient) frame of a microbatch:
+ * [B·T, C] values in `codec`, plus the header. `ratio` (a what-if, default 1)
+ * divides the payload: a compression beyond the codec that no engine has.
+ */
+export function activationFrameBytes(config: GptConfig, batchSize: number, codec: ActivationCodec, ratio = 1): number {
+  if (!(ratio >= 1 && Number.isFinite(ratio))) throw new RangeError(`activation compression ratio must be a finite number ≥ 1, got ${ratio}`);
   const rows = batchSize * config.contextLength;
   const C = config.channels;
-  return payloadByteLength(codec, [rows, C], rows * C, 1) + headerBytes(codec, C, FORWARD_META);
+  return Math.ceil(payloadByteLength(codec, [rows, C], rows * C, 1) / ratio) + headerBytes(codec, C, FORWARD_META);
 }
 
 /** Partitions of a stage's merge round with R replicas (the orchestrator's rule: none for one replica). */

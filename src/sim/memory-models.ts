@@ -21,6 +21,14 @@ export const MEMORY_MODELS = {
    * parameter on the accelerator
    */
   'bf16-offload': { weightBytes: 2, gradientBytes: 2, optimizerBytes: 0, activationBytes: 2, keepsAttentionProbs: false },
+  /**
+   * as bf16-offload, with activation checkpointing at the stage's input: a
+   * microbatch in flight keeps only the activation that entered the stage
+   * (C values per token), and the backward recomputes the forward block by
+   * block, a forward's FLOPs more; so a miner can hold many more microbatches
+   * in flight
+   */
+  'bf16-offload-recompute': { weightBytes: 2, gradientBytes: 2, optimizerBytes: 0, activationBytes: 2, keepsAttentionProbs: false, recomputesActivations: true },
 } as const satisfies Record<string, MemoryModel>;
 
 export type MemoryModelName = keyof typeof MEMORY_MODELS;

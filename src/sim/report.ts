@@ -63,7 +63,9 @@ export function buildReport(w: World, initial: Plan): SimReport {
     hours: o.hours,
     seed: o.seed,
     batchSize: o.batchSize,
+    slots: o.slots,
     codec: o.codec,
+    activationRatio: o.activationRatio,
     memoryModel: o.memoryModel,
     mergeEvery: o.mergeEvery,
     stages: initial.stages.map((s, i) => ({

@@ -30,6 +30,7 @@ export function simOptions(input: Partial<SimOptions> & { modelName: string; min
     minerTimeoutMs: COORDINATOR_DEFAULTS.minerTimeoutMs,
     tickMs: ORCHESTRATOR_TICK_MS,
     codec: 'f16',
+    activationRatio: 1,
     memoryModel: 'engine',
     rejoinMs: 10 * 60_000,
     epochMs: 3_600_000,
@@ -45,6 +46,8 @@ export function simOptions(input: Partial<SimOptions> & { modelName: string; min
   check(Number.isInteger(o.mergeEvery) && o.mergeEvery >= 1, `mergeEvery must be a positive integer, got ${o.mergeEvery}`);
   check(o.deadlineMs > 0, `deadline must be positive, got ${o.deadlineMs}`);
   check(o.tickMs > 0 && o.heartbeatMs > 0, `tick and heartbeat must be positive, got ${o.tickMs} and ${o.heartbeatMs}`);
+  check(Number.isInteger(o.slots) && o.slots >= 1 && o.slots <= 256, `slots must be an integer in [1, 256], got ${o.slots}`);
+  check(o.activationRatio >= 1 && Number.isFinite(o.activationRatio), `activation compression ratio must be a finite number ≥ 1, got ${o.activationRatio}`);
   check(isMemoryModelName(o.memoryModel), `memory model must be one of ${Object.keys(MEMORY_MODELS).join(', ')}, got ${o.memoryModel}`);
   check(o.mergeBytesPerParam === undefined || o.mergeBytesPerParam > 0, `merge bytes per parameter must be positive, got ${o.mergeBytesPerParam}`);
   return o;
@@ -65,7 +68,7 @@ export function simulateWorld(options: SimOptions): { world: World; report: SimR
   for (let i = 0; i < options.miners; i++) join(w);
   const plan = planFresh(w);
   applyPlan(w, plan);
-  w.activationBytes = activationFrameBytes(options.config, options.batchSize, options.codec);
+  w.activationBytes = activationFrameBytes(options.config, options.batchSize, options.codec, options.activationRatio);
   wakeStageZero(w);
   const initial = plan;
   for (;;) {

@@ -40,6 +40,8 @@ export interface SimOptions {
   minerTimeoutMs: number;
   /** activation and gradient codec */
   codec: ActivationCodec;
+  /** what-if: the codec's payload divided by this much more (1: the real frames) */
+  activationRatio: number;
   /** merge frames' bytes per parameter; undefined = the real int8-block frames (≈1.02) */
   mergeBytesPerParam?: number;
   /** what a miner keeps per parameter and activation (./memory-models.ts; default the engine's) */
@@ -160,7 +162,11 @@ export interface SimReport {
   hours: number;
   seed: number;
   batchSize: number;
+  /** activation slots per miner */
+  slots: number;
   codec: ActivationCodec;
+  /** the what-if compression beyond the codec (1: none) */
+  activationRatio: number;
   /** what a miner keeps per parameter and activation (./memory-models.ts) */
   memoryModel: MemoryModelName;
   mergeEvery: number;

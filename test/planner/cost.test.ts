@@ -197,3 +197,20 @@ test('another memory model: its bytes per parameter and activation, without the 
   const table = stageCostTable(tiny, 4, 3, lean);
   for (let from = 0; from < 6; from++) for (let to = from + 1; to <= 6; to++) assert.deepEqual(table({ from, to }), stageCost(tiny, { from, to }, 4, 3, lean));
 });
+
+test('recomputing activations: a microbatch in flight keeps only its input, one block is scratch, and the backward costs a forward more; the table agrees', () => {
+  const lean: MemoryModel = { weightBytes: 2, gradientBytes: 2, optimizerBytes: 0, activationBytes: 2, keepsAttentionProbs: false };
+  const recompute: MemoryModel = { ...lean, recomputesActivations: true };
+  // gpt-tiny: C = 128, H = 512; block 1 alone keeps 2180 floats per token (above): its input 128 and the block's 2052
+  assert.deepEqual(activationFloatsPerToken(tiny, { from: 2, to: 3 }, false, true), { perSlot: 128, scratch: 1280 + 2052 });
+  // two blocks: still one block's worth of scratch
+  assert.deepEqual(activationFloatsPerToken(tiny, { from: 2, to: 4 }, false, true), { perSlot: 128, scratch: 1280 + 2052 });
+  const kept = stageCost(tiny, { from: 2, to: 4 }, 4, 8, lean);
+  const redone = stageCost(tiny, { from: 2, to: 4 }, 4, 8, recompute);
+  assert.equal(redone.flopsPerToken.forward, kept.flopsPerToken.forward);
+  assert.equal(redone.flopsPerToken.backward, kept.flopsPerToken.backward + kept.flopsPerToken.forward);
+  assert.equal(redone.memoryBytes.activations, 2 * 4 * 64 * (8 * 128 + 1280 + 2052));
+  assert.ok(redone.memoryBytes.activations < kept.memoryBytes.activations / 4);
+  const table = stageCostTable(tiny, 4, 8, recompute);
+  for (let from = 0; from < 6; from++) for (let to = from + 1; to <= 6; to++) assert.deepEqual(table({ from, to }), stageCost(tiny, { from, to }, 4, 8, recompute));
+});

@@ -48,6 +48,28 @@ test('2 stages, 1 miner each, slow links: tokens/s is a frame over the link', ()
   assert.equal(r.dropped.reissued, 0);
 });
 
+test('what-ifs: frames compressed R times more cross a slow link R times as often; more slots fill a pipeline that waits on latency', () => {
+  const cfg = GPT_CONFIGS['gpt-tiny'];
+  const base = { modelName: 'gpt-tiny', miners: 2, stages: 2, hours: 0.25, churn: 0, hardware: table(1000, 1), mergeEvery: 1e9, deadlineMs: 1e6 };
+  const plain = simulate(simOptions(base));
+  const squeezed = simulate(simOptions({ ...base, activationRatio: 8 }));
+  const bytes = activationFrameBytes(cfg, 12, 'f16', 8);
+  assert.ok(bytes < activationFrameBytes(cfg, 12, 'f16') / 7, `${bytes}`);
+  const formula = (12 * cfg.contextLength) / ((bytes * 8) / 1e6);
+  assert.ok(Math.abs(squeezed.tokensPerS - formula) / formula < 0.02, `tokens/s ${squeezed.tokensPerS} vs ${formula}`);
+  assert.ok(squeezed.tokensPerS > 7 * plain.tokensPerS);
+  assert.equal(squeezed.activationRatio, 8);
+  assert.throws(() => activationFrameBytes(cfg, 12, 'f16', 0.5), RangeError);
+  // 200 ms of latency each way and fast compute: each microbatch spends most of its time on the wire, so holding more of
+  // them in flight multiplies what the stages do
+  const far = { ...base, hardware: table(1000, 1e6, 1e6, 100), hours: 0.05 };
+  const two = simulate(simOptions({ ...far, slots: 2 }));
+  const eight = simulate(simOptions({ ...far, slots: 8 }));
+  assert.equal(eight.slots, 8);
+  assert.ok(eight.tokensPerS > 2.5 * two.tokensPerS, `${two.tokensPerS} → ${eight.tokensPerS}`);
+  assert.throws(() => simOptions({ ...base, slots: 0 }), /slots must be an integer in \[1, 256\]/);
+});
+
 test('2 stages, 1 miner each, fast links: tokens/s is the slower stage’s compute', () => {
   const cfg = GPT_CONFIGS['gpt-tiny'];
   const r = simulate(simOptions({ modelName: 'gpt-tiny', miners: 2, stages: 2, hours: 0.1, churn: 0, hardware: table(1, 1e6), mergeEvery: 1e9, deadlineMs: 1e6 }));

@@ -87,10 +87,11 @@ test('nbcli simulate --json reports the run and --chart writes the SVG', () => {
   assert.match(svg, /<path d="M[0-9.]+,[0-9.]+ L/);
   assert.match(svg, /training tokens\/s/);
   // the human view names the same figures
-  const human = nbcli('simulate', '--miners', '16', '--model', 'gpt-tiny', '--hours', '0.1', '--stages', '2', '--seed', '4', '--memory-model', 'bf16-offload');
+  const human = nbcli('simulate', '--miners', '16', '--model', 'gpt-tiny', '--hours', '0.1', '--stages', '2', '--seed', '4', '--memory-model', 'bf16-offload', '--slots', '3', '--activation-ratio', '4');
   assert.equal(human.status, 0, human.stderr);
   assert.match(human.stdout, /stages: 2/);
   assert.match(human.stdout, /memory model bf16-offload/);
+  assert.match(human.stdout, /3 slots, activations f16 ÷ 4\.0 \(what-if\)/);
   assert.match(human.stdout, /earnings per class:/);
 });
 
@@ -101,8 +102,11 @@ test('nbcli simulate refuses bad flags with clear errors', async () => {
     [['--miners', '4', '--model', 'gpt-tiny', '--churn', '-1'], /--churn must be a number in \[0, 1000\], got '-1'/],
     [['--miners', '4', '--model', 'gpt-tiny', '--hours', 'x'], /--hours must be a number/],
     [['--miners', '4', '--model', 'gpt-tiny', '--codec', 'int8-block'], /--codec must be f32, f16 or int8-row/],
-    [['--miners', '4', '--model', 'gpt-tiny', '--memory-model', 'fp8'], /--memory-model must be one of engine, bf16, bf16-offload, got 'fp8'/],
+    [['--miners', '4', '--model', 'gpt-tiny', '--memory-model', 'fp8'], /--memory-model must be one of engine, bf16, bf16-offload, bf16-offload-recompute, got 'fp8'/],
     [['--miners', '4', '--model', 'gpt-tiny', '--hardware', join(dir, 'nope.json')], /cannot read hardware table/],
+    [['--miners', '4', '--model', 'gpt-tiny', '--slots', '0'], /--slots must be a positive integer, got '0'/],
+    [['--miners', '4', '--model', 'gpt-tiny', '--slots', '257'], /slots must be an integer in \[1, 256\], got 257/],
+    [['--miners', '4', '--model', 'gpt-tiny', '--activation-ratio', '0.5'], /--activation-ratio must be a number in \[1, 1000000\], got '0.5'/],
     [['--miners', '1', '--model', 'gpt-tiny', '--stages', '3'], /cannot simulate: 3 stages need at least 3 miners; 1 available/],
   ];
   // one through a process (exit code 1, one `nbcli:` line), the others in this one: each process costs seconds of module loading
