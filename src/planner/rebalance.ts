@@ -121,6 +121,30 @@ export function rebalance(previous: Plan, miners: MinerCapacity[], opts: Rebalan
   let budget = Math.max(0, maxMoves - forced);
   const bottleneck = (): number => Math.min(...Array.from({ length: S }, (_, s) => tp(s)));
   const movable = (id: string): boolean => was.get(id) === at.get(id);
+  /** The bottleneck after adding GFLOP/s to stages: [stage, gflops][]. */
+  const after = (changes: [number, number][]): number => {
+    let m = Infinity;
+    for (let s = 0; s < S; s++) {
+      let extra = 0;
+      for (const [cs, g] of changes) if (cs === s) extra += g;
+      m = Math.min(m, tp(s, extra));
+    }
+    return m;
+  };
+  /** The movable miner whose move into stage t, from a stage holding at least `minHolders`, leaves the bottleneck highest. */
+  const bestMoveInto = (t: number, minHolders: number): { id: string; value: number } | null => {
+    let best: { id: string; value: number } | null = null;
+    for (let a = 0; a < S; a++) {
+      if (a === t || holders[a].length < minHolders) continue;
+      for (const id of holders[a]) {
+        if (!movable(id) || !fits(id, t)) continue;
+        const g = byId.get(id)!.gflops;
+        const value = after([[a, -g], [t, g]]);
+        if (!best || value > best.value) best = { id, value };
+      }
+    }
+    return best;
+  };
 
   // 4. stages that departures left with one replica, the hardest to fill first
   const thinned = holders.map((_, s) => s)
@@ -128,16 +152,7 @@ export function rebalance(previous: Plan, miners: MinerCapacity[], opts: Rebalan
     .sort((a, b) => stages[b].memoryBytes - stages[a].memoryBytes);
   for (const t of thinned) {
     if (budget === 0) break;
-    let donor: { id: string; value: number } | null = null;
-    for (let d = 0; d < S; d++) {
-      if (d === t || holders[d].length < 3) continue;
-      for (const id of holders[d]) {
-        if (!movable(id) || !fits(id, t)) continue;
-        const g = byId.get(id)!.gflops;
-        const value = Math.min(...Array.from({ length: S }, (_, s) => tp(s, s === d ? -g : s === t ? g : 0)));
-        if (!donor || value > donor.value) donor = { id, value };
-      }
-    }
+    const donor = bestMoveInto(t, 3);
     if (!donor) continue;
     put(donor.id, t);
     budget--;
@@ -147,25 +162,7 @@ export function rebalance(previous: Plan, miners: MinerCapacity[], opts: Rebalan
   while (budget > 0) {
     const now = bottleneck();
     const b = Array.from({ length: S }, (_, s) => s).reduce((x, y) => (tp(y) < tp(x) ? y : x));
-    const after = (changes: [number, number][]): number => {
-      let m = Infinity;
-      for (let s = 0; s < S; s++) {
-        let extra = 0;
-        for (const [cs, g] of changes) if (cs === s) extra += g;
-        m = Math.min(m, tp(s, extra));
-      }
-      return m;
-    };
-    let single: { id: string; value: number } | null = null;
-    for (let a = 0; a < S; a++) {
-      if (a === b || holders[a].length < 2) continue;
-      for (const id of holders[a]) {
-        if (!movable(id) || !fits(id, b)) continue;
-        const g = byId.get(id)!.gflops;
-        const value = after([[a, -g], [b, g]]);
-        if (!single || value > single.value) single = { id, value };
-      }
-    }
+    const single = bestMoveInto(b, 2);
     if (single && single.value > now * (1 + minGain)) {
       put(single.id, b);
       budget--;
