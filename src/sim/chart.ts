@@ -1,5 +1,7 @@
-// An SVG chart of a simulation: utilization (left axis, 0-100%) and training
-// tokens/s (right axis) over simulated time. Plain SVG text, no dependency.
+// An SVG chart of a simulation: utilization (left axis, 0-100%: of the
+// miners holding a stage, and of all miners) and training tokens/s (right
+// axis) over simulated time. Plain SVG text, no dependency.
+import type { TimeSeries } from './timeline.ts';
 
 const W = 800;
 const H = 360;
@@ -17,7 +19,7 @@ function fmt(n: number): string {
 }
 
 /** The chart as SVG text. */
-export function chartSvg(series: { tMs: number[]; utilization: number[]; tokensPerS: number[] }, title: string): string {
+export function chartSvg(series: TimeSeries, title: string): string {
   const n = series.tMs.length;
   const tMax = n > 0 ? series.tMs[n - 1] + (n > 1 ? series.tMs[1] - series.tMs[0] : series.tMs[0]) / 2 : 1;
   const yMax = Math.max(1, ...series.tokensPerS) * 1.1;
@@ -43,9 +45,10 @@ export function chartSvg(series: { tMs: number[]; utilization: number[]; tokensP
     parts.push(`<text x="${px(t).toFixed(1)}" y="${H - PAD.bottom + 18}" text-anchor="middle">${label}</text>`);
   }
   parts.push(`<line x1="${PAD.left}" x2="${W - PAD.right}" y1="${H - PAD.bottom}" y2="${H - PAD.bottom}" stroke="#333"/>`);
-  parts.push(`<path d="${line(series.utilization, pyU)}" fill="none" stroke="#1f77b4" stroke-width="2"/>`);
+  parts.push(`<path d="${line(series.utilizationHolders, pyU)}" fill="none" stroke="#1f77b4" stroke-width="2"/>`);
+  parts.push(`<path d="${line(series.utilization, pyU)}" fill="none" stroke="#1f77b4" stroke-width="1.5" stroke-dasharray="5 4"/>`);
   parts.push(`<path d="${line(series.tokensPerS, pyT)}" fill="none" stroke="#d62728" stroke-width="2"/>`);
-  parts.push(`<text x="${PAD.left}" y="${H - 12}" fill="#1f77b4">utilization (busy compute / alive time)</text>`);
+  parts.push(`<text x="${PAD.left}" y="${H - 12}" fill="#1f77b4">utilization (busy / alive time): of miners holding a stage; dashed: of all miners</text>`);
   parts.push(`<text x="${W - PAD.right}" y="${H - 12}" text-anchor="end" fill="#d62728">training tokens/s</text>`);
   parts.push('</svg>');
   return parts.join('\n') + '\n';

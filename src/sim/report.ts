@@ -46,10 +46,12 @@ export function buildReport(w: World, initial: Plan): SimReport {
 
   let assignedBusy = 0;
   let assignedMs = 0;
+  const holders: [number, number][] = [];
   for (const m of w.miners) {
     if (m.stage < 0 && m.busyMs === 0) continue;
     assignedBusy += m.busyMs;
     assignedMs += hoursAlive(m) * 3_600_000;
+    holders.push([m.joinedAt, Math.min(end, m.leftAt ?? end)]);
   }
   const seconds = end / 1000;
   const tokens = w.counters.done * w.tokensPerMicrobatch;
@@ -103,7 +105,7 @@ export function buildReport(w: World, initial: Plan): SimReport {
     },
     churn: { left: w.counters.left, joined: w.counters.joined, replans: w.counters.replans, moves: w.counters.moves, fullReplans: w.counters.fullReplans },
     classes: classReports,
-    series: w.timeline.series(),
+    series: w.timeline.series(holders),
     events: w.counters.events,
     stalled: w.stalled,
   };

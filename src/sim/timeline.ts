@@ -1,6 +1,16 @@
 // Time series of a run: busy compute time, alive miner time and trained
 // tokens summed into equal buckets of simulated time, for the chart.
 
+/** A run's time series, one value per bucket. */
+export interface TimeSeries {
+  tMs: number[];
+  /** busy compute over the alive time of every miner */
+  utilization: number[];
+  /** busy compute over the alive time of the miners that held a stage */
+  utilizationHolders: number[];
+  tokensPerS: number[];
+}
+
 export class Timeline {
   readonly bucketMs: number;
   private readonly busy: Float64Array;
@@ -59,16 +69,25 @@ export class Timeline {
     return this.alive.reduce((a, b) => a + b, 0);
   }
 
-  /** Per bucket: its middle time, utilization (busy over alive) and tokens/s. */
-  series(): { tMs: number[]; utilization: number[]; tokensPerS: number[] } {
+  /**
+   * Per bucket: its middle time, utilization (busy over alive), the
+   * utilization of the miners that held a stage (busy over the alive time of
+   * `holders`, the [start, end) each of them was alive) and tokens/s.
+   */
+  series(holders: readonly (readonly [number, number])[] = []): TimeSeries {
+    const holdersAlive = new Float64Array(this.samples);
+    for (const [start, end] of holders) this.span(holdersAlive, start, end, 1);
     const tMs: number[] = [];
     const utilization: number[] = [];
+    const utilizationHolders: number[] = [];
     const tokensPerS: number[] = [];
     for (let k = 0; k < this.samples; k++) {
       tMs.push((k + 0.5) * this.bucketMs);
       utilization.push(this.alive[k] > 0 ? this.busy[k] / this.alive[k] : 0);
+      // compute happens only on miners holding a stage, so all of busy is theirs
+      utilizationHolders.push(holdersAlive[k] > 0 ? Math.min(1, this.busy[k] / holdersAlive[k]) : 0);
       tokensPerS.push((this.tokens[k] * 1000) / this.bucketMs);
     }
-    return { tMs, utilization, tokensPerS };
+    return { tMs, utilization, utilizationHolders, tokensPerS };
   }
 }

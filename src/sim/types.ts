@@ -4,6 +4,7 @@ import type { GptConfig } from '../model/config.ts';
 import type { ActivationCodec } from '../protocol/messages.ts';
 import type { DrawnMiner, HardwareTable } from './hardware.ts';
 import type { MemoryModelName } from './memory-models.ts';
+import type { TimeSeries } from './timeline.ts';
 
 export interface SimOptions {
   /** the model's name (for the report) and config */
@@ -187,7 +188,8 @@ export interface SimReport {
   dropped: { units: number; reissued: number; byDeadline: number; byChurn: number; noPeer: number; wastedComputeMs: number };
   churn: { left: number; joined: number; replans: number; moves: number; fullReplans: number };
   classes: ClassReport[];
-  series: { tMs: number[]; utilization: number[]; tokensPerS: number[] };
+  /** per bucket of simulated time (./timeline.ts) */
+  series: TimeSeries;
   events: number;
   /** why training stopped early, if it did */
   stalled: string | null;

@@ -102,3 +102,20 @@ test('more replicas give more tokens/s while compute is the bottleneck; once the
   const linkBound = (2 * 12 * cfg.contextLength) / ((activationFrameBytes(cfg, 12, 'f16') * 8) / 1e6);
   assert.ok(slow <= linkBound * 1.001 && slow > 0.6 * linkBound, `link-bound: ${slow} vs ${linkBound}`);
 });
+
+test('the series: utilization of the miners holding a stage, beside that of all miners, agree with the report', () => {
+  // half the miners are too small to hold any stage of gpt-tiny
+  const hardware: HardwareTable = {
+    classes: [
+      { name: 'box', share: 1, count: 4, gflops: 1, memoryGB: 8, upMbps: 1e6, downMbps: 1e6, latencyMs: 0, sessionHours: 1e6 },
+      { name: 'tiny', share: 1, count: 4, gflops: 1, memoryGB: 1e-6, upMbps: 1e6, downMbps: 1e6, latencyMs: 0, sessionHours: 1e6 },
+    ],
+  };
+  const r = simulate(simOptions({ modelName: 'gpt-tiny', miners: 8, stages: 2, hours: 0.1, churn: 0, hardware, mergeEvery: 1e9, deadlineMs: 1e6, samples: 20 }));
+  const mean = (xs: number[]): number => xs.reduce((a, b) => a + b, 0) / xs.length;
+  assert.equal(r.series.utilizationHolders.length, 20);
+  assert.ok(Math.abs(mean(r.series.utilizationHolders) - r.utilizationAssigned) < 0.01, `${mean(r.series.utilizationHolders)} vs ${r.utilizationAssigned}`);
+  assert.ok(Math.abs(mean(r.series.utilization) - r.utilization) < 0.01, `${mean(r.series.utilization)} vs ${r.utilization}`);
+  // the four small miners are alive and idle: all miners' utilization is half the holders'
+  assert.ok(Math.abs(r.utilization * 2 - r.utilizationAssigned) < 0.01, `${r.utilization} vs ${r.utilizationAssigned}`);
+});
