@@ -4,7 +4,7 @@
 // comes back as the server's NimbleError. What a developer does with runs
 // (create, cancel, download the checkpoint) is signed with the developer's
 // wallet key, for the network the orchestrator proves it runs (./network.ts).
-import { Type } from '@sinclair/typebox';
+import { Type, type Static } from '@sinclair/typebox';
 import type { Hex } from 'viem';
 import { JsonClient, SignedClient } from '../http/client.ts';
 import type { BaseUrls, Failover } from '../http/failover.ts';
@@ -19,7 +19,24 @@ import { EpochList, EpochView, Health, MinerView, RunView, WorkTotal, type Creat
 const DEVELOPER_WAIT_MS = 3_000;
 
 const RunList = Type.Array(RunView);
-const MinerList = Type.Array(MinerView);
+/**
+ * The miner list as orchestrators of every version send it: those from before
+ * the WebGPU backend send no backend, adapter or softwareAdapter (their
+ * miners all run on WASM), so those are optional here and filled in.
+ */
+export const MinerListWire = Type.Array(
+  Type.Object({
+    ...MinerView.properties,
+    backend: Type.Optional(MinerView.properties.backend),
+    adapter: Type.Optional(MinerView.properties.adapter),
+    softwareAdapter: Type.Optional(MinerView.properties.softwareAdapter),
+  }),
+);
+
+/** A miner list from any orchestrator version, as today's MinerView. */
+export function minersFromWire(list: Static<typeof MinerListWire>): MinerView[] {
+  return list.map((m) => ({ ...m, backend: m.backend ?? 'wasm', adapter: m.adapter ?? null, softwareAdapter: m.softwareAdapter ?? false }));
+}
 const WorkList = Type.Array(WorkTotal);
 
 export interface OrchestratorClientOptions {
@@ -59,7 +76,7 @@ export class OrchestratorClient {
   }
 
   miners(): Promise<MinerView[]> {
-    return this.http.get('/miners', MinerList, 'miner list');
+    return this.http.get('/miners', MinerListWire, 'miner list').then(minersFromWire);
   }
 
   runs(): Promise<RunView[]> {
