@@ -5,7 +5,6 @@
 import { Type } from '@sinclair/typebox';
 import type { JobLayout } from '../jobs/layout.ts';
 import type { JobSpec } from '../jobs/spec.ts';
-import { NimbleError } from '../protocol/errors.ts';
 import { parseJson } from '../protocol/messages.ts';
 import type { OrchestratorClient } from './client.ts';
 import { readEvents } from './event-stream.ts';
@@ -94,14 +93,7 @@ export class JobClient {
 
   /** The job's events from `after` on, then each as it happens, with progress, until the job ends or `signal` aborts. */
   async *follow(id: string, after = 0, signal?: AbortSignal): AsyncGenerator<JobUpdate> {
-    const url = new URL(`/jobs/${encodeURIComponent(id)}/events?after=${after}`, this.api.url);
-    let res: Response;
-    try {
-      res = await fetch(url, { headers: { accept: 'text/event-stream' }, signal });
-    } catch (err) {
-      throw new NimbleError('unreachable', `cannot reach the orchestrator at ${url.origin}: ${(err as Error).message}`, 502, { cause: err });
-    }
-    if (!res.ok) throw new NimbleError(res.status === 404 ? 'not_found' : `http_${res.status}`, `GET ${url.pathname}: ${res.status} ${(await res.text()).slice(0, 300)}`, res.status);
+    const res = await this.api.http.open(`/jobs/${encodeURIComponent(id)}/events?after=${after}`, { accept: 'text/event-stream' }, signal);
     for await (const e of readEvents(res)) {
       if (e.event === 'progress') yield { kind: 'progress', progress: parseJson(JobProgress, e.data, 'job progress') };
       else if (e.event === 'end') {

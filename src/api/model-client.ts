@@ -3,8 +3,6 @@
 // checkpoint to publish it (signed with the developer's wallet key through the
 // OrchestratorClient) and get the orchestrator's attestation; list the stored
 // models; open a model's file (public) from an offset.
-import { errorOf } from '../http/client.ts';
-import { NimbleError } from '../protocol/errors.ts';
 import type { OrchestratorClient } from './client.ts';
 import { PublishTicket, StoredModelList, StoredModelView } from './models.ts';
 
@@ -40,16 +38,8 @@ export class ModelClient {
   }
 
   /** Opens a model's file from `offset` on (a resumed download asks for the rest). */
-  async openFile(sha256: string, offset = 0, signal?: AbortSignal): Promise<Response> {
-    const url = new URL(`/models/${encodeURIComponent(sha256)}/file`, this.api.url);
-    let res: Response;
-    try {
-      res = await fetch(url, { headers: offset > 0 ? { range: `bytes=${offset}-` } : {}, signal });
-    } catch (err) {
-      throw new NimbleError('unreachable', `cannot reach the orchestrator at ${url.origin}: ${(err as Error).message}`, 502, { cause: err });
-    }
-    if (!res.ok) throw errorOf(res.status, res.statusText, new Uint8Array(await res.arrayBuffer()), `GET ${url.pathname}`);
-    return res;
+  openFile(sha256: string, offset = 0, signal?: AbortSignal): Promise<Response> {
+    return this.api.http.open(`/models/${encodeURIComponent(sha256)}/file`, offset > 0 ? { range: `bytes=${offset}-` } : {}, signal);
   }
 }
 

@@ -87,10 +87,33 @@ export class JsonClient {
     return this.send('GET', path);
   }
 
+  /** A GET whose body the caller streams (a download, server-sent events), on the current URL or, unanswered, the next ones. */
+  open(path: string, headers: Record<string, string> = {}, signal?: AbortSignal): Promise<Response> {
+    return this.failover.send('GET', (base) => openGet(new URL(path, base), headers, signal), signal);
+  }
+
   private send(method: HttpMethod, path: string, body?: Uint8Array): Promise<Uint8Array> {
     const req: HttpRequest = { method, headers: body ? JSON_TYPE : undefined, body, timeoutMs: this.timeoutMs, peer: this.peer };
     return this.failover.send(method, (base) => httpRequest(new URL(path, base), req));
   }
+}
+
+/**
+ * A GET whose body the caller streams: resolves once the answer's head has
+ * come, with a 2xx; a refusal is the server's NimbleError; no answer at all
+ * is a NimbleError 'unreachable' whose cause is a TransportError that had not
+ * started, so a Failover moves on to the next URL.
+ */
+async function openGet(url: URL, headers: Record<string, string>, signal: AbortSignal | undefined): Promise<Response> {
+  let res: Response;
+  try {
+    res = await fetch(url, { method: 'GET', headers, signal });
+  } catch (err) {
+    // no answer began (fetch resolves once the head has come)
+    throw new NimbleError('unreachable', `cannot reach ${url.origin}: ${(err as Error).message}`, 502, { cause: new TransportError((err as Error).message, false, { cause: err }) });
+  }
+  if (!res.ok) throw errorOf(res.status, res.statusText, new Uint8Array(await res.arrayBuffer()), `GET ${url.pathname}`);
+  return res;
 }
 
 /** Times a signed request refused with 429 is sent again (pauses of about 0.25, 0.5, 1, 2 s). */
@@ -159,16 +182,7 @@ export class SignedClient {
   }
 
   private async openAt(url: URL, headers: Record<string, string>, signal: AbortSignal | undefined): Promise<Response> {
-    const signed = { ...headers, ...(await this.signer.sign('GET', url.pathname + url.search)) };
-    let res: Response;
-    try {
-      res = await fetch(url, { method: 'GET', headers: signed, signal });
-    } catch (err) {
-      // no answer began (fetch resolves once the head has come)
-      throw new NimbleError('unreachable', `cannot reach ${url.origin}: ${(err as Error).message}`, 502, { cause: new TransportError((err as Error).message, false, { cause: err }) });
-    }
-    if (!res.ok) throw errorOf(res.status, res.statusText, new Uint8Array(await res.arrayBuffer()), `GET ${url.pathname}`);
-    return res;
+    return openGet(url, { ...headers, ...(await this.signer.sign('GET', url.pathname + url.search)) }, signal);
   }
 
   /** POSTs JSON and validates the JSON reply. */

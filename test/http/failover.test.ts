@@ -117,6 +117,26 @@ test('requests go to the first URL; once it is gone they move to the second, say
   await b.close();
 });
 
+test('an opened GET (a download, an event stream) moves past a dead URL to one that answers; a refusal does not move it', async () => {
+  const dead = await deadUrl();
+  const b = await testServer((req, _body, res) => {
+    if (req.url === '/missing') return json(res, 404, { error: 'no such file', code: 'not_found' });
+    res.writeHead(200, { 'content-type': 'application/octet-stream' });
+    res.end(`range ${req.headers.range ?? 'none'}`);
+  });
+  const client = new JsonClient([dead, b.url], 5_000, 'the orchestrator');
+  const res = await client.open('/file', { range: 'bytes=3-' });
+  assert.equal(await res.text(), 'range bytes=3-');
+  assert.equal(client.baseUrl.href, `${b.url}/`);
+  // the server's refusal is its NimbleError, and the client stays where it is
+  const c = await testServer();
+  const staying = new JsonClient([b.url, c.url], 5_000, 'the orchestrator');
+  await assert.rejects(staying.open('/missing'), (e: unknown) => e instanceof NimbleError && e.code === 'not_found' && e.status === 404);
+  assert.deepEqual(c.seen, []);
+  await b.close();
+  await c.close();
+});
+
 test("a 503 'unreachable' (no leader) moves on; a 503 with another code and a 500 are the caller's", async () => {
   const a = await testServer((_req, _body, res) => json(res, 503, { error: 'no orchestrator leads this network right now', code: 'unreachable' }));
   const b = await testServer();
