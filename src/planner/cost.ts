@@ -168,6 +168,9 @@ export function partFlopsPerToken(config: GptConfig, part: number): FlopsPerToke
  * out C (8C + 2H + 4 + NH·T); the head lnf C + 2, logits V, probs V, loss 1.
  * Scratch, once per stage: dres, dsmall, tmp C each, dqkv 3C, dbig H, and
  * dlogits V on the last stage (written and consumed within one backward).
+ * `recomputes` (activation checkpointing, MemoryModel.recomputesActivations):
+ * a microbatch keeps only its input, and the scratch grows by the largest of
+ * one block's or the head's activations, rebuilt one at a time.
  */
 export function activationFloatsPerToken(config: GptConfig, range: StageRange, keepsAttentionProbs = true, recomputes = false): ActivationFloats {
   checkRange(config, range);

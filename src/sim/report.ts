@@ -49,9 +49,10 @@ export function buildReport(w: World, initial: Plan): SimReport {
   const holders: [number, number][] = [];
   for (const m of w.miners) {
     if (m.stage < 0 && m.busyMs === 0) continue;
+    const until = Math.min(end, m.leftAt ?? end);
     assignedBusy += m.busyMs;
-    assignedMs += hoursAlive(m) * 3_600_000;
-    holders.push([m.joinedAt, Math.min(end, m.leftAt ?? end)]);
+    assignedMs += until - m.joinedAt;
+    holders.push([m.joinedAt, until]);
   }
   const seconds = end / 1000;
   const tokens = w.counters.done * w.tokensPerMicrobatch;
