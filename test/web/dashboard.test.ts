@@ -209,7 +209,12 @@ test('the dashboard shows the network live, draws the loss, renders miner names 
   assert.equal(formJob.status, 'completed');
   assert.equal(formJob.owner, zeroAddress, "an unpaid network's operator job is owned by the zero address");
   assert.ok((await developer.events(formJobId)).some((e) => e.message === 'submitted by the operator (dashboard)'));
-  assert.match((await page.textContent('#timeline')) ?? '', /waiting submitted[\s\S]*started[\s\S]*executing[\s\S]*completed trained 30 steps/);
+  // the badge follows the feed, the timeline follows GET /jobs/:id/events asked when the status changes: it may come a moment later
+  await page
+    .waitForFunction(() => /waiting submitted[\s\S]*started[\s\S]*executing[\s\S]*completed trained 30 steps/.test(document.querySelector('#timeline')?.textContent ?? ''), null, { timeout: 5_000 })
+    .catch(async (err: Error) => {
+      throw new Error(`${err.message}: ${await page.textContent('#timeline')}`);
+    });
 
   assert.deepEqual(dialogs, [], 'no script ran from a miner name');
   // the refused cancel (401) and spec (400) are the only errors the browser saw: no script or style refused by the page's policy

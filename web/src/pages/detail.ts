@@ -82,15 +82,27 @@ export function detailPage(root: HTMLElement, ctx: PageContext, kind: 'run' | 'j
       draw();
     });
 
+  // a job's timeline (GET /jobs/:id/events): asked again when its status, checkpoints or run change; only the newest
+  // answer is shown, so an older request that returns late cannot put back a timeline without the latest status
   let jobEventsKey = '';
+  let jobEventsAsked = 0;
   const refreshJobEvents = (job: JobView): void => {
     const k = `${job.status}/${job.checkpoints.length}/${job.runId}`;
     if (k === jobEventsKey) return;
     jobEventsKey = k;
-    void api.jobEvents(id).then((events: JobEvent[]) => {
-      statuses = events.map((e) => ({ at: e.at, status: e.status, message: e.message }));
-      draw();
-    });
+    const asked = ++jobEventsAsked;
+    api
+      .jobEvents(id)
+      .then((events: JobEvent[]) => {
+        if (asked !== jobEventsAsked) return;
+        statuses = events.map((e) => ({ at: e.at, status: e.status, message: e.message }));
+        draw();
+      })
+      .catch((err: Error) => {
+        if (asked !== jobEventsAsked) return;
+        jobEventsKey = ''; // asked again at the next change
+        ctx.notify(`job events: ${err.message}`, true);
+      });
   };
 
   cancel.addEventListener('click', () => {
