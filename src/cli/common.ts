@@ -51,3 +51,16 @@ export function parseBytes(name: string, value: string): number {
 
 /** The orchestrator commands talk to unless told: $NIMBLE_ORCHESTRATOR, else the default port on this machine. */
 export const DEFAULT_ORCHESTRATOR = process.env.NIMBLE_ORCHESTRATOR ?? 'http://127.0.0.1:7070';
+
+/** Resolves on SIGINT or SIGTERM. */
+export function waitForSignal(): Promise<string> {
+  return new Promise((resolve) => {
+    const on = (sig: string): void => {
+      process.off('SIGINT', on);
+      process.off('SIGTERM', on);
+      resolve(sig);
+    };
+    process.on('SIGINT', on);
+    process.on('SIGTERM', on);
+  });
+}

@@ -12,8 +12,7 @@ import { BACKEND_CHOICES, type BackendChoice } from '../engine/engine.ts';
 import { Miner } from '../miner/miner.ts';
 import type { ServeSetting } from '../protocol/messages.ts';
 import { chainRpcOf } from './chain-options.ts';
-import { emit, parseBytes, parsePositiveInt, resolveDataDir, withCommonOptions, type CommonOptions } from './common.ts';
-import { waitForSignal } from './orchestrator.ts';
+import { emit, parseBytes, parsePositiveInt, resolveDataDir, waitForSignal, withCommonOptions, type CommonOptions } from './common.ts';
 import { signingKey } from './keys.ts';
 
 interface Flags extends CommonOptions {

@@ -12,7 +12,7 @@ import { isPostgresUrl } from '../orchestrator/state/index.ts';
 import { joinCluster } from '../orchestrator/cluster/member.ts';
 import { DEFAULT_LEASE_TTL_MS } from '../orchestrator/cluster/lease.ts';
 import { MAX_SYNTHETIC_RATE } from '../orchestrator/serving/synthetic-prompts.ts';
-import { emit, parsePositiveInt, resolveDataDir, withCommonOptions } from './common.ts';
+import { emit, parsePositiveInt, resolveDataDir, waitForSignal, withCommonOptions } from './common.ts';
 import { orchestratorChain, withOrchestratorChainOptions, type OrchestratorChainFlags } from './orchestrator-chain.ts';
 
 interface Flags extends OrchestratorChainFlags {
@@ -160,17 +160,4 @@ function parseShare(flag: string, value: string): number {
   const n = Number(value);
   if (value.trim() === '' || !Number.isFinite(n) || n < 0 || n > 1) throw new NimbleError('invalid', `${flag} must be a number from 0 to 1, got '${value}'`);
   return n;
-}
-
-/** Resolves on SIGINT or SIGTERM. */
-export function waitForSignal(): Promise<string> {
-  return new Promise((resolve) => {
-    const on = (sig: string): void => {
-      process.off('SIGINT', on);
-      process.off('SIGTERM', on);
-      resolve(sig);
-    };
-    process.on('SIGINT', on);
-    process.on('SIGTERM', on);
-  });
 }
