@@ -20,18 +20,28 @@ test('a miner killed with SIGKILL mid-run: the run finishes, its microbatches ar
     const mid = await cluster.waitRun(run.id, (v) => v.microbatchesDone >= 30 && v.status === 'executing' && v.stages.every((s) => s.mode === 'training'));
     const victimName = mid.stages[0].replicas[0].name;
     const victimId = mid.stages[0].replicas[0].id;
-    // wait until the orchestrator shows it holding microbatches (not between merge rounds)
+    // kill it while the orchestrator shows it holding microbatches (not between merge rounds): it is stopped first
+    // (SIGSTOP), so what it holds cannot finish between the look and the kill; if its last answer landed meanwhile
+    // and it holds nothing, it goes on (SIGCONT) and the look is taken again
+    const victim = miners[['a', 'b', 'c', 'd'].indexOf(victimName)].child;
     const state = new Database(join(cluster.dir, 'orch', 'orchestrator', 'orchestrator.sqlite'), { readonly: true });
     try {
-      const holding = state.prepare(`SELECT COUNT(*) AS n FROM microbatches WHERE status = 'issued' AND miner_id = ?`);
-      for (let i = 0; (holding.get(victimId) as { n: number }).n === 0; i++) {
+      const holding = (): number => (state.prepare(`SELECT COUNT(*) AS n FROM microbatches WHERE status = 'issued' AND miner_id = ?`).get(victimId) as { n: number }).n;
+      for (let i = 0; ; i++) {
         if (i > 600) throw new Error('the victim never held a microbatch');
-        await new Promise((r) => setTimeout(r, 20));
+        if (holding() === 0) {
+          await new Promise((r) => setTimeout(r, 20));
+          continue;
+        }
+        victim.kill('SIGSTOP');
+        await new Promise((r) => setTimeout(r, 300)); // what it sent before it stopped lands
+        if (holding() > 0) break;
+        victim.kill('SIGCONT');
       }
     } finally {
       state.close();
     }
-    miners[['a', 'b', 'c', 'd'].indexOf(victimName)].child.kill('SIGKILL');
+    victim.kill('SIGKILL');
     const atKill = await cluster.run(run.id);
     assert.ok(atKill.microbatchesDone < 140, `the run was still going when the miner died (${atKill.microbatchesDone} done)`);
     const done = await cluster.waitRun(run.id, (v) => v.status === 'completed' || v.status === 'failed', 180_000);
