@@ -184,7 +184,7 @@ export class MergeRounds {
       const settled = new Map<number, string>();
       const vanished = new Set<string>();
       for (let p = 0; p < round.partitions; p++) {
-        const decision = this.settle(run, s, round, p, results, now - plan.phaseAt > MERGE_TIMEOUT_MS);
+        const decision = this.settle(run, s, round, p, results, alive, now - plan.phaseAt > MERGE_TIMEOUT_MS);
         if (decision) settled.set(p, decision);
         else if (!results.some((r) => r.partition === p)) {
           for (const m of plan.mergers[p]) if (!alive.has(m) || !round.replicas.includes(m) || now - plan.phaseAt > MERGE_TIMEOUT_MS) vanished.add(m);
@@ -242,18 +242,22 @@ export class MergeRounds {
   }
 
   /**
-   * The merged blob partition `p` settles on, if it can now: its mergers all
-   * delivered the same frame (two or more of them), or the orchestrator's own
-   * recomputation, started when they disagree, when only one merger is left,
-   * or when the timeout passed with some result in.
+   * The merged blob partition `p` settles on, if it can now: its mergers that
+   * are still there (alive and in the round) all delivered the same frame (two
+   * or more of them), or the orchestrator's own recomputation, started when
+   * they disagree, when only one merger is left, or when the timeout passed
+   * with some result in. A merger that is gone will not deliver: the partition
+   * does not wait the merge timeout for it (a partition with a result keeps
+   * its mergers, so a dead one is never replaced there).
    */
-  private settle(run: RunRecord, s: StageRecord, round: MergeRoundRecord, p: number, results: readonly MergeResult[], late: boolean): string | null {
+  private settle(run: RunRecord, s: StageRecord, round: MergeRoundRecord, p: number, results: readonly MergeResult[], alive: ReadonlySet<string>, late: boolean): string | null {
     const mine = results.filter((r) => r.partition === p);
     const own = mine.find((r) => r.minerId === RECOMPUTED);
     if (own) return own.blob;
     const mergers = round.plan.mergers[p];
     const delivered = mine.filter((r) => mergers.includes(r.minerId));
-    const allIn = mergers.every((m) => delivered.some((r) => r.minerId === m));
+    const present = mergers.filter((m) => alive.has(m) && round.replicas.includes(m));
+    const allIn = present.every((m) => delivered.some((r) => r.minerId === m));
     const agree = delivered.length > 0 && delivered.every((r) => r.blob === delivered[0].blob);
     if (allIn && agree && delivered.length >= 2) return delivered[0].blob;
     if ((allIn && delivered.length > 0) || (late && mine.length > 0)) this.recompute(run, s, round, p);

@@ -999,6 +999,34 @@ test('a replica that goes silent while uploading is dropped from the round after
 });
 
 
+test('a merger that dies after its co-merger delivered does not hold the round up to the merge timeout: the orchestrator recomputes the partitions it shared', async (t) => {
+  const minerTimeoutMs = 5_000;
+  const h = await harness(t, { minerTimeoutMs });
+  const run = runAtFirstMerge(h);
+  await uploadAll(h, run, 0);
+  await uploadAll(h, run, 1);
+  h.tick();
+  const key = { runId: run.id, stage: 0, round: 1 };
+  const merging = h.state.mergeRounds.get(key)!;
+  assert.equal(merging.status, 'merging');
+  const [stays, dies] = h.replicas(run.id, 0);
+  assert.ok(merging.plan.mergers.every((ms) => ms.includes(stays.id) && ms.includes(dies.id)), 'two replicas: both merge every partition');
+  await mergeAndUpload(h, stays, taskOf(stays));
+  h.tick();
+  assert.equal(h.state.mergeRounds.get(key)!.status, 'merging', 'one merger is not taken at its word');
+
+  // dies goes silent; the others keep beating
+  h.advance(minerTimeoutMs + 1);
+  for (const m of [stays, ...h.replicas(run.id, 1)]) m.beat();
+  await tickSettled(h);
+  const round = h.state.mergeRounds.get(key)!;
+  assert.equal(round.status, 'applying', `settled ${h.now - merging.plan.phaseAt} ms into the phase, not at the merge timeout (${MERGE_TIMEOUT_MS} ms)`);
+  const results = h.state.mergeRounds.results(key);
+  assert.deepEqual(round.plan.chosen, merging.plan.mergers.map((_, p) => results.find((r) => r.partition === p && r.minerId === stays.id)!.blob), "the recomputation is stays' merge");
+  assert.equal(results.filter((r) => h.nameOf(r.minerId) === 'orchestrator').length, merging.partitions);
+  assert.equal(h.work(run.id)[`${stays.name}/merge`], merging.partitions);
+});
+
 // ---- 10. restart ----------------------------------------------------------------------
 
 test('after a restart mid-run the runs, stages, assignments, the miners\' keys and an in-flight microbatch continue where they were', async (t) => {

@@ -2,10 +2,10 @@
 // `nbcli simulate` end to end.
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
-import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { test } from 'node:test';
+import { after, test } from 'node:test';
 import { fileURLToPath } from 'node:url';
 import { Command } from 'commander';
 import { registerSimulate } from '../../src/cli/simulate.ts';
@@ -19,6 +19,7 @@ const [node, ...pre] = nbcliArgv();
 
 const root = fileURLToPath(new URL('../..', import.meta.url));
 const dir = mkdtempSync(join(tmpdir(), 'nimble-sim-'));
+after(() => rmSync(dir, { recursive: true, force: true }));
 
 function nbcli(...args: string[]) {
   return spawnSync(node, [...pre, ...args], { cwd: root, encoding: 'utf8', timeout: 60_000 });
