@@ -6,7 +6,7 @@ import { join } from 'node:path';
 import { getAddress, type Address, type Hex } from 'viem';
 import { english, mnemonicToAccount, privateKeyToAccount, type PrivateKeyAccount } from 'viem/accounts';
 import { NimbleError } from '../protocol/errors.ts';
-import { decryptKeystore, encryptKeystore, parseKeystore, WrongPasswordError, type KeystoreV3 } from './keystore.ts';
+import { decryptKeystore, encryptKeystore, LIGHT_SCRYPT, parseKeystore, WrongPasswordError, type KeystoreV3 } from './keystore.ts';
 
 export interface WalletInfo {
   name: string;
@@ -32,12 +32,15 @@ function walletFile(dataDir: string, name: string): string {
   return join(walletsDir(dataDir), `${checkWalletName(name)}.json`);
 }
 
+/** How costly the wallet's key derivation is: `standard` (scrypt n = 2^17) or `light` (geth's --lightkdf: `LIGHT_SCRYPT`). */
+export type WalletKdf = 'standard' | 'light';
+
 /** Encrypts `privateKey` under `password` and stores it as NAME; refuses to overwrite. */
-export function saveWallet(dataDir: string, name: string, privateKey: Hex, password: string): WalletInfo {
+export function saveWallet(dataDir: string, name: string, privateKey: Hex, password: string, kdf: WalletKdf = 'standard'): WalletInfo {
   const file = walletFile(dataDir, name);
   if (existsSync(file)) throw new NimbleError('conflict', `wallet '${name}' already exists (${file})`);
   if (password.length === 0) throw new NimbleError('invalid', 'the password must not be empty');
-  const keystore = encryptKeystore(privateKey, password);
+  const keystore = encryptKeystore(privateKey, password, kdf === 'light' ? LIGHT_SCRYPT : {});
   mkdirSync(walletsDir(dataDir), { recursive: true, mode: 0o700 });
   writeFileSync(file, JSON.stringify(keystore, null, 2) + '\n', { mode: 0o600, flag: 'wx' });
   return { name, address: getAddress(`0x${keystore.address}`), file };

@@ -266,7 +266,7 @@ async function demoWallet(dataDir: string, name: string, password: string, chain
   try {
     address = loadWalletFile(dataDir, name).info.address;
   } catch {
-    address = saveWallet(dataDir, name, generatePrivateKey(), password).address;
+    address = saveWallet(dataDir, name, generatePrivateKey(), password, 'light').address; // a throwaway wallet on the local chain
   }
   if (stake > 0n) {
     const { staked } = await readStake(chain.client, address as `0x${string}`);

@@ -2,7 +2,7 @@
 // each command starts from the data dir's saved state.
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
-import { existsSync, readdirSync, rmSync } from 'node:fs';
+import { existsSync, readdirSync, readFileSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
 import { after, before, test } from 'node:test';
 import { fileURLToPath } from 'node:url';
@@ -77,12 +77,15 @@ async function balances(name: string): Promise<{ free: string; staked: string; u
 }
 
 test('create two wallets, faucet, transfer, stake, unstake, transfer again: exact balances', async () => {
-  const alice = await ok(['wallet', 'create', '--wallet.name', 'alice']);
-  const bob = await ok(['wallet', 'create', '--wallet.name', 'bob']);
+  const alice = await ok(['wallet', 'create', '--wallet.name', 'alice', '--light-kdf']);
+  const bob = await ok(['wallet', 'create', '--wallet.name', 'bob', '--light-kdf']);
   bobAddress = String(bob.address);
   aliceAddress = String(alice.address);
   assert.match(String(alice.address), /^0x[0-9a-fA-F]{40}$/);
   assert.deepEqual(readdirSync(join(dataDir, 'wallets')).sort(), ['alice.json', 'bob.json']);
+  // --light-kdf: geth's light scrypt cost, so the many commands below open the wallets quickly
+  const kdf = (JSON.parse(readFileSync(join(dataDir, 'wallets', 'alice.json'), 'utf8')) as { crypto: { kdfparams: { n: number; p: number } } }).crypto.kdfparams;
+  assert.deepEqual([kdf.n, kdf.p], [4096, 6]);
   const list = (await nbcli(['wallet', 'list', '--json'])).stdout;
   assert.deepEqual((JSON.parse(list) as { name: string }[]).map((w) => w.name), ['alice', 'bob']);
 
@@ -131,7 +134,7 @@ test('each mistake gets a one-line error and changes nothing', async () => {
 });
 
 test('import a mnemonic; concurrent commands on one data dir are serialized, none lost', async () => {
-  const imported = await ok(['wallet', 'import', '--wallet.name', 'dev1', '--index', '1'], {
+  const imported = await ok(['wallet', 'import', '--wallet.name', 'dev1', '--index', '1', '--light-kdf'], {
     NIMBLE_WALLET_SECRET: 'test test test test test test test test test test test junk',
   });
   assert.equal(imported.address, '0x70997970C51812dc3A010C7d01b50e0d17dc79C8');

@@ -13,6 +13,7 @@ import {
   DEFAULT_SCRYPT_N,
   encryptKeystore,
   KDF_BOUNDS,
+  LIGHT_SCRYPT,
   WrongPasswordError,
   type KeystoreV3,
   type ScryptParams,
@@ -80,10 +81,16 @@ test('wallet files: save, list, unlock, no overwrite, mode 0600', () => {
     const info = saveWallet(dir, 'miner-1', VECTOR_KEY, 'pw');
     assert.equal(info.address, '0x008AeEda4D805471dF9b2A5B0f38A0C3bCBA786b');
     assert.equal(statSync(info.file).mode & 0o777, 0o600);
-    assert.equal((JSON.parse(readFileSync(info.file, 'utf8')) as KeystoreV3).crypto.kdfparams.dklen, 32);
+    const kdfOf = (file: string): Record<string, unknown> => (JSON.parse(readFileSync(file, 'utf8')) as KeystoreV3).crypto.kdfparams;
+    assert.deepEqual([kdfOf(info.file).dklen, kdfOf(info.file).n, kdfOf(info.file).r, kdfOf(info.file).p], [32, DEFAULT_SCRYPT_N, 8, 1], 'the standard cost by default');
+    // geth's --lightkdf cost when asked (nbcli wallet create --light-kdf); the file opens like any other
+    const light = saveWallet(dir, 'throwaway', VECTOR_KEY, 'pw', 'light');
+    assert.deepEqual([kdfOf(light.file).n, kdfOf(light.file).r, kdfOf(light.file).p], [LIGHT_SCRYPT.n, LIGHT_SCRYPT.r, LIGHT_SCRYPT.p]);
+    assert.equal(unlockWallet(dir, 'throwaway', 'pw').account.address, info.address);
+    assert.throws(() => unlockWallet(dir, 'throwaway', 'nope'), /wrong password for wallet 'throwaway'/);
     assert.throws(() => saveWallet(dir, 'miner-1', VECTOR_KEY, 'pw'), /already exists/);
     assert.throws(() => saveWallet(dir, '../evil', VECTOR_KEY, 'pw'), /invalid wallet name/);
-    assert.deepEqual(listWallets(dir).map((w) => w.name), ['miner-1']);
+    assert.deepEqual(listWallets(dir).map((w) => w.name), ['miner-1', 'throwaway']);
     assert.equal(unlockWallet(dir, 'miner-1', 'pw').account.address, info.address);
     assert.throws(() => unlockWallet(dir, 'miner-1', 'nope'), /wrong password for wallet 'miner-1'/);
     assert.throws(() => unlockWallet(dir, 'ghost', 'pw'), /unknown wallet 'ghost'/);

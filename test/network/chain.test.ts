@@ -21,7 +21,7 @@ test('a run with the chain on pays the miners that worked, once', async () => {
   process.env.NIMBLE_PASSWORD = 'pw-e2e';
   process.env.NIMBLE_CHAIN_RPC = '';
   await cluster.startOrchestrator(['--min-stake', '0', '--epoch-rounds', '2', '--emission', '10'], { chain: true });
-  const wallets = ['a', 'b'].map((n) => saveWallet(join(cluster.dir, n), `w-${n}`, generatePrivateKey(), 'pw-e2e'));
+  const wallets = ['a', 'b'].map((n) => saveWallet(join(cluster.dir, n), `w-${n}`, generatePrivateKey(), 'pw-e2e', 'light'));
   const started = await Promise.all(['a', 'b'].map((n) => cluster.startMiner(n, ['--wallet.name', `w-${n}`])));
   assert.deepEqual(
     started.map((p) => JSON.parse(p.lines.find((l) => l.includes('"started"'))!).address),

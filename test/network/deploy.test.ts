@@ -29,9 +29,9 @@ test('the owner deploys a published GPT on 2 stages: miners that serve inference
   process.env.NIMBLE_PASSWORD = 'deploy-test';
   await cluster.startOrchestrator(['--min-stake', '0'], { chain: true });
   const home = join(cluster.dir, 'orch');
-  const dev = saveWallet(home, 'dev', generatePrivateKey(), 'deploy-test');
-  saveWallet(home, 'eve', generatePrivateKey(), 'deploy-test');
-  for (const n of ['a', 'b', 't']) saveWallet(home, `w-${n}`, generatePrivateKey(), 'deploy-test');
+  const dev = saveWallet(home, 'dev', generatePrivateKey(), 'deploy-test', 'light');
+  saveWallet(home, 'eve', generatePrivateKey(), 'deploy-test', 'light');
+  for (const n of ['a', 'b', 't']) saveWallet(home, `w-${n}`, generatePrivateKey(), 'deploy-test', 'light');
   // the miners share the orchestrator's data dir: its chain node and deployment, which they check models against
   const [a, b, t] = await Promise.all(
     (['inference', 'both', 'training'] as const).map((serve, i) => {

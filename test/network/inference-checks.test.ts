@@ -56,8 +56,8 @@ test('inference spot checks pass an honest serving miner and slash one that retu
   const cheatKey = generatePrivateKey();
   const honest = privateKeyToAccount(honestKey).address;
   const cheat = privateKeyToAccount(cheatKey).address;
-  saveWallet(home, 'dev', generatePrivateKey(), 'inference-checks-test');
-  saveWallet(home, 'w-honest', honestKey, 'inference-checks-test');
+  saveWallet(home, 'dev', generatePrivateKey(), 'inference-checks-test', 'light');
+  saveWallet(home, 'w-honest', honestKey, 'inference-checks-test', 'light');
   const session = await openChain({ dataDir: home });
   try {
     for (const [key, address] of [[honestKey, honest], [cheatKey, cheat]] as const) {

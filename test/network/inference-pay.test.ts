@@ -66,9 +66,9 @@ test('a caller pays per token from its credit with an API key; miners and the mo
   const home = join(cluster.dir, 'orch');
   const devKey = generatePrivateKey();
   const aliceKey = generatePrivateKey();
-  const owner = saveWallet(home, 'dev', devKey, PASSWORD).address as Address;
-  const alice = saveWallet(home, 'alice', aliceKey, PASSWORD).address as Address;
-  const miner = saveWallet(home, 'w-a', generatePrivateKey(), PASSWORD).address as Address;
+  const owner = saveWallet(home, 'dev', devKey, PASSWORD, 'light').address as Address;
+  const alice = saveWallet(home, 'alice', aliceKey, PASSWORD, 'light').address as Address;
+  const miner = saveWallet(home, 'w-a', generatePrivateKey(), PASSWORD, 'light').address as Address;
   const nbcli = (...args: string[]) => cluster.nbcli([...args, '--orchestrator', cluster.url], home);
   const file = join(cluster.dir, 'micro.safetensors');
   writeFileSync(file, wholeModelBytes(41, 500));

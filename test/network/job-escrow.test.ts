@@ -67,8 +67,8 @@ before(async () => {
   process.env.NIMBLE_PASSWORD = PASSWORD;
   await cluster.startOrchestrator(ARGS, { chain: true });
   home = join(cluster.dir, 'orch');
-  saveWallet(home, 'dev', devKey, PASSWORD);
-  miner = saveWallet(join(cluster.dir, 'a'), 'w-a', generatePrivateKey(), PASSWORD).address as Address;
+  saveWallet(home, 'dev', devKey, PASSWORD, 'light');
+  miner = saveWallet(join(cluster.dir, 'a'), 'w-a', generatePrivateKey(), PASSWORD, 'light').address as Address;
   await cluster.startMiner('a', ['--wallet.name', 'w-a']);
   jobs = new JobClient(new OrchestratorClient(cluster.url, { wallet: devKey }));
 });
@@ -194,7 +194,7 @@ test("escrows that are someone else's, used, of another amount or missing are re
 test("a completed job's checkpoint is published with nbcli model publish --job by its owner only, and downloads verified against the chain", { timeout: 120_000 }, async () => {
   const [paid] = (await jobs.list(dev)).filter((j) => j.name === 'paid' && j.status === 'completed');
   assert.ok(paid, 'the paid job of the first test');
-  saveWallet(home, 'eve', eveKey, PASSWORD);
+  saveWallet(home, 'eve', eveKey, PASSWORD, 'light');
   const stolen = await nbcli('model', 'publish', '--job', paid.id, '--name', 'not-eves', '--wallet.name', 'eve');
   assert.equal(stolen.code, 1);
   assert.match(stolen.stderr, /not .*'s|owner/i);

@@ -26,8 +26,8 @@ test('a model file is published with nbcli, listed, shown, downloaded and verifi
   // the developer's commands share the orchestrator's data dir: its chain node and deployment, and the wallets
   const home = join(cluster.dir, 'orch');
   const devKey = generatePrivateKey();
-  saveWallet(home, 'dev', devKey, 'model-test');
-  saveWallet(home, 'eve', generatePrivateKey(), 'model-test');
+  saveWallet(home, 'dev', devKey, 'model-test', 'light');
+  saveWallet(home, 'eve', generatePrivateKey(), 'model-test', 'light');
   const dev = privateKeyToAccount(devKey).address;
   const nbcli = (...args: string[]) => cluster.nbcli([...args, '--orchestrator', cluster.url], home);
 

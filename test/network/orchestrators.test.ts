@@ -92,7 +92,7 @@ test('two orchestrators share one database, bucket and chain: the leader is kill
   assert.notEqual(a.listening.url, b.listening.url);
 
   // m1 talks to the leader first, with the follower as its second URL; m2 and the developer talk to the follower
-  const wallets = ['m1', 'm2'].map((n) => saveWallet(join(cluster.dir, n), `w-${n}`, generatePrivateKey(), PASSWORD));
+  const wallets = ['m1', 'm2'].map((n) => saveWallet(join(cluster.dir, n), `w-${n}`, generatePrivateKey(), PASSWORD, 'light'));
   cluster.url = b.listening.url as string;
   const m1 = cluster.spawnNbcli(['miner', 'start', '--orchestrator', `${a.listening.url},${b.listening.url}`, '--name', 'm1', '--threads', '1', '--wallet.name', 'w-m1'], join(cluster.dir, 'm1'));
   await Promise.all([m1.waitFor((v) => v.event === 'started'), cluster.startMiner('m2', ['--wallet.name', 'w-m2'])]);

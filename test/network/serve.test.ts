@@ -82,8 +82,8 @@ test('a completion generated through 2 stages of 2 replicas, streamed and not, e
   process.env.NIMBLE_PASSWORD = 'serve-test';
   await cluster.startOrchestrator(['--min-stake', '0'], { chain: true });
   const home = join(cluster.dir, 'orch');
-  saveWallet(home, 'dev', generatePrivateKey(), 'serve-test');
-  for (const n of MINERS) saveWallet(home, `w-${n}`, generatePrivateKey(), 'serve-test');
+  saveWallet(home, 'dev', generatePrivateKey(), 'serve-test', 'light');
+  for (const n of MINERS) saveWallet(home, `w-${n}`, generatePrivateKey(), 'serve-test', 'light');
   const procs = await Promise.all(MINERS.map((name) => cluster.startMiner(name, ['--data-dir', home, '--wallet.name', `w-${name}`, '--serve', 'inference'])));
   for (const p of procs) minerProcs.set(((await p.waitFor((v) => v.event === 'started')).address as string).toLowerCase(), p);
   const nbcli = (...args: string[]) => cluster.nbcli([...args, '--orchestrator', cluster.url], home);

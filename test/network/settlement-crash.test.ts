@@ -26,7 +26,7 @@ test('kill -9 of the orchestrator between the chain taking an epoch and recordin
   } finally {
     delete process.env.NIMBLE_TEST_SETTLE_PAUSE_MS;
   }
-  const wallets = ['a', 'b'].map((n) => saveWallet(join(cluster.dir, n), `w-${n}`, generatePrivateKey(), 'pw-crash'));
+  const wallets = ['a', 'b'].map((n) => saveWallet(join(cluster.dir, n), `w-${n}`, generatePrivateKey(), 'pw-crash', 'light'));
   await Promise.all(['a', 'b'].map((n) => cluster.startMiner(n, ['--wallet.name', `w-${n}`])));
   const run = await cluster.createRun({ model: 'gpt-micro', data: 'moby-dick', steps: 40, stages: 2, mergeEvery: 5, batchSize: 8, minMiners: 2 });
 
