@@ -20,7 +20,7 @@ interface WalletOptions extends ChainCommandOptions {
   lightKdf?: boolean;
 }
 
-const LIGHT_KDF_HELP = "a key derivation about 5 times cheaper (geth's --lightkdf: scrypt n=2^12, p=6): opens faster, and the password is as many times cheaper to guess; for throwaway wallets on a local chain";
+const LIGHT_KDF_HELP = "geth's --lightkdf cost (scrypt n=2^12, p=6): the wallet opens in a fraction of the time, and its password is at least 5 times cheaper to guess; for throwaway wallets on a local chain";
 
 export function registerWallet(program: Command): void {
   const wallet = program.command('wallet').description('NIM wallets: create, import, balances, transfers, local faucet');
