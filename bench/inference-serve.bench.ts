@@ -137,7 +137,12 @@ async function localRate(s: Setup, checkpoint: Uint8Array): Promise<number> {
   }
 }
 
-/** ms from the SIGKILL of stage 1's first replica to the next token of the slowest stream it served (the others go on). */
+/**
+ * ms from the SIGKILL of stage 1's first replica to the next token of the
+ * slowest stream it served (the others go on). A stream's next token is its
+ * first one after its failover: a token sampled from logits that came back
+ * before the kill is not one the new replica served.
+ */
 async function failoverMs(s: Setup, stage0: Peer, stage1: { child: ChildProcess; peer: Peer }[]): Promise<number> {
   const { c, d } = coordinator(s, [[stage0], stage1.map((x) => x.peer)]);
   const completions = new Completions(c);
@@ -150,13 +155,13 @@ async function failoverMs(s: Setup, stage0: Peer, stage1: { child: ChildProcess;
   await Promise.all(Array.from({ length: SESSIONS }, (_, i) => completions.generate(d, request(i, 3 * s.config.contextLength), (b) => {
     got[i] += b.length;
     const now = performance.now();
-    if (killedAt && !firstAfter[i]) firstAfter[i] = now;
+    if (killedAt && !firstAfter[i] && moved.has(ids[i])) firstAfter[i] = now;
     if (!killedAt && got.every((n) => n >= 16)) {
       killedAt = now;
       stage1[0].child.kill('SIGKILL');
     }
   }, () => false, (id) => (ids[i] = id))));
-  const affected = ids.map((id, i) => (moved.has(id) ? firstAfter[i] - killedAt : -1)).filter((ms) => ms >= 0);
+  const affected = ids.map((id, i) => (moved.has(id) && firstAfter[i] ? firstAfter[i] - killedAt : -1)).filter((ms) => ms >= 0);
   if (!killedAt || affected.length === 0) throw new Error('no stream was on the killed replica');
   return Math.max(...affected);
 }
