@@ -85,7 +85,7 @@ export class WrongPasswordError extends NimbleError {
   }
 }
 
-/** ethers' default cost (2^17): about 0.35 s and 128 MiB to open a wallet. */
+/** ethers' default cost (2^17): 128 MiB and about 0.9 s on this machine (a median of 904 ms) to open a wallet. */
 export const DEFAULT_SCRYPT_N = 1 << 17;
 
 /**

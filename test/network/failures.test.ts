@@ -26,7 +26,8 @@ test('a miner killed with SIGKILL mid-run: the run finishes, its microbatches ar
     const victim = miners[['a', 'b', 'c', 'd'].indexOf(victimName)].child;
     const state = new Database(join(cluster.dir, 'orch', 'orchestrator', 'orchestrator.sqlite'), { readonly: true });
     try {
-      const holding = (): number => (state.prepare(`SELECT COUNT(*) AS n FROM microbatches WHERE status = 'issued' AND miner_id = ?`).get(victimId) as { n: number }).n;
+      const issued = state.prepare(`SELECT COUNT(*) AS n FROM microbatches WHERE status = 'issued' AND miner_id = ?`);
+      const holding = (): number => (issued.get(victimId) as { n: number }).n;
       for (let i = 0; ; i++) {
         if (i > 600) throw new Error('the victim never held a microbatch');
         if (holding() === 0) {
