@@ -15,6 +15,7 @@ import { planPlacement } from '../planner/placement.ts';
 import { decodeFrame, encodeFrame } from '../protocol/frame.ts';
 import type { ActivationCodec, StageAssignment } from '../protocol/messages.ts';
 import type { HardwareTable } from './hardware.ts';
+import type { SharedHost } from './host.ts';
 import { simModel } from './models.ts';
 import { simOptions, simulate } from './simulate.ts';
 import type { JobTimes, SimOptions } from './types.ts';
@@ -27,6 +28,8 @@ export interface LocalMiner {
   /** its 1 MB signed probe to the orchestrator, Mbit/s */
   bandwidthMbps: number;
   threads: number;
+  /** its `--throttle` (default 1) */
+  throttle?: number;
 }
 
 /** A local network and the run it trains. */
@@ -55,6 +58,7 @@ export function localHardware(net: LocalNetwork): HardwareTable {
       downMbps: m.bandwidthMbps,
       latencyMs: LOOPBACK_LATENCY_MS,
       sessionHours: 1e6,
+      ...(m.throttle !== undefined && m.throttle < 1 ? { throttle: m.throttle } : {}),
     })),
   };
 }
@@ -66,8 +70,8 @@ export function localStages(net: LocalNetwork): { from: number; to: number }[] {
   return plan.stages.map((s) => s.range);
 }
 
-/** Simulator options for a local network (no churn; `hours` long enough for many merge cycles). */
-export function localOptions(net: LocalNetwork, jobTimes?: JobTimes, hours = 1): SimOptions {
+/** Simulator options for a local network (no churn; `hours` long enough for many merge cycles); with `host`, its processes share the machine's cores. */
+export function localOptions(net: LocalNetwork, jobTimes?: JobTimes, hours = 1, host?: SharedHost): SimOptions {
   return simOptions({
     modelName: net.model,
     miners: net.miners.length,
@@ -79,6 +83,7 @@ export function localOptions(net: LocalNetwork, jobTimes?: JobTimes, hours = 1):
     churn: 0,
     hours,
     ...(jobTimes ? { jobTimes } : {}),
+    ...(host ? { host } : {}),
   });
 }
 
@@ -89,10 +94,32 @@ export interface LocalPrediction {
   merges: number;
 }
 
-/** The simulator's tokens/s and merge time for a local network. */
-export function predictLocal(net: LocalNetwork, jobTimes?: JobTimes, hours = 1): LocalPrediction {
-  const r = simulate(localOptions(net, jobTimes, hours));
+/** The simulator's tokens/s and merge time for a local network (`host`: on one machine's shared cores). */
+export function predictLocal(net: LocalNetwork, jobTimes?: JobTimes, hours = 1, host?: SharedHost): LocalPrediction {
+  const r = simulate(localOptions(net, jobTimes, hours, host));
   return { tokensPerS: r.tokensPerS, mergeMs: r.merges.meanMs, merges: r.merges.rounds };
+}
+
+/** CPU a local network's processes spent per trained microbatch, as measured (bench/sim-calibration.bench.ts). */
+export interface MeasuredCpu {
+  /** per stage: a miner's process CPU ms per microbatch (the mean over the stage's replicas) */
+  minerMsPerMicrobatch: number[];
+  orchestratorMsPerMicrobatch: number;
+}
+
+/**
+ * The shared host of a local network: `cores`, and what its processes spent
+ * beyond the engine's jobs. A stage's hop overhead is its miners' CPU per
+ * microbatch less the engine's forward and backward of that stage (measured
+ * idle, `jobTimes`), never below 0.
+ */
+export function hostOverheads(cores: number, cpu: MeasuredCpu, jobTimes: JobTimes): SharedHost {
+  if (cpu.minerMsPerMicrobatch.length !== jobTimes.stages.length) throw new RangeError(`CPU of ${cpu.minerMsPerMicrobatch.length} stages for job times of ${jobTimes.stages.length}`);
+  return {
+    cores,
+    hopOverheadMs: cpu.minerMsPerMicrobatch.map((ms, s) => Math.max(0, ms - jobTimes.stages[s].forwardMs - jobTimes.stages[s].backwardMs)),
+    orchestratorMsPerMicrobatch: Math.max(0, cpu.orchestratorMsPerMicrobatch),
+  };
 }
 
 const medianOf = (xs: number[]): number => [...xs].sort((a, b) => a - b)[xs.length >> 1];

@@ -13,7 +13,8 @@ import { rebalance } from '../planner/rebalance.ts';
 import { MEMORY_MODELS } from './memory-models.ts';
 import type { MinerCapacity, Plan } from '../planner/types.ts';
 import { MERGE_REDUNDANCY, STATE_BYTES_PER_PARAM } from './costs.ts';
-import { owes, requeue, tryStart, wakeStageZero } from './flow.ts';
+import { startBeats } from './host-miner.ts';
+import { owes, requeue, tryStart, unaccounted, wakeStageZero } from './flow.ts';
 import { lastHeartbeatMs, stageMergeTime } from './merge-time.ts';
 import type { SimMiner } from './types.ts';
 import type { World } from './world.ts';
@@ -24,6 +25,7 @@ export const REPLAN_BATCH_MS = 5000;
 /** A miner arrives now: it stays an exponential session, then leaves. */
 export function join(w: World): SimMiner {
   const m = w.addMiner();
+  if (w.host) startBeats(w, m);
   if (w.options.churn > 0) w.schedule(w.now + w.rng.exponential((m.sessionHours * 3_600_000) / w.options.churn), { type: 'leave', miner: m.index });
   return m;
 }
@@ -36,7 +38,13 @@ export function leave(w: World, m: SimMiner): void {
   m.queue.length = 0;
   if (m.busyUntil >= 0) {
     w.counters.wastedComputeMs += w.now - m.busyFrom;
-    m.busyMs -= m.busyUntil - w.now;
+    if (w.host?.has(m.index)) {
+      // working on a shared host: its work so far counts, and the rest of it no longer takes a share of the cores
+      w.host.stop(m.index, w.now);
+      w.scheduleHost();
+      m.busyMs += w.now - m.busyFrom;
+      w.timeline.addBusy(m.busyFrom, w.now);
+    } else m.busyMs -= Math.max(0, m.workUntil - w.now);
   }
   w.counters.left++;
   w.setAlive(w.aliveCount - 1);
@@ -49,7 +57,7 @@ export function noticed(w: World, m: SimMiner): void {
   m.gone = true;
   for (const id of [...w.issued]) {
     const mb = w.microbatches[id];
-    if (owes(mb, m.index)) requeue(w, mb, m.index, 'churn');
+    if (unaccounted(w, mb, m)) requeue(w, mb, m.index, 'churn');
   }
   askReplan(w);
 }

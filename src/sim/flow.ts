@@ -12,6 +12,9 @@
 //   the gradient goes back along the same path;
 // - a frame takes bytes / min(sender's upload, receiver's download) after
 //   both links are free, plus both latencies; sends do not block compute;
+// - each hop's report rides its miner's next heartbeat (src/miner/miner.ts):
+//   the orchestrator counts the attempt done, and its place free, once the
+//   last of them arrived;
 // - a microbatch not done by its deadline, or owed by a miner noticed gone,
 //   is issued again and the miner it stalled at is charged a dropped unit
 //   (src/orchestrator/microbatches.ts expireDeadlines, dropAllOf).
@@ -21,6 +24,7 @@ import type { Job, SimMicrobatch, SimMiner } from './types.ts';
 
 /** Schedules an issue check at the next heartbeat of every stage-0 replica that has none scheduled. */
 export function wakeStageZero(w: World): void {
+  if (w.host) return; // on a shared host every miner's heartbeat loop runs anyway (./host-miner.ts)
   for (const i of w.members[0] ?? []) {
     const m = w.miners[i];
     if (m.issueScheduled || !m.alive) continue;
@@ -29,24 +33,40 @@ export function wakeStageZero(w: World): void {
   }
 }
 
-/** A stage-0 replica's heartbeat: new (or re-issued) microbatches, as many as the policy allows. */
+/** A stage-0 replica's heartbeat on the grid: the microbatches issued to it, taken at once. */
 export function issueTo(w: World, m: SimMiner): void {
   m.issueScheduled = false;
-  if (!m.alive || m.gone || m.stage !== 0 || m.readyAt > w.now || w.draining || w.merging || w.stalled) return;
+  deliver(w, m, issueFor(w, m, reportedFreeSlots(w, m)));
+}
+
+/** The free slots a replica reports on its heartbeat (src/miner/miner.ts): a slot's worth more than is free, less the starts it has queued. */
+export function reportedFreeSlots(w: World, m: SimMiner): number {
+  const slots = w.options.slots;
+  return Math.max(0, slots - m.held.size + slots - m.queue.filter((j) => j.kind === 'start').length);
+}
+
+/** Jobs the miner was given: queued, and the next started if it is idle. */
+export function deliver(w: World, m: SimMiner, jobs: Job[]): void {
+  m.queue.push(...jobs);
+  tryStart(w, m);
+}
+
+/** The orchestrator's answer to a stage-0 replica's heartbeat that reported `freeSlots`: new (or re-issued) microbatches, as many as the policy allows. */
+export function issueFor(w: World, m: SimMiner, freeSlots: number): Job[] {
+  const jobs: Job[] = [];
+  if (!m.alive || m.gone || m.stage !== 0 || m.readyAt > w.now || w.draining || w.merging || w.stalled) return jobs;
   const S = w.stageCount;
-  for (let s = 1; s < S; s++) if (!w.hasRoutable(s)) return;
+  for (let s = 1; s < S; s++) if (!w.hasRoutable(s)) return jobs;
   const replicas = w.members.map((set) => set.size);
   const slots = w.options.slots;
   const inFlight = w.issuedTo.get(m.index) ?? 0;
-  const startsQueued = m.queue.filter((j) => j.kind === 'start').length;
-  const freeSlots = Math.max(0, slots - m.held.size + slots - startsQueued);
   const want = Math.min(freeSlots, replicaIssueLimit(slots, replicas) - inFlight, pipelineRoom(slots, replicas) - w.issued.size);
   for (let k = 0; k < want; k++) {
     let mb: SimMicrobatch;
     const again = w.pending.shift();
     if (again !== undefined) mb = w.microbatches[again];
     else {
-      mb = { id: w.microbatches.length, attempt: 0, status: 'pending', path: [], holder: -1, backwardFrom: S };
+      mb = { id: w.microbatches.length, attempt: 0, status: 'pending', path: [], holder: -1, backwardFrom: S, hopDoneAt: [], reportedHops: 0 };
       w.microbatches.push(mb);
     }
     mb.attempt++;
@@ -54,12 +74,14 @@ export function issueTo(w: World, m: SimMiner): void {
     mb.path = [m.index];
     mb.holder = m.index;
     mb.backwardFrom = S;
+    mb.hopDoneAt = [];
+    mb.reportedHops = 0;
     w.issued.add(mb.id);
     w.issuedTo.set(m.index, (w.issuedTo.get(m.index) ?? 0) + 1);
-    m.queue.push({ kind: 'start', mb: mb.id, attempt: mb.attempt });
+    jobs.push({ kind: 'start', mb: mb.id, attempt: mb.attempt });
     w.schedule(w.now + w.options.deadlineMs, { type: 'deadline', mb: mb.id, attempt: mb.attempt });
   }
-  tryStart(w, m);
+  return jobs;
 }
 
 function current(w: World, job: Job): boolean {
@@ -76,18 +98,34 @@ export function tryStart(w: World, m: SimMiner): void {
   if (idx < 0 && m.queue.length > 0 && (last || m.held.size < w.options.slots)) idx = 0;
   if (idx < 0) return;
   const job = m.queue.splice(idx, 1)[0];
-  const ms = w.jobMs(m, job.kind === 'backward' ? 'backward' : last ? 'both' : 'forward');
+  const ms = w.jobCoreMs(m, job.kind === 'backward' ? 'backward' : last ? 'both' : 'forward');
   if (job.kind !== 'backward' && !last) m.held.add(job.mb);
   m.busyFrom = w.now;
-  m.busyUntil = w.now + ms;
+  m.job = job;
+  if (w.host) {
+    // its end depends on what else runs on the host's cores meanwhile (workDone)
+    m.busyUntil = m.workUntil = Infinity;
+    w.host.start(m.index, ms, w.now);
+    w.scheduleHost();
+    return;
+  }
+  m.workUntil = w.now + ms;
+  m.busyUntil = m.workUntil + restAfter(m, ms);
   m.busyMs += ms;
   w.timeline.addBusy(w.now, w.now + ms);
-  w.schedule(w.now + ms, { type: 'computed', miner: m.index, job });
+  w.schedule(m.busyUntil, { type: 'computed', miner: m.index, job });
 }
+
+/** A throttled miner's rest after `workMs` of work (src/miner/throttle.ts). */
+export function restAfter(m: SimMiner, workMs: number): number {
+  return m.throttle < 1 ? (workMs * (1 - m.throttle)) / m.throttle : 0;
+}
+
 
 /** A job finished on miner m. */
 export function computed(w: World, m: SimMiner, job: Job): void {
   m.busyUntil = -1;
+  m.job = null;
   if (!m.alive) return;
   if (!current(w, job)) {
     w.counters.wastedComputeMs += w.now - m.busyFrom;
@@ -110,8 +148,17 @@ export function computed(w: World, m: SimMiner, job: Job): void {
   } else {
     m.held.delete(mb.id);
     mb.backwardFrom = s;
-    if (s === 0) complete(w, mb);
-    else send(w, m, w.miners[mb.path[s - 1]], { kind: 'backward', mb: mb.id, attempt: mb.attempt });
+    mb.hopDoneAt[s] = w.now;
+    if (s > 0) send(w, m, w.miners[mb.path[s - 1]], { kind: 'backward', mb: mb.id, attempt: mb.attempt });
+    // the orchestrator counts the attempt done once every hop's report reached it, each on its miner's next heartbeat
+    // a shared host's miners run their heartbeat loops (./host-miner.ts); a hop that sent a frame is reported once the receiver accepted it (arrive)
+    if (w.host) {
+      if (s === 0) m.unreported.push({ mb: mb.id, attempt: mb.attempt });
+    } else if (s === 0) {
+      const at = Math.max(...mb.path.map((i, stage) => w.heartbeatAfter(w.miners[i], mb.hopDoneAt[stage] ?? w.now)));
+      // just before that heartbeat: its reply may already issue the microbatch that takes the freed place
+      w.schedule(Math.max(w.now, at - 1e-6), { type: 'reported', mb: mb.id, attempt: mb.attempt });
+    }
   }
   tryStart(w, m);
 }
@@ -128,8 +175,8 @@ function send(w: World, from: SimMiner, to: SimMiner, job: Job): void {
   w.schedule(end + from.latencyMs + to.latencyMs, { type: 'arrive', miner: to.index, job, from: from.index });
 }
 
-/** A frame reached miner m: it holds the microbatch's next hop from now. */
-export function arrive(w: World, m: SimMiner, job: Job): void {
+/** A frame from miner `from` reached miner m: it holds the microbatch's next hop from now. */
+export function arrive(w: World, m: SimMiner, job: Job, from: number): void {
   if (!current(w, job)) return;
   const mb = w.microbatches[job.mb];
   if (!m.alive) return; // lost; re-issued when the orchestrator notices the miner gone
@@ -141,11 +188,33 @@ export function arrive(w: World, m: SimMiner, job: Job): void {
   }
   mb.holder = m.index;
   m.queue.push(job);
+  if (w.host && job.kind === 'backward') {
+    // the sender reports its last hop with the receipt in m's answer, which m's thread gives once its job is done
+    const receipt = { from, mb: mb.id, attempt: mb.attempt };
+    if (w.host.has(m.index)) m.accepts.push(receipt);
+    else w.miners[from].unreported.push(receipt);
+  }
   tryStart(w, m);
 }
 
-/** A microbatch's backward reached stage 0: credited hop by hop, counted, maybe a merge becomes due. */
-function complete(w: World, mb: SimMicrobatch): void {
+/** The last report of a microbatch's attempt reached the orchestrator: done, unless it was let go meanwhile or a miner on its path left before its heartbeat (then its deadline re-issues it). */
+export function reported(w: World, id: number, attempt: number): void {
+  const mb = w.microbatches[id];
+  if (mb.status !== 'issued' || mb.attempt !== attempt) return;
+  if (mb.path.some((_, stage) => reportLost(w, mb, stage))) return;
+  complete(w, mb);
+}
+
+/** Whether the report of a done hop was lost: its miner left before the heartbeat that would have carried it (the orchestrator re-issues the microbatch when it notices, ./control.ts noticed). */
+export function reportLost(w: World, mb: SimMicrobatch, stage: number): boolean {
+  const m = w.miners[mb.path[stage]];
+  if (w.host) return m.leftAt !== null && m.unreported.some((r) => r.mb === mb.id && r.attempt === mb.attempt);
+  const doneAt = mb.hopDoneAt[stage];
+  return doneAt !== undefined && m.leftAt !== null && w.heartbeatAfter(m, doneAt) >= m.leftAt;
+}
+
+/** A microbatch's hops are all reported: credited hop by hop, counted, maybe a merge becomes due. */
+export function complete(w: World, mb: SimMicrobatch): void {
   mb.status = 'done';
   w.issued.delete(mb.id);
   w.issuedTo.set(mb.path[0], (w.issuedTo.get(mb.path[0]) ?? 1) - 1);
@@ -186,4 +255,10 @@ export function requeue(w: World, mb: SimMicrobatch, culprit: number, cause: 'de
 export function owes(mb: SimMicrobatch, i: number): boolean {
   const s = mb.path.indexOf(i);
   return s >= 0 && s < mb.backwardFrom;
+}
+
+/** Whether miner m owes a hop of this microbatch or left with its report unsent: either way the orchestrator never hears of that hop. */
+export function unaccounted(w: World, mb: SimMicrobatch, m: SimMiner): boolean {
+  const s = mb.path.indexOf(m.index);
+  return s >= 0 && (s < mb.backwardFrom || reportLost(w, mb, s));
 }

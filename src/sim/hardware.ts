@@ -55,6 +55,8 @@ export const HardwareClass = Type.Object(
     sessionHours: Positive,
     /** exactly this many of the first miners are of this class (classes in table order); later ones are drawn by share */
     count: Type.Optional(Type.Integer({ minimum: 0, maximum: 1_000_000 })),
+    /** share of the time the miner works (`nbcli miner start --throttle`): it rests (1 − t) ÷ t of each job's time after it; default 1 */
+    throttle: Type.Optional(Type.Number({ exclusiveMinimum: 0, maximum: 1 })),
   },
   { additionalProperties: false },
 );
@@ -115,6 +117,8 @@ export interface DrawnMiner {
   downMbps: number;
   latencyMs: number;
   sessionHours: number;
+  /** share of the time it works (HardwareClass.throttle) */
+  throttle: number;
 }
 
 /** The class miner number `index` is by the classes' counts (none when the counts are used up). */
@@ -139,5 +143,6 @@ export function drawMiner(table: HardwareTable, rng: Rng, index: number): DrawnM
     downMbps: c.downMbps,
     latencyMs: c.latencyMs,
     sessionHours: c.sessionHours,
+    throttle: c.throttle ?? 1,
   };
 }

@@ -6,7 +6,8 @@ import { DEFAULT_EMISSION } from '../orchestrator/epochs.ts';
 import { DEFAULT_MERGE_EVERY } from '../orchestrator/run-planner.ts';
 import { activationFrameBytes } from './costs.ts';
 import { applyPlan, askReplan, join, leave, maybeMerge, merged, noticed, planFresh, ready, replan } from './control.ts';
-import { arrive, computed, issueTo, requeue, wakeStageZero } from './flow.ts';
+import { beat, hostEvent, reply } from './host-miner.ts';
+import { arrive, computed, issueTo, reported, requeue, wakeStageZero } from './flow.ts';
 import { DEFAULT_HARDWARE } from './hardware.ts';
 import { ORCHESTRATOR_TICK_MS } from './merge-time.ts';
 import { simModel } from './models.ts';
@@ -49,6 +50,8 @@ export function simOptions(input: Partial<SimOptions> & { modelName: string; min
   check(Number.isInteger(o.slots) && o.slots >= 1 && o.slots <= 256, `slots must be an integer in [1, 256], got ${o.slots}`);
   check(o.activationRatio >= 1 && Number.isFinite(o.activationRatio), `activation compression ratio must be a finite number ≥ 1, got ${o.activationRatio}`);
   check(isMemoryModelName(o.memoryModel), `memory model must be one of ${Object.keys(MEMORY_MODELS).join(', ')}, got ${o.memoryModel}`);
+  check(!o.host || (Number.isInteger(o.host.cores) && o.host.cores >= 1), `a shared host needs a positive whole number of cores, got ${o.host?.cores}`);
+  check(!o.host || (o.host.orchestratorMsPerMicrobatch >= 0 && Number.isFinite(o.host.orchestratorMsPerMicrobatch) && o.host.hopOverheadMs.every((x) => x >= 0 && Number.isFinite(x))), 'a shared host\'s overheads must be finite numbers ≥ 0');
   check(o.mergeBytesPerParam === undefined || o.mergeBytesPerParam > 0, `merge bytes per parameter must be positive, got ${o.mergeBytesPerParam}`);
   return o;
 }
@@ -88,7 +91,7 @@ export function simulateWorld(options: SimOptions): { world: World; report: SimR
         computed(w, w.miners[e.miner], e.job);
         break;
       case 'arrive':
-        arrive(w, w.miners[e.miner], e.job);
+        arrive(w, w.miners[e.miner], e.job, e.from);
         break;
       case 'deadline': {
         const mb = w.microbatches[e.mb];
@@ -114,6 +117,18 @@ export function simulateWorld(options: SimOptions): { world: World; report: SimR
         break;
       case 'merged':
         merged(w);
+        break;
+      case 'host':
+        hostEvent(w, e.version);
+        break;
+      case 'reported':
+        reported(w, e.mb, e.attempt);
+        break;
+      case 'beat':
+        beat(w, w.miners[e.miner]);
+        break;
+      case 'reply':
+        reply(w, w.miners[e.miner]);
         break;
     }
     maybeMerge(w);

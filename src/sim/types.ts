@@ -3,6 +3,7 @@
 import type { GptConfig } from '../model/config.ts';
 import type { ActivationCodec } from '../protocol/messages.ts';
 import type { DrawnMiner, HardwareTable } from './hardware.ts';
+import type { SharedHost } from './host.ts';
 import type { MemoryModelName } from './memory-models.ts';
 import type { TimeSeries } from './timeline.ts';
 
@@ -37,6 +38,14 @@ export interface SimOptions {
    * forward + backward as one job). Ignored unless there is one entry per stage.
    */
   jobTimes?: JobTimes;
+  /**
+   * A local network on one machine (./host.ts): every miner's jobs and the
+   * orchestrator's work share the host's cores (processor sharing), each job
+   * costs the stage's hop overhead on top, and measured job times are the
+   * host's core speed for every miner (its reported GFLOP/s then steer only
+   * the planner and routing). Undefined: each miner is a machine of its own.
+   */
+  host?: SharedHost;
   /** a miner silent this long is noticed gone */
   minerTimeoutMs: number;
   /** activation and gradient codec */
@@ -80,9 +89,22 @@ export interface SimMiner extends DrawnMiner {
   readyAt: number;
   /** jobs waiting, in arrival order */
   queue: Job[];
-  /** computing until then (-1: idle), since then */
+  /** in a job until then, its rest after the work included (-1: idle; Infinity: working on a shared host), since then */
   busyUntil: number;
   busyFrom: number;
+  /** on a shared host (./beats.ts): its last hops done since its last heartbeat, and a heartbeat or a reply waiting for its job to end */
+  unreported: { mb: number; attempt: number }[];
+  beatDue: boolean;
+  replyDue: boolean;
+  /** on a shared host: the free slots its last heartbeat reported, and what the reply to it gives */
+  askedSlots: number;
+  inbox: Job[];
+  /** on a shared host: gradient frames it took in while its job ran, answered (with receipts) when the job is done */
+  accepts: { from: number; mb: number; attempt: number }[];
+  /** the job it is in (null: idle) */
+  job: Job | null;
+  /** its current job's work (not its rest) ends then (Infinity: not known yet, on a shared host) */
+  workUntil: number;
   /** microbatches holding one of its activation slots */
   held: Set<number>;
   /** its upload and download links are busy until then */
@@ -116,6 +138,10 @@ export interface SimMicrobatch {
   holder: number;
   /** the lowest stage whose backward is done (stageCount: none yet) */
   backwardFrom: number;
+  /** per stage: when its miner's last hop of this attempt ended (its report rides that miner's next heartbeat) */
+  hopDoneAt: number[];
+  /** on a shared host: stages whose last hop of this attempt the orchestrator has been told of */
+  reportedHops: number;
 }
 
 export type SimEvent =
@@ -128,7 +154,11 @@ export type SimEvent =
   | { type: 'join' }
   | { type: 'ready'; miner: number }
   | { type: 'replan' }
-  | { type: 'merged' };
+  | { type: 'merged' }
+  | { type: 'host'; version: number }
+  | { type: 'reported'; mb: number; attempt: number }
+  | { type: 'beat'; miner: number }
+  | { type: 'reply'; miner: number };
 
 /** A stage as the report shows it. */
 export interface StageReport {

@@ -5,6 +5,7 @@ import type { Plan } from '../planner/types.ts';
 import { EventQueue } from './event-queue.ts';
 import { WorkLedger } from './earnings.ts';
 import { drawMiner } from './hardware.ts';
+import { HostCores } from './host.ts';
 import { Rng } from './rng.ts';
 import { Timeline } from './timeline.ts';
 import type { SimEvent, SimMicrobatch, SimMiner, SimOptions } from './types.ts';
@@ -26,6 +27,8 @@ export class World {
   plan: Plan | null = null;
   readonly timeline: Timeline;
   readonly ledger: WorkLedger;
+  /** the cores a local network's processes share (SimOptions.host), or null */
+  readonly host: HostCores | null;
   now = 0;
   readonly horizonMs: number;
   /** tokens of one microbatch: batchSize × context */
@@ -68,6 +71,7 @@ export class World {
     this.horizonMs = options.hours * 3_600_000;
     this.timeline = new Timeline(this.horizonMs, options.samples);
     this.ledger = new WorkLedger(options.epochMs);
+    this.host = options.host ? new HostCores(options.host.cores) : null;
     this.tokensPerMicrobatch = options.batchSize * options.config.contextLength;
   }
 
@@ -88,6 +92,14 @@ export class World {
       queue: [],
       busyUntil: -1,
       busyFrom: 0,
+      workUntil: 0,
+      job: null,
+      unreported: [],
+      beatDue: false,
+      replyDue: false,
+      askedSlots: 0,
+      inbox: [],
+      accepts: [],
       held: new Set(),
       upFree: 0,
       downFree: 0,
@@ -140,9 +152,14 @@ export class World {
 
   /** The next heartbeat of a miner strictly after now (each miner has its own phase). */
   nextHeartbeat(m: SimMiner): number {
+    return this.heartbeatAfter(m, this.now);
+  }
+
+  /** A miner's first heartbeat strictly after time t. */
+  heartbeatAfter(m: SimMiner, t: number): number {
     const hb = this.options.heartbeatMs;
     const phase = (m.index * 97) % hb;
-    return Math.floor((this.now - phase) / hb + 1) * hb + phase;
+    return Math.floor((t - phase) / hb + 1) * hb + phase;
   }
 
   /** A job's compute time on miner m, ms: measured job times when given (SimOptions.jobTimes), else FLOPs ÷ GFLOP/s. */
@@ -151,10 +168,26 @@ export class World {
     if (measured && measured.stages.length === this.stageCount) {
       const t = measured.stages[m.stage];
       const ms = kind === 'forward' ? t.forwardMs : kind === 'backward' ? t.backwardMs : t.forwardMs + t.backwardMs;
-      return (ms * measured.referenceGflops) / m.gflops;
+      // on a shared host every miner works at the host's core speed, which the job times measured
+      return this.host ? ms : (ms * measured.referenceGflops) / m.gflops;
     }
     const f = this.flops[m.stage];
     return this.computeMs(m, kind === 'forward' ? f.forward : kind === 'backward' ? f.backward : f.forward + f.backward);
+  }
+
+  /** A job's core time on miner m: its compute, plus its share of the stage's hop overhead on a shared host (half to each of a forward and a backward). */
+  jobCoreMs(m: SimMiner, kind: 'forward' | 'backward' | 'both'): number {
+    const ms = this.jobMs(m, kind);
+    if (!this.options.host) return ms;
+    const hop = this.options.host.hopOverheadMs[m.stage] ?? 0;
+    return ms + (kind === 'both' ? hop : hop / 2);
+  }
+
+  /** Schedules the shared host's next job end (nothing without a host, or with nothing running). */
+  scheduleHost(): void {
+    if (!this.host) return;
+    const at = this.host.nextEnd(this.now);
+    if (at !== Infinity) this.schedule(Math.max(at, this.now), { type: 'host', version: this.host.version });
   }
 
   /** Compute time of `flopsPerToken` for one microbatch on miner m, ms. */
