@@ -3,6 +3,7 @@
 // computations.
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
+import { validateHardwareTable } from '../../src/sim/hardware.ts';
 import { HostCores } from '../../src/sim/host.ts';
 import { predictLocal, type LocalNetwork } from '../../src/sim/calibrate.ts';
 
@@ -78,4 +79,10 @@ test('a throttled miner rests (1 − t) ÷ t of its work after each job: at 0.5 
   const hand = (ms: number): number => (768 * 1000) / ms;
   assert.ok(Math.abs(alone.tokensPerS - hand(320)) / hand(320) < 0.03, `${alone.tokensPerS} vs ${hand(320)}`);
   assert.ok(Math.abs(throttled.tokensPerS - hand(640)) / hand(640) < 0.03, `${throttled.tokensPerS} vs ${hand(640)}`);
+});
+
+test('a hardware table gives a class a throttle in (0, 1]; anything else is refused with its path', () => {
+  const klass = { name: 'home', share: 1, gflops: 100, memoryGB: 8, upMbps: 20, downMbps: 200, latencyMs: 20, sessionHours: 6 };
+  assert.equal(validateHardwareTable({ classes: [{ ...klass, throttle: 0.5 }] }).classes[0].throttle, 0.5);
+  for (const throttle of [0, 1.5, -1]) assert.throws(() => validateHardwareTable({ classes: [{ ...klass, throttle }] }), /\/classes\/0\/throttle/);
 });
