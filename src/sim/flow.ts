@@ -103,7 +103,7 @@ export function tryStart(w: World, m: SimMiner): void {
   m.busyFrom = w.now;
   m.job = job;
   if (w.host) {
-    // its end depends on what else runs on the host's cores meanwhile (workDone)
+    // its end depends on what else runs on the host's cores meanwhile (./host-miner.ts hostEvent)
     m.busyUntil = m.workUntil = Infinity;
     w.host.start(m.index, ms, w.now);
     w.scheduleHost();
@@ -120,7 +120,6 @@ export function tryStart(w: World, m: SimMiner): void {
 export function restAfter(m: SimMiner, workMs: number): number {
   return m.throttle < 1 ? (workMs * (1 - m.throttle)) / m.throttle : 0;
 }
-
 
 /** A job finished on miner m. */
 export function computed(w: World, m: SimMiner, job: Job): void {
@@ -150,8 +149,8 @@ export function computed(w: World, m: SimMiner, job: Job): void {
     mb.backwardFrom = s;
     mb.hopDoneAt[s] = w.now;
     if (s > 0) send(w, m, w.miners[mb.path[s - 1]], { kind: 'backward', mb: mb.id, attempt: mb.attempt });
-    // the orchestrator counts the attempt done once every hop's report reached it, each on its miner's next heartbeat
-    // a shared host's miners run their heartbeat loops (./host-miner.ts); a hop that sent a frame is reported once the receiver accepted it (arrive)
+    // the orchestrator counts the attempt done once every hop's report reached it, each on its miner's next heartbeat;
+    // on a shared host the miners' heartbeat loops carry them (./host-miner.ts), a hop that sent a frame once the receiver accepted it (arrive)
     if (w.host) {
       if (s === 0) m.unreported.push({ mb: mb.id, attempt: mb.attempt });
     } else if (s === 0) {
@@ -197,7 +196,7 @@ export function arrive(w: World, m: SimMiner, job: Job, from: number): void {
   tryStart(w, m);
 }
 
-/** The last report of a microbatch's attempt reached the orchestrator: done, unless it was let go meanwhile or a miner on its path left before its heartbeat (then its deadline re-issues it). */
+/** The last report of a microbatch's attempt reached the orchestrator: done, unless it was let go meanwhile or a miner on its path left before the heartbeat that would have carried its report (the orchestrator re-issues it when it notices, ./control.ts noticed). */
 export function reported(w: World, id: number, attempt: number): void {
   const mb = w.microbatches[id];
   if (mb.status !== 'issued' || mb.attempt !== attempt) return;

@@ -1,8 +1,8 @@
 // A single-thread miner process on a shared host (SimOptions.host): its jobs
 // end when the host's cores have done their work (./host.ts), then it rests
-// if throttled; and its heartbeat loop, as src/miner/miner.ts runs it: the timer fires heartbeatMs after the last
-// reply was handled, but not while a job computes on the miner's one thread
-// (then right after it); the request carries the reports of the hops done
+// if throttled; and its heartbeat loop, as src/miner/miner.ts runs it: the
+// timer fires heartbeatMs after the last reply was handled, but not while a
+// job computes on the miner's one thread (then right after it); the request carries the reports of the hops done
 // since the last one, and the orchestrator counts a microbatch done when the
 // last of its hops is reported; the reply (new microbatches for a stage-0
 // replica) is handled after the job running when it arrives. A miner of its
