@@ -5,7 +5,8 @@
 //    each process spent per microbatch (the miners' from /proc, the
 //    orchestrator's in this process);
 // 2. the `nbcli up` network (4 single-thread miners, throttles 1, 0.8, 0.6,
-//    0.45, gpt-tiny as 2 stages x 2 replicas, batch 12, merge every 100):
+//    0.45, gpt-tiny as 2 stages x 2 replicas, batch 12, merge every 100,
+//    1,000 microbatches):
 //    tokens/s over whole merge cycles (the end of one merge round to the end
 //    of the next), and merge time (a round's opening to its last stage done,
 //    from GET /runs/:id/merges), medians over the cycles; its CPU per
@@ -29,8 +30,8 @@ import { ownCpuMs, processCpuMs } from './process-cpu.ts';
 
 /** nbcli up's demo miners (src/cli/up.ts THROTTLES; 1 thread each for 4 miners on this 2-core machine). */
 export const UP_THROTTLES = [1, 0.8, 0.6, 0.45];
-/** Microbatches of the measured up run: merges after 200, 400 (100 inner steps x 2 replicas) and the final one at 600. */
-const UP_STEPS = Number(process.env.NIMBLE_CALIBRATION_STEPS ?? 600);
+/** Microbatches of the measured up run: merges after 200, 400, 600, 800 (100 inner steps x 2 replicas) and the final one at 1,000; four whole cycles for the medians. */
+const UP_STEPS = Number(process.env.NIMBLE_CALIBRATION_STEPS ?? 1000);
 const PIPELINE_STEPS = Number(process.env.NIMBLE_CALIBRATION_PIPELINE_STEPS ?? 200);
 
 /** CPU so far of a network's processes: each miner child's and this process's (the orchestrator's). */

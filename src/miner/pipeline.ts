@@ -1,6 +1,8 @@
 // A miner's pipeline work: the job queue (new microbatches from the
 // orchestrator, activations and gradients from peers), the pump that runs one
-// job at a time (gradients first, forwards while an activation slot is free),
+// job at a time (gradients first, forwards while an activation slot is free;
+// between two it lets in the I/O that came during the first, and only then
+// sends a heartbeat that came due: whenSettled),
 // forward and backward execution on the stage runner, and the sends: an
 // activation to a next-stage replica picked at random by weight (the others
 // tried if it fails), a gradient back to the replica the activation came from
@@ -80,6 +82,9 @@ export class Pipeline {
   private previousPeers: readonly Peer[] = [];
   private pumping = false;
   private stopped = false;
+  /** between a job's end and the handling of the I/O that came during it (whenSettled) */
+  private settling = false;
+  private readonly onSettled: (() => void)[] = [];
 
   constructor(private readonly deps: PipelineDeps) {}
 
@@ -169,6 +174,18 @@ export class Pipeline {
     this.stopped = true;
   }
 
+  /**
+   * Runs fn now, or, when a job has just ended, once the I/O that came
+   * during it has been handled. Node runs due timers before it polls for
+   * I/O, so a heartbeat timer that came due during a job would otherwise go
+   * out without the receipts and replies that reached the miner meanwhile,
+   * and their reports would wait a whole heartbeat more.
+   */
+  whenSettled(fn: () => void): void {
+    if (this.settling) this.onSettled.push(fn);
+    else fn();
+  }
+
   /** Runs queued jobs until none may start. */
   async pump(): Promise<void> {
     if (this.pumping) return;
@@ -179,18 +196,36 @@ export class Pipeline {
         const job = this.nextJob();
         if (!job) return;
         const runner = this.deps.runner()!;
+        const t0 = performance.now();
         try {
-          await this.deps.throttle.run(() => this.execute(runner, job));
+          await this.execute(runner, job);
         } catch (err) {
           const id = jobMicrobatch(job);
           this.deps.log(`microbatch ${id}: ${(err as Error).message}`);
           this.abandon(id, (err as Error).message.slice(0, 200));
         }
-        await new Promise((r) => setImmediate(r)); // let I/O in
+        const workMs = performance.now() - t0;
+        await this.settle();
+        await this.deps.throttle.rest(workMs);
       }
     } finally {
       this.pumping = false;
     }
+  }
+
+  /** Lets the I/O that came during a job in, then runs what waited for it (./miner.ts: a heartbeat), then lets what that sent leave. */
+  private async settle(): Promise<void> {
+    this.settling = true;
+    try {
+      // two turns of the event loop: a job that ended in the poll phase (started by a frame's request) has that phase behind it
+      await nextTurn();
+      await nextTurn();
+    } finally {
+      this.settling = false;
+    }
+    const waiting = this.onSettled.splice(0);
+    for (const fn of waiting) fn();
+    if (waiting.length) await nextTurn();
   }
 
   private nextJob(): Job | undefined {
@@ -393,4 +428,9 @@ function pickWeighted(peers: Peer[]): Peer {
 
 function sleep(ms: number): Promise<void> {
   return new Promise((r) => setTimeout(r, ms));
+}
+
+/** Resolves on the event loop's next check phase: the timers and I/O due before it have run. */
+function nextTurn(): Promise<void> {
+  return new Promise((r) => setImmediate(r));
 }

@@ -11,12 +11,9 @@ export class Throttle {
     return (workMs * (1 - this.share)) / this.share;
   }
 
-  /** Runs fn, then rests; returns fn's result. */
-  async run<T>(fn: () => T | Promise<T>): Promise<T> {
-    const t0 = performance.now();
-    const out = await fn();
-    const rest = this.restAfter(performance.now() - t0);
-    if (rest > 0.5) await new Promise((r) => setTimeout(r, rest));
-    return out;
+  /** Rests after `workMs` of work (resolves at once when the share is 1). */
+  async rest(workMs: number): Promise<void> {
+    const ms = this.restAfter(workMs);
+    if (ms > 0.5) await new Promise((r) => setTimeout(r, ms));
   }
 }

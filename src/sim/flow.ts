@@ -187,13 +187,19 @@ export function arrive(w: World, m: SimMiner, job: Job, from: number): void {
   }
   mb.holder = m.index;
   m.queue.push(job);
+  tryStart(w, m);
   if (w.host && job.kind === 'backward') {
-    // the sender reports its last hop with the receipt in m's answer, which m's thread gives once its job is done
+    // the sender reports its last hop with the receipt in m's answer, which m's thread gives once its job is done (an idle m runs the frame's job first)
     const receipt = { from, mb: mb.id, attempt: mb.attempt };
     if (w.host.has(m.index)) m.accepts.push(receipt);
-    else w.miners[from].unreported.push(receipt);
+    else receiptReaches(w, w.miners[from], receipt);
   }
-  tryStart(w, m);
+}
+
+/** On a shared host, a receipt reaches the miner that sent the frame: it notes the hop's report once its thread is free (./host-miner.ts afterWork), before a heartbeat that came due meanwhile. */
+export function receiptReaches(w: World, sender: SimMiner, r: { mb: number; attempt: number }): void {
+  if (w.host?.has(sender.index)) sender.receiptsDue.push({ mb: r.mb, attempt: r.attempt });
+  else sender.unreported.push({ mb: r.mb, attempt: r.attempt });
 }
 
 /** The last report of a microbatch's attempt reached the orchestrator: done, unless it was let go meanwhile or a miner on its path left before the heartbeat that would have carried its report (the orchestrator re-issues it when it notices, ./control.ts noticed). */

@@ -1,13 +1,14 @@
 // A single-thread miner process on a shared host (SimOptions.host): its jobs
 // end when the host's cores have done their work (./host.ts), then it rests
 // if throttled; and its heartbeat loop, as src/miner/miner.ts runs it: the
-// timer fires heartbeatMs after the last reply was handled, but not while a
-// job computes on the miner's one thread (then right after it); the request carries the reports of the hops done
+// timer fires heartbeatMs after the last request went out (or as soon as its
+// reply is handled, if that took longer), but not while a job computes on
+// the miner's one thread (then right after it); the request carries the reports of the hops done
 // since the last one, and the orchestrator counts a microbatch done when the
 // last of its hops is reported; the reply (new microbatches for a stage-0
 // replica) is handled after the job running when it arrives. A miner of its
 // own machine keeps the fixed heartbeat grid of ./world.ts instead.
-import { complete, deliver, issueFor, reportedFreeSlots, restAfter } from './flow.ts';
+import { complete, deliver, issueFor, receiptReaches, reportedFreeSlots, restAfter } from './flow.ts';
 import type { SimMiner } from './types.ts';
 import type { World } from './world.ts';
 
@@ -28,6 +29,7 @@ export function beat(w: World, m: SimMiner): void {
     m.beatDue = true;
     return;
   }
+  m.beatSentAt = w.now;
   m.askedSlots = reportedFreeSlots(w, m);
   const reports = m.unreported;
   m.unreported = [];
@@ -44,7 +46,7 @@ export function beat(w: World, m: SimMiner): void {
   w.scheduleHost();
 }
 
-/** m handles its heartbeat's reply: a stage-0 replica takes what it was issued; the next beat is a heartbeat period later. */
+/** m handles its heartbeat's reply: a stage-0 replica takes what it was issued; the next beat is a heartbeat period after the request went out. */
 export function reply(w: World, m: SimMiner): void {
   if (!m.alive) return;
   if (working(w, m)) {
@@ -54,13 +56,22 @@ export function reply(w: World, m: SimMiner): void {
   const jobs = m.inbox;
   m.inbox = [];
   deliver(w, m, jobs);
-  w.schedule(w.now + w.options.heartbeatMs, { type: 'beat', miner: m.index });
+  w.schedule(Math.max(w.now, m.beatSentAt + w.options.heartbeatMs), { type: 'beat', miner: m.index });
 }
 
-/** m's job stopped computing: a timer or a reply that waited for it runs now. */
+/**
+ * m's job stopped computing: what waited for its thread runs now, as
+ * src/miner/pipeline.ts orders it: first the I/O that came during the job
+ * (the answers to frames it took in, with their receipts; the receipts for
+ * its own frames, whose reports it notes), then a heartbeat that came due
+ * meanwhile (Pipeline.whenSettled: so the request carries those reports),
+ * and the reply to a heartbeat.
+ */
 export function afterWork(w: World, m: SimMiner): void {
-  for (const r of m.accepts) w.miners[r.from].unreported.push({ mb: r.mb, attempt: r.attempt });
+  for (const r of m.accepts) receiptReaches(w, w.miners[r.from], r);
   m.accepts = [];
+  m.unreported.push(...m.receiptsDue);
+  m.receiptsDue = [];
   if (m.beatDue) {
     m.beatDue = false;
     beat(w, m);

@@ -95,12 +95,16 @@ export interface SimMiner extends DrawnMiner {
   /** on a shared host (./beats.ts): its last hops done since its last heartbeat, and a heartbeat or a reply waiting for its job to end */
   unreported: { mb: number; attempt: number }[];
   beatDue: boolean;
+  /** when its last heartbeat request went out (host mode: the next is due heartbeatMs after it) */
+  beatSentAt: number;
   replyDue: boolean;
   /** on a shared host: the free slots its last heartbeat reported, and what the reply to it gives */
   askedSlots: number;
   inbox: Job[];
   /** on a shared host: gradient frames it took in while its job ran, answered (with receipts) when the job is done */
   accepts: { from: number; mb: number; attempt: number }[];
+  /** on a shared host: receipts that came while its job ran (their reports are noted when the job ends, before a heartbeat that came due) */
+  receiptsDue: { mb: number; attempt: number }[];
   /** the job it is in (null: idle) */
   job: Job | null;
   /** its current job's work (not its rest) ends then (Infinity: not known yet, on a shared host) */

@@ -4,6 +4,7 @@
 // stays held until then, so the orchestrator neither sends it again nor sees
 // evidence that does not chain up.
 import assert from 'node:assert/strict';
+import net from 'node:net';
 import { after, before, test } from 'node:test';
 import { Engine } from '../../src/engine/engine.ts';
 import { ForwardRecords } from '../../src/miner/forward-records.ts';
@@ -105,6 +106,43 @@ test('a gradient back, then the answer to its activation lost: the microbatch is
     assert.deepEqual(reports.map((r) => r.phase), ['backward', 'dropped']);
     assert.deepEqual(pipeline.heldWork(), []);
   } finally {
+    runner.dispose();
+  }
+});
+
+test('a heartbeat timer that comes due during a job runs after the I/O that came meanwhile (whenSettled); a bare timer runs before it', async () => {
+  const runner = stage0();
+  // a loopback connection: what the far end writes during the job is read only when the event loop polls
+  const server = net.createServer();
+  await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+  const far = new Promise<net.Socket>((r) => server.once('connection', r));
+  const near = net.connect((server.address() as net.AddressInfo).port, '127.0.0.1');
+  await new Promise<void>((r) => near.once('connect', r));
+  const farEnd = await far;
+  try {
+    const order: string[] = [];
+    near.on('data', () => order.push('io'));
+    const { pipeline } = pipelineWith(runner, async () => ({ queued: 0, receipt: RECEIPT }));
+    const forwardFirst = runner.forwardFirst.bind(runner);
+    runner.forwardFirst = (id, shard) => {
+      // during the job: a reply reaches the miner, and its heartbeat timer and another timer come due
+      farEnd.write('reply');
+      setTimeout(() => order.push('bare timer'), 0);
+      setTimeout(() => pipeline.whenSettled(() => order.push('heartbeat')), 0);
+      const until = performance.now() + 40;
+      while (performance.now() < until); // the job computes on the thread
+      return forwardFirst(id, shard);
+    };
+    pipeline.push({ kind: 'start', task });
+    await pipeline.idle();
+    assert.deepEqual(order, ['bare timer', 'io', 'heartbeat']);
+    // with no job just ended it runs at once
+    pipeline.whenSettled(() => order.push('now'));
+    assert.equal(order.at(-1), 'now');
+  } finally {
+    near.destroy();
+    farEnd.destroy();
+    await new Promise((r) => server.close(r));
     runner.dispose();
   }
 });
