@@ -125,8 +125,22 @@ export async function measureUpNetwork(steps = UP_STEPS, log: (line: string) => 
     let run: RunView;
     let from: CpuMark | null = null;
     let to: CpuMark | null = null;
+    // the orchestrator collects a stage's old merge rounds (src/orchestrator/gc.ts): read them as they finish
+    const rounds = new Map<number, { opened: number; done: number }>();
+    const readRounds = async (): Promise<void> => {
+      for (const r of (await api.runMerges(id)).rounds) {
+        if (r.status !== 'done') continue;
+        const x = rounds.get(r.round) ?? { opened: Infinity, done: 0 };
+        rounds.set(r.round, { opened: Math.min(x.opened, r.startedAt), done: Math.max(x.done, r.phaseAt) });
+      }
+    };
+    let roundsReadAt = 0;
     for (;;) {
       run = await api.run(id);
+      if (performance.now() - roundsReadAt > 1000) {
+        roundsReadAt = performance.now();
+        await readRounds();
+      }
       if (!from && run.mergesDone >= 1 && run.status === 'executing') from = cpuMark(net, run.microbatchesDone);
       samples.push({ t: Date.now(), tokens: run.tokensDone });
       if (performance.now() - last > 20_000) {
@@ -139,12 +153,7 @@ export async function measureUpNetwork(steps = UP_STEPS, log: (line: string) => 
       await new Promise((r) => setTimeout(r, 100));
     }
     const miners = await api.miners();
-    const rounds = new Map<number, { opened: number; done: number }>();
-    for (const r of (await api.runMerges(id)).rounds) {
-      if (r.status !== 'done') continue;
-      const x = rounds.get(r.round) ?? { opened: Infinity, done: 0 };
-      rounds.set(r.round, { opened: Math.min(x.opened, r.startedAt), done: Math.max(x.done, r.phaseAt) });
-    }
+    await readRounds();
     const ordered = [...rounds.entries()].sort((a, b) => a[0] - b[0]).map(([, r]) => r);
     // tokens are constant during a round: the last sample before it closed counts them all
     const tokensAt = (t: number): number => samples.filter((s) => s.t <= t).reduce((a, s) => Math.max(a, s.tokens), 0);

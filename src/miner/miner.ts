@@ -259,7 +259,11 @@ export class Miner {
 
   private schedule(ms: number): void {
     if (this.stopped) return;
-    this.timer = setTimeout(() => this.pipeline.whenSettled(() => void this.heartbeat()), ms);
+    // a timer that comes due during a job waits for the I/O that came meanwhile (./pipeline.ts whenSettled)
+    const due = (): void => {
+      if (!this.stopped) void this.heartbeat();
+    };
+    this.timer = setTimeout(() => this.pipeline.whenSettled(due), ms);
   }
 
   private async heartbeat(): Promise<void> {
