@@ -28,6 +28,18 @@ test('status changes and messages are appended in order with their times', async
   assert.equal(job.endedAt, 400);
 });
 
+test('an ended job keeps why it ended as its message: a later note (its final checkpoint, kept in the background) is an event only', async () => {
+  const state = await setup();
+  const id = 'job-0000000000000001';
+  state.jobs.move(id, 'started', 'placed', 200);
+  state.jobs.note(id, 'checkpoint at step 5 kept', 300, 'checkpoint');
+  assert.equal(state.jobs.get(id)!.message, 'checkpoint at step 5 kept', 'a running job shows its latest note');
+  state.jobs.move(id, 'timed_out', 'past its wall-clock limit', 400);
+  state.jobs.note(id, 'checkpoint at step 8 kept', 500, 'checkpoint');
+  assert.equal(state.jobs.get(id)!.message, 'past its wall-clock limit');
+  assert.deepEqual(state.jobs.events(id).slice(-2).map((e) => [e.kind, e.status, e.message]), [['status', 'timed_out', 'past its wall-clock limit'], ['checkpoint', 'timed_out', 'checkpoint at step 8 kept']]);
+});
+
 test("an ended job's checkpoints are kept for the retention, then collected with their blobs condemned; keep extends them", async () => {
   const state = await setup();
   const id = 'job-0000000000000001';

@@ -5,7 +5,7 @@
 import { Type, type Static } from '@sinclair/typebox';
 import { JobLayout } from '../../jobs/layout.ts';
 import { JobSpec } from '../../jobs/spec.ts';
-import { FINAL_JOB_STATUSES, JobStatus } from '../../jobs/status.ts';
+import { FINAL_JOB_STATUSES, isFinalJobStatus, JobStatus } from '../../jobs/status.ts';
 import { all, jsonColumn, one, rowReader, scalar, type Migrations, type StateDb } from './db.ts';
 
 export const JOB_MIGRATIONS: Migrations = {
@@ -232,12 +232,16 @@ export class JobStore {
     });
   }
 
-  /** Records a message about the job's progress (its status unchanged). */
+  /**
+   * Records a message about the job's progress (its status unchanged). An
+   * ended job keeps why it ended as its message: a note that comes after
+   * (the final checkpoint, kept in the background) is an event only.
+   */
   note(id: string, message: string, now: number, kind: 'message' | 'checkpoint' = 'message'): void {
     const job = this.get(id);
     if (!job) return;
     this.db.tx(() => {
-      this.db.run('UPDATE jobs SET message = ? WHERE id = ?', message, id);
+      if (!isFinalJobStatus(job.status)) this.db.run('UPDATE jobs SET message = ? WHERE id = ?', message, id);
       this.addEvent(id, now, kind, job.status, message);
     });
   }
