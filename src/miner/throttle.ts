@@ -1,6 +1,11 @@
 // --throttle F: the miner works only a share F of the time, resting
 // (1 − F) / F of each piece of work's duration after it.
 
+/** Milliseconds a miner working a share `share` of the time rests after `workMs` of work (the simulator's miners too, src/sim/flow.ts). */
+export function restMs(share: number, workMs: number): number {
+  return (workMs * (1 - share)) / share;
+}
+
 export class Throttle {
   constructor(readonly share: number) {
     if (!(share > 0 && share <= 1)) throw new RangeError(`throttle must be in (0, 1], got ${share}`);
@@ -8,7 +13,7 @@ export class Throttle {
 
   /** Milliseconds to rest after `workMs` of work. */
   restAfter(workMs: number): number {
-    return (workMs * (1 - this.share)) / this.share;
+    return restMs(this.share, workMs);
   }
 
   /** Rests after `workMs` of work (resolves at once when the share is 1). */

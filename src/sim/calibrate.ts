@@ -1,6 +1,6 @@
 // The simulator on a described local network (docs/simulation.md,
 // "Calibration"): the miners as they reported themselves at join (GFLOP/s,
-// memory, the bandwidth of their 1 MB probe to the orchestrator), loopback
+// memory, the bandwidth of their probe to the orchestrator), loopback
 // links, the run's model, stages, batch and merge interval; and the engine's
 // real job times on this machine, measured by a short microbenchmark
 // (measureEngine) instead of FLOPs ÷ GFLOP/s. predictLocal runs the
@@ -25,7 +25,7 @@ export interface LocalMiner {
   name: string;
   gflops: number;
   memoryBytes: number;
-  /** its 1 MB signed probe to the orchestrator, Mbit/s */
+  /** its bandwidth probe to the orchestrator (the fastest of three signed 1 MiB uploads), Mbit/s */
   bandwidthMbps: number;
   threads: number;
   /** its `--throttle` (default 1) */

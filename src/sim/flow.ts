@@ -18,6 +18,7 @@
 // - a microbatch not done by its deadline, or owed by a miner noticed gone,
 //   is issued again and the miner it stalled at is charged a dropped unit
 //   (src/orchestrator/microbatches.ts expireDeadlines, dropAllOf).
+import { restMs } from '../miner/throttle.ts';
 import { mergeDue, peerWeight, pipelineRoom, replicaIssueLimit } from '../orchestrator/issue-policy.ts';
 import type { World } from './world.ts';
 import type { Job, SimMicrobatch, SimMiner } from './types.ts';
@@ -116,9 +117,9 @@ export function tryStart(w: World, m: SimMiner): void {
   w.schedule(m.busyUntil, { type: 'computed', miner: m.index, job });
 }
 
-/** A throttled miner's rest after `workMs` of work (src/miner/throttle.ts). */
+/** A throttled miner's rest after `workMs` of work. */
 export function restAfter(m: SimMiner, workMs: number): number {
-  return m.throttle < 1 ? (workMs * (1 - m.throttle)) / m.throttle : 0;
+  return restMs(m.throttle, workMs);
 }
 
 /** A job finished on miner m. */
@@ -213,7 +214,11 @@ export function reported(w: World, id: number, attempt: number): void {
 /** Whether the report of a done hop was lost: its miner left before the heartbeat that would have carried it (the orchestrator re-issues the microbatch when it notices, ./control.ts noticed). */
 export function reportLost(w: World, mb: SimMicrobatch, stage: number): boolean {
   const m = w.miners[mb.path[stage]];
-  if (w.host) return m.leftAt !== null && m.unreported.some((r) => r.mb === mb.id && r.attempt === mb.attempt);
+  if (w.host) {
+    const mine = (r: { mb: number; attempt: number }): boolean => r.mb === mb.id && r.attempt === mb.attempt;
+    // noted but not yet sent, or its receipt come but not yet read
+    return m.leftAt !== null && (m.unreported.some(mine) || m.receiptsDue.some(mine));
+  }
   const doneAt = mb.hopDoneAt[stage];
   return doneAt !== undefined && m.leftAt !== null && w.heartbeatAfter(m, doneAt) >= m.leftAt;
 }

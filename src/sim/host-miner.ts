@@ -3,11 +3,13 @@
 // if throttled; and its heartbeat loop, as src/miner/miner.ts runs it: the
 // timer fires heartbeatMs after the last request went out (or as soon as its
 // reply is handled, if that took longer), but not while a job computes on
-// the miner's one thread (then right after it); the request carries the reports of the hops done
-// since the last one, and the orchestrator counts a microbatch done when the
-// last of its hops is reported; the reply (new microbatches for a stage-0
-// replica) is handled after the job running when it arrives. A miner of its
-// own machine keeps the fixed heartbeat grid of ./world.ts instead.
+// the miner's one thread: then after the job, once the receipts that came
+// meanwhile are read (afterWork). The request carries the reports of the
+// hops done since the last one, and the orchestrator counts a microbatch
+// done when the last of its hops is reported; the reply (new microbatches
+// for a stage-0 replica) is handled after the job running when it arrives.
+// A miner of its own machine keeps the fixed heartbeat grid of ./world.ts
+// instead.
 import { complete, deliver, issueFor, receiptReaches, reportedFreeSlots, restAfter } from './flow.ts';
 import type { SimMiner } from './types.ts';
 import type { World } from './world.ts';

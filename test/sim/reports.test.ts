@@ -77,6 +77,19 @@ test('shared host: a receipt that reaches a miner during its job is noted when t
   assert.deepEqual(a.unreported, [{ mb: 0, attempt: 1 }]);
 });
 
+test('shared host: a miner that leaves with a receipt read but not sent, or come but not yet read, loses that report: the microbatch is re-issued, charged to it', () => {
+  for (const pending of ['unreported', 'receiptsDue'] as const) {
+    const { w, mb } = worldWithDoneMicrobatch(true);
+    const b = w.miners[1];
+    b[pending].push({ mb: mb.id, attempt: mb.attempt });
+    b.alive = false;
+    b.leftAt = 10;
+    noticed(w, b);
+    assert.equal(mb.status, 'pending', pending);
+    assert.equal(w.counters.droppedUnits, 1, pending);
+  }
+});
+
 test("shared host: a miner's heartbeats keep their period from the request, not from the handled reply", () => {
   const { w } = worldWithDoneMicrobatch(true);
   const a = w.miners[0];
