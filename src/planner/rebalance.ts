@@ -13,7 +13,9 @@
 //    highest), gain or not: one more departure would stop the pipeline, and a
 //    lone replica's merges are checked against nobody's.
 // 5. Up to `maxMoves` replicas already in place move (or swap, counting 2),
-//    each only if it raises the bottleneck throughput by more than `minGain`.
+//    each only if it raises the bottleneck throughput by more than `minGain`,
+//    and never so that a stage drops to a single replica while the stage it
+//    joins had two or more: redundancy, as in step 4, comes before speed.
 //
 // Moves of step 2 count towards `maxMoves` but are never skipped: a stage with
 // no replica stops the pipeline. Moves of step 4 take from the same budget
@@ -131,11 +133,11 @@ export function rebalance(previous: Plan, miners: MinerCapacity[], opts: Rebalan
     }
     return m;
   };
-  /** The movable miner whose move into stage t, from a stage holding at least `minHolders`, leaves the bottleneck highest. */
-  const bestMoveInto = (t: number, minHolders: number): { id: string; value: number } | null => {
+  /** The movable miner whose move into stage t, from a stage whose replica count `donorOk` accepts, leaves the bottleneck highest. */
+  const bestMoveInto = (t: number, donorOk: (replicas: number) => boolean): { id: string; value: number } | null => {
     let best: { id: string; value: number } | null = null;
     for (let a = 0; a < S; a++) {
-      if (a === t || holders[a].length < minHolders) continue;
+      if (a === t || !donorOk(holders[a].length)) continue;
       for (const id of holders[a]) {
         if (!movable(id) || !fits(id, t)) continue;
         const g = byId.get(id)!.gflops;
@@ -152,7 +154,7 @@ export function rebalance(previous: Plan, miners: MinerCapacity[], opts: Rebalan
     .sort((a, b) => stages[b].memoryBytes - stages[a].memoryBytes);
   for (const t of thinned) {
     if (budget === 0) break;
-    const donor = bestMoveInto(t, 3);
+    const donor = bestMoveInto(t, (n) => n >= 3);
     if (!donor) continue;
     put(donor.id, t);
     budget--;
@@ -162,7 +164,8 @@ export function rebalance(previous: Plan, miners: MinerCapacity[], opts: Rebalan
   while (budget > 0) {
     const now = bottleneck();
     const b = Array.from({ length: S }, (_, s) => s).reduce((x, y) => (tp(y) < tp(x) ? y : x));
-    const single = bestMoveInto(b, 2);
+    // a donor keeps two replicas, or gives its second to a stage that had one (2 + 1 becomes 1 + 2)
+    const single = bestMoveInto(b, (n) => n >= 3 || (n === 2 && holders[b].length === 1));
     if (single && single.value > now * (1 + minGain)) {
       put(single.id, b);
       budget--;

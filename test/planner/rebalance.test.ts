@@ -135,6 +135,28 @@ test('a stage that departures leave with one replica takes a second from a stage
   assert.deepEqual(rebalance(handPlan([['h1', 'h2'], ['p', 'x']]), fleet.filter((m) => m.id !== 'h3' && m.id !== 'h4')).moves, []);
 });
 
+test('a voluntary move never leaves a stage with one replica where the stage it joins had two or more', () => {
+  // seen end to end (test/network/byzantine.test.ts): three cheaters evicted from stage 0, two voluntary moves
+  // took both honest replicas of stage 1 to it, and the poisoner stayed alone there, merging with nobody
+  const fleet: MinerCapacity[] = [
+    { id: 'a1', gflops: 1, memoryBytes: GB },
+    { id: 'a2', gflops: 1, memoryBytes: GB },
+    { id: 'b1', gflops: 5, memoryBytes: GB },
+    { id: 'b2', gflops: 5, memoryBytes: GB },
+    { id: 'p', gflops: 10, memoryBytes: GB / 2 },
+  ];
+  // stage 0 needs more memory than p has
+  const previous = handPlan([['a1', 'a2', 'x', 'y', 'z'], ['b1', 'b2', 'p']], [GB, GB / 4]);
+  const { plan, moves } = rebalance(previous, fleet);
+  // the first move raises the bottleneck 2 → 7; a second (7 → 10) would leave p alone, so it is not made
+  assert.deepEqual(moves, [{ miner: 'b1', from: 1, to: 0 }]);
+  assert.deepEqual(plan.stages.map((s) => s.miners), [['a1', 'a2', 'b1'], ['b2', 'p']]);
+  // 2 + 1 may still become 1 + 2 (the move of the minGain test): no stage loses redundancy it had
+  for (const maxMoves of [1, 2, 3, 4]) {
+    for (const s of rebalance(previous, fleet, { maxMoves }).plan.stages) assert.ok(s.miners.length >= 2, `maxMoves ${maxMoves}`);
+  }
+});
+
 test('a miner whose memory shrank below its stage leaves it', () => {
   const shrunk = miners.map((m) => (m.id === 'm1' ? { ...m, memoryBytes: 1e6 } : m));
   const { plan, moves } = rebalance(base, shrunk);
