@@ -12,18 +12,23 @@
 //    from GET /runs/:id/merges), medians over the cycles; its CPU per
 //    microbatch too, for the log;
 // 3. the engine's job times on this machine, idle (src/sim/calibrate.ts
-//    measureEngine, a short microbenchmark);
+//    measureEngine, a short microbenchmark), before the pipeline run, between
+//    the two runs and after the up run: each run is predicted with the mean
+//    of the two that bracket it, as the machine's speed drifts by 10-20% over
+//    minutes;
 // 4. the simulator on the same description: the miners as they reported
 //    themselves at join and their throttles, on one host of this machine's
 //    cores shared by every process (src/sim/host.ts), with the per-hop and
 //    orchestrator CPU measured in the pipeline run (1). The up network is the
-//    check: nothing of its own run goes into its prediction.
+//    check: nothing of its own run goes into its prediction (its job times
+//    are the engine's alone, measured beside it).
 // scale.sim_calibration_error is the largest relative error of the three
 // predictions (target ≤ 0.15); .independent is the same without the shared
 // host (each miner a machine of its own at its join figure), as before.
 import { availableParallelism } from 'node:os';
 import type { MinerView, RunView } from '../src/api/schemas.ts';
-import { hostOverheads, measureEngine, predictLocal, type LocalNetwork, type MeasuredCpu } from '../src/sim/calibrate.ts';
+import { averageJobTimes, hostOverheads, localStages, measureEngine, predictLocal, type LocalNetwork, type MeasuredCpu } from '../src/sim/calibrate.ts';
+import type { JobTimes } from '../src/sim/types.ts';
 import { median, type Bench, type BenchResult } from './harness.ts';
 import { startNet, stopNet, type Net } from './network.bench.ts';
 import { ownCpuMs, processCpuMs } from './process-cpu.ts';
@@ -33,6 +38,17 @@ export const UP_THROTTLES = [1, 0.8, 0.6, 0.45];
 /** Microbatches of the measured up run: merges after 200, 400, 600, 800 (100 inner steps x 2 replicas) and the final one at 1,000; four whole cycles for the medians. */
 const UP_STEPS = Number(process.env.NIMBLE_CALIBRATION_STEPS ?? 1000);
 const PIPELINE_STEPS = Number(process.env.NIMBLE_CALIBRATION_PIPELINE_STEPS ?? 200);
+/** Both runs' batch (the orchestrator's default). */
+const BATCH_SIZE = 12;
+
+/** What the engine's job times depend on (gpt-tiny as 2 stages, the batch): the runs' miners are not known before they join. */
+const ENGINE_NET: LocalNetwork = {
+  miners: [0, 1].map((k) => ({ name: `m${k}`, gflops: 1, memoryBytes: 8e9, bandwidthMbps: 1000, threads: 1 })),
+  model: 'gpt-tiny',
+  stages: 2,
+  batchSize: BATCH_SIZE,
+  mergeEvery: 100,
+};
 
 /** CPU so far of a network's processes: each miner child's and this process's (the orchestrator's). */
 interface CpuMark {
@@ -74,7 +90,7 @@ export interface MeasuredPipeline {
 export async function measurePipeline(steps = PIPELINE_STEPS): Promise<MeasuredPipeline> {
   const net = await startNet([{ threads: 1 }, { threads: 1 }]);
   try {
-    const { id } = await net.api.createRun({ model: 'gpt-tiny', data: 'moby-dick', steps, stages: 2, mergeEvery: 1_000_000, minMiners: 2 });
+    const { id } = await net.api.createRun({ model: 'gpt-tiny', data: 'moby-dick', steps, stages: 2, batchSize: BATCH_SIZE, mergeEvery: 1_000_000, minMiners: 2 });
     const window = 20;
     const rates: number[] = [];
     let first: CpuMark | null = null;
@@ -119,7 +135,7 @@ export async function measureUpNetwork(steps = UP_STEPS, log: (line: string) => 
   const net = await startNet(UP_THROTTLES.map((throttle) => ({ threads: 1, throttle })));
   try {
     const api = net.api;
-    const { id } = await api.createRun({ model: 'gpt-tiny', data: 'moby-dick', steps, stages: 2, minMiners: UP_THROTTLES.length });
+    const { id } = await api.createRun({ model: 'gpt-tiny', data: 'moby-dick', steps, stages: 2, batchSize: BATCH_SIZE, minMiners: UP_THROTTLES.length });
     const samples: { t: number; tokens: number }[] = [];
     let last = 0;
     let run: RunView;
@@ -190,25 +206,40 @@ export const simCalibrationBenches: Bench[] = [
   {
     group: 'scale',
     async run(o): Promise<BenchResult[]> {
+      const engine: JobTimes[] = [];
+      const measureIdle = async (when: string): Promise<void> => {
+        engine.push(await measureEngine(ENGINE_NET));
+        o.log(`engine ${when} (this process alone): ${JSON.stringify(engine.at(-1))}`);
+      };
+      await measureIdle('before the pipeline run');
       o.log(`the pipeline run: 2 single-thread miners, 2 stages, ${PIPELINE_STEPS} microbatches`);
       const pipe = await measurePipeline(PIPELINE_STEPS);
       o.log(`${Math.round(pipe.tokensPerS)} tokens/s; CPU per microbatch: ${cpuLine(pipe.cpu)}`);
+      await measureIdle('between the runs');
       o.log(`now the nbcli up network (4 miners, 2 x 2), ${UP_STEPS} microbatches`);
       const up = await measureUpNetwork(UP_STEPS, o.log);
       o.log(`miners: ${up.miners.map((m) => `${m.name} ${m.gflops.toFixed(1)} GFLOP/s ${m.bandwidthMbps.toFixed(0)} Mbit/s`).join(', ')}`);
       o.log(`cycles: ${up.cycleTokensPerS.map((x) => x.toFixed(0)).join(', ')} tokens/s; training ${up.trainTokensPerS.map((x) => x.toFixed(0)).join(', ')}; merges ${up.mergeMs.join(', ')} ms; CPU per microbatch: ${cpuLine(up.cpu)}`);
+      await measureIdle('after the up run');
       const described = describe(up.miners, up.run, UP_THROTTLES);
-      const idle = await measureEngine(described);
-      o.log(`engine (idle machine, this process): ${JSON.stringify(idle)}`);
       const pipeline = describe(pipe.miners, pipe.run, []);
-      const host = hostOverheads(availableParallelism(), pipe.cpu, idle);
+      for (const net of [described, pipeline]) {
+        if (JSON.stringify(localStages(net)) !== JSON.stringify(localStages(ENGINE_NET))) throw new Error('the runs were cut otherwise than the engine measured');
+      }
+      const jobs = { pipeline: averageJobTimes(engine.slice(0, 2)), up: averageJobTimes(engine.slice(1, 3)) };
+      const host = hostOverheads(availableParallelism(), pipe.cpu, jobs.pipeline);
       o.log(`the shared host, from the pipeline run: ${JSON.stringify(host)}`);
-      const shared = { up: predictLocal(described, idle, 1, host), pipeline: predictLocal(pipeline, idle, 1, host) };
-      const independent = { up: predictLocal(described, idle), pipeline: predictLocal(pipeline, idle) };
+      const shared = { up: predictLocal(described, jobs.up, 1, host), pipeline: predictLocal(pipeline, jobs.pipeline, 1, host) };
+      const independent = { up: predictLocal(described, jobs.up), pipeline: predictLocal(pipeline, jobs.pipeline) };
       o.log(`predicted on the shared host: ${JSON.stringify(shared)}; each miner a machine of its own: ${JSON.stringify(independent)}`);
+      // for comparison, the older method: one engine measurement after both runs for both predictions
+      const last = engine[2];
+      const lastHost = hostOverheads(availableParallelism(), pipe.cpu, last);
+      const oneMeasure = { up: predictLocal(described, last, 1, lastHost), pipeline: predictLocal(pipeline, last, 1, lastHost) };
       const measured = { upTokensPerS: median(up.cycleTokensPerS), upMergeMs: median(up.mergeMs), pipelineTokensPerS: pipe.tokensPerS };
       const errors = (p: typeof shared): number[] => [relErr(p.up.tokensPerS, measured.upTokensPerS), relErr(p.up.mergeMs, measured.upMergeMs), relErr(p.pipeline.tokensPerS, measured.pipelineTokensPerS)];
       const error = Math.max(...errors(shared));
+      o.log(`errors (up tokens/s, up merge, pipeline): ${errors(shared).map((e) => e.toFixed(3)).join(', ')}; with one engine measurement after both runs: ${errors(oneMeasure).map((e) => e.toFixed(3)).join(', ')}`);
       return [
         { bench: 'scale.sim_calibration_error', value: Number(error.toFixed(3)), unit: 'ratio' },
         { bench: 'scale.sim_calibration_error.independent', value: Number(Math.max(...errors(independent)).toFixed(3)), unit: 'ratio' },

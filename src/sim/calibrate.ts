@@ -180,3 +180,19 @@ export async function measureEngine(net: LocalNetwork, reps = 7): Promise<JobTim
     await engine.close();
   }
 }
+
+/**
+ * The mean of job times measured at several moments (for example just before
+ * and just after a run): this machine's speed drifts by 10–20% over minutes,
+ * so a run is best described by the measurements that bracket it.
+ */
+export function averageJobTimes(times: readonly JobTimes[]): JobTimes {
+  if (times.length === 0) throw new RangeError('no job times to average');
+  const n = times[0].stages.length;
+  if (times.some((t) => t.stages.length !== n)) throw new RangeError('job times of different stage counts');
+  const mean = (f: (t: JobTimes) => number): number => times.reduce((a, t) => a + f(t), 0) / times.length;
+  return {
+    referenceGflops: mean((t) => t.referenceGflops),
+    stages: Array.from({ length: n }, (_, s) => ({ forwardMs: mean((t) => t.stages[s].forwardMs), backwardMs: mean((t) => t.stages[s].backwardMs) })),
+  };
+}

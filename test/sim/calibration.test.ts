@@ -2,7 +2,7 @@
 // against hand computations; no real network.
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { localHardware, localStages, predictLocal, type LocalNetwork } from '../../src/sim/calibrate.ts';
+import { averageJobTimes, localHardware, localStages, predictLocal, type LocalNetwork } from '../../src/sim/calibrate.ts';
 import { STATE_BYTES_PER_PARAM, stageMergeTraffic } from '../../src/sim/costs.ts';
 import { Rng } from '../../src/sim/rng.ts';
 import { drawMiner } from '../../src/sim/hardware.ts';
@@ -43,4 +43,13 @@ test('merge time: three phases, each the last heartbeat, the transfers and half 
   });
   const hand = Math.max(...stageMs);
   assert.ok(Math.abs(p.mergeMs - hand) < 1e-6, `${p.mergeMs} vs ${hand}`);
+});
+
+test('job times measured before and after a run average stage by stage; measurements of other cuts are refused', () => {
+  const before = { referenceGflops: 40, stages: [{ forwardMs: 30, backwardMs: 50 }, { forwardMs: 70, backwardMs: 0 }] };
+  const after = { referenceGflops: 36, stages: [{ forwardMs: 34, backwardMs: 56 }, { forwardMs: 80, backwardMs: 0 }] };
+  assert.deepEqual(averageJobTimes([before, after]), { referenceGflops: 38, stages: [{ forwardMs: 32, backwardMs: 53 }, { forwardMs: 75, backwardMs: 0 }] });
+  assert.deepEqual(averageJobTimes([before]), before);
+  assert.throws(() => averageJobTimes([]), /no job times/);
+  assert.throws(() => averageJobTimes([before, { referenceGflops: 40, stages: [{ forwardMs: 1, backwardMs: 1 }] }]), /different stage counts/);
 });
