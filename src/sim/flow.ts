@@ -20,8 +20,39 @@
 //   (src/orchestrator/microbatches.ts expireDeadlines, dropAllOf).
 import { restMs } from '../miner/throttle.ts';
 import { mergeDue, peerWeight, pipelineRoom, replicaIssueLimit } from '../orchestrator/issue-policy.ts';
+import type { Rng } from './rng.ts';
 import type { World } from './world.ts';
 import type { Job, SimMicrobatch, SimMiner } from './types.ts';
+
+/**
+ * The next hop on `stage`: a replica the orchestrator routes to (as
+ * World.hasRoutable: not noticed gone, done downloading), drawn in proportion
+ * to peerWeight. The same draw as Rng.weighted over the
+ * routable list, sum for sum in the same order, without building the lists: a
+ * forward hop is the simulator's most frequent event, and a stage of 10,000
+ * home GPUs has hundreds of replicas. Null when there is none (no number drawn).
+ */
+export function drawNextHop(w: World, stage: number, rng: Rng = w.rng): SimMiner | null {
+  const members = w.members[stage];
+  if (!members) return null;
+  let total = 0;
+  let last: SimMiner | null = null;
+  for (const i of members) {
+    const p = w.miners[i];
+    if (p.gone || p.readyAt > w.now) continue;
+    total += peerWeight(p.gflops, p.queue.length);
+    last = p;
+  }
+  if (last === null) return null;
+  let r = rng.next() * total;
+  for (const i of members) {
+    const p = w.miners[i];
+    if (p.gone || p.readyAt > w.now) continue;
+    r -= peerWeight(p.gflops, p.queue.length);
+    if (r < 0) return p;
+  }
+  return last;
+}
 
 /** Schedules an issue check at the next heartbeat of every stage-0 replica that has none scheduled. */
 export function wakeStageZero(w: World): void {
@@ -136,12 +167,11 @@ export function computed(w: World, m: SimMiner, job: Job): void {
   const s = m.stage;
   const S = w.stageCount;
   if (job.kind !== 'backward' && s < S - 1) {
-    const peers = w.routable(s + 1);
-    if (peers.length === 0) {
+    const next = drawNextHop(w, s + 1);
+    if (next === null) {
       w.counters.noPeer++;
       requeue(w, mb, m.index, 'noPeer');
     } else {
-      const next = peers[w.rng.weighted(peers.map((p) => peerWeight(p.gflops, p.queue.length)))];
       mb.path[s + 1] = next.index;
       send(w, m, next, { kind: 'forward', mb: mb.id, attempt: mb.attempt });
     }

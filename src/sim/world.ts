@@ -133,17 +133,7 @@ export class World {
     return this.members.length;
   }
 
-  /** Replicas the orchestrator routes to: on the stage, not noticed gone, done downloading. */
-  routable(stage: number): SimMiner[] {
-    const out: SimMiner[] = [];
-    for (const i of this.members[stage] ?? []) {
-      const m = this.miners[i];
-      if (!m.gone && m.readyAt <= this.now) out.push(m);
-    }
-    return out;
-  }
-
-  /** Whether a stage has a replica the orchestrator routes to (routable without building the list: asked at every stage-0 heartbeat). */
+  /** Whether a stage has a replica the orchestrator routes to: on the stage, not noticed gone, done downloading (asked at every stage-0 heartbeat). */
   hasRoutable(stage: number): boolean {
     for (const i of this.members[stage] ?? []) {
       const m = this.miners[i];
