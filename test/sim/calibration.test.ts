@@ -45,7 +45,7 @@ test('merge time: three phases, each the last heartbeat, the transfers and half 
   assert.ok(Math.abs(p.mergeMs - hand) < 1e-6, `${p.mergeMs} vs ${hand}`);
 });
 
-test('job times measured before and after a run average stage by stage; measurements of other cuts are refused', () => {
+test('job times measured before and after a run average stage by stage; none, or measurements of different stage counts, are refused', () => {
   const before = { referenceGflops: 40, stages: [{ forwardMs: 30, backwardMs: 50 }, { forwardMs: 70, backwardMs: 0 }] };
   const after = { referenceGflops: 36, stages: [{ forwardMs: 34, backwardMs: 56 }, { forwardMs: 80, backwardMs: 0 }] };
   assert.deepEqual(averageJobTimes([before, after]), { referenceGflops: 38, stages: [{ forwardMs: 32, backwardMs: 53 }, { forwardMs: 75, backwardMs: 0 }] });
