@@ -24,17 +24,42 @@ import type { Rng } from './rng.ts';
 import type { World } from './world.ts';
 import type { Job, SimMicrobatch, SimMiner } from './types.ts';
 
+/** Stages with at least this many replicas draw their next hop by rejection first (drawNextHop). */
+export const REJECTION_MIN_REPLICAS = 64;
+/** Rejection tries before the draw falls back to the linear one. */
+export const REJECTION_TRIES = 32;
+
 /**
  * The next hop on `stage`: a replica the orchestrator routes to (as
  * World.hasRoutable: not noticed gone, done downloading), drawn in proportion
- * to peerWeight. The same draw as Rng.weighted over the
- * routable list, sum for sum in the same order, without building the lists: a
- * forward hop is the simulator's most frequent event, and a stage of 10,000
- * home GPUs has hundreds of replicas. Null when there is none (no number drawn).
+ * to peerWeight. Null when there is none (on a small stage no number is
+ * drawn then).
+ *
+ * On a stage of fewer than REJECTION_MIN_REPLICAS replicas it is the draw
+ * Rng.weighted makes over the routable list, sum for sum in the same order,
+ * without building the lists. A forward hop is the simulator's most frequent
+ * event, and a stage of 10,000 home GPUs has hundreds of replicas, so larger
+ * stages first try rejection sampling: a replica drawn uniformly is taken
+ * with probability peerWeight / the stage's largest GFLOP/s (peerWeight is at
+ * most the replica's GFLOP/s), which picks each routable replica in
+ * proportion to its weight in O(1) expected tries while queues are short.
+ * After REJECTION_TRIES refusals the linear draw decides; a mixture of two
+ * exact draws is exact, so the distribution is the same either way, but the
+ * random numbers used are not: large stages' runs differ from the linear
+ * draw's run by chance, not by law.
  */
 export function drawNextHop(w: World, stage: number, rng: Rng = w.rng): SimMiner | null {
   const members = w.members[stage];
   if (!members) return null;
+  const bounds = w.memberLists[stage];
+  if (bounds && bounds.list.length >= REJECTION_MIN_REPLICAS && bounds.maxGflops > 0) {
+    const { list, maxGflops } = bounds;
+    for (let t = 0; t < REJECTION_TRIES; t++) {
+      const p = w.miners[list[Math.floor(rng.next() * list.length)]];
+      if (p.gone || p.readyAt > w.now) continue;
+      if (rng.next() * maxGflops < peerWeight(p.gflops, p.queue.length)) return p;
+    }
+  }
   let total = 0;
   let last: SimMiner | null = null;
   for (const i of members) {

@@ -13,6 +13,9 @@
 // tickMs/2 after the work is done; so a phase takes
 //   heartbeatMs·n/(n+1) + the slowest replica's transfers and 2 latencies + tickMs/2
 // and applying one heartbeatMs more.
+// With the state save aside (a what-if, SimOptions.stateSave), the round ends
+// without it and `stateUploadMs` says how long the saving replica's upload
+// then keeps it busy.
 // Not modelled: the blob store's own bandwidth (assumed not the bottleneck,
 // e.g. S3), the aggregation and outer-step compute (milliseconds against
 // seconds of transfer), replicas leaving during the round.
@@ -34,6 +37,8 @@ export interface StageMerge {
   bytesTotal: number;
   /** partitions merged (each by MERGE_REDUNDANCY mergers) */
   partitions: number;
+  /** ms the first replica takes to upload the stage's new state (part of `ms` unless the save is aside) */
+  stateUploadMs: number;
 }
 
 const transferMs = (bytes: number, mbps: number): number => (bytes * 8) / (mbps * 1e6) * 1000;
@@ -44,16 +49,30 @@ export const ORCHESTRATOR_TICK_MS = 200;
 /** Mean wait from a phase's opening to the last of `n` replicas' heartbeats (phases spread evenly over the period). */
 export const lastHeartbeatMs = (heartbeatMs: number, n: number): number => (heartbeatMs * n) / (n + 1);
 
+/** Options of stageMergeTime beyond the stage and its replicas. */
+export interface MergeTimeOptions {
+  heartbeatMs: number;
+  /** merge frames' bytes per parameter; undefined = the real int8-block frames */
+  bytesPerParam?: number;
+  tickMs?: number;
+  /** what-if: the state save is not part of the round (SimOptions.stateSave 'aside') */
+  stateAside?: boolean;
+}
+
 /** The merge round of a stage with `params` parameters held by `replicas`. */
-export function stageMergeTime(params: number, replicas: readonly MergeLink[], heartbeatMs: number, bytesPerParam?: number, tickMs = ORCHESTRATOR_TICK_MS): StageMerge {
+export function stageMergeTime(params: number, replicas: readonly MergeLink[], options: MergeTimeOptions): StageMerge {
+  const { heartbeatMs, bytesPerParam, tickMs = ORCHESTRATOR_TICK_MS, stateAside = false } = options;
   const R = replicas.length;
+  if (R === 0) return { ms: 0, bytesPerReplica: 0, bytesTotal: 0, partitions: 0, stateUploadMs: 0 };
+  const state = params * STATE_BYTES_PER_PARAM;
+  const stateUploadMs = transferMs(state, replicas[0].upMbps);
+  const saveInRound = stateAside ? 0 : stateUploadMs;
   // one replica: straight to applying its own state (saved by it)
-  if (R < 2) return { ms: R ? lastHeartbeatMs(heartbeatMs, 1) + heartbeatMs + tickMs / 2 + transferMs(params * STATE_BYTES_PER_PARAM, replicas[0].upMbps) : 0, bytesPerReplica: 0, bytesTotal: 0, partitions: 0 };
+  if (R < 2) return { ms: lastHeartbeatMs(heartbeatMs, 1) + heartbeatMs + tickMs / 2 + saveInRound, bytesPerReplica: 0, bytesTotal: 0, partitions: 0, stateUploadMs };
   const t = stageMergeTraffic(params, R, bytesPerParam);
   const phase = (f: (r: MergeLink, i: number) => number): number => lastHeartbeatMs(heartbeatMs, R) + Math.max(...replicas.map((r, i) => f(r, i) + 2 * r.latencyMs)) + tickMs / 2;
   const upload = phase((r) => transferMs(t.uploadPseudoGradient, r.upMbps));
   const merge = phase((r) => transferMs(t.downloadAsMerger, r.downMbps) + transferMs(t.uploadMerged, r.upMbps));
-  const state = params * STATE_BYTES_PER_PARAM;
-  const apply = phase((r, i) => transferMs(t.downloadMerged, r.downMbps) + (i === 0 ? transferMs(state, r.upMbps) : 0)) + heartbeatMs;
-  return { ms: upload + merge + apply, bytesPerReplica: t.total, bytesTotal: t.total * R + state, partitions: mergePartitions(params, R) };
+  const apply = phase((r, i) => transferMs(t.downloadMerged, r.downMbps) + (i === 0 ? saveInRound : 0)) + heartbeatMs;
+  return { ms: upload + merge + apply, bytesPerReplica: t.total, bytesTotal: t.total * R + state, partitions: mergePartitions(params, R), stateUploadMs };
 }

@@ -24,6 +24,8 @@ export class World {
   readonly issuedTo = new Map<number, number>();
   /** replicas per stage, by miner index */
   members: Set<number>[] = [];
+  /** the same replicas as arrays, and the largest GFLOP/s among them: bounds of the next-hop draw (flow.ts drawNextHop) */
+  memberLists: { list: number[]; maxGflops: number }[] = [];
   plan: Plan | null = null;
   readonly timeline: Timeline;
   readonly ledger: WorkLedger;
@@ -44,6 +46,8 @@ export class World {
   merging = false;
   innerSteps = 0;
   replanScheduled = false;
+  /** with the state save aside: each stage's saving replica of the round under way, and how long its upload takes */
+  savers: { miner: number; ms: number }[] = [];
   stalled: string | null = null;
   readonly counters = {
     done: 0,
