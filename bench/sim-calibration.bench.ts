@@ -128,6 +128,8 @@ export interface MeasuredUp {
   tokensPerCycle: number[];
   /** CPU per microbatch from the first merge's end to the run's end */
   cpu: MeasuredCpu | null;
+  /** CPU spent while the run was merging, per round: the orchestrator's, and each miner's (mK) */
+  mergeCpu: { rounds: number; orchestratorMs: number; minerMs: number[] };
 }
 
 /** The `nbcli up` network over loopback: 4 miners, 2 stages x 2 replicas, merge rounds timed from the orchestrator's rows. */
@@ -151,8 +153,18 @@ export async function measureUpNetwork(steps = UP_STEPS, log: (line: string) => 
       }
     };
     let roundsReadAt = 0;
+    let mergingSince: CpuMark | null = null;
+    const mergeCpu = { rounds: 0, orchestratorMs: 0, minerMs: net.children.map(() => 0) };
     for (;;) {
       run = await api.run(id);
+      if (run.status === 'merging' && !mergingSince) mergingSince = cpuMark(net, run.microbatchesDone);
+      else if (run.status !== 'merging' && mergingSince) {
+        const now = cpuMark(net, run.microbatchesDone);
+        mergeCpu.rounds++;
+        mergeCpu.orchestratorMs += now.own - mergingSince.own;
+        now.children.forEach((ms, k) => (mergeCpu.minerMs[k] += ms - mergingSince!.children[k]));
+        mergingSince = null;
+      }
       if (performance.now() - roundsReadAt > 1000) {
         roundsReadAt = performance.now();
         await readRounds();
@@ -174,7 +186,9 @@ export async function measureUpNetwork(steps = UP_STEPS, log: (line: string) => 
     // tokens are constant during a round: the last sample before it closed counts them all
     const tokensAt = (t: number): number => samples.filter((s) => s.t <= t).reduce((a, s) => Math.max(a, s.tokens), 0);
     const cpu = from && to && to.microbatches > from.microbatches ? cpuBetween(from, to, run) : null;
-    const out: MeasuredUp = { miners, run, cycleTokensPerS: [], trainTokensPerS: [], mergeMs: ordered.map((r) => r.done - r.opened), tokensPerCycle: [], cpu };
+    const perRound = (ms: number): number => (mergeCpu.rounds ? ms / mergeCpu.rounds : 0);
+    const merging = { rounds: mergeCpu.rounds, orchestratorMs: perRound(mergeCpu.orchestratorMs), minerMs: mergeCpu.minerMs.map(perRound) };
+    const out: MeasuredUp = { miners, run, cycleTokensPerS: [], trainTokensPerS: [], mergeMs: ordered.map((r) => r.done - r.opened), tokensPerCycle: [], cpu, mergeCpu: merging };
     for (let k = 1; k < ordered.length; k++) {
       const a = ordered[k - 1], b = ordered[k];
       const tokens = tokensAt(b.done) - tokensAt(a.done);
@@ -220,6 +234,7 @@ export const simCalibrationBenches: Bench[] = [
       const up = await measureUpNetwork(UP_STEPS, o.log);
       o.log(`miners: ${up.miners.map((m) => `${m.name} ${m.gflops.toFixed(1)} GFLOP/s ${m.bandwidthMbps.toFixed(0)} Mbit/s`).join(', ')}`);
       o.log(`cycles: ${up.cycleTokensPerS.map((x) => x.toFixed(0)).join(', ')} tokens/s; training ${up.trainTokensPerS.map((x) => x.toFixed(0)).join(', ')}; merges ${up.mergeMs.join(', ')} ms; CPU per microbatch: ${cpuLine(up.cpu)}`);
+      o.log(`CPU while merging, per round (${up.mergeCpu.rounds} rounds seen): orchestrator ${up.mergeCpu.orchestratorMs.toFixed(0)} ms, miners ${up.mergeCpu.minerMs.map((x) => x.toFixed(0)).join(' / ')} ms`);
       await measureIdle('after the up run');
       const described = describe(up.miners, up.run, UP_THROTTLES);
       const pipeline = describe(pipe.miners, pipe.run, []);

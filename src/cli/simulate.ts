@@ -34,6 +34,7 @@ interface Flags {
   slots?: string;
   activationRatio?: string;
   stateSave: string;
+  maxEvents?: string;
 }
 
 function number(name: string, value: string, min: number, max: number): number {
@@ -72,6 +73,7 @@ export function registerSimulate(program: Command): void {
     .option('--batch-size <n>', 'sequences per microbatch (default 12)')
     .option('--slots <n>', `activation slots per miner: microbatches a miner holds in flight, which also sets how many the pipeline may hold (default: the orchestrator's, ${COORDINATOR_DEFAULTS.slots})`)
     .option('--deadline <s>', 'microbatch deadline, seconds (default: the orchestrator default, 15)')
+    .option('--max-events <n>', 'give up after this many events (default 200,000,000: about half an hour on this machine)')
     .option('--chart <file.svg>', 'write utilization and tokens/s over time as an SVG image')
     .option('--json', 'print the report as JSON')
     .action((flags: Flags) => {
@@ -103,6 +105,7 @@ export function registerSimulate(program: Command): void {
         ...(flags.activationRatio !== undefined ? { activationRatio: number('--activation-ratio', flags.activationRatio, 1, 1e6) } : {}),
         ...(flags.deadline !== undefined ? { deadlineMs: number('--deadline', flags.deadline, 0.001, 86_400) * 1000 } : {}),
         stateSave: stateSave(flags.stateSave),
+        ...(flags.maxEvents !== undefined ? { maxEvents: parsePositiveInt('--max-events', flags.maxEvents, 1) } : {}),
       });
       let report: SimReport;
       try {

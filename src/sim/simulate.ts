@@ -38,7 +38,7 @@ export function simOptions(input: Partial<SimOptions> & { modelName: string; min
     epochMs: 3_600_000,
     emission: DEFAULT_EMISSION,
     samples: 120,
-    maxEvents: 50_000_000,
+    maxEvents: 200_000_000,
     ...input,
   };
   check(Number.isInteger(o.miners) && o.miners >= 1, `miners must be a positive integer, got ${o.miners}`);
@@ -81,7 +81,7 @@ export function simulateWorld(options: SimOptions): { world: World; report: SimR
     const next = w.events.pop();
     if (!next) break;
     if (++w.counters.events > options.maxEvents) {
-      throw new RangeError(`more than ${options.maxEvents} events by simulated ${(next.at / 60_000).toFixed(1)} min: simulate fewer hours or miners`);
+      throw new RangeError(`more than ${options.maxEvents} events by simulated ${(next.at / 60_000).toFixed(1)} min: simulate fewer hours or miners, or allow more events (--max-events)`);
     }
     w.now = next.at;
     const e = next.event;
