@@ -73,7 +73,7 @@ export function registerSimulate(program: Command): void {
     .option('--batch-size <n>', 'sequences per microbatch (default 12)')
     .option('--slots <n>', `activation slots per miner: microbatches a miner holds in flight, which also sets how many the pipeline may hold (default: the orchestrator's, ${COORDINATOR_DEFAULTS.slots})`)
     .option('--deadline <s>', 'microbatch deadline, seconds (default: the orchestrator default, 15)')
-    .option('--max-events <n>', 'give up after this many events (default 200,000,000: about half an hour on this machine)')
+    .option('--max-events <n>', 'give up after this many events, a guard against runs that would take hours (default 200,000,000: some 25 minutes for 10,000 miners in stages of hundreds)')
     .option('--chart <file.svg>', 'write utilization and tokens/s over time as an SVG image')
     .option('--json', 'print the report as JSON')
     .action((flags: Flags) => {
