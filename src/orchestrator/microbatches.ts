@@ -17,6 +17,8 @@
 // or when its deadline passes; then the miner it stalled at (the first hop,
 // in pipeline order, without a receipted claim: the evidence says it held the
 // microbatch) is charged one dropped unit. Nobody's word alone costs another.
+// A microbatch handed to a miner the plan has moved off that stage is issued
+// again at once, and nobody is charged: the orchestrator's move stopped it.
 import { itemsPerMicrobatch } from '../model/model-ref.ts';
 import { verifyReceipt, type TicketFields } from '../protocol/evidence.ts';
 import type { MicrobatchTask, WorkReport } from '../protocol/messages.ts';
@@ -182,9 +184,23 @@ export class MicrobatchFlow {
     this.state.tx(() => {
       if (!this.state.claims.put(claim)) return; // a repeat
       if (r.phase === 'forward') this.checks.onForward(run, claim);
+      if (nextId && r.phase === 'forward' && !this.holds(run, nextId, r.stage + 1)) {
+        // The receiver does not hold the next stage: the plan moved it off since the sender last heard its
+        // routing (an honest miner takes that stage's frames until its own next heartbeat, then lets them go).
+        // The microbatch cannot go on there: issued again now, charging nobody, as `release` does with the
+        // work a moved miner held.
+        this.state.microbatches.requeue(mb.id);
+        return;
+      }
       this.settle(run, this.state.microbatches.get(mb.id)!);
     });
     return null;
+  }
+
+  /** Whether `minerId` holds `stage` of `run` in the plan now. */
+  private holds(run: RunRecord, minerId: string, stage: number): boolean {
+    const a = this.state.runs.assignmentOf(minerId);
+    return a !== undefined && a.runId === run.id && a.stage === stage;
   }
 
   /** Completes an attempt whose claims chain up (crediting every hop once), or notes how far it got. */

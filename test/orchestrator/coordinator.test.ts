@@ -785,6 +785,38 @@ test('when the plan moves a miner to another stage, the microbatches it held are
   assert.equal(h.work(run.id)[`${moved.name}/dropped`], undefined, 'no deadline charges the moved miner later');
 });
 
+// The race of CI run 8 of stop 29 (test/network/byzantine.test.ts): the plan moves a replica off its stage
+// after a sender last heard its routing and before the sender's claim names it as the next hop.
+test('a microbatch handed to a replica the plan has just moved off that stage is issued again at once; nobody is charged, even at the deadline', async (t) => {
+  const h = await harness(t, { minerTimeoutMs: 120_000, microbatchDeadlineMs: 2_000 });
+  h.joinMany('m', 4);
+  const run = h.createRun({ steps: 20 });
+  beatAll(...h.miners.values());
+  assert.deepEqual(h.replicasByStage(run.id).map((s) => s.length), [2, 2]);
+  const [a, b] = h.replicas(run.id, 0);
+  const [x] = b.take(1);
+  // a goes: stage 0 keeps b only, so the plan moves a stage-1 replica to stage 0
+  h.coordinator.evict(a.id, 'stake too low');
+  const moved = h.replicas(run.id, 0).find((m) => m !== b)!;
+  assert.ok(moved, 'a stage-1 replica moved to stage 0');
+  assert.equal(moved.assignment?.stage, 1, 'it has not heard yet');
+  // b's routing still lists it at stage 1; it takes x's activation (an honest miner does, until its next heartbeat)
+  b.beat({ reports: [b.forward(x, { to: moved })] });
+  assert.equal(pick(h, x).status, 'pending', 'x is issued again at once');
+  assert.deepEqual(h.work(run.id), {}, 'no invalid unit for its honest receipt, no charge');
+  assert.equal(moved.beat().assignment?.stage, 0, 'it learns its move and lets x go');
+  assert.equal(moved.held.has(x), false);
+  h.advance(2_001);
+  h.tick();
+  assert.deepEqual(h.work(run.id), {}, 'nobody is charged for x, even after its deadline');
+  // x carries on along the new plan
+  const [again] = b.take(1);
+  assert.equal(again, x);
+  const [s1] = h.replicas(run.id, 1);
+  completeAlong(x, [b, s1]);
+  assert.equal(pick(h, x).status, 'done');
+});
+
 // ---- 8. a whole merge round -----------------------------------------------------------
 
 test('a merge round of 2 replicas per stage: drain, upload, merge, apply, save: the stages move to round 1 with a saved state', async (t) => {
