@@ -12,7 +12,7 @@ import { chartSvg } from '../sim/chart.ts';
 import { DEFAULT_HARDWARE, loadHardwareFile } from '../sim/hardware.ts';
 import { simModel } from '../sim/models.ts';
 import { simOptions, simulate } from '../sim/simulate.ts';
-import type { SimOptions, SimReport, StateSave } from '../sim/types.ts';
+import type { SimOptions, SimReport } from '../sim/types.ts';
 import { emit, parsePositiveInt } from './common.ts';
 
 interface Flags {
@@ -33,7 +33,6 @@ interface Flags {
   deadline?: string;
   slots?: string;
   activationRatio?: string;
-  stateSave: string;
   maxEvents?: string;
 }
 
@@ -66,7 +65,6 @@ export function registerSimulate(program: Command): void {
     .option('--merge-every <h>', 'inner steps per replica between merges (default: the orchestrator default, 100)')
     .option('--codec <codec>', 'activation codec: f32, f16 or int8-row', 'f16')
     .option('--activation-ratio <r>', 'what-if: activation and gradient frames compressed this many times more than the codec does (default 1: the real frames)')
-    .option('--state-save <where>', "in-round (today's protocol: training waits for one replica to upload the stage's new state) or aside (what-if: it uploads after the round, taking no microbatches meanwhile)", 'in-round')
     .option('--merge-bytes-per-param <b>', 'bytes per parameter of merge frames (default: the real int8-block frames, ~1.02)')
     .option('--memory-model <name>', `what a miner keeps per parameter and activation: ${Object.keys(MEMORY_MODELS).join(', ')} (what-ifs; engine is what the engines do, docs/simulation.md)`, 'engine')
     .option('--stages <n>', 'number of stages (default: the planner chooses)')
@@ -104,7 +102,6 @@ export function registerSimulate(program: Command): void {
         ...(flags.slots !== undefined ? { slots: parsePositiveInt('--slots', flags.slots, 1) } : {}),
         ...(flags.activationRatio !== undefined ? { activationRatio: number('--activation-ratio', flags.activationRatio, 1, 1e6) } : {}),
         ...(flags.deadline !== undefined ? { deadlineMs: number('--deadline', flags.deadline, 0.001, 86_400) * 1000 } : {}),
-        stateSave: stateSave(flags.stateSave),
         ...(flags.maxEvents !== undefined ? { maxEvents: parsePositiveInt('--max-events', flags.maxEvents, 1) } : {}),
       });
       let report: SimReport;
@@ -119,11 +116,6 @@ export function registerSimulate(program: Command): void {
     });
 }
 
-function stateSave(value: string): StateSave {
-  if (value !== 'in-round' && value !== 'aside') throw new NimbleError('invalid', `--state-save must be in-round or aside, got '${value}'`);
-  return value;
-}
-
 const pct = (x: number): string => `${(100 * x).toFixed(1)}%`;
 const gb = (b: number): string => `${(b / 1e9).toFixed(2)} GB`;
 const num = (x: number, d = 0): string => x.toLocaleString('en-US', { maximumFractionDigits: d, minimumFractionDigits: d });
@@ -131,7 +123,7 @@ const num = (x: number, d = 0): string => x.toLocaleString('en-US', { maximumFra
 /** The human view of a report. */
 export function describeReport(r: SimReport): string {
   const lines = [
-    `${r.model} (${num(r.params / 1e6, 1)} M parameters) on ${num(r.miners)} miners, ${r.hours} simulated h, seed ${r.seed}; batch ${r.batchSize}, ${r.slots} slots, activations ${r.codec}${r.activationRatio !== 1 ? ` ÷ ${num(r.activationRatio, 1)} (what-if)` : ''}, memory model ${r.memoryModel}, merge every ${r.mergeEvery}${r.stateSave === 'aside' ? ', state saved aside (what-if)' : ''}`,
+    `${r.model} (${num(r.params / 1e6, 1)} M parameters) on ${num(r.miners)} miners, ${r.hours} simulated h, seed ${r.seed}; batch ${r.batchSize}, ${r.slots} slots, activations ${r.codec}${r.activationRatio !== 1 ? ` ÷ ${num(r.activationRatio, 1)} (what-if)` : ''}, memory model ${r.memoryModel}, merge every ${r.mergeEvery}`,
     `stages: ${r.stages.length}; memory per miner up to ${gb(r.memoryPerMinerBytes)}`,
     ...r.stages.map((s, i) => `  stage ${i} [${s.range.from},${s.range.to})  ${num(s.params / 1e6, 1)} M params  ${gb(s.memoryBytes)}  ${s.replicas} replicas (${s.replicasAtEnd} at the end)  planned ${num(s.plannedTokensPerS)} tokens/s`),
     `tokens/s: ${num(r.tokensPerS, 1)} (planner's compute bound ${num(r.plannedTokensPerS)}); ${num(r.microbatchesDone)} microbatches`,

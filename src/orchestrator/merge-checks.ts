@@ -7,9 +7,11 @@
 //   - a merged partition: recomputed here (the same deterministic merge every
 //     merger runs, src/merge/merge-partition.ts) when its mergers disagree or
 //     only one delivered; the recomputed frame is what everyone applies;
-//   - a stage state: the outer step of the chosen partitions from the round's
-//     starting state, recomputed and compared bit for bit (for a stage with
-//     one replica: weights within AdamW's reach of the starting state).
+//   - a stage state, uploaded only by a stage's single replica (no merge):
+//     weights within AdamW's reach of the round's starting state, the outer
+//     momentum unchanged. A merged round's state is not uploaded: the
+//     orchestrator makes it (`mergedState`: the outer step of the chosen
+//     partitions from the round's starting state, what every replica applies).
 import { adamMoveBound, ADAMW_DEFAULTS, firstOutOfReach } from '../model/adamw.ts';
 import { mergeSlices } from '../merge/merge-partition.ts';
 import { createOuterState, outerStep } from '../merge/outer.ts';
@@ -19,7 +21,7 @@ import { rangeParams } from '../model/model-ref.ts';
 import { NimbleError } from '../protocol/errors.ts';
 import { OffenceError } from './offences.ts';
 import type { BlobStore } from './blobs.ts';
-import type { StageStates } from './stage-states.ts';
+import type { StageState, StageStates } from './stage-states.ts';
 import type { OrchestratorState } from './state/index.ts';
 import type { MergeRoundRecord, RoundKey } from './state/merge-rounds.ts';
 import type { RunRecord, StageRecord } from './state/runs.ts';
@@ -98,8 +100,38 @@ export class MergeChecks {
     return this.blobs.put(encodeMergedPartition(merged, part, { runId: run.id, stage: s.stage, round: round.round }));
   }
 
-  /** Throws 'invalid' unless `bytes` is the stage state the round must produce (an offence when it decodes but is not). */
+  /**
+   * The state a merged round (partitions > 0) ends with: the outer step of
+   * its chosen partitions from the state it started at, as every replica
+   * computes it when it applies the round (StageRunner.applyOuterStep).
+   */
+  async mergedState(run: RunRecord, s: StageRecord, round: MergeRoundRecord): Promise<StageState> {
+    if (round.partitions === 0 || !round.plan.chosen) throw new NimbleError('conflict', `round ${round.round} of stage ${s.stage} has no merged partitions`);
+    const start = await this.stageStates.at(run, s.stage, round.round - 1);
+    if (!start) throw new NimbleError('conflict', `the state round ${round.round} started from is not kept`);
+    const parts = this.partitions(run, s, round.partitions);
+    const frames: Uint8Array[] = [];
+    for (const blob of round.plan.chosen) frames.push(await this.blobs.get(blob));
+    const delta = decodePartitionFrames(frames, parts, undefined, { codecs: ['int8-block', 'f16', 'f32'] });
+    const outer = { ...createOuterState(delta.length, { lr: run.options.outerLr, momentum: run.options.outerMomentum }), step: start.outerStep, momentumBuffer: start.momentum.slice() };
+    const weights = outerStep(outer, start.weights, delta);
+    return { weights, momentum: outer.momentumBuffer, outerStep: outer.step, decaySize: start.decaySize };
+  }
+
+  /** Writes the state a merged round ends with (`mergedState`) as a stage checkpoint; returns its blob id. */
+  async writeMergedState(run: RunRecord, s: StageRecord, round: MergeRoundRecord): Promise<string> {
+    const state = await this.mergedState(run, s, round);
+    return this.blobs.put(this.stageStates.encode(run, s.stage, round.round, state));
+  }
+
+  /**
+   * Throws unless `bytes` is a state the single replica of a round without a
+   * merge could have saved: its trained weights within AdamW's reach of the
+   * round's start, the outer momentum and step unchanged ('invalid' when it
+   * does not decode, an offence when it decodes but is not).
+   */
   async checkState(run: RunRecord, s: StageRecord, round: MergeRoundRecord, bytes: Uint8Array): Promise<void> {
+    if (round.partitions > 0) throw new NimbleError('conflict', `round ${round.round} of stage ${s.stage} is merged: the orchestrator writes its state`);
     const stateOffence = (message: string): OffenceError => new OffenceError(message, { runId: run.id, stage: s.stage, key: `stage state ${run.id}/${s.stage}/${round.round}` });
     const start = await this.stageStates.at(run, s.stage, round.round - 1);
     if (!start) throw new NimbleError('conflict', `the state round ${round.round} started from is not kept`);
@@ -109,22 +141,10 @@ export class MergeChecks {
     } catch (err) {
       throw new NimbleError('invalid', `stage state: ${(err as Error).message}`);
     }
-    if (round.partitions === 0) {
-      // one replica: no merge, its trained weights become the state; they must be within AdamW's reach
-      const steps = round.replicas.reduce((n, m) => Math.max(n, this.creditedSteps({ runId: run.id, stage: s.stage, round: round.round }, m)), 0) * 2 + UNCREDITED_STEPS_SLACK;
-      const at = firstOutOfReach(uploaded.weights, start.weights, start.decaySize, steps, run.options.lr);
-      if (at >= 0) throw stateOffence(`stage state: weight ${at} is further from the round's start than ${steps} AdamW steps reach`);
-      if (!sameBits(uploaded.momentum, start.momentum) || uploaded.outerStep !== start.outerStep) throw stateOffence('stage state: the outer momentum changed without a merge');
-      return;
-    }
-    const parts = this.partitions(run, s, round.partitions);
-    const frames: Uint8Array[] = [];
-    for (const blob of round.plan.chosen ?? []) frames.push(await this.blobs.get(blob));
-    const delta = decodePartitionFrames(frames, parts, undefined, { codecs: ['int8-block', 'f16', 'f32'] });
-    const outer = { ...createOuterState(delta.length, { lr: run.options.outerLr, momentum: run.options.outerMomentum }), step: start.outerStep, momentumBuffer: start.momentum.slice() };
-    const weights = outerStep(outer, start.weights, delta);
-    if (!sameBits(uploaded.weights, weights)) throw stateOffence(`stage state: the weights are not the outer step of round ${round.round}'s merged partitions`);
-    if (!sameBits(uploaded.momentum, outer.momentumBuffer) || uploaded.outerStep !== outer.step) throw stateOffence(`stage state: the outer momentum is not round ${round.round}'s`);
+    const steps = round.replicas.reduce((n, m) => Math.max(n, this.creditedSteps({ runId: run.id, stage: s.stage, round: round.round }, m)), 0) * 2 + UNCREDITED_STEPS_SLACK;
+    const at = firstOutOfReach(uploaded.weights, start.weights, start.decaySize, steps, run.options.lr);
+    if (at >= 0) throw stateOffence(`stage state: weight ${at} is further from the round's start than ${steps} AdamW steps reach`);
+    if (!sameBits(uploaded.momentum, start.momentum) || uploaded.outerStep !== start.outerStep) throw stateOffence('stage state: the outer momentum changed without a merge');
   }
 }
 

@@ -1,6 +1,7 @@
 // What replicas upload in a merge round, taken in: pseudo-gradient
-// partitions (uploading), merged partitions (merging) and the stage state
-// (applying), each only from a replica of that round in that phase, checked
+// partitions (uploading), merged partitions (merging) and, for a stage of one
+// replica (no merge), its state (applying), each only from a replica of that
+// round in that phase, checked
 // (src/orchestrator/merge-checks.ts) before it is stored. A replica whose
 // upload proves an offence leaves the round at once. The round's phases
 // move on in ./merges.ts.
@@ -26,6 +27,11 @@ export class MergeUploads {
   /** Throws unless round `k` is open with `minerId` among its replicas (in any phase): checked before an upload's body is read. */
   expectReplica(minerId: string, k: RoundKey): void {
     this.roundFor(k, minerId, null);
+  }
+
+  /** Throws unless `minerId` may upload round `k`'s stage state: its stage's single replica (a merged round's state is the orchestrator's). */
+  expectStateSaver(minerId: string, k: RoundKey): void {
+    mergedRefused(k, this.roundFor(k, minerId, null).round);
   }
 
   /** The open round `k` in phase `phase` (any, for null), with `minerId` among its replicas; else the reason it is not. */
@@ -88,9 +94,10 @@ export class MergeUploads {
     return blob;
   }
 
-  /** The stage state after the round: checked against the round (recomputed) before it becomes the stage's state or anybody's checkpoint. */
+  /** The single replica's stage state after a round without a merge: checked against the round's start before it becomes the stage's state or anybody's checkpoint. */
   async putState(minerId: string, k: RoundKey, bytes: Uint8Array): Promise<string> {
     const { run, s, round } = this.roundFor(k, minerId, 'applying');
+    mergedRefused(k, round);
     let info;
     try {
       info = modelCheckpointInfo(decodeSafetensors(bytes));
@@ -108,4 +115,8 @@ export class MergeUploads {
     });
     return blob;
   }
+}
+
+function mergedRefused(k: RoundKey, round: MergeRoundRecord): void {
+  if (round.partitions > 0) throw new NimbleError('conflict', `round ${k.round} of stage ${k.stage} is merged: the orchestrator writes its state, no replica uploads it`);
 }

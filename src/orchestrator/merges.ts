@@ -3,7 +3,9 @@
 //   uploading: every replica uploads its pseudo-gradient, one int8 frame per partition;
 //   merging:   each partition is merged by two replicas, who upload the result;
 //   applying:  every replica downloads the merged partitions and takes the
-//              outer step; one replica uploads the new stage state;
+//              outer step; meanwhile the orchestrator takes the same step and
+//              writes the new stage state (a stage of one replica, which has
+//              nothing to merge, uploads its trained weights instead);
 //   done:      the stage trains again from the new state.
 // A replica that vanishes is dropped from the round; a partition whose
 // mergers vanished is reassigned before the round closes. All of it is kept
@@ -26,7 +28,7 @@ import type { RunRecord, StageRecord } from './state/runs.ts';
 export const UPLOAD_TIMEOUT_MS = 60_000;
 /** Mergers that have not uploaded a partition by then are replaced. */
 export const MERGE_TIMEOUT_MS = 30_000;
-/** Replicas that have not applied the round (or saved the state they were asked to) by then are left out of it. */
+/** Replicas that have not applied the round (or, a stage's single replica, saved its state) by then are left out of it. */
 export const APPLY_TIMEOUT_MS = 60_000;
 /** Partitions per replica. */
 const PARTITIONS_PER_REPLICA = 2;
@@ -35,8 +37,8 @@ export class MergeRounds {
   /** per run/stage: the highest round its replicas report having applied, and who did */
   private readonly applied = new Map<string, { round: number; miners: Set<string> }>();
 
-  /** partitions being recomputed here (a dispute, or a single merger), by run/stage/round/partition */
-  private readonly recomputing = new Map<string, Promise<void>>();
+  /** work under way here: partitions recomputed (a dispute, or a single merger), by run/stage/round/partition, and merged states written, by run/stage/round/state */
+  private readonly background = new Map<string, Promise<void>>();
 
   constructor(
     private readonly state: OrchestratorState,
@@ -209,6 +211,7 @@ export class MergeRounds {
         const chosen = Array.from({ length: round.partitions }, (_, p) => settled.get(p)!);
         this.state.tx(() => {
           this.state.mergeRounds.update(key, { status: 'applying', plan: { ...next, chosen, phaseAt: now } });
+          this.writeState(run, s, this.state.mergeRounds.get(key)!);
           // a merger's result is credited once when it is the partition's merge, and is an offence when it is not
           for (const r of results) {
             if (r.minerId === RECOMPUTED || !round.replicas.includes(r.minerId)) continue;
@@ -227,15 +230,18 @@ export class MergeRounds {
     if (round.status === 'applying') {
       const entry = this.applied.get(`${run.id}/${s.stage}`);
       const applied = (m: string): boolean => entry?.round === round.round && entry.miners.has(m);
+      const merged = round.partitions > 0;
+      // a merged round's state is written here (again after a restart or a failure); the round closes once it is in
+      if (merged) this.writeState(run, s, round);
       let next = plan;
       if (now - plan.phaseAt > APPLY_TIMEOUT_MS) {
-        // whoever holds the round up leaves it: replicas that did not apply, and the one asked to save that did not
-        const late = replicas.filter((m, i) => !applied(m) || (i === 0 && !round.stateBlob));
+        // whoever holds the round up leaves it: replicas that did not apply, and a single replica that did not save its state
+        const late = replicas.filter((m, i) => !applied(m) || (!merged && i === 0 && !round.stateBlob));
         for (const m of late) this.state.ledger.logWork({ minerId: m, runId: run.id, kind: 'dropped', stage: s.stage, detail: `round ${round.round} not applied in time` }, now);
         replicas = replicas.filter((m) => !late.includes(m));
         next = { ...plan, phaseAt: now };
       }
-      if (replicas.length === 0) this.finish(run, s, round.round, round.stateBlob ?? s.stateBlob);
+      if (replicas.length === 0 && !merged) this.finish(run, s, round.round, round.stateBlob ?? s.stateBlob);
       else if (round.stateBlob && replicas.every(applied)) this.finish(run, s, round.round, round.stateBlob);
       else if (next !== plan || replicas.join() !== round.replicas.join()) this.state.mergeRounds.update(key, { replicas, plan: next });
     }
@@ -266,20 +272,43 @@ export class MergeRounds {
 
   /** Merges partition `p` here, in the background; its result is stored as the orchestrator's. */
   private recompute(run: RunRecord, s: StageRecord, round: MergeRoundRecord, p: number): void {
-    const key = `${run.id}/${s.stage}/${round.round}/${p}`;
-    if (this.recomputing.has(key)) return;
-    const k = { runId: run.id, stage: s.stage, round: round.round };
-    const work = this.checks
-      .recompute(run, s, round, p)
-      .then((blob) => this.state.mergeRounds.putResult(k, { partition: p, minerId: RECOMPUTED, blob }))
-      .catch((err: unknown) => this.log(`recomputing partition ${p} of round ${round.round}, stage ${s.stage} of ${run.id} failed: ${(err as Error).message}`))
-      .finally(() => this.recomputing.delete(key));
-    this.recomputing.set(key, work);
+    const k = keyOf(run, s.stage, round.round);
+    this.inBackground(`${run.id}/${s.stage}/${round.round}/${p}`, `recomputing partition ${p} of round ${round.round}, stage ${s.stage} of ${run.id}`, async () => {
+      const blob = await this.checks.recompute(run, s, round, p);
+      this.state.mergeRounds.putResult(k, { partition: p, minerId: RECOMPUTED, blob });
+    });
   }
 
-  /** Resolves when every recomputation under way has ended. */
+  /**
+   * Writes a merged round's new stage state here, in the background: the
+   * outer step of its chosen partitions, which every replica takes too. No
+   * replica uploads it, so the round does not wait for one replica's upload
+   * of the whole stage (8 bytes a parameter), and no stage is too large to
+   * save. It becomes the round's state once written, if the round is still
+   * applying.
+   */
+  private writeState(run: RunRecord, s: StageRecord, round: MergeRoundRecord): void {
+    if (round.stateBlob || round.partitions === 0) return;
+    const k = keyOf(run, s.stage, round.round);
+    this.inBackground(`${run.id}/${s.stage}/${round.round}/state`, `writing the state of round ${round.round}, stage ${s.stage} of ${run.id}`, async () => {
+      const blob = await this.checks.writeMergedState(run, s, round);
+      const open = this.state.mergeRounds.get(k);
+      if (open?.status === 'applying' && !open.stateBlob) this.state.mergeRounds.update(k, { stateBlob: blob });
+    });
+  }
+
+  /** Runs `work` once per `key` at a time; a failure is logged (the next tick tries again). */
+  private inBackground(key: string, what: string, work: () => Promise<void>): void {
+    if (this.background.has(key)) return;
+    const run = work()
+      .catch((err: unknown) => this.log(`${what} failed: ${(err as Error).message}`))
+      .finally(() => this.background.delete(key));
+    this.background.set(key, run);
+  }
+
+  /** Resolves when every recomputation and state write under way has ended. */
   async settled(): Promise<void> {
-    await Promise.all([...this.recomputing.values()]);
+    await Promise.all([...this.background.values()]);
   }
 
   private finish(run: RunRecord, s: StageRecord, round: number, stateBlob: string | null): void {
@@ -355,7 +384,7 @@ export class MergeRounds {
       }
     } else if (round.status === 'applying') {
       task.apply = (round.plan.chosen ?? []).map((blob, partition) => ({ partition, blob }));
-      task.saveState = round.replicas[0] === minerId && !round.stateBlob;
+      task.saveState = round.partitions === 0 && round.replicas[0] === minerId && !round.stateBlob;
     }
     return task;
   }

@@ -2,8 +2,9 @@
 // outer step), or its initial weights before the first round: what spot
 // checks bound a miner's weights against, and what merge rounds check
 // uploaded pseudo-gradients and stage states against. Read from the state
-// blobs (or made by the model's deterministic init), a few kept in memory.
-import { loadModelParams } from '../model/checkpoint.ts';
+// blobs (or made by the model's deterministic init), a few kept in memory;
+// written as the same checkpoint a replica's StageRunner.encodeState makes.
+import { encodeModelCheckpoint, loadModelParams } from '../model/checkpoint.ts';
 import { initParams } from '../model/init.ts';
 import { parseModelRef, stageLayout } from '../model/model-ref.ts';
 import { decodeSafetensors, SafetensorsError } from '../model/safetensors.ts';
@@ -95,6 +96,26 @@ export class StageStates {
     const outerStep = Number(file.metadata.outerStep ?? 0);
     if (!Number.isSafeInteger(outerStep) || outerStep < 0) throw new SafetensorsError(`outerStep ${file.metadata.outerStep} is not a step count`);
     return { weights, momentum: m.data.slice(), outerStep, decaySize };
+  }
+
+  /**
+   * A stage state as the checkpoint a replica saves (src/miner/stage-runner.ts
+   * encodeState): the stage's named tensors, `outer.momentum`, `outerStep`;
+   * its step is the round it ends.
+   */
+  encode(run: RunRecord, stage: number, round: number, state: StageState): Uint8Array {
+    const s = this.state.runs.stage(run.id, stage);
+    if (!s) throw new SafetensorsError(`run ${run.id} has no stage ${stage}`);
+    const model = parseModelRef(run.model);
+    const range = { from: s.fromPart, to: s.toPart };
+    const layout = stageLayout(model, range);
+    if (state.weights.length !== layout.size || state.momentum.length !== layout.size) throw new SafetensorsError(`a state of ${state.weights.length} floats for a stage of ${layout.size}`);
+    const tensors = layout.entries.map((e) => ({ name: e.name, shape: e.shape, data: state.weights.subarray(e.offset, e.offset + e.size) }));
+    return encodeModelCheckpoint(model, [...tensors, { name: 'outer.momentum', shape: [layout.size], data: state.momentum }], {
+      range,
+      step: round,
+      extra: { outerStep: String(state.outerStep) },
+    });
   }
 
   clear(): void {

@@ -205,7 +205,7 @@ export const MergeTask = Type.Object({
   ),
   /** merged partitions to apply (all of them, once every partition is merged) */
   apply: Type.Union([Type.Array(Type.Object({ partition: Count, blob: BlobId }), { maxItems: 65536 }), Type.Null()]),
-  /** upload the stage state after applying (one replica per stage) */
+  /** upload the stage state after applying: only a stage of one replica, which merges nothing (a merged round's state is written by the orchestrator) */
   saveState: Type.Boolean(),
   aggregator: Aggregator,
   /** trimmed-mean: the fraction dropped at each end */

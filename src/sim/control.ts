@@ -144,20 +144,15 @@ export function ready(w: World, m: SimMiner): void {
  * orchestrator learns of the last microbatch on its stage-0 replica's next
  * heartbeat (half a period on average) and opens the round at its next tick
  * (half a tick); the round's time (opened → done) is counted from there.
- * With the state save aside (what-if), each stage's first replica uploads
- * the state after the round and takes no microbatches until it is done.
  */
 export function maybeMerge(w: World): void {
   if (!w.draining || w.merging || w.issued.size > 0) return;
   w.merging = true;
   const opensIn = lastHeartbeatMs(w.options.heartbeatMs, 1) + w.options.tickMs / 2;
   let longest = 0;
-  const stateAside = w.options.stateSave === 'aside';
-  w.savers = [];
   w.members.forEach((set, s) => {
     const replicas = [...set].map((i) => w.miners[i]).filter((m) => m.alive && !m.gone && m.readyAt <= w.now);
-    const merge = stageMergeTime(w.plan!.stages[s].params, replicas, { heartbeatMs: w.options.heartbeatMs, bytesPerParam: w.options.mergeBytesPerParam, tickMs: w.options.tickMs, stateAside });
-    if (stateAside && replicas.length) w.savers.push({ miner: replicas[0].index, ms: merge.stateUploadMs });
+    const merge = stageMergeTime(w.plan!.stages[s].params, replicas, { heartbeatMs: w.options.heartbeatMs, bytesPerParam: w.options.mergeBytesPerParam, tickMs: w.options.tickMs });
     longest = Math.max(longest, merge.ms);
     w.counters.mergeBytes += merge.bytesTotal;
     if (merge.bytesPerReplica > 0) w.counters.mergeBytesPerReplica.push(merge.bytesPerReplica);
@@ -174,12 +169,5 @@ export function merged(w: World): void {
   w.draining = false;
   w.innerSteps = 0;
   w.counters.mergeRounds++;
-  for (const { miner, ms } of w.savers) {
-    const m = w.miners[miner];
-    if (!m.alive || m.gone) continue;
-    m.readyAt = Math.max(m.readyAt, w.now + ms);
-    w.schedule(m.readyAt, { type: 'ready', miner: m.index });
-  }
-  w.savers = [];
   wakeStageZero(w);
 }

@@ -2,8 +2,11 @@
 // the real butterfly's (costs.ts stageMergeTraffic, src/merge/traffic.ts):
 // every replica uploads its pseudo-gradient frames; each merger downloads the
 // others' slices of its partitions and uploads the merged partitions; every
-// replica downloads the merged partitions it did not compute; the first
-// replica uploads the stage's new state (src/miner/merge-round.ts saveState).
+// replica downloads the merged partitions it did not compute. The
+// orchestrator writes the stage's new state itself while they apply
+// (src/orchestrator/merges.ts writeState); a stage of one replica merges
+// nothing and uploads its own state instead (src/miner/merge-round.ts
+// saveState), 8 bytes a parameter.
 // The protocol's clocks (src/orchestrator/merges.ts, src/miner/miner.ts):
 // a replica learns of a phase on its next heartbeat, and the orchestrator
 // moves the round on at its next tick (every tickMs) after the phase's last
@@ -13,12 +16,10 @@
 // tickMs/2 after the work is done; so a phase takes
 //   heartbeatMs·n/(n+1) + the slowest replica's transfers and 2 latencies + tickMs/2
 // and applying one heartbeatMs more.
-// With the state save aside (a what-if, SimOptions.stateSave), the round ends
-// without it and `stateUploadMs` says how long the saving replica's upload
-// then keeps it busy.
 // Not modelled: the blob store's own bandwidth (assumed not the bottleneck,
-// e.g. S3), the aggregation and outer-step compute (milliseconds against
-// seconds of transfer), replicas leaving during the round.
+// e.g. S3), the aggregation and outer-step compute, the orchestrator's
+// included (milliseconds against seconds of transfer), replicas leaving
+// during the round.
 import { mergePartitions, STATE_BYTES_PER_PARAM, stageMergeTraffic } from './costs.ts';
 
 /** The links of a replica taking part. */
@@ -37,8 +38,6 @@ export interface StageMerge {
   bytesTotal: number;
   /** partitions merged (each by MERGE_REDUNDANCY mergers) */
   partitions: number;
-  /** ms the first replica takes to upload the stage's new state (part of `ms` unless the save is aside) */
-  stateUploadMs: number;
 }
 
 const transferMs = (bytes: number, mbps: number): number => (bytes * 8) / (mbps * 1e6) * 1000;
@@ -55,24 +54,22 @@ export interface MergeTimeOptions {
   /** merge frames' bytes per parameter; undefined = the real int8-block frames */
   bytesPerParam?: number;
   tickMs?: number;
-  /** what-if: the state save is not part of the round (SimOptions.stateSave 'aside') */
-  stateAside?: boolean;
 }
 
 /** The merge round of a stage with `params` parameters held by `replicas`. */
 export function stageMergeTime(params: number, replicas: readonly MergeLink[], options: MergeTimeOptions): StageMerge {
-  const { heartbeatMs, bytesPerParam, tickMs = ORCHESTRATOR_TICK_MS, stateAside = false } = options;
+  const { heartbeatMs, bytesPerParam, tickMs = ORCHESTRATOR_TICK_MS } = options;
   const R = replicas.length;
-  if (R === 0) return { ms: 0, bytesPerReplica: 0, bytesTotal: 0, partitions: 0, stateUploadMs: 0 };
-  const state = params * STATE_BYTES_PER_PARAM;
-  const stateUploadMs = transferMs(state, replicas[0].upMbps);
-  const saveInRound = stateAside ? 0 : stateUploadMs;
-  // one replica: straight to applying its own state (saved by it)
-  if (R < 2) return { ms: lastHeartbeatMs(heartbeatMs, 1) + heartbeatMs + tickMs / 2 + saveInRound, bytesPerReplica: 0, bytesTotal: 0, partitions: 0, stateUploadMs };
+  if (R === 0) return { ms: 0, bytesPerReplica: 0, bytesTotal: 0, partitions: 0 };
+  if (R < 2) {
+    // one replica: straight to applying, and it uploads its own state
+    const state = params * STATE_BYTES_PER_PARAM;
+    return { ms: lastHeartbeatMs(heartbeatMs, 1) + heartbeatMs + tickMs / 2 + transferMs(state, replicas[0].upMbps), bytesPerReplica: 0, bytesTotal: state, partitions: 0 };
+  }
   const t = stageMergeTraffic(params, R, bytesPerParam);
-  const phase = (f: (r: MergeLink, i: number) => number): number => lastHeartbeatMs(heartbeatMs, R) + Math.max(...replicas.map((r, i) => f(r, i) + 2 * r.latencyMs)) + tickMs / 2;
+  const phase = (f: (r: MergeLink) => number): number => lastHeartbeatMs(heartbeatMs, R) + Math.max(...replicas.map((r) => f(r) + 2 * r.latencyMs)) + tickMs / 2;
   const upload = phase((r) => transferMs(t.uploadPseudoGradient, r.upMbps));
   const merge = phase((r) => transferMs(t.downloadAsMerger, r.downMbps) + transferMs(t.uploadMerged, r.upMbps));
-  const apply = phase((r, i) => transferMs(t.downloadMerged, r.downMbps) + (i === 0 ? saveInRound : 0)) + heartbeatMs;
-  return { ms: upload + merge + apply, bytesPerReplica: t.total, bytesTotal: t.total * R + state, partitions: mergePartitions(params, R), stateUploadMs };
+  const apply = phase((r) => transferMs(t.downloadMerged, r.downMbps)) + heartbeatMs;
+  return { ms: upload + merge + apply, bytesPerReplica: t.total, bytesTotal: t.total * R, partitions: mergePartitions(params, R) };
 }

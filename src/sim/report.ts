@@ -69,7 +69,6 @@ export function buildReport(w: World, initial: Plan): SimReport {
     slots: o.slots,
     codec: o.codec,
     activationRatio: o.activationRatio,
-    stateSave: o.stateSave,
     memoryModel: o.memoryModel,
     mergeEvery: o.mergeEvery,
     stages: initial.stages.map((s, i) => ({

@@ -32,7 +32,6 @@ export function simOptions(input: Partial<SimOptions> & { modelName: string; min
     tickMs: ORCHESTRATOR_TICK_MS,
     codec: 'f16',
     activationRatio: 1,
-    stateSave: 'in-round',
     memoryModel: 'engine',
     rejoinMs: 10 * 60_000,
     epochMs: 3_600_000,
@@ -54,7 +53,6 @@ export function simOptions(input: Partial<SimOptions> & { modelName: string; min
   check(!o.host || (Number.isInteger(o.host.cores) && o.host.cores >= 1), `a shared host needs a positive whole number of cores, got ${o.host?.cores}`);
   check(!o.host || (o.host.orchestratorMsPerMicrobatch >= 0 && Number.isFinite(o.host.orchestratorMsPerMicrobatch) && o.host.hopOverheadMs.every((x) => x >= 0 && Number.isFinite(x))), 'a shared host\'s overheads must be finite numbers ≥ 0');
   check(o.mergeBytesPerParam === undefined || o.mergeBytesPerParam > 0, `merge bytes per parameter must be positive, got ${o.mergeBytesPerParam}`);
-  check(o.stateSave === 'in-round' || o.stateSave === 'aside', `state save must be in-round or aside, got ${o.stateSave}`);
   return o;
 }
 

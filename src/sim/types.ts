@@ -54,13 +54,6 @@ export interface SimOptions {
   activationRatio: number;
   /** merge frames' bytes per parameter; undefined = the real int8-block frames (≈1.02) */
   mergeBytesPerParam?: number;
-  /**
-   * Where a merge round's state save is: 'in-round' (today's protocol: the
-   * round, and so training, waits for one replica to upload the stage's new
-   * state) or 'aside' (what-if: training resumes once every replica applied;
-   * the saving replica takes no microbatches until its upload has ended).
-   */
-  stateSave: StateSave;
   /** what a miner keeps per parameter and activation (./memory-models.ts; default the engine's) */
   memoryModel: MemoryModelName;
   /** number of stages; undefined = the planner chooses */
@@ -76,9 +69,6 @@ export interface SimOptions {
   /** give up after this many events (a guard against runs that would take hours) */
   maxEvents: number;
 }
-
-/** Where a merge round's state save is (SimOptions.stateSave). */
-export type StateSave = 'in-round' | 'aside';
 
 /** Measured job times of each stage (SimOptions.jobTimes). */
 export interface JobTimes {
@@ -212,8 +202,6 @@ export interface SimReport {
   codec: ActivationCodec;
   /** the what-if compression beyond the codec (1: none) */
   activationRatio: number;
-  /** where the merge round's state save is ('aside' is a what-if) */
-  stateSave: StateSave;
   /** what a miner keeps per parameter and activation (./memory-models.ts) */
   memoryModel: MemoryModelName;
   mergeEvery: number;

@@ -46,8 +46,6 @@ export class World {
   merging = false;
   innerSteps = 0;
   replanScheduled = false;
-  /** with the state save aside: each stage's saving replica of the round under way, and how long its upload takes */
-  savers: { miner: number; ms: number }[] = [];
   stalled: string | null = null;
   readonly counters = {
     done: 0,

@@ -41,7 +41,6 @@ import {
   mergeRound,
   pseudoGradientFrames,
   report,
-  roundKey,
   sha,
   stageParamCount,
   stageState,
@@ -901,7 +900,7 @@ test('a merge round of 2 replicas per stage: drain, upload, merge, apply, save: 
   assert.deepEqual(taskOf(a0).merge, [], 'nothing left to merge');
   assert.equal(h.work(run.id)[`${a0.name}/merge`], undefined, 'merges are credited when the round settles on them');
 
-  // applying: both mergers delivered the same frames; everyone applies them; exactly one replica saves the state
+  // applying: both mergers delivered the same frames; everyone applies them; the orchestrator writes the state
   h.tick();
   assert.equal(h.state.mergeRounds.get(key0)!.status, 'applying');
   const results = h.state.mergeRounds.results(key0);
@@ -911,7 +910,7 @@ test('a merge round of 2 replicas per stage: drain, upload, merge, apply, save: 
   assert.deepEqual([h.work(run.id)[`${a0.name}/merge`], h.work(run.id)[`${b0.name}/merge`], h.work(run.id)[`${a0.name}/invalid`]], [4, 4, undefined]);
   const tasks = [a0, b0].map(taskOf);
   for (const task of tasks) assert.deepEqual(task.apply, chosen.map((blob, partition) => ({ partition, blob })));
-  assert.deepEqual(tasks.map((x) => x.saveState), [true, false], 'the first replica by id saves');
+  assert.deepEqual(tasks.map((x) => x.saveState), [false, false], 'no replica uploads a merged round\'s state');
   // a merged partition decodes to the mean of the two replicas' slices weighted by their inner steps (3 : 1), up to int8 rounding
   const merged = decodePartitionFrame(await h.blobs.get(chosen[0]), t0.partitions[0], { codecs: ['int8-block'] });
   const ins = await Promise.all(uploads.filter((u) => u.partition === 0).map(async (u) => ({ w: u.samples, x: decodePartitionFrame(await h.blobs.get(u.blob), t0.partitions[0]) })));
@@ -919,11 +918,12 @@ test('a merge round of 2 replicas per stage: drain, upload, merge, apply, save: 
   assert.ok(scale > 0);
   for (let i = 0; i < merged.length; i++) assert.ok(Math.abs(merged[i] - (ins[0].x[i] * ins[0].w + ins[1].x[i] * ins[1].w) / 4) <= scale / 127, `merged value ${i}`);
 
-  await expectNimbleError(async () => h.coordinator.mergeUploads.putState(a0.id, key0, await stageState(h, run.id, 0, 1, { step: 2 })), 400, /round 2; expected \[0, 3\) round 1/);
-  await expectNimbleError(async () => h.coordinator.mergeUploads.putState(a0.id, key0, await stageState(h, run.id, 1, 1)), 400, /parts \[3, 4\)/);
-  const blob0 = await h.coordinator.mergeUploads.putState(a0.id, key0, await stageState(h, run.id, 0, 1));
-  assert.equal(h.state.mergeRounds.get(key0)!.stateBlob, blob0);
-  assert.equal(taskOf(a0).saveState, false, 'saved once');
+  // the state is the outer step every replica takes, written as the checkpoint an honest replica saves, byte for byte
+  await h.coordinator.merges.settled();
+  const blob0 = h.state.mergeRounds.get(key0)!.stateBlob!;
+  assert.ok(blob0, 'written while the replicas apply');
+  assert.deepEqual(await h.blobs.get(blob0), await stageState(h, run.id, 0, 1));
+  await expectNimbleError(async () => h.coordinator.mergeUploads.putState(a0.id, key0, await stageState(h, run.id, 0, 1)), 409, /merged: the orchestrator writes its state/);
   const info = checkpointInfo(decodeSafetensors(await h.blobs.get(blob0)));
   assert.deepEqual([info.from, info.to, info.step], [0, 3, 1]);
   // the round waits until every replica reports (with its heartbeats) the round applied
@@ -1017,8 +1017,10 @@ test('a replica that goes silent while uploading is dropped from the round after
   // the dropped replica is not asked for anything: it waits for the new state
   const idle = taskOf(vanishes);
   assert.deepEqual([idle.upload, idle.merge, idle.apply, idle.saveState], [false, [], null, false]);
-  assert.equal(taskOf(stays).saveState, true);
-  const state = await h.coordinator.mergeUploads.putState(stays.id, roundKey(stays, taskOf(stays)), await stageState(h, run.id, 0, 1));
+  assert.equal(taskOf(stays).saveState, false);
+  await h.coordinator.merges.settled();
+  const state = mergeRound(h, run.id, 0, 1).stateBlob!;
+  assert.ok(state, 'the orchestrator wrote the state');
   stays.applied = 1;
   stays.beat();
   await applyAll(h, run, 1, 1);
@@ -1198,43 +1200,49 @@ test('after a restart during a merge round the round continues from its phase wi
   assert.deepEqual([h.run(run.id).status, h.run(run.id).mergesDone], ['executing', 1]);
 });
 
-test('a round does not wait forever in applying: a replica that never applies, or never saves the state it was asked to, is dropped after the apply timeout', async (t) => {
+test('a round does not wait forever in applying: a replica that never applies is dropped after the apply timeout and the round closes with the state the orchestrator wrote', async (t) => {
   const h = await harness(t, { minerTimeoutMs: 10 * APPLY_TIMEOUT_MS });
   const run = runAtFirstMerge(h);
   for (const stage of [0, 1]) await uploadAll(h, run, stage);
   h.tick();
   for (const stage of [0, 1]) await mergeAll(h, run, stage);
   h.tick();
-  // stage 0: the replica asked to save goes silent; stage 1: both save and apply except one that never applies
-  const key0 = { runId: run.id, stage: 0, round: 1 };
-  const key1 = { runId: run.id, stage: 1, round: 1 };
-  const [saver, other] = h.replicas(run.id, 0).sort((a, b) => (a.id < b.id ? -1 : 1));
-  assert.equal(taskOf(saver).saveState, true);
-  assert.equal(taskOf(other).saveState, false);
-  other.applied = 1;
-  other.beat();
-  const [b0, b1] = h.replicas(run.id, 1).sort((a, b) => (a.id < b.id ? -1 : 1));
-  await h.coordinator.mergeUploads.putState(b0.id, roundKey(b0, taskOf(b0)), await stageState(h, run.id, 1, 1));
-  b0.applied = 1;
-  b0.beat();
-  b1.beat(); // alive, never applies
-
+  await h.coordinator.merges.settled();
+  // one replica of each stage applies; the other stays alive and never does
+  const keys = [0, 1].map((stage) => ({ runId: run.id, stage, round: 1 }));
+  const [[a0, silent0], [a1, silent1]] = [0, 1].map((stage) => h.replicas(run.id, stage));
+  for (const m of [a0, a1]) {
+    m.applied = 1;
+    m.beat();
+  }
+  silent0.beat();
+  silent1.beat();
+  h.tick();
+  for (const k of keys) assert.ok(h.state.mergeRounds.get(k)!.stateBlob, 'the state is written; the round waits for its replicas');
   h.advance(APPLY_TIMEOUT_MS);
   h.tick();
-  assert.deepEqual([h.state.mergeRounds.get(key0)!.status, h.state.mergeRounds.get(key1)!.status], ['applying', 'applying'], 'still waiting at the timeout');
+  assert.deepEqual(keys.map((k) => h.state.mergeRounds.get(k)!.status), ['applying', 'applying'], 'still waiting at the timeout');
   h.advance(1);
   h.tick();
-  assert.deepEqual(h.state.mergeRounds.get(key0)!.replicas, [other.id], 'the silent saver left the round');
-  assert.equal(h.state.mergeRounds.get(key1)!.status, 'done', 'stage 1 finished without the replica that never applied');
-  assert.deepEqual([h.work(run.id)[`${saver.name}/dropped`], h.work(run.id)[`${b1.name}/dropped`], h.work(run.id)[`${other.name}/dropped`]], [1, 1, undefined]);
-  // the one left in stage 0 is asked to save now, and the round finishes
-  const task = taskOf(other);
-  assert.equal(task.saveState, true);
-  await h.coordinator.mergeUploads.putState(other.id, roundKey(other, task), await stageState(h, run.id, 0, 1));
-  other.beat();
+  assert.deepEqual(keys.map((k) => h.state.mergeRounds.get(k)!.status), ['done', 'done']);
+  assert.deepEqual([silent0, silent1, a0, a1].map((m) => h.work(run.id)[`${m.name}/dropped`]), [1, 1, undefined, undefined]);
+  assert.deepEqual(h.state.runs.stages(run.id).map((s) => [s.mode, s.round, s.stateBlob]), keys.map((k) => ['training', 1, h.state.mergeRounds.get(k)!.stateBlob]));
+});
+
+test('a stage of one replica that applies the round and never saves its state is dropped after the apply timeout; the stage keeps the state it had', async (t) => {
+  const { h, run, s0, s1 } = await twoStages(t, { steps: 4, mergeEvery: 1 }, { minerTimeoutMs: 10 * APPLY_TIMEOUT_MS });
+  trainMicrobatches(h, run, 1);
   h.tick();
-  assert.equal(h.state.mergeRounds.get(key0)!.status, 'done');
-  assert.deepEqual(h.state.runs.stages(run.id).map((s) => [s.mode, s.round]), [['training', 1], ['training', 1]]);
+  const key = { runId: run.id, stage: 0, round: 1 };
+  assert.deepEqual([mergeRound(h, run.id, 0, 1).partitions, taskOf(s0).saveState], [0, true]);
+  s0.applied = 1;
+  s0.beat();
+  await applyAll(h, run, 1, 1);
+  h.advance(APPLY_TIMEOUT_MS + 1);
+  h.tick();
+  assert.equal(h.state.mergeRounds.get(key)!.status, 'done');
+  assert.deepEqual([h.work(run.id)[`${s0.name}/dropped`], h.work(run.id)[`${s1.name}/dropped`]], [1, undefined]);
+  assert.deepEqual(h.state.runs.stages(run.id).map((s) => [s.round, s.stateBlob === null]), [[1, true], [1, false]], 'stage 0 keeps its initial state');
 });
 
 // ---- 11. what a merge round checks ----------------------------------------------------
@@ -1437,51 +1445,38 @@ test('on a paid network each offence is one pending slash and an eviction: a hea
   assert.ok(slashes.every((x) => x.miner === b0.id), 'a0 did nothing wrong');
 });
 
-test('a stage state that is not the outer step of the chosen partitions from the round start is refused with 400 and the round stays in applying until the right one arrives', async (t) => {
+test("a merged round's stage state is the orchestrator's: a replica's upload of it is refused with 409 before its body is read, whatever it holds, and the round closes with the honest state, bit for bit", async (t) => {
   const h = await harness(t);
   const run = runAtFirstMerge(h);
   for (const stage of [0, 1]) await uploadAll(h, run, stage);
   h.tick();
   for (const stage of [0, 1]) await mergeAll(h, run, stage);
   h.tick();
-  const [saver, other] = h.replicas(run.id, 0);
+  const replicas = h.replicas(run.id, 0);
   const key = { runId: run.id, stage: 0, round: 1 };
-  assert.equal(taskOf(saver).saveState, true);
   const honest = await appliedState(h, run.id, 0, 1);
   assert.equal(honest.outerStep, 1);
-  const startWeights = (await h.coordinator.stageStates.at(run, 0, 0))!.weights;
-  const i = 1234;
-  // a state that decodes but is not the round's is an offence (the saver leaves the round; put back here to probe again); one that does not decode is malformed
-  const cases: [string, (s: FakeStageState) => void, RegExp, boolean][] = [
-    ['one weight one float32 step off', (s) => void (s.weights[i] = nextFloat(s.weights[i])), /not the outer step of round 1's merged partitions/, true],
-    ['one weight NaN', (s) => void (s.weights[i] = NaN), /stage state: .*non-finite/, false],
-    ['the weights the round started from (not applied)', (s) => void s.weights.set(startWeights), /not the outer step of round 1's merged partitions/, true],
-    ['the outer step without momentum (plain SGD on the merged delta)', (s) => void s.momentum.fill(0), /outer momentum is not round 1's/, true],
-    ['a NaN in the outer momentum', (s) => void (s.momentum[i] = NaN), /stage state: the outer momentum is not finite/, false],
-    ['the outer step count not advanced', (s) => void (s.outerStep = 0), /outer momentum is not round 1's/, true],
-  ];
+  await h.coordinator.merges.settled();
+  const written = mergeRound(h, run.id, 0, 1).stateBlob!;
+  assert.ok(written, 'the orchestrator wrote it while the replicas apply');
   const blobsBefore = await blobIds(h);
-  for (const [what, edit, message, offence] of cases) {
-    const put = async (): Promise<unknown> => h.coordinator.mergeUploads.putState(saver.id, key, await stageState(h, run.id, 0, 1, { edit }));
-    if (offence) await expectOffence(h, key, saver, put, message);
-    else await expectNimbleError(put, 400, message);
-    const round = mergeRound(h, run.id, 0, 1);
-    assert.deepEqual([round.status, round.stateBlob], ['applying', null], what);
+  for (const m of replicas) {
+    assert.equal(taskOf(m).saveState, false);
+    await expectNimbleError(() => h.coordinator.mergeUploads.expectStateSaver(m.id, key), 409, /merged: the orchestrator writes its state/);
+    for (const edit of [(s: FakeStageState) => void (s.weights[1234] = nextFloat(s.weights[1234])), () => {}]) {
+      await expectNimbleError(async () => h.coordinator.mergeUploads.putState(m.id, key, await stageState(h, run.id, 0, 1, { edit })), 409, /merged: the orchestrator writes its state/);
+    }
   }
+  assert.deepEqual(Object.keys(h.work(run.id)).filter((k) => k.endsWith('/invalid')), [], 'no offence: refused, not judged');
   assert.deepEqual(await blobIds(h), blobsBefore, 'none of them stored');
-  assert.equal(taskOf(saver).saveState, true, 'still asked to save');
-  // both replicas applied; the round still waits for a state it can check
-  for (const m of [saver, other]) {
+  assert.equal(mergeRound(h, run.id, 0, 1).stateBlob, written);
+  for (const m of replicas) {
     m.applied = 1;
     m.beat();
   }
   h.tick();
-  assert.equal(mergeRound(h, run.id, 0, 1).status, 'applying');
-  const blob = await h.coordinator.mergeUploads.putState(saver.id, key, await stageState(h, run.id, 0, 1));
-  h.tick();
   assert.equal(mergeRound(h, run.id, 0, 1).status, 'done');
-  assert.equal(h.state.runs.stage(run.id, 0)!.stateBlob, blob);
-  // the stage's state is the honest one, bit for bit
+  assert.equal(h.state.runs.stage(run.id, 0)!.stateBlob, written);
   const kept = (await h.coordinator.stageStates.at(run, 0, 1))!;
   assert.deepEqual([kept.weights, kept.momentum, kept.outerStep], [honest.weights, honest.momentum, 1]);
 });

@@ -63,16 +63,21 @@ export async function tickSettled(h: Harness): Promise<void> {
   h.tick();
 }
 
-/** The replica told to save the state uploads it; every replica reports the round applied. */
+/**
+ * Every replica reports the round applied; a stage's single replica, told to,
+ * uploads its state first (a merged round's state is the orchestrator's,
+ * written in the background). Returns the round's state blob.
+ */
 export async function applyAll(h: Harness, run: RunRecord, stage: number, round: number): Promise<string> {
-  let blob: string | null = null;
   for (const m of h.replicas(run.id, stage)) {
     const task = taskOf(m);
-    if (task.saveState) blob = await h.coordinator.mergeUploads.putState(m.id, roundKey(m, task), await stageState(h, run.id, stage, round));
+    if (task.saveState) await h.coordinator.mergeUploads.putState(m.id, roundKey(m, task), await stageState(h, run.id, stage, round));
     m.applied = round;
     m.beat();
   }
-  assert.ok(blob, `a replica of stage ${stage} saved the state`);
+  await h.coordinator.merges.settled();
+  const blob = h.state.mergeRounds.get({ runId: run.id, stage, round })?.stateBlob;
+  assert.ok(blob, `round ${round} of stage ${stage} has its state`);
   return blob;
 }
 

@@ -3,7 +3,7 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { averageJobTimes, localHardware, localStages, predictLocal, type LocalNetwork } from '../../src/sim/calibrate.ts';
-import { STATE_BYTES_PER_PARAM, stageMergeTraffic } from '../../src/sim/costs.ts';
+import { stageMergeTraffic } from '../../src/sim/costs.ts';
 import { Rng } from '../../src/sim/rng.ts';
 import { drawMiner } from '../../src/sim/hardware.ts';
 import { ORCHESTRATOR_TICK_MS } from '../../src/sim/merge-time.ts';
@@ -29,7 +29,7 @@ test('2 stages, 1 miner each, measured job times: tokens/s is a microbatch over 
   assert.ok(Math.abs(p.tokensPerS - hand) / hand < 0.03, `${p.tokensPerS} vs ${hand}`);
 });
 
-test('merge time: three phases, each the last heartbeat, the transfers and half a tick; applying one heartbeat more', () => {
+test('merge time: three phases, each the last heartbeat, the transfers and half a tick; applying one heartbeat more, and no state upload (the orchestrator writes it)', () => {
   const config = GPT_CONFIGS['gpt-tiny'];
   const net: LocalNetwork = { miners: [miner('a', 40, 100), miner('b', 40, 100), miner('c', 40, 100), miner('d', 40, 100)], model: 'gpt-tiny', stages: 2, batchSize: 12, mergeEvery: 20 };
   const p = predictLocal(net, undefined, 0.05);
@@ -39,7 +39,7 @@ test('merge time: three phases, each the last heartbeat, the transfers and half 
   const stageMs = localStages(net).map((range) => {
     const params = rangeParamCount(config, range);
     const t = stageMergeTraffic(params, 2);
-    return (hb + ms(t.uploadPseudoGradient) + lat + tick) + (hb + ms(t.downloadAsMerger) + ms(t.uploadMerged) + lat + tick) + (hb + ms(t.downloadMerged) + ms(params * STATE_BYTES_PER_PARAM) + lat + tick + H);
+    return (hb + ms(t.uploadPseudoGradient) + lat + tick) + (hb + ms(t.downloadAsMerger) + ms(t.uploadMerged) + lat + tick) + (hb + ms(t.downloadMerged) + lat + tick + H);
   });
   const hand = Math.max(...stageMs);
   assert.ok(Math.abs(p.mergeMs - hand) < 1e-6, `${p.mergeMs} vs ${hand}`);

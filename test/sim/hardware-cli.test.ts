@@ -89,12 +89,10 @@ test('nbcli simulate --json reports the run and --chart writes the SVG', () => {
   assert.match(svg, /training tokens\/s/);
   // the human view names the same figures
   const human = nbcli('simulate', '--miners', '16', '--model', 'gpt-tiny', '--hours', '0.1', '--stages', '2', '--seed', '4', '--memory-model', 'bf16-offload', '--slots', '3', '--activation-ratio', '4');
-  assert.equal(report.stateSave, 'in-round');
   assert.equal(human.status, 0, human.stderr);
   assert.match(human.stdout, /stages: 2/);
   assert.match(human.stdout, /memory model bf16-offload/);
   assert.match(human.stdout, /3 slots, activations f16 ÷ 4\.0 \(what-if\)/);
-  assert.doesNotMatch(human.stdout, /state saved aside/);
   assert.match(human.stdout, /earnings per class:/);
 });
 
@@ -111,7 +109,6 @@ test('nbcli simulate refuses bad flags with clear errors', async () => {
     [['--miners', '4', '--model', 'gpt-tiny', '--slots', '257'], /slots must be an integer in \[1, 256\], got 257/],
     [['--miners', '4', '--model', 'gpt-tiny', '--activation-ratio', '0.5'], /--activation-ratio must be a number in \[1, 1000000\], got '0.5'/],
     [['--miners', '1', '--model', 'gpt-tiny', '--stages', '3'], /cannot simulate: 3 stages need at least 3 miners; 1 available/],
-    [['--miners', '4', '--model', 'gpt-tiny', '--state-save', 'later'], /--state-save must be in-round or aside, got 'later'/],
     [['--miners', '4', '--model', 'gpt-tiny', '--max-events', '0'], /--max-events must be a positive integer, got '0'/],
     [['--miners', '4', '--model', 'gpt-tiny', '--max-events', '100'], /cannot simulate: more than 100 events by simulated [0-9.]+ min: simulate fewer hours or miners, or allow more events \(--max-events\)/],
   ];

@@ -51,10 +51,12 @@ export function minerRoutes(app: HttpServer, c: Coordinator, epochs: Epochs | nu
   });
 
   // an upload is refused before its body is read when its signer is not a replica of that round (or was not asked for that check)
-  const roundUpload = (params: typeof RoundParams | typeof PartitionParams, query?: typeof Samples) => ({
+  const roundUpload = (params: typeof RoundParams | typeof PartitionParams, query?: typeof Samples, state = false) => ({
     config: signed,
     bodyLimit: MAX_UPLOAD_BYTES,
-    onRequest: uploadGuard(params, query, (signer, { runId, stage, round }) => c.mergeUploads.expectReplica(signer, { runId, stage, round })),
+    onRequest: uploadGuard(params, query, (signer, { runId, stage, round }) =>
+      state ? c.mergeUploads.expectStateSaver(signer, { runId, stage, round }) : c.mergeUploads.expectReplica(signer, { runId, stage, round }),
+    ),
   });
   app.post(
     '/runs/:runId/stages/:stage/rounds/:round/pseudo-gradients/:partition',
@@ -68,7 +70,7 @@ export function minerRoutes(app: HttpServer, c: Coordinator, epochs: Epochs | nu
     const { partition, ...key } = req.params;
     return { blob: await c.mergeUploads.putMerged(signerOf(req), key, partition, binaryBody(req.rawBody)) };
   });
-  app.post('/runs/:runId/stages/:stage/rounds/:round/state', { ...roundUpload(RoundParams), schema: { params: RoundParams, response: { 200: Stored } } }, async (req) => ({
+  app.post('/runs/:runId/stages/:stage/rounds/:round/state', { ...roundUpload(RoundParams, undefined, true), schema: { params: RoundParams, response: { 200: Stored } } }, async (req) => ({
     blob: await c.mergeUploads.putState(signerOf(req), req.params, binaryBody(req.rawBody)),
   }));
   app.post(
