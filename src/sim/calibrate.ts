@@ -119,6 +119,7 @@ export function hostOverheads(cores: number, cpu: MeasuredCpu, jobTimes: JobTime
     cores,
     hopOverheadMs: cpu.minerMsPerMicrobatch.map((ms, s) => Math.max(0, ms - jobTimes.stages[s].forwardMs - jobTimes.stages[s].backwardMs)),
     orchestratorMsPerMicrobatch: Math.max(0, cpu.orchestratorMsPerMicrobatch),
+    ...(jobTimes.jitter !== undefined ? { jobJitter: jobTimes.jitter } : {}),
   };
 }
 
@@ -145,6 +146,8 @@ export async function measureEngine(net: LocalNetwork, reps = 7): Promise<JobTim
     const rows = net.batchSize * config.contextLength;
     const framed = (x: Float32Array): Float32Array => decodeFrame(encodeFrame(x, [rows, C], codec, { runId: 'calibration', microbatch: 1 })).data;
     const stages = [];
+    // every job's time relative to its kind's median: their spread is the jitter
+    const relative: number[] = [];
     for (let s = 0; s < ranges.length; s++) {
       const a: StageAssignment = { runId: 'calibration', stage: s, stageCount: ranges.length, from: ranges[s].from, to: ranges[s].to, model: net.model, data: 'moby-dick', batchSize: net.batchSize, seed: 1337, round: 0, stateBlob: null, codec, lr: 1e-3 };
       const runner = new StageRunner(engine, a, 1, corpus);
@@ -174,8 +177,12 @@ export async function measureEngine(net: LocalNetwork, reps = 7): Promise<JobTim
       }
       runner.dispose();
       stages.push({ forwardMs: medianOf(fwd), backwardMs: medianOf(bwd) });
+      for (const xs of [fwd, bwd]) {
+        const m = medianOf(xs);
+        if (m > 0) relative.push(...xs.map((x) => x / m - 1));
+      }
     }
-    return { referenceGflops, stages };
+    return { referenceGflops, stages, jitter: Math.sqrt(relative.reduce((a, d) => a + d * d, 0) / relative.length) };
   } finally {
     await engine.close();
   }
@@ -191,8 +198,10 @@ export function averageJobTimes(times: readonly JobTimes[]): JobTimes {
   const n = times[0].stages.length;
   if (times.some((t) => t.stages.length !== n)) throw new RangeError('job times of different stage counts');
   const mean = (f: (t: JobTimes) => number): number => times.reduce((a, t) => a + f(t), 0) / times.length;
+  const jitters = times.flatMap((t) => (t.jitter === undefined ? [] : [t.jitter]));
   return {
     referenceGflops: mean((t) => t.referenceGflops),
     stages: Array.from({ length: n }, (_, s) => ({ forwardMs: mean((t) => t.stages[s].forwardMs), backwardMs: mean((t) => t.stages[s].backwardMs) })),
+    ...(jitters.length ? { jitter: jitters.reduce((a, x) => a + x, 0) / jitters.length } : {}),
   };
 }

@@ -14,6 +14,8 @@ export interface SharedHost {
   hopOverheadMs: number[];
   /** CPU ms of the orchestrator's process per trained microbatch */
   orchestratorMsPerMicrobatch: number;
+  /** the spread of a job's time from one job to the next, as a coefficient of variation (0 or absent: every job takes its mean) */
+  jobJitter?: number;
 }
 
 /** The key of the orchestrator's process among the miners' indexes. */

@@ -22,6 +22,11 @@ export class Rng {
     return -mean * Math.log(1 - this.next());
   }
 
+  /** Normally distributed with mean 0 and standard deviation 1 (Box–Muller, one of the pair). */
+  normal(): number {
+    return Math.sqrt(-2 * Math.log(1 - this.next())) * Math.cos(2 * Math.PI * this.next());
+  }
+
   /** An index drawn in proportion to `weights` (all ≥ 0, not all 0). */
   weighted(weights: readonly number[]): number {
     let total = 0;

@@ -74,6 +74,8 @@ export interface SimOptions {
 export interface JobTimes {
   referenceGflops: number;
   stages: { forwardMs: number; backwardMs: number }[];
+  /** how much a job's time varies from one job to the next: the coefficient of variation around each job's median (absent: not measured) */
+  jitter?: number;
 }
 
 /** A miner in the simulation: what it is, where it is, what it does. */

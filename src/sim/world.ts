@@ -12,6 +12,8 @@ import type { SimEvent, SimMicrobatch, SimMiner, SimOptions } from './types.ts';
 
 export class World {
   readonly rng: Rng;
+  /** draws of a shared host's job jitter */
+  private readonly jitterRng: Rng;
   readonly events = new EventQueue<SimEvent>();
   readonly miners: SimMiner[] = [];
   readonly byId = new Map<string, number>();
@@ -74,6 +76,8 @@ export class World {
     this.timeline = new Timeline(this.horizonMs, options.samples);
     this.ledger = new WorkLedger(options.epochMs);
     this.host = options.host ? new HostCores(options.host.cores) : null;
+    // its own stream, so that jitter leaves every other draw as it was
+    this.jitterRng = new Rng((options.seed ^ 0x5bd1e995) >>> 0);
     this.tokensPerMicrobatch = options.batchSize * options.config.contextLength;
   }
 
@@ -174,7 +178,10 @@ export class World {
     const ms = this.jobMs(m, kind);
     if (!this.options.host) return ms;
     const hop = this.options.host.hopOverheadMs[m.stage] ?? 0;
-    return ms + (kind === 'both' ? hop : hop / 2);
+    const cv = this.options.host.jobJitter ?? 0;
+    // a job's time varies around its mean (the machine's other work, the garbage collector): lognormal with that spread
+    const jitter = cv > 0 ? Math.exp(Math.sqrt(Math.log(1 + cv * cv)) * this.jitterRng.normal() - Math.log(1 + cv * cv) / 2) : 1;
+    return (ms + (kind === 'both' ? hop : hop / 2)) * jitter;
   }
 
   /** Schedules the shared host's next job end (nothing without a host, or with nothing running). */

@@ -2,7 +2,7 @@
 // against hand computations; no real network.
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { averageJobTimes, localHardware, localStages, predictLocal, type LocalNetwork } from '../../src/sim/calibrate.ts';
+import { averageJobTimes, hostOverheads, localHardware, localOptions, localStages, predictLocal, type LocalNetwork } from '../../src/sim/calibrate.ts';
 import { stageMergeTraffic } from '../../src/sim/costs.ts';
 import { Rng } from '../../src/sim/rng.ts';
 import { drawMiner } from '../../src/sim/hardware.ts';
@@ -45,11 +45,45 @@ test('merge time: three phases, each the last heartbeat, the transfers and half 
   assert.ok(Math.abs(p.mergeMs - hand) < 1e-6, `${p.mergeMs} vs ${hand}`);
 });
 
-test('job times measured before and after a run average stage by stage; none, or measurements of different stage counts, are refused', () => {
+test('job times measured before and after a run average stage by stage, and their jitter too; none, or measurements of different stage counts, are refused', () => {
   const before = { referenceGflops: 40, stages: [{ forwardMs: 30, backwardMs: 50 }, { forwardMs: 70, backwardMs: 0 }] };
   const after = { referenceGflops: 36, stages: [{ forwardMs: 34, backwardMs: 56 }, { forwardMs: 80, backwardMs: 0 }] };
   assert.deepEqual(averageJobTimes([before, after]), { referenceGflops: 38, stages: [{ forwardMs: 32, backwardMs: 53 }, { forwardMs: 75, backwardMs: 0 }] });
+  assert.deepEqual(averageJobTimes([{ ...before, jitter: 0.02 }, { ...after, jitter: 0.04 }]).jitter, 0.03);
+  const host = hostOverheads(2, { minerMsPerMicrobatch: [85, 75], orchestratorMsPerMicrobatch: 4 }, { ...before, jitter: 0.03 });
+  assert.deepEqual(host, { cores: 2, hopOverheadMs: [5, 5], orchestratorMsPerMicrobatch: 4, jobJitter: 0.03 });
   assert.deepEqual(averageJobTimes([before]), before);
   assert.throws(() => averageJobTimes([]), /no job times/);
   assert.throws(() => averageJobTimes([before, { referenceGflops: 40, stages: [{ forwardMs: 1, backwardMs: 1 }] }]), /different stage counts/);
+});
+
+// Runs P–T of the calibration (docs/simulation.md): the 2-miner pipeline's prediction jumped between about 8,250 and
+// 10,200 tokens/s on hop overheads a millisecond apart, because jobs of exactly their mean time lock into step with the
+// 250 ms heartbeats. Real jobs vary; with that spread in the model the prediction follows its inputs smoothly.
+test("with jobs' times spread around their means, the 2-miner pipeline's prediction no longer jumps between two modes as its inputs move a little", () => {
+  const jobTimes = { referenceGflops: 51.85, stages: [{ forwardMs: 19.4, backwardMs: 35.5 }, { forwardMs: 58.4, backwardMs: 0 }] };
+  const net: LocalNetwork = { miners: [miner('a', 50, 1000), miner('b', 50, 1000)], model: 'gpt-tiny', stages: 2, batchSize: 12, mergeEvery: 100 };
+  const across = (jobJitter: number): number[] =>
+    [1.5, 2, 2.5, 3].map((hop) => predictLocal(net, jobTimes, 0.25, { cores: 2, hopOverheadMs: [hop, 3.67], orchestratorMsPerMicrobatch: 4.34, jobJitter }).tokensPerS);
+  const spread = (xs: number[]): number => (Math.max(...xs) - Math.min(...xs)) / Math.min(...xs);
+  const exact = across(0);
+  const spreadOut = across(0.05);
+  assert.ok(spread(exact) > 0.15, `without jitter: ${exact.map(Math.round).join(', ')}`);
+  assert.ok(spread(spreadOut) < 0.05, `with 5% jitter: ${spreadOut.map(Math.round).join(', ')}`);
+  assert.throws(() => localOptions(net, jobTimes, 0.25, { cores: 2, hopOverheadMs: [2, 3], orchestratorMsPerMicrobatch: 4, jobJitter: 2 }), /job jitter must be a coefficient of variation in \[0, 1\], got 2/);
+});
+
+test('the normal draw has mean 0 and standard deviation 1', () => {
+  const rng = new Rng(7);
+  const n = 100_000;
+  let sum = 0;
+  let sq = 0;
+  for (let i = 0; i < n; i++) {
+    const x = rng.normal();
+    sum += x;
+    sq += x * x;
+  }
+  const mean = sum / n;
+  assert.ok(Math.abs(mean) < 0.02, `mean ${mean}`);
+  assert.ok(Math.abs(Math.sqrt(sq / n - mean * mean) - 1) < 0.02, `sd ${Math.sqrt(sq / n)}`);
 });
