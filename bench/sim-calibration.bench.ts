@@ -1,9 +1,10 @@
 // The simulator against this machine's real local network (docs/simulation.md,
 // "Calibration"), group 'scale', in one run:
 // 1. the pipeline run (two single-thread miners as 2 stages, no merges, as
-//    bench/network.bench.ts pipelineTokensPerSecond): tokens/s, and the CPU
+//    bench/network.bench.ts pipelineTokensPerSecond): tokens/s, the CPU
 //    each process spent per microbatch (the miners' from /proc, the
-//    orchestrator's in this process);
+//    orchestrator's in this process), and the spread of the miners' job
+//    times (their own timings, GET /health jobTimes);
 // 2. the `nbcli up` network (4 single-thread miners, throttles 1, 0.8, 0.6,
 //    0.45, gpt-tiny as 2 stages x 2 replicas, batch 12, merge every 100,
 //    1,000 microbatches):
@@ -19,7 +20,7 @@
 // 4. the simulator on the same description: the miners as they reported
 //    themselves at join and their throttles, on one host of this machine's
 //    cores shared by every process (src/sim/host.ts), with the per-hop and
-//    orchestrator CPU measured in the pipeline run (1). The up network is the
+//    orchestrator CPU and the jobs' spread measured in the pipeline run (1). The up network is the
 //    check: nothing of its own run goes into its prediction (its job times
 //    are the engine's alone, measured beside it).
 // scale.sim_calibration_error is the largest relative error of the three
@@ -27,7 +28,9 @@
 // host (each miner a machine of its own at its join figure), as before.
 import { availableParallelism } from 'node:os';
 import type { MinerView, RunView } from '../src/api/schemas.ts';
-import { averageJobTimes, hostOverheads, localStages, measureEngine, predictLocal, type LocalNetwork, type MeasuredCpu } from '../src/sim/calibrate.ts';
+import { PeerHealth } from '../src/miner/peer-api.ts';
+import { parse } from '../src/protocol/messages.ts';
+import { averageJobTimes, hostOverheads, jobSpreadBetween, localStages, measureEngine, predictLocal, type JobTimeSums, type LocalNetwork, type MeasuredCpu } from '../src/sim/calibrate.ts';
 import type { JobTimes } from '../src/sim/types.ts';
 import { median, type Bench, type BenchResult } from './harness.ts';
 import { startNet, stopNet, type Net } from './network.bench.ts';
@@ -75,9 +78,23 @@ function cpuBetween(a: CpuMark, b: CpuMark, run: RunView): MeasuredCpu {
   };
 }
 
+/** Every miner's job-time sums now, forwards then backwards of each (their GET /health, in the order the orchestrator lists them). */
+async function jobSums(net: Net): Promise<JobTimeSums[]> {
+  const out: JobTimeSums[] = [];
+  for (const m of await net.api.miners()) {
+    const health = parse(PeerHealth, await (await fetch(`${m.url}/health`)).json(), `${m.name}'s health`);
+    const t = health.stats.jobTimes;
+    if (!t) throw new Error(`${m.name} does not time its jobs`);
+    out.push(t.forward, t.backward);
+  }
+  return out;
+}
+
 export interface MeasuredPipeline {
   tokensPerS: number;
   cpu: MeasuredCpu;
+  /** the spread of the miners' jobs over the same windows (their own timings, GET /health) */
+  jobSpread: number;
   miners: MinerView[];
   run: RunView;
 }
@@ -96,11 +113,13 @@ export async function measurePipeline(steps = PIPELINE_STEPS): Promise<MeasuredP
     let first: CpuMark | null = null;
     let mark: RunView | null = null;
     let t0 = 0;
+    let firstJobs: JobTimeSums[] = [];
     for (;;) {
       const v = await net.api.run(id);
       if (v.status === 'failed') throw new Error(`run failed: ${v.message}`);
       if (!mark && v.microbatchesDone >= window) {
         [mark, t0, first] = [v, performance.now(), cpuMark(net, v.microbatchesDone)];
+        firstJobs = await jobSums(net);
       } else if (mark && v.microbatchesDone >= mark.microbatchesDone + window) {
         const t = performance.now();
         rates.push(((v.tokensDone - mark.tokensDone) * 1000) / (t - t0));
@@ -109,8 +128,10 @@ export async function measurePipeline(steps = PIPELINE_STEPS): Promise<MeasuredP
       }
       await new Promise((r) => setTimeout(r, 100));
     }
+    const lastJobs = await jobSums(net);
     const run = await net.api.run(id);
-    return { tokensPerS: median(rates), cpu: cpuBetween(first!, cpuMark(net, mark.microbatchesDone), run), miners: await net.api.miners(), run };
+    const jobSpread = jobSpreadBetween(firstJobs.map((a, i) => [a, lastJobs[i]] as const));
+    return { tokensPerS: median(rates), cpu: cpuBetween(first!, cpuMark(net, mark.microbatchesDone), run), jobSpread, miners: await net.api.miners(), run };
   } finally {
     await stopNet(net);
   }
@@ -228,7 +249,7 @@ export const simCalibrationBenches: Bench[] = [
       await measureIdle('before the pipeline run');
       o.log(`the pipeline run: 2 single-thread miners, 2 stages, ${PIPELINE_STEPS} microbatches`);
       const pipe = await measurePipeline(PIPELINE_STEPS);
-      o.log(`${Math.round(pipe.tokensPerS)} tokens/s; CPU per microbatch: ${cpuLine(pipe.cpu)}`);
+      o.log(`${Math.round(pipe.tokensPerS)} tokens/s; CPU per microbatch: ${cpuLine(pipe.cpu)}; the miners' jobs spread by ${(100 * pipe.jobSpread).toFixed(1)}%`);
       await measureIdle('between the runs');
       o.log(`now the nbcli up network (4 miners, 2 x 2), ${UP_STEPS} microbatches`);
       const up = await measureUpNetwork(UP_STEPS, o.log);
@@ -242,14 +263,15 @@ export const simCalibrationBenches: Bench[] = [
         if (JSON.stringify(localStages(net)) !== JSON.stringify(localStages(ENGINE_NET))) throw new Error('the runs were cut otherwise than the engine measured');
       }
       const jobs = { pipeline: averageJobTimes(engine.slice(0, 2)), up: averageJobTimes(engine.slice(1, 3)) };
-      const host = hostOverheads(availableParallelism(), pipe.cpu, jobs.pipeline);
+      // jobs vary as much as the miners' own timings of them in the pipeline run showed (an idle engine's vary less: `jitter` of its job times)
+      const host = { ...hostOverheads(availableParallelism(), pipe.cpu, jobs.pipeline), jobJitter: pipe.jobSpread };
       o.log(`the shared host, from the pipeline run: ${JSON.stringify(host)}`);
       const shared = { up: predictLocal(described, jobs.up, 1, host), pipeline: predictLocal(pipeline, jobs.pipeline, 1, host) };
       const independent = { up: predictLocal(described, jobs.up), pipeline: predictLocal(pipeline, jobs.pipeline) };
       o.log(`predicted on the shared host: ${JSON.stringify(shared)}; each miner a machine of its own: ${JSON.stringify(independent)}`);
       // for comparison, the older method: one engine measurement after both runs for both predictions
       const last = engine[2];
-      const lastHost = hostOverheads(availableParallelism(), pipe.cpu, last);
+      const lastHost = { ...hostOverheads(availableParallelism(), pipe.cpu, last), jobJitter: pipe.jobSpread };
       const oneMeasure = { up: predictLocal(described, last, 1, lastHost), pipeline: predictLocal(pipeline, last, 1, lastHost) };
       const measured = { upTokensPerS: median(up.cycleTokensPerS), upMergeMs: median(up.mergeMs), pipelineTokensPerS: pipe.tokensPerS };
       const errors = (p: typeof shared): number[] => [relErr(p.up.tokensPerS, measured.upTokensPerS), relErr(p.up.mergeMs, measured.upMergeMs), relErr(p.pipeline.tokensPerS, measured.pipelineTokensPerS)];

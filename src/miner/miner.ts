@@ -93,7 +93,14 @@ export class Miner {
   readonly address: string;
   url = '';
   /** counters for the CLI and tests */
-  readonly stats: MinerStats = { forward: 0, backward: 0, merges: 0, bytesSent: 0, rejected: 0 };
+  readonly stats: MinerStats = {
+    forward: 0,
+    backward: 0,
+    merges: 0,
+    bytesSent: 0,
+    rejected: 0,
+    jobTimes: { forward: { count: 0, ms: 0, msSquared: 0 }, backward: { count: 0, ms: 0, msSquared: 0 } },
+  };
   /** signs with the wallet key: the bandwidth probe and joining */
   private readonly wallet: SignedClient;
   /** signs with the session key the join binds: everything after */

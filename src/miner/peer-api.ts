@@ -34,6 +34,10 @@ export const MAX_QUEUE = 64;
 export const MAX_VALUE = 1e4;
 
 const Count = Type.Integer({ minimum: 0, maximum: Number.MAX_SAFE_INTEGER });
+const Ms = Type.Number({ minimum: 0 });
+
+/** The time of every job of one kind, as sums: two readings give a window's mean and spread. */
+export const JobTimeSums = Type.Object({ count: Count, ms: Ms, msSquared: Ms });
 
 export const MinerStats = Type.Object({
   forward: Count,
@@ -43,6 +47,8 @@ export const MinerStats = Type.Object({
   bytesSent: Count,
   /** peer requests refused with a 4xx */
   rejected: Count,
+  /** the pipeline's jobs, timed from start to end: forwards (the last stage's forward and backward are one job) and backwards */
+  jobTimes: Type.Optional(Type.Object({ forward: JobTimeSums, backward: JobTimeSums })),
 });
 /** A miner's counters, for the CLI and tests. */
 export type MinerStats = Static<typeof MinerStats>;

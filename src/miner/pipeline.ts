@@ -32,6 +32,8 @@ export interface PipelineStats {
   forward: number;
   backward: number;
   bytesSent: number;
+  /** each job's time, added up by kind (absent: not timed; the miner's /health shows them, ./peer-api.ts JobTimeSums) */
+  jobTimes?: Record<'forward' | 'backward', { count: number; ms: number; msSquared: number }>;
 }
 
 export interface PipelineDeps {
@@ -197,14 +199,22 @@ export class Pipeline {
         if (!job) return;
         const runner = this.deps.runner()!;
         const t0 = performance.now();
+        let done = false;
         try {
           await this.execute(runner, job);
+          done = true;
         } catch (err) {
           const id = jobMicrobatch(job);
           this.deps.log(`microbatch ${id}: ${(err as Error).message}`);
           this.abandon(id, (err as Error).message.slice(0, 200));
         }
         const workMs = performance.now() - t0;
+        const sums = done ? this.deps.stats.jobTimes?.[job.kind === 'backward' ? 'backward' : 'forward'] : undefined;
+        if (sums) {
+          sums.count++;
+          sums.ms += workMs;
+          sums.msSquared += workMs * workMs;
+        }
         await this.settle();
         await this.deps.throttle.rest(workMs);
       }

@@ -205,3 +205,31 @@ export function averageJobTimes(times: readonly JobTimes[]): JobTimes {
     ...(jitters.length ? { jitter: jitters.reduce((a, x) => a + x, 0) / jitters.length } : {}),
   };
 }
+
+/** A miner's job times of one kind added up (its `GET /health` `jobTimes`, src/miner/peer-api.ts). */
+export interface JobTimeSums {
+  count: number;
+  ms: number;
+  msSquared: number;
+}
+
+/**
+ * The spread of the jobs run between two readings of the same miners' sums:
+ * each miner's and kind's coefficient of variation, pooled by jobs (the root
+ * of the mean squared relative deviation). Kinds and miners with fewer than
+ * two jobs between the readings count for nothing; none at all gives 0.
+ */
+export function jobSpreadBetween(pairs: readonly (readonly [before: JobTimeSums, after: JobTimeSums])[]): number {
+  let jobs = 0;
+  let weighted = 0;
+  for (const [a, b] of pairs) {
+    const n = b.count - a.count;
+    if (n < 2) continue;
+    const mean = (b.ms - a.ms) / n;
+    if (!(mean > 0)) continue;
+    const variance = Math.max(0, (b.msSquared - a.msSquared) / n - mean * mean);
+    jobs += n;
+    weighted += (n * variance) / (mean * mean);
+  }
+  return jobs ? Math.sqrt(weighted / jobs) : 0;
+}

@@ -8,7 +8,7 @@ import net from 'node:net';
 import { after, before, test } from 'node:test';
 import { Engine } from '../../src/engine/engine.ts';
 import { ForwardRecords } from '../../src/miner/forward-records.ts';
-import { Pipeline } from '../../src/miner/pipeline.ts';
+import { Pipeline, type PipelineStats } from '../../src/miner/pipeline.ts';
 import { StageRunner } from '../../src/miner/stage-runner.ts';
 import { Throttle } from '../../src/miner/throttle.ts';
 import { gptConfig } from '../../src/model/config.ts';
@@ -35,22 +35,23 @@ function stage0(): StageRunner {
 }
 
 /** A stage-0 pipeline whose next stage is `send`; returns it with the reports it made. */
-function pipelineWith(runner: StageRunner, send: (url: string, body: Uint8Array) => Promise<PeerAccepted>): { pipeline: Pipeline; reports: WorkReport[]; sends: Promise<unknown>[] } {
+function pipelineWith(runner: StageRunner, send: (url: string, body: Uint8Array) => Promise<PeerAccepted>): { pipeline: Pipeline; reports: WorkReport[]; sends: Promise<unknown>[]; stats: PipelineStats } {
   const reports: WorkReport[] = [];
   const sends: Promise<unknown>[] = [];
+  const stats: PipelineStats = { forward: 0, backward: 0, bytesSent: 0, jobTimes: { forward: { count: 0, ms: 0, msSquared: 0 }, backward: { count: 0, ms: 0, msSquared: 0 } } };
   const pipeline = new Pipeline({
     runner: () => runner,
     paused: () => false,
     send,
     throttle: new Throttle(1),
     records: new ForwardRecords(),
-    stats: { forward: 0, backward: 0, bytesSent: 0 },
+    stats,
     report: (r) => reports.push(r),
     track: (p) => sends.push(p),
     log: () => {},
   });
   pipeline.setPeers([], [{ id: NEXT, url: 'http://127.0.0.1:1', sessionKey: '0x02' + '3'.repeat(64), weight: 1 }]);
-  return { pipeline, reports, sends };
+  return { pipeline, reports, sends, stats };
 }
 
 const task = { id: 5, attempt: 1, shard: 4, step: 4, ticket: '0x' + '11'.repeat(65) };
@@ -143,6 +144,27 @@ test('a heartbeat timer that comes due during a job runs after the I/O that came
     near.destroy();
     farEnd.destroy();
     await new Promise((r) => server.close(r));
+    runner.dispose();
+  }
+});
+
+test("each job's time is added to its kind's sums (a stage-0 start is a forward), which the miner's /health shows", async () => {
+  const runner = stage0();
+  try {
+    const { pipeline, sends, stats } = pipelineWith(runner, async () => ({ queued: 0, receipt: RECEIPT }));
+    pipeline.push({ kind: 'start', task });
+    await pipeline.idle();
+    await Promise.all(sends);
+    const grad = new Float32Array(B * gptConfig(model).contextLength * gptConfig(model).channels).fill(1e-3);
+    pipeline.push({ kind: 'backward', meta: { runId: 'r1', microbatch: task.id, attempt: task.attempt, stage: 0 }, data: grad, sha: 'c'.repeat(64) });
+    await pipeline.idle();
+    const { forward, backward } = stats.jobTimes!;
+    assert.deepEqual([forward.count, backward.count], [1, 1]);
+    for (const t of [forward, backward]) {
+      assert.ok(t.ms > 0, `${t.ms} ms`);
+      assert.ok(Math.abs(t.msSquared - t.ms * t.ms) <= 1e-9 * t.msSquared, 'one job: the sum of squares is its square');
+    }
+  } finally {
     runner.dispose();
   }
 });

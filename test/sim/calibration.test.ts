@@ -2,7 +2,7 @@
 // against hand computations; no real network.
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { averageJobTimes, hostOverheads, localHardware, localOptions, localStages, predictLocal, type LocalNetwork } from '../../src/sim/calibrate.ts';
+import { averageJobTimes, hostOverheads, jobSpreadBetween, localHardware, localOptions, localStages, predictLocal, type LocalNetwork } from '../../src/sim/calibrate.ts';
 import { stageMergeTraffic } from '../../src/sim/costs.ts';
 import { Rng } from '../../src/sim/rng.ts';
 import { drawMiner } from '../../src/sim/hardware.ts';
@@ -86,4 +86,20 @@ test('the normal draw has mean 0 and standard deviation 1', () => {
   const mean = sum / n;
   assert.ok(Math.abs(mean) < 0.02, `mean ${mean}`);
   assert.ok(Math.abs(Math.sqrt(sq / n - mean * mean) - 1) < 0.02, `sd ${Math.sqrt(sq / n)}`);
+});
+
+test("the spread of the jobs between two readings of miners' sums: each miner's and kind's coefficient of variation, pooled by jobs", () => {
+  const sums = (xs: number[]): { count: number; ms: number; msSquared: number } => ({ count: xs.length, ms: xs.reduce((a, x) => a + x, 0), msSquared: xs.reduce((a, x) => a + x * x, 0) });
+  const zero = sums([]);
+  // a miner's forwards 18, 22 (mean 20, sd 2: 10%) and backwards 40, 40, 40, 40 (0%); the pool: sqrt((2 × 0.01 + 4 × 0) / 6)
+  const spread = jobSpreadBetween([
+    [zero, sums([18, 22])],
+    [zero, sums([40, 40, 40, 40])],
+  ]);
+  assert.ok(Math.abs(spread - Math.sqrt(0.02 / 6)) < 1e-12, `${spread}`);
+  // only the jobs between the readings count; a kind with fewer than two of them counts for nothing
+  const before = sums([100, 300]);
+  const after = sums([100, 300, 18, 22]);
+  assert.ok(Math.abs(jobSpreadBetween([[before, after], [sums([5]), sums([5, 50])]]) - 0.1) < 1e-12);
+  assert.equal(jobSpreadBetween([]), 0);
 });
