@@ -28,9 +28,9 @@
 // host (each miner a machine of its own at its join figure), as before.
 import { availableParallelism } from 'node:os';
 import type { MinerView, RunView } from '../src/api/schemas.ts';
-import { PeerHealth } from '../src/miner/peer-api.ts';
+import { PeerHealth, type JobTimeSums } from '../src/miner/peer-api.ts';
 import { parse } from '../src/protocol/messages.ts';
-import { averageJobTimes, hostOverheads, jobSpreadBetween, localStages, measureEngine, predictLocal, type JobTimeSums, type LocalNetwork, type MeasuredCpu } from '../src/sim/calibrate.ts';
+import { averageJobTimes, hostOverheads, jobSpreadBetween, localStages, measureEngine, predictLocal, type LocalNetwork, type MeasuredCpu } from '../src/sim/calibrate.ts';
 import type { JobTimes } from '../src/sim/types.ts';
 import { median, type Bench, type BenchResult } from './harness.ts';
 import { startNet, stopNet, type Net } from './network.bench.ts';

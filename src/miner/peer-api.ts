@@ -38,6 +38,7 @@ const Ms = Type.Number({ minimum: 0 });
 
 /** The time of every job of one kind, as sums: two readings give a window's mean and spread. */
 export const JobTimeSums = Type.Object({ count: Count, ms: Ms, msSquared: Ms });
+export type JobTimeSums = Static<typeof JobTimeSums>;
 
 export const MinerStats = Type.Object({
   forward: Count,

@@ -9,6 +9,7 @@
 import { loadCorpus } from '../data/corpus.ts';
 import { Engine } from '../engine/engine.ts';
 import { measureCpuHardware } from '../miner/hardware.ts';
+import type { JobTimeSums } from '../miner/peer-api.ts';
 import { StageRunner } from '../miner/stage-runner.ts';
 import { Throttle } from '../miner/throttle.ts';
 import { planPlacement } from '../planner/placement.ts';
@@ -206,15 +207,9 @@ export function averageJobTimes(times: readonly JobTimes[]): JobTimes {
   };
 }
 
-/** A miner's job times of one kind added up (its `GET /health` `jobTimes`, src/miner/peer-api.ts). */
-export interface JobTimeSums {
-  count: number;
-  ms: number;
-  msSquared: number;
-}
-
 /**
- * The spread of the jobs run between two readings of the same miners' sums:
+ * The spread of the jobs run between two readings of the same miners' sums
+ * (their `GET /health` `jobTimes`):
  * each miner's and kind's coefficient of variation, pooled by jobs (the root
  * of the mean squared relative deviation). Kinds and miners with fewer than
  * two jobs between the readings count for nothing; none at all gives 0.
