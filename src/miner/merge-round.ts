@@ -6,7 +6,9 @@
 //      frame of it, aggregate them and upload the merged partition;
 //   3. apply: download every merged partition and take the outer step, so
 //      that every replica of the stage ends with the same weights;
-//   4. save: one replica uploads the stage state (weights and outer momentum).
+//   4. save: a stage's single replica, which merges nothing, uploads its
+//      state (weights and outer momentum); a merged round's state is written
+//      by the orchestrator.
 // Training pauses while a round this replica has not applied is open. The
 // frames go through a `MergeTransport`: the orchestrator's routes over HTTP in
 // a miner, memory in tests.

@@ -22,7 +22,7 @@ import type { Engine } from '../engine/engine.ts';
 import { createOuterState, outerStep, type OuterState } from '../merge/outer.ts';
 import { pseudoGradient } from '../merge/pseudo-gradient.ts';
 import { AdamW, ADAMW_DEFAULTS } from '../model/adamw.ts';
-import { encodeModelCheckpoint, loadModelParams, stageTensors } from '../model/checkpoint.ts';
+import { encodeStageState, loadModelParams, stageTensors } from '../model/checkpoint.ts';
 import { decodeSafetensors, SafetensorsError } from '../model/safetensors.ts';
 import { DEFAULT_BLOCK_SIZE } from '../protocol/codec.ts';
 import { ErrorFeedback } from '../protocol/error-feedback.ts';
@@ -252,11 +252,7 @@ export class StageRunner {
 
   /** The stage state after merge round `round`: weights and outer momentum, as a checkpoint. */
   encodeState(round: number): Uint8Array {
-    return encodeModelCheckpoint(this.stage.model, [...stageTensors(this.stage), { name: 'outer.momentum', shape: [this.stage.paramCount], data: this.outer.momentumBuffer }], {
-      range: this.stage.range,
-      step: round,
-      extra: { outerStep: String(this.outer.step) },
-    });
+    return encodeStageState(this.stage.model, this.stage.range, stageTensors(this.stage), { momentum: this.outer.momentumBuffer, outerStep: this.outer.step }, round);
   }
 
   /** Loads the stage's parts of a whole-model checkpoint as its initial weights (before the first merge round). */

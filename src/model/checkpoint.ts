@@ -254,6 +254,19 @@ export function encodeModelCheckpoint(model: ModelRef, tensors: readonly NamedTe
   return encodeSafetensors(tensors, modelCheckpointMetadata(model, meta));
 }
 
+/**
+ * A stage's state after merge round `round` (what a replica or, for a merged
+ * round, the orchestrator saves): the stage's named tensors, the
+ * `outer.momentum` tensor and `outerStep` in the metadata.
+ */
+export function encodeStageState(model: ModelRef, range: StageRange, tensors: readonly NamedTensor[], state: { momentum: Float32Array; outerStep: number }, round: number): Uint8Array {
+  return encodeModelCheckpoint(model, [...tensors, { name: 'outer.momentum', shape: [state.momentum.length], data: state.momentum }], {
+    range,
+    step: round,
+    extra: { outerStep: String(state.outerStep) },
+  });
+}
+
 /** What a checkpoint of either kind records: its parts, its step, further metadata. */
 export interface ModelCheckpointMeta {
   range: StageRange;

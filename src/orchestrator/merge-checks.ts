@@ -131,7 +131,6 @@ export class MergeChecks {
    * does not decode, an offence when it decodes but is not).
    */
   async checkState(run: RunRecord, s: StageRecord, round: MergeRoundRecord, bytes: Uint8Array): Promise<void> {
-    if (round.partitions > 0) throw new NimbleError('conflict', `round ${round.round} of stage ${s.stage} is merged: the orchestrator writes its state`);
     const stateOffence = (message: string): OffenceError => new OffenceError(message, { runId: run.id, stage: s.stage, key: `stage state ${run.id}/${s.stage}/${round.round}` });
     const start = await this.stageStates.at(run, s.stage, round.round - 1);
     if (!start) throw new NimbleError('conflict', `the state round ${round.round} started from is not kept`);

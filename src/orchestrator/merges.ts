@@ -300,10 +300,10 @@ export class MergeRounds {
   /** Runs `work` once per `key` at a time; a failure is logged (the next tick tries again). */
   private inBackground(key: string, what: string, work: () => Promise<void>): void {
     if (this.background.has(key)) return;
-    const run = work()
+    const task = work()
       .catch((err: unknown) => this.log(`${what} failed: ${(err as Error).message}`))
       .finally(() => this.background.delete(key));
-    this.background.set(key, run);
+    this.background.set(key, task);
   }
 
   /** Resolves when every recomputation and state write under way has ended. */

@@ -4,7 +4,7 @@
 // uploaded pseudo-gradients and stage states against. Read from the state
 // blobs (or made by the model's deterministic init), a few kept in memory;
 // written as the same checkpoint a replica's StageRunner.encodeState makes.
-import { encodeModelCheckpoint, loadModelParams } from '../model/checkpoint.ts';
+import { encodeStageState, loadModelParams } from '../model/checkpoint.ts';
 import { initParams } from '../model/init.ts';
 import { parseModelRef, stageLayout } from '../model/model-ref.ts';
 import { decodeSafetensors, SafetensorsError } from '../model/safetensors.ts';
@@ -99,9 +99,9 @@ export class StageStates {
   }
 
   /**
-   * A stage state as the checkpoint a replica saves (src/miner/stage-runner.ts
-   * encodeState): the stage's named tensors, `outer.momentum`, `outerStep`;
-   * its step is the round it ends.
+   * A stage state as the checkpoint a replica saves (encodeStageState, as
+   * src/miner/stage-runner.ts encodeState writes it); its step is the round
+   * it ends.
    */
   encode(run: RunRecord, stage: number, round: number, state: StageState): Uint8Array {
     const s = this.state.runs.stage(run.id, stage);
@@ -111,11 +111,7 @@ export class StageStates {
     const layout = stageLayout(model, range);
     if (state.weights.length !== layout.size || state.momentum.length !== layout.size) throw new SafetensorsError(`a state of ${state.weights.length} floats for a stage of ${layout.size}`);
     const tensors = layout.entries.map((e) => ({ name: e.name, shape: e.shape, data: state.weights.subarray(e.offset, e.offset + e.size) }));
-    return encodeModelCheckpoint(model, [...tensors, { name: 'outer.momentum', shape: [layout.size], data: state.momentum }], {
-      range,
-      step: round,
-      extra: { outerStep: String(state.outerStep) },
-    });
+    return encodeStageState(model, range, tensors, state, round);
   }
 
   clear(): void {
