@@ -9,14 +9,17 @@
 //    0.45, gpt-tiny as 2 stages x 2 replicas, batch 12, merge every 100,
 //    1,000 microbatches):
 //    tokens/s over whole merge cycles (the end of one merge round to the end
-//    of the next), and merge time (a round's opening to its last stage done,
-//    from GET /runs/:id/merges), medians over the cycles; its CPU per
-//    microbatch too, for the log;
-// 3. the engine's job times on this machine, idle (src/sim/calibrate.ts
-//    measureEngine, a short microbenchmark), before the pipeline run, between
-//    the two runs and after the up run: each run is predicted with the mean
-//    of the two that bracket it, as the machine's speed drifts by 10-20% over
-//    minutes;
+//    of the next), the median over the cycles, and merge time (a round's
+//    opening to its last stage done, from GET /runs/:id/merges), the mean
+//    over the rounds (a round lasts whole ticks: the mean, not the median of
+//    a few, estimates the simulator's mean); its CPU per microbatch too, for
+//    the log;
+// 3. the engine's job times and a merge round's compute on this machine,
+//    idle (src/sim/calibrate.ts measureEngine and src/sim/merge-work.ts
+//    measureMergeWork, short microbenchmarks), before the pipeline run,
+//    between the two runs and after the up run: each run is predicted with
+//    the mean of the two that bracket it, as the machine's speed drifts by
+//    10-20% over minutes;
 // 4. the simulator on the same description: the miners as they reported
 //    themselves at join and their throttles, on one host of this machine's
 //    cores shared by every process (src/sim/host.ts), with the per-hop and
@@ -31,6 +34,8 @@ import type { MinerView, RunView } from '../src/api/schemas.ts';
 import { PeerHealth, type JobTimeSums } from '../src/miner/peer-api.ts';
 import { parse } from '../src/protocol/messages.ts';
 import { averageJobTimes, hostOverheads, jobSpreadBetween, localStages, measureEngine, predictLocal, type LocalNetwork, type MeasuredCpu } from '../src/sim/calibrate.ts';
+import type { MergeWork } from '../src/sim/merge-time.ts';
+import { measureMergeWork } from '../src/sim/merge-work.ts';
 import type { JobTimes } from '../src/sim/types.ts';
 import { median, type Bench, type BenchResult } from './harness.ts';
 import { startNet, stopNet, type Net } from './network.bench.ts';
@@ -235,6 +240,14 @@ export function describe(miners: MinerView[], run: RunView, throttles: number[])
 }
 
 const relErr = (predicted: number, measured: number): number => Math.abs(predicted - measured) / measured;
+const mean = (xs: readonly number[]): number => xs.reduce((a, x) => a + x, 0) / xs.length;
+
+/** The mean of merge-work measurements (bracketing a run, as the job times are). */
+function meanMergeWork(works: readonly MergeWork[]): MergeWork {
+  const out = { ...works[0] };
+  for (const key of Object.keys(out) as (keyof MergeWork)[]) out[key] = mean(works.map((w) => w[key]));
+  return out;
+}
 const cpuLine = (c: MeasuredCpu | null): string => (c ? `miners ${c.minerMsPerMicrobatch.map((x) => x.toFixed(1)).join(' / ')} ms, orchestrator ${c.orchestratorMsPerMicrobatch.toFixed(1)} ms` : 'not measured');
 
 export const simCalibrationBenches: Bench[] = [
@@ -242,9 +255,11 @@ export const simCalibrationBenches: Bench[] = [
     group: 'scale',
     async run(o): Promise<BenchResult[]> {
       const engine: JobTimes[] = [];
+      const merging: MergeWork[] = [];
       const measureIdle = async (when: string): Promise<void> => {
         engine.push(await measureEngine(ENGINE_NET));
-        o.log(`engine ${when} (this process alone): ${JSON.stringify(engine.at(-1))}`);
+        merging.push(await measureMergeWork(ENGINE_NET));
+        o.log(`engine ${when} (this process alone): ${JSON.stringify(engine.at(-1))}; a merge round's compute, ns per value: ${JSON.stringify(merging.at(-1), (_, v: unknown) => (typeof v === 'number' ? Number((v * 1e6).toFixed(2)) : v))}`);
       };
       await measureIdle('before the pipeline run');
       o.log(`the pipeline run: 2 single-thread miners, 2 stages, ${PIPELINE_STEPS} microbatches`);
@@ -266,14 +281,17 @@ export const simCalibrationBenches: Bench[] = [
       // jobs vary as much as the miners' own timings of them in the pipeline run showed (an idle engine's vary less: `jitter` of its job times)
       const host = { ...hostOverheads(availableParallelism(), pipe.cpu, jobs.pipeline), jobJitter: pipe.jobSpread };
       o.log(`the shared host, from the pipeline run: ${JSON.stringify(host)}`);
-      const shared = { up: predictLocal(described, jobs.up, 1, host), pipeline: predictLocal(pipeline, jobs.pipeline, 1, host) };
-      const independent = { up: predictLocal(described, jobs.up), pipeline: predictLocal(pipeline, jobs.pipeline) };
+      const mergeWork = meanMergeWork(merging.slice(1, 3));
+      const shared = { up: predictLocal(described, { jobTimes: jobs.up, host, mergeWork }), pipeline: predictLocal(pipeline, { jobTimes: jobs.pipeline, host }) };
+      const independent = { up: predictLocal(described, { jobTimes: jobs.up, mergeWork }), pipeline: predictLocal(pipeline, { jobTimes: jobs.pipeline }) };
       o.log(`predicted on the shared host: ${JSON.stringify(shared)}; each miner a machine of its own: ${JSON.stringify(independent)}`);
       // for comparison, the older method: one engine measurement after both runs for both predictions
       const last = engine[2];
       const lastHost = { ...hostOverheads(availableParallelism(), pipe.cpu, last), jobJitter: pipe.jobSpread };
-      const oneMeasure = { up: predictLocal(described, last, 1, lastHost), pipeline: predictLocal(pipeline, last, 1, lastHost) };
-      const measured = { upTokensPerS: median(up.cycleTokensPerS), upMergeMs: median(up.mergeMs), pipelineTokensPerS: pipe.tokensPerS };
+      const oneMeasure = { up: predictLocal(described, { jobTimes: last, host: lastHost, mergeWork: merging[2] }), pipeline: predictLocal(pipeline, { jobTimes: last, host: lastHost }) };
+      // a round lasts a whole number of ticks (mostly 6 or 7 here): the median of a few is one of two values 17% apart, the mean estimates what the simulator's mean predicts
+      const measured = { upTokensPerS: median(up.cycleTokensPerS), upMergeMs: mean(up.mergeMs), pipelineTokensPerS: pipe.tokensPerS };
+      o.log(`merge rounds: mean ${measured.upMergeMs.toFixed(0)} ms, median ${median(up.mergeMs)} ms`);
       const errors = (p: typeof shared): number[] => [relErr(p.up.tokensPerS, measured.upTokensPerS), relErr(p.up.mergeMs, measured.upMergeMs), relErr(p.pipeline.tokensPerS, measured.pipelineTokensPerS)];
       const error = Math.max(...errors(shared));
       o.log(`errors (up tokens/s, up merge, pipeline): ${errors(shared).map((e) => e.toFixed(3)).join(', ')}; with one engine measurement after both runs: ${errors(oneMeasure).map((e) => e.toFixed(3)).join(', ')}`);

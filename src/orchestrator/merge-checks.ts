@@ -71,18 +71,13 @@ export class MergeChecks {
     const start = await this.stageStates.at(run, k.stage, k.round - 1);
     if (!start) throw new NimbleError('conflict', `the state round ${k.round} started from is not kept`);
     const lr = run.options.lr;
-    let norm2 = 0;
-    for (let i = 0; i < slice.length; i++) {
-      const at = p.start + i;
-      // this round's quantization adds at most half a step of its block's scale (1% covers it); the previous round's residual FEEDBACK_STEPS
-      const bound = adamMoveBound(start.weights[at], steps + FEEDBACK_STEPS, lr, at < start.decaySize ? ADAMW_DEFAULTS.weightDecay : 0) * 1.01 + 1e-6;
-      if (!(Math.abs(slice[i]) <= bound)) {
-        const message = `pseudo-gradient value ${slice[i]} at parameter ${at} is more than ${steps} AdamW steps at lr ${lr} (and the error feedback of ${FEEDBACK_STEPS} more) can move it (${bound.toExponential(3)})`;
-        throw new OffenceError(message, { runId: run.id, stage: k.stage, key: `pseudo-gradient ${k.runId}/${k.stage}/${k.round}/${p.index}` });
-      }
-      norm2 += slice[i] * slice[i];
+    const reach = sliceReach(slice, p, start, steps + FEEDBACK_STEPS, lr);
+    if ('outside' in reach) {
+      const { at, value, bound } = reach.outside;
+      const message = `pseudo-gradient value ${value} at parameter ${at} is more than ${steps} AdamW steps at lr ${lr} (and the error feedback of ${FEEDBACK_STEPS} more) can move it (${bound.toExponential(3)})`;
+      throw new OffenceError(message, { runId: run.id, stage: k.stage, key: `pseudo-gradient ${k.runId}/${k.stage}/${k.round}/${p.index}` });
     }
-    return { norm: Math.sqrt(norm2), samples: Math.min(claimedSteps, credited) };
+    return { norm: reach.norm, samples: Math.min(claimedSteps, credited) };
   }
 
   /** Merges partition `p` of the round here, as its mergers should have; stores the frame and returns its blob id. */
@@ -145,6 +140,24 @@ export class MergeChecks {
     if (at >= 0) throw stateOffence(`stage state: weight ${at} is further from the round's start than ${steps} AdamW steps reach`);
     if (!sameBits(uploaded.momentum, start.momentum) || uploaded.outerStep !== start.outerStep) throw stateOffence('stage state: the outer momentum changed without a merge');
   }
+}
+
+/**
+ * A pseudo-gradient slice of partition `p` against what `steps` AdamW steps
+ * at `lr` can move each weight from the round's starting `weights` (floats
+ * [0, decaySize) take weight decay): the first value beyond that reach (its
+ * parameter, value and bound), or else the slice's norm. This round's int8
+ * quantization adds at most half a step of its block's scale: 1% covers it.
+ */
+export function sliceReach(slice: Float32Array, p: Partition, start: { weights: Float32Array; decaySize: number }, steps: number, lr: number): { norm: number } | { outside: { at: number; value: number; bound: number } } {
+  let norm2 = 0;
+  for (let i = 0; i < slice.length; i++) {
+    const at = p.start + i;
+    const bound = adamMoveBound(start.weights[at], steps, lr, at < start.decaySize ? ADAMW_DEFAULTS.weightDecay : 0) * 1.01 + 1e-6;
+    if (!(Math.abs(slice[i]) <= bound)) return { outside: { at, value: slice[i], bound } };
+    norm2 += slice[i] * slice[i];
+  }
+  return { norm: Math.sqrt(norm2) };
 }
 
 function sameBits(a: Float32Array, b: Float32Array): boolean {

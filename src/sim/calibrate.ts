@@ -17,6 +17,7 @@ import { decodeFrame, encodeFrame } from '../protocol/frame.ts';
 import type { ActivationCodec, StageAssignment } from '../protocol/messages.ts';
 import type { HardwareTable } from './hardware.ts';
 import type { SharedHost } from './host.ts';
+import type { MergeWork } from './merge-time.ts';
 import { simModel } from './models.ts';
 import { simOptions, simulate } from './simulate.ts';
 import type { JobTimes, SimOptions } from './types.ts';
@@ -71,8 +72,20 @@ export function localStages(net: LocalNetwork): { from: number; to: number }[] {
   return plan.stages.map((s) => s.range);
 }
 
-/** Simulator options for a local network (no churn; `hours` long enough for many merge cycles); with `host`, its processes share the machine's cores. */
-export function localOptions(net: LocalNetwork, jobTimes?: JobTimes, hours = 1, host?: SharedHost): SimOptions {
+/** What the simulator is told about a local network beyond its description (predictLocal, localOptions). */
+export interface LocalModel {
+  /** the engine's measured job times (measureEngine); undefined: FLOPs ÷ the miners' GFLOP/s */
+  jobTimes?: JobTimes;
+  /** simulated hours (long enough for many merge cycles); default 1 */
+  hours?: number;
+  /** the machine's cores shared by every process; undefined: each miner a machine of its own */
+  host?: SharedHost;
+  /** a merge round's measured compute (./merge-work.ts measureMergeWork); undefined: not modelled */
+  mergeWork?: MergeWork;
+}
+
+/** Simulator options for a local network (no churn). */
+export function localOptions(net: LocalNetwork, model: LocalModel = {}): SimOptions {
   return simOptions({
     modelName: net.model,
     miners: net.miners.length,
@@ -82,9 +95,10 @@ export function localOptions(net: LocalNetwork, jobTimes?: JobTimes, hours = 1, 
     mergeEvery: net.mergeEvery,
     codec: net.codec ?? 'f16',
     churn: 0,
-    hours,
-    ...(jobTimes ? { jobTimes } : {}),
-    ...(host ? { host } : {}),
+    hours: model.hours ?? 1,
+    ...(model.jobTimes ? { jobTimes: model.jobTimes } : {}),
+    ...(model.host ? { host: model.host } : {}),
+    ...(model.mergeWork ? { mergeWork: model.mergeWork } : {}),
   });
 }
 
@@ -95,9 +109,9 @@ export interface LocalPrediction {
   merges: number;
 }
 
-/** The simulator's tokens/s and merge time for a local network (`host`: on one machine's shared cores). */
-export function predictLocal(net: LocalNetwork, jobTimes?: JobTimes, hours = 1, host?: SharedHost): LocalPrediction {
-  const r = simulate(localOptions(net, jobTimes, hours, host));
+/** The simulator's tokens/s and merge time for a local network. */
+export function predictLocal(net: LocalNetwork, model: LocalModel = {}): LocalPrediction {
+  const r = simulate(localOptions(net, model));
   return { tokensPerS: r.tokensPerS, mergeMs: r.merges.meanMs, merges: r.merges.rounds };
 }
 
@@ -126,6 +140,12 @@ export function hostOverheads(cores: number, cpu: MeasuredCpu, jobTimes: JobTime
 
 const medianOf = (xs: number[]): number => [...xs].sort((a, b) => a - b)[xs.length >> 1];
 
+/** Stage `s` of a local network's run as its miner is assigned it (the stage cut of localStages, the run's model, batch and codec). */
+export function calibrationStage(net: LocalNetwork, s: number): StageAssignment {
+  const ranges = localStages(net);
+  return { runId: 'calibration', stage: s, stageCount: ranges.length, from: ranges[s].from, to: ranges[s].to, model: net.model, data: 'moby-dick', batchSize: net.batchSize, seed: 1337, round: 0, stateBlob: null, codec: net.codec ?? 'f16', lr: 1e-3 };
+}
+
 /**
  * The engine's job times on one thread of this machine, the way a miner runs
  * them (src/miner/stage-runner.ts: forward with predicted weights kept in a
@@ -150,30 +170,16 @@ export async function measureEngine(net: LocalNetwork, reps = 7): Promise<JobTim
     // every job's time relative to its kind's median: their spread is the jitter
     const relative: number[] = [];
     for (let s = 0; s < ranges.length; s++) {
-      const a: StageAssignment = { runId: 'calibration', stage: s, stageCount: ranges.length, from: ranges[s].from, to: ranges[s].to, model: net.model, data: 'moby-dick', batchSize: net.batchSize, seed: 1337, round: 0, stateBlob: null, codec, lr: 1e-3 };
-      const runner = new StageRunner(engine, a, 1, corpus);
+      const runner = new StageRunner(engine, calibrationStage(net, s), 1, corpus);
       await runner.ready();
       const input = new Float32Array(rows * C).map((_, i) => Math.sin(i) * 0.1);
       const fwd: number[] = [];
       const bwd: number[] = [];
       for (let k = 0; k < reps + 2; k++) {
-        let t0 = performance.now();
-        if (s === ranges.length - 1) {
-          const { dInput } = await runner.forwardBackwardLast(k, k, s === 0 ? null : framed(input));
-          if (dInput) framed(dInput);
-          if (k >= 2) fwd.push(performance.now() - t0);
-          if (k >= 2) bwd.push(0);
-          continue;
-        }
-        const out = s === 0 ? await runner.forwardFirst(k, k) : await runner.forwardMiddle(k, framed(input));
-        framed(out);
-        const f = performance.now() - t0;
-        t0 = performance.now();
-        const d = await runner.backward(k, framed(input));
-        if (d) framed(d);
+        const t = await stageJobs(runner, k, input, framed);
         if (k >= 2) {
-          fwd.push(f);
-          bwd.push(performance.now() - t0);
+          fwd.push(t.forwardMs);
+          bwd.push(t.backwardMs);
         }
       }
       runner.dispose();
@@ -187,6 +193,29 @@ export async function measureEngine(net: LocalNetwork, reps = 7): Promise<JobTim
   } finally {
     await engine.close();
   }
+}
+
+/**
+ * Microbatch `k`'s jobs on a stage as its miner runs them (forward, then
+ * backward with the AdamW step; the last stage's forward, loss and backward
+ * as one job, counted as its forward), each with the frames it receives
+ * decoded and those it sends encoded by `framed`; `input` stands for every
+ * frame a stage receives (activation or activation gradient). Wall ms of each.
+ */
+export async function stageJobs(runner: StageRunner, k: number, input: Float32Array, framed: (x: Float32Array) => Float32Array): Promise<{ forwardMs: number; backwardMs: number }> {
+  const s = runner.assignment.stage;
+  let t0 = performance.now();
+  if (s === runner.assignment.stageCount - 1) {
+    const { dInput } = await runner.forwardBackwardLast(k, k, s === 0 ? null : framed(input));
+    if (dInput) framed(dInput);
+    return { forwardMs: performance.now() - t0, backwardMs: 0 };
+  }
+  framed(s === 0 ? await runner.forwardFirst(k, k) : await runner.forwardMiddle(k, framed(input)));
+  const forwardMs = performance.now() - t0;
+  t0 = performance.now();
+  const d = await runner.backward(k, framed(input));
+  if (d) framed(d);
+  return { forwardMs, backwardMs: performance.now() - t0 };
 }
 
 /**

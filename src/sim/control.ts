@@ -15,7 +15,7 @@ import type { MinerCapacity, Plan } from '../planner/types.ts';
 import { MERGE_REDUNDANCY, STATE_BYTES_PER_PARAM } from './costs.ts';
 import { startBeats } from './host-miner.ts';
 import { owes, requeue, tryStart, unaccounted, wakeStageZero } from './flow.ts';
-import { lastHeartbeatMs, stageMergeTime } from './merge-time.ts';
+import { orchestratorRoundMs, stageMergeTime } from './merge-time.ts';
 import type { SimMiner } from './types.ts';
 import type { World } from './world.ts';
 
@@ -141,18 +141,22 @@ export function ready(w: World, m: SimMiner): void {
 
 /**
  * Starts the merge round once a merge is due and nothing is in flight: the
- * orchestrator learns of the last microbatch on its stage-0 replica's next
- * heartbeat (half a period on average) and opens the round at its next tick
- * (half a tick); the round's time (opened → done) is counted from there.
+ * orchestrator counted the last microbatch's report on a heartbeat (the
+ * event that emptied `issued`) and opens the round at its next tick; the
+ * round's time (opened → done) is counted from there. Every stage's round
+ * runs on the protocol's clocks (./merge-time.ts) from the same opening; the
+ * slowest sets when training resumes.
  */
 export function maybeMerge(w: World): void {
   if (!w.draining || w.merging || w.issued.size > 0) return;
   w.merging = true;
-  const opensIn = lastHeartbeatMs(w.options.heartbeatMs, 1) + w.options.tickMs / 2;
+  const opensIn = w.options.tickMs * w.mergeRng.next();
+  const stages = w.members.map((set) => [...set].map((i) => w.miners[i]).filter((m) => m.alive && !m.gone && m.readyAt <= w.now));
+  const work = w.options.mergeWork;
+  const orchestrator = work ? orchestratorRoundMs(stages.map((replicas, s) => ({ params: w.plan!.stages[s].params, replicas: replicas.length })), work) : undefined;
   let longest = 0;
-  w.members.forEach((set, s) => {
-    const replicas = [...set].map((i) => w.miners[i]).filter((m) => m.alive && !m.gone && m.readyAt <= w.now);
-    const merge = stageMergeTime(w.plan!.stages[s].params, replicas, { heartbeatMs: w.options.heartbeatMs, bytesPerParam: w.options.mergeBytesPerParam, tickMs: w.options.tickMs });
+  stages.forEach((replicas, s) => {
+    const merge = stageMergeTime(w.plan!.stages[s].params, replicas, { heartbeatMs: w.options.heartbeatMs, bytesPerParam: w.options.mergeBytesPerParam, tickMs: w.options.tickMs, work, orchestrator, rng: w.mergeRng });
     longest = Math.max(longest, merge.ms);
     w.counters.mergeBytes += merge.bytesTotal;
     if (merge.bytesPerReplica > 0) w.counters.mergeBytesPerReplica.push(merge.bytesPerReplica);

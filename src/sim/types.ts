@@ -5,6 +5,7 @@ import type { ActivationCodec } from '../protocol/messages.ts';
 import type { DrawnMiner, HardwareTable } from './hardware.ts';
 import type { SharedHost } from './host.ts';
 import type { MemoryModelName } from './memory-models.ts';
+import type { MergeWork } from './merge-time.ts';
 import type { TimeSeries } from './timeline.ts';
 
 export interface SimOptions {
@@ -54,6 +55,8 @@ export interface SimOptions {
   activationRatio: number;
   /** merge frames' bytes per parameter; undefined = the real int8-block frames (≈1.02) */
   mergeBytesPerParam?: number;
+  /** a merge round's compute per value, the replicas' and the orchestrator's (./merge-time.ts); undefined = not modelled */
+  mergeWork?: MergeWork;
   /** what a miner keeps per parameter and activation (./memory-models.ts; default the engine's) */
   memoryModel: MemoryModelName;
   /** number of stages; undefined = the planner chooses */

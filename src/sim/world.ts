@@ -14,6 +14,8 @@ export class World {
   readonly rng: Rng;
   /** draws of a shared host's job jitter */
   private readonly jitterRng: Rng;
+  /** draws of merge rounds' clocks (the replicas' heartbeat phases, the opening tick) */
+  readonly mergeRng: Rng;
   readonly events = new EventQueue<SimEvent>();
   readonly miners: SimMiner[] = [];
   readonly byId = new Map<string, number>();
@@ -78,6 +80,7 @@ export class World {
     this.host = options.host ? new HostCores(options.host.cores) : null;
     // its own stream, so that jitter leaves every other draw as it was
     this.jitterRng = new Rng((options.seed ^ 0x5bd1e995) >>> 0);
+    this.mergeRng = new Rng((options.seed ^ 0x27d4eb2f) >>> 0);
     this.tokensPerMicrobatch = options.batchSize * options.config.contextLength;
   }
 

@@ -62,20 +62,20 @@ const pipeline: LocalNetwork = { miners: [miner('a'), miner('b')], model: 'gpt-t
 
 test('2 miners on 1 shared core are bound by the core: a microbatch every (80 + 70 + overheads + orchestrator) ms', () => {
   const host = { cores: 1, hopOverheadMs: [10, 6], orchestratorMsPerMicrobatch: 4 };
-  const p = predictLocal(pipeline, jobTimes, 0.1, host);
+  const p = predictLocal(pipeline, { jobTimes, hours: 0.1, host });
   const hand = (768 * 1000) / (80 + 70 + 10 + 6 + 4);
   assert.ok(Math.abs(p.tokensPerS - hand) / hand < 0.03, `${p.tokensPerS} vs ${hand}`);
   // on 2 cores the same network is bound by its slower stage, 80 + 10 ms, less the orchestrator's share
-  const two = predictLocal(pipeline, jobTimes, 0.1, { ...host, cores: 2 });
+  const two = predictLocal(pipeline, { jobTimes, hours: 0.1, host: { ...host, cores: 2 } });
   assert.ok(two.tokensPerS > p.tokensPerS * 1.5 && two.tokensPerS <= (768 * 1000) / 90, `${two.tokensPerS}`);
 });
 
 test('a throttled miner rests (1 − t) ÷ t of its work after each job: at 0.5 every stage takes twice as long', () => {
   // miners of 10 GFLOP/s take 4 × the job times (stage 0: 320 ms), slow enough that the issue limit does not bind
   const slow = (name: string, throttle = 1): LocalNetwork['miners'][number] => ({ ...miner(name, throttle), gflops: 10 });
-  const alone = predictLocal({ ...pipeline, miners: [slow('a'), slow('b')] }, jobTimes, 0.2);
+  const alone = predictLocal({ ...pipeline, miners: [slow('a'), slow('b')] }, { jobTimes, hours: 0.2 });
   // both throttled (the planner, not told of throttles, may give either miner either stage)
-  const throttled = predictLocal({ ...pipeline, miners: [slow('a', 0.5), slow('b', 0.5)] }, jobTimes, 0.2);
+  const throttled = predictLocal({ ...pipeline, miners: [slow('a', 0.5), slow('b', 0.5)] }, { jobTimes, hours: 0.2 });
   const hand = (ms: number): number => (768 * 1000) / ms;
   assert.ok(Math.abs(alone.tokensPerS - hand(320)) / hand(320) < 0.03, `${alone.tokensPerS} vs ${hand(320)}`);
   assert.ok(Math.abs(throttled.tokensPerS - hand(640)) / hand(640) < 0.03, `${throttled.tokensPerS} vs ${hand(640)}`);

@@ -6,26 +6,31 @@ import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { STATE_BYTES_PER_PARAM, stageMergeTraffic } from '../../src/sim/costs.ts';
 import type { HardwareTable } from '../../src/sim/hardware.ts';
-import { lastHeartbeatMs, ORCHESTRATOR_TICK_MS, stageMergeTime } from '../../src/sim/merge-time.ts';
+import { lastHeartbeatMs, ORCHESTRATOR_TICK_MS, orchestratorRoundMs, stageMergeTime, type MergeWork } from '../../src/sim/merge-time.ts';
+import { Rng } from '../../src/sim/rng.ts';
 import { simOptions, simulate } from '../../src/sim/simulate.ts';
 
 const link = { upMbps: 100, downMbps: 500, latencyMs: 20 };
 const ms = (bytes: number, mbps: number): number => (bytes * 8) / (mbps * 1e6) * 1000;
 
-test("a stage of one replica's round is its upload of 8 bytes per parameter after a heartbeat and a half; a merged stage's is the butterfly's three phases, with no state upload", () => {
+test("a stage of one replica's round is its upload of 8 bytes per parameter from the heartbeat it learned on; a merged stage's is the butterfly's three phases, with no state upload", () => {
   const params = 4e9;
   const heartbeatMs = 1000;
   const tick = ORCHESTRATOR_TICK_MS;
   const one = stageMergeTime(params, [link], { heartbeatMs });
   const upload = ms(params * STATE_BYTES_PER_PARAM, link.upMbps);
-  assert.ok(Math.abs(one.ms - (lastHeartbeatMs(heartbeatMs, 1) + heartbeatMs + tick / 2 + upload)) < 1e-6, `${one.ms}`);
+  // it reports on its next heartbeat, and its upload (longer here) started on the heartbeat it learned on
+  assert.ok(Math.abs(one.ms - (lastHeartbeatMs(heartbeatMs, 1) + Math.max(heartbeatMs, upload + 2 * link.latencyMs) + tick / 2)) < 1e-6, `${one.ms}`);
   assert.deepEqual([one.bytesPerReplica, one.bytesTotal, one.partitions], [0, params * STATE_BYTES_PER_PARAM, 0]);
 
   const R = 3;
   const three = stageMergeTime(params, [link, link, link], { heartbeatMs });
   const t = stageMergeTraffic(params, R);
   const phase = (transfer: number): number => lastHeartbeatMs(heartbeatMs, R) + transfer + 2 * link.latencyMs + tick / 2;
-  const expected = phase(ms(t.uploadPseudoGradient, link.upMbps)) + phase(ms(t.downloadAsMerger, link.downMbps) + ms(t.uploadMerged, link.upMbps)) + phase(ms(t.downloadMerged, link.downMbps)) + heartbeatMs;
+  // a replica reports it applied on its first heartbeat after it did: whole heartbeat periods after the one it learned on
+  const applied = ms(t.downloadMerged, link.downMbps) + 2 * link.latencyMs;
+  const apply = lastHeartbeatMs(heartbeatMs, R) + heartbeatMs * Math.ceil(applied / heartbeatMs) + tick / 2;
+  const expected = phase(ms(t.uploadPseudoGradient, link.upMbps)) + phase(ms(t.downloadAsMerger, link.downMbps) + ms(t.uploadMerged, link.upMbps)) + apply;
   assert.ok(Math.abs(three.ms - expected) < 1e-6, `${three.ms} vs ${expected}`);
   assert.equal(three.bytesTotal, t.total * R, 'no state bytes');
   assert.ok(three.ms < upload, 'the whole round is shorter than one state upload');
@@ -44,4 +49,42 @@ test('simulated on 1 Mbit/s uplinks, merge rounds of 2 replicas per stage take l
   assert.ok(pairs.merges.rounds >= 2 && singles.merges.rounds >= 2, `${pairs.merges.rounds} and ${singles.merges.rounds} rounds`);
   assert.ok(pairs.merges.meanMs < upload, `mean round of 2 replicas ${pairs.merges.meanMs} ms, a state upload ${upload} ms`);
   assert.ok(singles.merges.meanMs > upload, `mean round of 1 replica ${singles.merges.meanMs} ms, a state upload ${upload} ms`);
+});
+
+test('on the protocol clocks a round lasts whole ticks; over many rounds one stage averages the mean waits, and the slower of two stages takes longer', () => {
+  const fast = { upMbps: 1000, downMbps: 1000, latencyMs: 0.05 };
+  const options = { heartbeatMs: 250, tickMs: 200 };
+  const params = 437_504;
+  const mean = stageMergeTime(params, [fast, fast], options).ms;
+  const rng = new Rng(7);
+  const one: number[] = [];
+  const slower: number[] = [];
+  for (let k = 0; k < 4000; k++) {
+    const a = stageMergeTime(params, [fast, fast], { ...options, rng }).ms;
+    const b = stageMergeTime(params, [fast, fast], { ...options, rng }).ms;
+    one.push(a);
+    slower.push(Math.max(a, b));
+    assert.ok(Number.isInteger(Math.round(a / 200)) && Math.abs(a / 200 - Math.round(a / 200)) < 1e-9, `${a} ms is not a whole number of ticks`);
+  }
+  const avg = (xs: number[]): number => xs.reduce((x, y) => x + y, 0) / xs.length;
+  // the walk and the means agree on one stage to within a few percent (the ticks and heartbeats are not independent)
+  assert.ok(Math.abs(avg(one) / mean - 1) < 0.05, `walked ${avg(one)} ms, means ${mean} ms`);
+  assert.ok(avg(slower) > avg(one) + 40, `the slower of two stages ${avg(slower)} ms, one ${avg(one)} ms`);
+});
+
+test("the round's compute: each replica's on its path, and the orchestrator's work for every stage holds a phase open at least that long", () => {
+  const fast = { upMbps: 1000, downMbps: 1000, latencyMs: 0 };
+  const params = 1e6;
+  const none: MergeWork = { uploadMsPerParam: 0, mergeMsPerParam: 0, applyMsPerParam: 0, checkMsPerParam: 0, mergedMsPerParam: 0, writeMsPerParam: 0 };
+  const base = stageMergeTime(params, [fast, fast], { heartbeatMs: 250 }).ms;
+  // 1e-4 ms a value: 100 ms of upload, 200 ms of merging (two inputs a value), 100 ms of applying a replica
+  const replica = stageMergeTime(params, [fast, fast], { heartbeatMs: 250, work: { ...none, uploadMsPerParam: 1e-4, mergeMsPerParam: 1e-4, applyMsPerParam: 1e-4 } }).ms;
+  // the applying replica's 100 ms still fit before its next heartbeat: upload and merge add theirs
+  assert.ok(Math.abs(replica - base - 300) < 1e-6, `${replica} vs ${base}`);
+  const work = { ...none, checkMsPerParam: 1e-3, mergedMsPerParam: 1e-3, writeMsPerParam: 1e-3 };
+  const orchestrator = orchestratorRoundMs([{ params, replicas: 2 }, { params, replicas: 2 }, { params, replicas: 1 }], work);
+  // checks: 2 stages x 2 replicas x 1e6 values; merged: 2 stages x 2 mergers; writes: 2 merged states and one checked upload
+  assert.deepEqual(orchestrator, { upload: 4000, merge: 4000, apply: 3000 });
+  const held = stageMergeTime(params, [fast, fast], { heartbeatMs: 250, work, orchestrator }).ms;
+  assert.ok(Math.abs(held - (4000 + 4000 + 3000 + 3 * 100)) < 1e-6, `${held}`);
 });

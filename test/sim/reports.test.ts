@@ -18,7 +18,7 @@ const host = { cores: 2, hopOverheadMs: [0, 0], orchestratorMsPerMicrobatch: 4 }
 
 /** A world of two miners, a 2-stage pipeline, and one microbatch issued along a → b with every hop done. */
 function worldWithDoneMicrobatch(shared: boolean): { w: World; mb: SimMicrobatch } {
-  const w = new World(localOptions(net, jobTimes, 1, shared ? host : undefined));
+  const w = new World(localOptions(net, { jobTimes, ...(shared ? { host } : {}) }));
   const [a, b] = [w.addMiner(), w.addMiner()];
   a.stage = 0;
   b.stage = 1;

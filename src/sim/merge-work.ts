@@ -1,0 +1,97 @@
+// A merge round's compute on one thread of this machine (docs/simulation.md,
+// "Calibration"), per value, measured the way the engine's jobs are
+// (calibrate.ts measureEngine): a short microbenchmark of the very functions
+// a round runs, on each stage of a local network's run, after two trained
+// microbatches so that the pseudo-gradient is a real one:
+//   - a replica: its pseudo-gradient's int8 frames (src/miner/merge-round.ts
+//     pseudoGradientFrames), a merger's partitions of two replicas' frames
+//     (mergePartition), decoding the merged partitions and the outer step
+//     (decodeMergedDelta, StageRunner.applyOuterStep);
+//   - the orchestrator: an upload's check (decoding, AdamW's reach,
+//     src/orchestrator/merge-checks.ts sliceReach, and its blob id), a merged
+//     partition's decoding, and a merged state's writing (its partitions
+//     read back, the outer step, the checkpoint encoded and named).
+// Medians of `reps` after a warm-up, in ms per value, over the stages.
+import { loadCorpus } from '../data/corpus.ts';
+import { Engine } from '../engine/engine.ts';
+import { createOuterState, DEFAULT_OUTER_LR, DEFAULT_OUTER_MOMENTUM, outerStep } from '../merge/outer.ts';
+import { partitionVector } from '../merge/partition.ts';
+import { decodePartitionFrame, decodePartitionFrames } from '../merge/pseudo-gradient.ts';
+import { decodeMergedDelta, mergePartition, pseudoGradientFrames } from '../miner/merge-round.ts';
+import { StageRunner } from '../miner/stage-runner.ts';
+import { blobId } from '../orchestrator/blobs.ts';
+import { sliceReach } from '../orchestrator/merge-checks.ts';
+import { decodeFrame, encodeFrame } from '../protocol/frame.ts';
+import { calibrationStage, localStages, stageJobs, type LocalNetwork } from './calibrate.ts';
+import { mergePartitions } from './costs.ts';
+import type { MergeWork } from './merge-time.ts';
+import { simModel } from './models.ts';
+
+const MERGED_CODECS = { codecs: ['int8-block', 'f16', 'f32'] as ('int8-block' | 'f16' | 'f32')[] };
+
+/** Median wall ms of `f` over `reps` runs after one warm-up. */
+function timed(reps: number, f: () => void): number {
+  const xs: number[] = [];
+  for (let k = 0; k <= reps; k++) {
+    const t0 = performance.now();
+    f();
+    if (k > 0) xs.push(performance.now() - t0);
+  }
+  return xs.sort((a, b) => a - b)[xs.length >> 1];
+}
+
+/** A merge round's compute per value on one thread, for the stages of `net`'s run with two replicas each. */
+export async function measureMergeWork(net: LocalNetwork, reps = 5): Promise<MergeWork> {
+  const config = simModel(net.model);
+  const rows = net.batchSize * config.contextLength;
+  const codec = net.codec ?? 'f16';
+  const framed = (x: Float32Array): Float32Array => decodeFrame(encodeFrame(x, [rows, config.channels], codec, { runId: 'calibration', microbatch: 1 })).data;
+  const engine = await Engine.create({ threads: 1 });
+  const corpus = loadCorpus('moby-dick');
+  const sums: MergeWork = { uploadMsPerParam: 0, mergeMsPerParam: 0, applyMsPerParam: 0, checkMsPerParam: 0, mergedMsPerParam: 0, writeMsPerParam: 0 };
+  const stages = localStages(net).length;
+  try {
+    for (let s = 0; s < stages; s++) {
+      const runner = new StageRunner(engine, calibrationStage(net, s), 1, corpus);
+      await runner.ready();
+      const input = new Float32Array(rows * config.channels).map((_, i) => Math.sin(i) * 0.1);
+      for (let k = 0; k < 2; k++) await stageJobs(runner, k, input, framed);
+      const n = runner.paramCount;
+      const parts = partitionVector(n, mergePartitions(n, 2));
+      const at = { runId: 'calibration', stage: s, round: 1 };
+      const start = { weights: runner.copyWeights(new Float32Array(n)), decaySize: n };
+      let frames: Uint8Array[] = [];
+      const upload = timed(reps, () => (frames = pseudoGradientFrames(runner, parts, at)));
+      const check = timed(reps, () => {
+        for (let p = 0; p < parts.length; p++) {
+          sliceReach(decodePartitionFrame(frames[p], parts[p]), parts[p], start, 1000, 1e-3);
+          blobId(frames[p]);
+        }
+      });
+      let merged: Uint8Array[] = [];
+      const rule = { aggregator: 'mean' as const, trim: 0, maxNorm: null };
+      const merge = timed(reps, () => {
+        merged = parts.map((p, i) => mergePartition([0, 1].map((r) => ({ minerId: `m${r}`, samples: 2, slice: decodePartitionFrame(frames[i], p) })), rule, p, at));
+      });
+      const decodeMerged = timed(reps, () => parts.forEach((p, i) => (decodePartitionFrame(merged[i], p, MERGED_CODECS), blobId(merged[i]))));
+      const apply = timed(reps, () => runner.applyOuterStep(decodeMergedDelta(merged, parts), 1, DEFAULT_OUTER_LR, DEFAULT_OUTER_MOMENTUM));
+      const write = timed(reps, () => {
+        for (const f of merged) blobId(f);
+        const delta = decodePartitionFrames(merged, parts, undefined, MERGED_CODECS);
+        outerStep(createOuterState(n, { lr: DEFAULT_OUTER_LR, momentum: DEFAULT_OUTER_MOMENTUM }), start.weights, delta);
+        blobId(runner.encodeState(1));
+      });
+      runner.dispose();
+      sums.uploadMsPerParam += upload / n;
+      sums.checkMsPerParam += check / n;
+      sums.mergeMsPerParam += merge / (2 * n);
+      sums.mergedMsPerParam += decodeMerged / n;
+      sums.applyMsPerParam += apply / n;
+      sums.writeMsPerParam += write / n;
+    }
+  } finally {
+    await engine.close();
+  }
+  for (const key of Object.keys(sums) as (keyof MergeWork)[]) sums[key] /= stages;
+  return sums;
+}
