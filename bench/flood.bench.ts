@@ -21,7 +21,7 @@ const HEARTBEATS = 400;
 const MB = 1e6;
 
 /** A miner that joined: signs its heartbeats with its session key. */
-async function joinMiner(orch: RunningOrchestrator): Promise<RequestSigner> {
+export async function joinMiner(orch: RunningOrchestrator): Promise<RequestSigner> {
   const domain = orch.coordinator.identity.domain;
   const wallet = new RequestSigner(generatePrivateKey(), { domain });
   const session = SessionKey.generate();

@@ -15,8 +15,9 @@
 //    a few, estimates the simulator's mean); its CPU per microbatch too, for
 //    the log;
 // 3. the engine's job times and a merge round's compute on this machine,
-//    idle (src/sim/calibrate.ts measureEngine and src/sim/merge-work.ts
-//    measureMergeWork, short microbenchmarks), before the pipeline run,
+//    idle (src/sim/calibrate.ts measureEngine, src/sim/merge-work.ts
+//    measureMergeWork and ./request-cost.ts measureRequestMs, a signed
+//    request for a merge frame: short microbenchmarks), before the pipeline run,
 //    between the two runs and after the up run: each run is predicted with
 //    the mean of the two that bracket it, as the machine's speed drifts by
 //    10-20% over minutes;
@@ -36,6 +37,10 @@ import { parse } from '../src/protocol/messages.ts';
 import { averageJobTimes, hostOverheads, jobSpreadBetween, localStages, measureEngine, predictLocal, type LocalNetwork, type MeasuredCpu } from '../src/sim/calibrate.ts';
 import type { MergeWork } from '../src/sim/merge-time.ts';
 import { measureMergeWork } from '../src/sim/merge-work.ts';
+import { int8PartitionBytes, mergePartitions } from '../src/sim/costs.ts';
+import { simModel } from '../src/sim/models.ts';
+import { rangeParamCount } from '../src/model/gpt.ts';
+import { measureRequestMs } from './request-cost.ts';
 import type { JobTimes } from '../src/sim/types.ts';
 import { median, type Bench, type BenchResult } from './harness.ts';
 import { startNet, stopNet, type Net } from './network.bench.ts';
@@ -239,13 +244,20 @@ export function describe(miners: MinerView[], run: RunView, throttles: number[])
   };
 }
 
+/** The mean size of a merge frame of the run's first stage with two replicas (what a merge round's requests carry). */
+function mergeFrameBytes(net: LocalNetwork): number {
+  const params = rangeParamCount(simModel(net.model), localStages(net)[0]);
+  const partitions = mergePartitions(params, 2);
+  return Math.round(int8PartitionBytes(params, partitions) / partitions);
+}
+
 const relErr = (predicted: number, measured: number): number => Math.abs(predicted - measured) / measured;
 const mean = (xs: readonly number[]): number => xs.reduce((a, x) => a + x, 0) / xs.length;
 
 /** The mean of merge-work measurements (bracketing a run, as the job times are). */
 function meanMergeWork(works: readonly MergeWork[]): MergeWork {
   const out = { ...works[0] };
-  for (const key of Object.keys(out) as (keyof MergeWork)[]) out[key] = mean(works.map((w) => w[key]));
+  for (const key of Object.keys(out) as (keyof MergeWork)[]) out[key] = mean(works.map((w) => w[key] ?? 0));
   return out;
 }
 const cpuLine = (c: MeasuredCpu | null): string => (c ? `miners ${c.minerMsPerMicrobatch.map((x) => x.toFixed(1)).join(' / ')} ms, orchestrator ${c.orchestratorMsPerMicrobatch.toFixed(1)} ms` : 'not measured');
@@ -258,8 +270,8 @@ export const simCalibrationBenches: Bench[] = [
       const merging: MergeWork[] = [];
       const measureIdle = async (when: string): Promise<void> => {
         engine.push(await measureEngine(ENGINE_NET));
-        merging.push(await measureMergeWork(ENGINE_NET));
-        o.log(`engine ${when} (this process alone): ${JSON.stringify(engine.at(-1))}; a merge round's compute, ns per value: ${JSON.stringify(merging.at(-1), (_, v: unknown) => (typeof v === 'number' ? Number((v * 1e6).toFixed(2)) : v))}`);
+        merging.push({ ...(await measureMergeWork(ENGINE_NET)), requestMs: await measureRequestMs(mergeFrameBytes(ENGINE_NET)) });
+        o.log(`engine ${when} (this process alone): ${JSON.stringify(engine.at(-1))}; a merge round's compute (ns per value; a request's round trip in ms): ${JSON.stringify(merging.at(-1), (k, v: unknown) => (typeof v === 'number' && k.endsWith('PerParam') ? Number((v * 1e6).toFixed(2)) : v))}`);
       };
       await measureIdle('before the pipeline run');
       o.log(`the pipeline run: 2 single-thread miners, 2 stages, ${PIPELINE_STEPS} microbatches`);

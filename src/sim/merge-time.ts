@@ -20,13 +20,14 @@
 // last of n replicas' heartbeats comes heartbeatMs·n/(n+1) after the phase
 // opens, and the tick tickMs/2 after the work is done.
 // The round's compute, when `work` is given (measured on this machine,
-// src/sim/calibrate.ts measureMergeWork): each replica's on its own path at
-// a core of its own; the orchestrator's, one process for every stage of the
-// network, delays a phase's end to at least its opening plus that phase's
-// work (checking the uploads, decoding the merged partitions, writing the
-// states: orchestratorRoundMs).
+// src/sim/merge-work.ts measureMergeWork): each replica's on its own path at
+// a core of its own, with its requests one after another (mergeRequests);
+// the orchestrator's, one process for every stage of the network, delays a
+// phase's end to at least its opening plus that phase's work (checking the
+// uploads, decoding the merged partitions, writing the states, its share of
+// serving every request: orchestratorRoundMs).
 // Not modelled: the blob store's own bandwidth (assumed not the bottleneck,
-// e.g. S3), HTTP's cost per request, replicas leaving during the round.
+// e.g. S3), replicas leaving during the round.
 import { MERGE_REDUNDANCY, mergePartitions, STATE_BYTES_PER_PARAM, stageMergeTraffic } from './costs.ts';
 import type { Rng } from './rng.ts';
 
@@ -62,6 +63,13 @@ export interface MergeWork {
   mergedMsPerParam: number;
   /** the orchestrator: writing a merged state (decoding the partitions, the outer step, encoding, hashing), per parameter of the stage */
   writeMsPerParam: number;
+  /**
+   * a signed request for one merge frame, its whole round trip (the client's
+   * and the server's share) on one idle thread, ms: a replica waits it out
+   * for each of its requests, and half of it is the orchestrator's, on its
+   * one thread (undefined: not counted)
+   */
+  requestMs?: number;
 }
 
 /** The orchestrator's compute in each phase of a round, over every stage of the network, ms. */
@@ -87,14 +95,28 @@ export const lastHeartbeatMs = (heartbeatMs: number, n: number): number => (hear
  */
 export function orchestratorRoundMs(stages: readonly { params: number; replicas: number }[], work: MergeWork): OrchestratorPhases {
   const out = { upload: 0, merge: 0, apply: 0 };
+  const served = (work.requestMs ?? 0) / 2;
   for (const { params, replicas } of stages) {
     if (replicas >= 2) {
-      out.upload += replicas * params * work.checkMsPerParam;
-      out.merge += MERGE_REDUNDANCY * params * work.mergedMsPerParam;
-      out.apply += params * work.writeMsPerParam;
-    } else if (replicas === 1) out.apply += params * work.checkMsPerParam;
+      const n = mergeRequests(params, replicas);
+      out.upload += replicas * (params * work.checkMsPerParam + n.upload * served);
+      out.merge += MERGE_REDUNDANCY * params * work.mergedMsPerParam + replicas * n.merge * served;
+      out.apply += params * work.writeMsPerParam + replicas * n.apply * served;
+    } else if (replicas === 1) out.apply += params * work.checkMsPerParam + served;
   }
   return out;
+}
+
+/**
+ * The requests one of `replicas` replicas makes in each phase of a stage's
+ * round (src/miner/merge-round.ts): a frame per partition uploaded; for each
+ * partition it merges (MERGE_REDUNDANCY of every `replicas` partitions) every
+ * replica's frame downloaded and the merge uploaded; every merged partition
+ * downloaded to apply.
+ */
+export function mergeRequests(params: number, replicas: number): OrchestratorPhases {
+  const P = mergePartitions(params, replicas);
+  return { upload: P, merge: ((MERGE_REDUNDANCY * P) / replicas) * (replicas + 1), apply: P };
 }
 
 /** Options of stageMergeTime beyond the stage and its replicas. */
@@ -126,9 +148,11 @@ export function stageMergeTime(params: number, replicas: readonly MergeLink[], o
   }
   const t = stageMergeTraffic(params, R, bytesPerParam);
   const compute = (msPerValue: number | undefined, values: number): number => (msPerValue ?? 0) * values;
-  const up = replicas.map((r) => transferMs(t.uploadPseudoGradient, r.upMbps) + 2 * r.latencyMs + compute(work?.uploadMsPerParam, params));
-  const merge = replicas.map((r) => transferMs(t.downloadAsMerger, r.downMbps) + transferMs(t.uploadMerged, r.upMbps) + 2 * r.latencyMs + compute(work?.mergeMsPerParam, MERGE_REDUNDANCY * params));
-  const apply = replicas.map((r) => transferMs(t.downloadMerged, r.downMbps) + 2 * r.latencyMs + compute(work?.applyMsPerParam, params));
+  const n = mergeRequests(params, R);
+  const requests = (count: number): number => count * (work?.requestMs ?? 0);
+  const up = replicas.map((r) => transferMs(t.uploadPseudoGradient, r.upMbps) + 2 * r.latencyMs + compute(work?.uploadMsPerParam, params) + requests(n.upload));
+  const merge = replicas.map((r) => transferMs(t.downloadAsMerger, r.downMbps) + transferMs(t.uploadMerged, r.upMbps) + 2 * r.latencyMs + compute(work?.mergeMsPerParam, MERGE_REDUNDANCY * params) + requests(n.merge));
+  const apply = replicas.map((r) => transferMs(t.downloadMerged, r.downMbps) + 2 * r.latencyMs + compute(work?.applyMsPerParam, params) + requests(n.apply));
   const merging = clocks.phase(0, up, orchestrator.upload);
   const applying = clocks.phase(merging, merge, orchestrator.merge);
   return { ms: clocks.apply(applying, apply, orchestrator.apply), bytesPerReplica: t.total, bytesTotal: t.total * R, partitions: mergePartitions(params, R) };

@@ -6,7 +6,7 @@ import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { STATE_BYTES_PER_PARAM, stageMergeTraffic } from '../../src/sim/costs.ts';
 import type { HardwareTable } from '../../src/sim/hardware.ts';
-import { lastHeartbeatMs, ORCHESTRATOR_TICK_MS, orchestratorRoundMs, stageMergeTime, type MergeWork } from '../../src/sim/merge-time.ts';
+import { lastHeartbeatMs, mergeRequests, ORCHESTRATOR_TICK_MS, orchestratorRoundMs, stageMergeTime, type MergeWork } from '../../src/sim/merge-time.ts';
 import { Rng } from '../../src/sim/rng.ts';
 import { simOptions, simulate } from '../../src/sim/simulate.ts';
 
@@ -87,4 +87,20 @@ test("the round's compute: each replica's on its path, and the orchestrator's wo
   assert.deepEqual(orchestrator, { upload: 4000, merge: 4000, apply: 3000 });
   const held = stageMergeTime(params, [fast, fast], { heartbeatMs: 250, work, orchestrator }).ms;
   assert.ok(Math.abs(held - (4000 + 4000 + 3000 + 3 * 100)) < 1e-6, `${held}`);
+});
+
+test("a round's requests: each replica's one after another on its path, half of each the orchestrator's on its one thread", () => {
+  const fast = { upMbps: 1000, downMbps: 1000, latencyMs: 0 };
+  const params = 1e6;
+  // 2 replicas, 4 partitions: 4 frames up; 4 partitions merged, each 2 frames down and 1 up; 4 merged frames down
+  assert.deepEqual(mergeRequests(params, 2), { upload: 4, merge: 12, apply: 4 });
+  // 4 replicas, 8 partitions: each merges 4, with 4 inputs and an upload each
+  assert.deepEqual(mergeRequests(params, 4), { upload: 8, merge: 20, apply: 8 });
+  const none: MergeWork = { uploadMsPerParam: 0, mergeMsPerParam: 0, applyMsPerParam: 0, checkMsPerParam: 0, mergedMsPerParam: 0, writeMsPerParam: 0 };
+  const work = { ...none, requestMs: 10 };
+  const base = stageMergeTime(params, [fast, fast], { heartbeatMs: 250 }).ms;
+  // 40 ms and 120 ms more on the upload and merge paths; applying's 40 ms fit before the next heartbeat
+  assert.ok(Math.abs(stageMergeTime(params, [fast, fast], { heartbeatMs: 250, work }).ms - base - 160) < 1e-6);
+  // the orchestrator serves every replica's: 2 stages x 2 replicas x (4, 12, 4) requests x 5 ms; a single replica's state upload, one
+  assert.deepEqual(orchestratorRoundMs([{ params, replicas: 2 }, { params, replicas: 2 }, { params, replicas: 1 }], work), { upload: 80, merge: 240, apply: 85 });
 });

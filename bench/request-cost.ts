@@ -1,0 +1,35 @@
+// A signed request's cost on one idle thread of this machine, for the
+// calibration's merge rounds (src/sim/merge-time.ts MergeWork.requestMs):
+// the miner's client (src/http/client.ts SignedClient, which the merge
+// transport uses) and a real orchestrator's server in this one process; a
+// joined miner downloads a blob of one merge frame's size (GET /blobs/:id:
+// signature, the blob read and its sha256 checked, the body sent) again and
+// again. The median round trip, ms: the client's and the server's share
+// together, which one process cannot tell apart.
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { SignedClient } from '../src/http/client.ts';
+import { startOrchestrator } from '../src/orchestrator/server.ts';
+import { joinMiner } from './flood.bench.ts';
+import { median } from './harness.ts';
+
+export async function measureRequestMs(frameBytes: number, requests = 60): Promise<number> {
+  const dir = mkdtempSync(join(tmpdir(), 'nimble-request-'));
+  const orch = await startOrchestrator({ dataDir: join(dir, 'orch') });
+  try {
+    const client = new SignedClient(orch.url, await joinMiner(orch));
+    const blob = await orch.coordinator.blobs.put(new Uint8Array(frameBytes).map((_, i) => (i * 131) & 255));
+    const times: number[] = [];
+    for (let k = 0; k < requests + 5; k++) {
+      const t0 = performance.now();
+      const bytes = await client.request('GET', `/blobs/${blob}`);
+      if (bytes.length !== frameBytes) throw new Error(`a blob of ${bytes.length} bytes came back for ${frameBytes}`);
+      if (k >= 5) times.push(performance.now() - t0);
+    }
+    return median(times);
+  } finally {
+    await orch.close();
+    rmSync(dir, { recursive: true, force: true });
+  }
+}
