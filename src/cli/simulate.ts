@@ -12,7 +12,7 @@ import { chartSvg } from '../sim/chart.ts';
 import { DEFAULT_HARDWARE, loadHardwareFile } from '../sim/hardware.ts';
 import { simModel } from '../sim/models.ts';
 import { simOptions, simulate } from '../sim/simulate.ts';
-import type { SimOptions, SimReport } from '../sim/types.ts';
+import { ROUTE_RULES, type RouteRule, type SimOptions, type SimReport } from '../sim/types.ts';
 import { emit, parsePositiveInt } from './common.ts';
 
 interface Flags {
@@ -33,6 +33,7 @@ interface Flags {
   deadline?: string;
   slots?: string;
   activationRatio?: string;
+  route: string;
   maxEvents?: string;
 }
 
@@ -65,6 +66,7 @@ export function registerSimulate(program: Command): void {
     .option('--merge-every <h>', 'inner steps per replica between merges (default: the orchestrator default, 100)')
     .option('--codec <codec>', 'activation codec: f32, f16 or int8-row', 'f16')
     .option('--activation-ratio <r>', 'what-if: activation and gradient frames compressed this many times more than the codec does (default 1: the real frames)')
+    .option('--route <rule>', `how a sender picks the next hop: ${ROUTE_RULES.join(', ')} (what-if: two weighted draws, the shorter queue for its speed)`, 'weighted')
     .option('--merge-bytes-per-param <b>', 'bytes per parameter of merge frames (default: the real int8-block frames, ~1.02)')
     .option('--memory-model <name>', `what a miner keeps per parameter and activation: ${Object.keys(MEMORY_MODELS).join(', ')} (what-ifs; engine is what the engines do, docs/simulation.md)`, 'engine')
     .option('--stages <n>', 'number of stages (default: the planner chooses)')
@@ -94,6 +96,7 @@ export function registerSimulate(program: Command): void {
         seed: number('--seed', flags.seed, 0, 2 ** 32 - 1),
         hardware: flags.hardware ? loadHardwareFile(flags.hardware) : DEFAULT_HARDWARE,
         codec: flags.codec as ActivationCodec,
+        route: flags.route as RouteRule,
         memoryModel: flags.memoryModel,
         ...(flags.mergeEvery !== undefined ? { mergeEvery: parsePositiveInt('--merge-every', flags.mergeEvery, 1) } : {}),
         ...(flags.mergeBytesPerParam !== undefined ? { mergeBytesPerParam: number('--merge-bytes-per-param', flags.mergeBytesPerParam, 1e-6, 4) } : {}),
@@ -123,7 +126,7 @@ const num = (x: number, d = 0): string => x.toLocaleString('en-US', { maximumFra
 /** The human view of a report. */
 export function describeReport(r: SimReport): string {
   const lines = [
-    `${r.model} (${num(r.params / 1e6, 1)} M parameters) on ${num(r.miners)} miners, ${r.hours} simulated h, seed ${r.seed}; batch ${r.batchSize}, ${r.slots} slots, activations ${r.codec}${r.activationRatio !== 1 ? ` ÷ ${num(r.activationRatio, 1)} (what-if)` : ''}, memory model ${r.memoryModel}, merge every ${r.mergeEvery}`,
+    `${r.model} (${num(r.params / 1e6, 1)} M parameters) on ${num(r.miners)} miners, ${r.hours} simulated h, seed ${r.seed}; batch ${r.batchSize}, ${r.slots} slots, activations ${r.codec}${r.activationRatio !== 1 ? ` ÷ ${num(r.activationRatio, 1)} (what-if)` : ''}, ${r.route !== 'weighted' ? `route ${r.route} (what-if), ` : ''}memory model ${r.memoryModel}, merge every ${r.mergeEvery}`,
     `stages: ${r.stages.length}; memory per miner up to ${gb(r.memoryPerMinerBytes)}`,
     ...r.stages.map((s, i) => `  stage ${i} [${s.range.from},${s.range.to})  ${num(s.params / 1e6, 1)} M params  ${gb(s.memoryBytes)}  ${s.replicas} replicas (${s.replicasAtEnd} at the end)  planned ${num(s.plannedTokensPerS)} tokens/s`),
     `tokens/s: ${num(r.tokensPerS, 1)} (planner's compute bound ${num(r.plannedTokensPerS)}); ${num(r.microbatchesDone)} microbatches`,

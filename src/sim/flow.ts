@@ -47,8 +47,22 @@ export const REJECTION_TRIES = 32;
  * exact draws is exact, so the distribution is the same either way, but the
  * random numbers used are not: large stages' runs differ from the linear
  * draw's run by chance, not by law.
+ *
+ * With the what-if route 'two-choices' the sender draws twice by that law
+ * and takes the replica with the larger peerWeight (the shorter queue for
+ * its speed), reading the replicas' queues as they are (the network's
+ * senders know them only as the orchestrator last heard them).
  */
 export function drawNextHop(w: World, stage: number, rng: Rng = w.rng): SimMiner | null {
+  const first = weightedHop(w, stage, rng);
+  if (w.options.route !== 'two-choices' || first === null) return first;
+  // the what-if: a second draw by the same law, and the one whose queue is shorter for its speed
+  const second = weightedHop(w, stage, rng)!;
+  return peerWeight(second.gflops, second.queue.length) > peerWeight(first.gflops, first.queue.length) ? second : first;
+}
+
+/** One draw of the network's rule (drawNextHop). */
+function weightedHop(w: World, stage: number, rng: Rng): SimMiner | null {
   const members = w.members[stage];
   if (!members) return null;
   const bounds = w.memberLists[stage];

@@ -69,6 +69,7 @@ export function buildReport(w: World, initial: Plan): SimReport {
     slots: o.slots,
     codec: o.codec,
     activationRatio: o.activationRatio,
+    route: o.route,
     memoryModel: o.memoryModel,
     mergeEvery: o.mergeEvery,
     stages: initial.stages.map((s, i) => ({

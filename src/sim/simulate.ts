@@ -12,7 +12,7 @@ import { DEFAULT_HARDWARE } from './hardware.ts';
 import { ORCHESTRATOR_TICK_MS } from './merge-time.ts';
 import { simModel } from './models.ts';
 import { buildReport } from './report.ts';
-import type { SimOptions, SimReport } from './types.ts';
+import { ROUTE_RULES, type SimOptions, type SimReport } from './types.ts';
 import { World } from './world.ts';
 
 /** Options with the network's defaults filled in. */
@@ -32,6 +32,7 @@ export function simOptions(input: Partial<SimOptions> & { modelName: string; min
     tickMs: ORCHESTRATOR_TICK_MS,
     codec: 'f16',
     activationRatio: 1,
+    route: 'weighted',
     memoryModel: 'engine',
     rejoinMs: 10 * 60_000,
     epochMs: 3_600_000,
@@ -49,6 +50,7 @@ export function simOptions(input: Partial<SimOptions> & { modelName: string; min
   check(o.tickMs > 0 && o.heartbeatMs > 0, `tick and heartbeat must be positive, got ${o.tickMs} and ${o.heartbeatMs}`);
   check(Number.isInteger(o.slots) && o.slots >= 1 && o.slots <= 256, `slots must be an integer in [1, 256], got ${o.slots}`);
   check(o.activationRatio >= 1 && Number.isFinite(o.activationRatio), `activation compression ratio must be a finite number ≥ 1, got ${o.activationRatio}`);
+  check(ROUTE_RULES.includes(o.route), `route must be one of ${ROUTE_RULES.join(', ')}, got ${o.route}`);
   check(isMemoryModelName(o.memoryModel), `memory model must be one of ${Object.keys(MEMORY_MODELS).join(', ')}, got ${o.memoryModel}`);
   check(!o.host || (Number.isInteger(o.host.cores) && o.host.cores >= 1), `a shared host needs a positive whole number of cores, got ${o.host?.cores}`);
   check(!o.host || (o.host.orchestratorMsPerMicrobatch >= 0 && Number.isFinite(o.host.orchestratorMsPerMicrobatch) && o.host.hopOverheadMs.every((x) => x >= 0 && Number.isFinite(x))), 'a shared host\'s overheads must be finite numbers ≥ 0');

@@ -8,6 +8,10 @@ import type { MemoryModelName } from './memory-models.ts';
 import type { MergeWork } from './merge-time.ts';
 import type { TimeSeries } from './timeline.ts';
 
+/** The next-hop rules the simulator knows (SimOptions.route). */
+export const ROUTE_RULES = ['weighted', 'two-choices'] as const;
+export type RouteRule = (typeof ROUTE_RULES)[number];
+
 export interface SimOptions {
   /** the model's name (for the report) and config */
   modelName: string;
@@ -53,6 +57,8 @@ export interface SimOptions {
   codec: ActivationCodec;
   /** what-if: the codec's payload divided by this much more (1: the real frames) */
   activationRatio: number;
+  /** how a sender picks the next hop: 'weighted' (the network's rule, peerWeight), or what-if 'two-choices' (two weighted draws, the one with the shorter queue for its speed) */
+  route: RouteRule;
   /** merge frames' bytes per parameter; undefined = the real int8-block frames (≈1.02) */
   mergeBytesPerParam?: number;
   /** a merge round's compute per value, the replicas' and the orchestrator's (./merge-time.ts); undefined = not modelled */
@@ -207,6 +213,8 @@ export interface SimReport {
   codec: ActivationCodec;
   /** the what-if compression beyond the codec (1: none) */
   activationRatio: number;
+  /** the next-hop rule (SimOptions.route) */
+  route: RouteRule;
   /** what a miner keeps per parameter and activation (./memory-models.ts) */
   memoryModel: MemoryModelName;
   mergeEvery: number;

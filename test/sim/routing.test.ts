@@ -76,3 +76,28 @@ test('on a stage of many replicas the next hop is drawn by rejection with the sa
   for (const m of members) m.gone = true;
   assert.equal(drawNextHop(world, stage, rng), null);
 });
+
+test("what-if route 'two-choices': of two draws by the network's law the sender takes the larger peerWeight, pick for pick", () => {
+  const { world } = simulateWorld(simOptions({ modelName: 'gpt-tiny', miners: 40, stages: 3, hours: 0.02, churn: 0, seed: 7, route: 'two-choices' }));
+  const shuffle = new Rng(4);
+  let differs = 0;
+  for (let round = 0; round < 200; round++) {
+    for (const m of world.miners) {
+      m.queue.length = 0;
+      for (let q = Math.floor(shuffle.next() * 4); q > 0; q--) m.queue.push({ kind: 'forward', mb: 0, attempt: 1 });
+      m.gone = false;
+      m.readyAt = 0;
+    }
+    for (let s = 0; s < world.stageCount; s++) {
+      const routable = [...world.members[s]].map((i) => world.miners[i]);
+      const weights = routable.map((m) => peerWeight(m.gflops, m.queue.length));
+      const b = new Rng(round * 31 + s);
+      const [x, y] = [routable[b.weighted(weights)], routable[b.weighted(weights)]];
+      const want = peerWeight(y.gflops, y.queue.length) > peerWeight(x.gflops, x.queue.length) ? y : x;
+      assert.equal(drawNextHop(world, s, new Rng(round * 31 + s)), want, `round ${round}, stage ${s}`);
+      if (want !== x) differs++;
+    }
+  }
+  assert.ok(differs > 50, `the second draw was taken ${differs} times`);
+  assert.throws(() => simOptions({ modelName: 'gpt-tiny', miners: 4, route: 'shortest' as never }), /route must be one of weighted, two-choices, got shortest/);
+});
