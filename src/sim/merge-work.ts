@@ -59,6 +59,7 @@ export async function measureMergeWork(net: LocalNetwork, reps = 5): Promise<Mer
       const n = runner.paramCount;
       const parts = partitionVector(n, mergePartitions(n, 2));
       const at = { runId: 'calibration', stage: s, round: 1 };
+      // as if every value took weight decay (a real stage's biases and gains do not): the arithmetic per value is the same
       const start = { weights: runner.copyWeights(new Float32Array(n)), decaySize: n };
       let frames: Uint8Array[] = [];
       const upload = timed(reps, () => (frames = pseudoGradientFrames(runner, parts, at)));
