@@ -156,27 +156,22 @@ export function calibrationStage(net: LocalNetwork, s: number): StageAssignment 
  * warm-up.
  */
 export async function measureEngine(net: LocalNetwork, reps = 7): Promise<JobTimes> {
-  const config = simModel(net.model);
   const ranges = localStages(net);
-  const codec = net.codec ?? 'f16';
   const engine = await Engine.create({ threads: 1 });
   const corpus = loadCorpus('moby-dick');
   try {
     const referenceGflops = measureCpuHardware(engine, new Throttle(1)).gflops;
-    const C = config.channels;
-    const rows = net.batchSize * config.contextLength;
-    const framed = (x: Float32Array): Float32Array => decodeFrame(encodeFrame(x, [rows, C], codec, { runId: 'calibration', microbatch: 1 })).data;
+    const frames = calibrationFrames(net);
     const stages = [];
     // every job's time relative to its kind's median: their spread is the jitter
     const relative: number[] = [];
     for (let s = 0; s < ranges.length; s++) {
       const runner = new StageRunner(engine, calibrationStage(net, s), 1, corpus);
       await runner.ready();
-      const input = new Float32Array(rows * C).map((_, i) => Math.sin(i) * 0.1);
       const fwd: number[] = [];
       const bwd: number[] = [];
       for (let k = 0; k < reps + 2; k++) {
-        const t = await stageJobs(runner, k, input, framed);
+        const t = await stageJobs(runner, k, frames);
         if (k >= 2) {
           fwd.push(t.forwardMs);
           bwd.push(t.backwardMs);
@@ -195,14 +190,29 @@ export async function measureEngine(net: LocalNetwork, reps = 7): Promise<JobTim
   }
 }
 
+/** A local network's frames as its miners send them: `framed` encodes one in the run's codec and decodes it; `input` stands for every frame a stage receives (activation or activation gradient). */
+export interface CalibrationFrames {
+  framed(x: Float32Array): Float32Array;
+  input: Float32Array;
+}
+
+export function calibrationFrames(net: LocalNetwork): CalibrationFrames {
+  const config = simModel(net.model);
+  const shape: [number, number] = [net.batchSize * config.contextLength, config.channels];
+  const codec = net.codec ?? 'f16';
+  return {
+    framed: (x) => decodeFrame(encodeFrame(x, shape, codec, { runId: 'calibration', microbatch: 1 })).data,
+    input: new Float32Array(shape[0] * shape[1]).map((_, i) => Math.sin(i) * 0.1),
+  };
+}
+
 /**
  * Microbatch `k`'s jobs on a stage as its miner runs them (forward, then
  * backward with the AdamW step; the last stage's forward, loss and backward
  * as one job, counted as its forward), each with the frames it receives
- * decoded and those it sends encoded by `framed`; `input` stands for every
- * frame a stage receives (activation or activation gradient). Wall ms of each.
+ * decoded and those it sends encoded (`frames`). Wall ms of each.
  */
-export async function stageJobs(runner: StageRunner, k: number, input: Float32Array, framed: (x: Float32Array) => Float32Array): Promise<{ forwardMs: number; backwardMs: number }> {
+export async function stageJobs(runner: StageRunner, k: number, { framed, input }: CalibrationFrames): Promise<{ forwardMs: number; backwardMs: number }> {
   const s = runner.assignment.stage;
   let t0 = performance.now();
   if (s === runner.assignment.stageCount - 1) {

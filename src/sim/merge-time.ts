@@ -49,7 +49,7 @@ export interface StageMerge {
   partitions: number;
 }
 
-/** A merge round's compute on one thread, ms per value (measured: src/sim/calibrate.ts measureMergeWork). */
+/** A merge round's compute on one thread, ms per value (measured: src/sim/merge-work.ts measureMergeWork). */
 export interface MergeWork {
   /** a replica: its pseudo-gradient and their int8 frames, per parameter of the stage */
   uploadMsPerParam: number;
@@ -143,8 +143,8 @@ export function stageMergeTime(params: number, replicas: readonly MergeLink[], o
   if (R < 2) {
     // one replica: straight to applying; it reports on its next heartbeat, and uploads its own state, which the orchestrator checks
     const state = params * STATE_BYTES_PER_PARAM;
-    const save = transferMs(state, replicas[0].upMbps) + 2 * replicas[0].latencyMs + orchestrator.apply;
-    return { ms: clocks.single(save), bytesPerReplica: 0, bytesTotal: state, partitions: 0 };
+    const save = transferMs(state, replicas[0].upMbps) + 2 * replicas[0].latencyMs;
+    return { ms: clocks.single(save, orchestrator.apply), bytesPerReplica: 0, bytesTotal: state, partitions: 0 };
   }
   const t = stageMergeTraffic(params, R, bytesPerParam);
   const compute = (msPerValue: number | undefined, values: number): number => (msPerValue ?? 0) * values;
@@ -164,8 +164,8 @@ interface RoundClocks {
   phase(start: number, work: readonly number[], own: number): number;
   /** the applying phase: as `phase`, but each replica's report rides its first heartbeat after it applied */
   apply(start: number, work: readonly number[], own: number): number;
-  /** a single replica's round, opened in applying: it reports on the heartbeat after the one it learned on, and saves its state in `save` from that one */
-  single(save: number): number;
+  /** a single replica's round, opened in applying: it reports on the heartbeat after the one it learned on, and uploads its state in `save` from that one; the orchestrator does `own` from the opening */
+  single(save: number, own: number): number;
 }
 
 function roundClocks(R: number, hb: number, tickMs: number, rng: Rng | undefined): RoundClocks {
@@ -176,7 +176,7 @@ function roundClocks(R: number, hb: number, tickMs: number, rng: Rng | undefined
     return {
       phase: (start, work, own) => start + Math.max(last + Math.max(...work), own) + tickMs / 2,
       apply: (start, work, own) => start + Math.max(last + periods(work), own) + tickMs / 2,
-      single: (save) => last + Math.max(hb, save) + tickMs / 2,
+      single: (save, own) => Math.max(last + Math.max(hb, save), own) + tickMs / 2,
     };
   }
   const offsets = Array.from({ length: R }, () => rng.next() * hb);
@@ -186,6 +186,6 @@ function roundClocks(R: number, hb: number, tickMs: number, rng: Rng | undefined
   return {
     phase: (start, work, own) => tick(Math.max(start + own, ...work.map((w, i) => beat(i, start) + w))),
     apply: (start, work, own) => tick(Math.max(start + own, ...work.map((w, i) => beat(i, beat(i, start) + w)))),
-    single: (save) => tick(Math.max(beat(0, beat(0, 0)), beat(0, 0) + save)),
+    single: (save, own) => tick(Math.max(own, beat(0, beat(0, 0)), beat(0, 0) + save)),
   };
 }

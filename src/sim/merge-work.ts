@@ -16,16 +16,14 @@ import { loadCorpus } from '../data/corpus.ts';
 import { Engine } from '../engine/engine.ts';
 import { createOuterState, DEFAULT_OUTER_LR, DEFAULT_OUTER_MOMENTUM, outerStep } from '../merge/outer.ts';
 import { partitionVector } from '../merge/partition.ts';
-import { decodePartitionFrame, decodePartitionFrames } from '../merge/pseudo-gradient.ts';
+import { decodePartitionFrame } from '../merge/pseudo-gradient.ts';
 import { decodeMergedDelta, mergePartition, pseudoGradientFrames } from '../miner/merge-round.ts';
 import { StageRunner } from '../miner/stage-runner.ts';
 import { blobId } from '../orchestrator/blobs.ts';
 import { sliceReach } from '../orchestrator/merge-checks.ts';
-import { decodeFrame, encodeFrame } from '../protocol/frame.ts';
-import { calibrationStage, localStages, stageJobs, type LocalNetwork } from './calibrate.ts';
+import { calibrationFrames, calibrationStage, localStages, stageJobs, type LocalNetwork } from './calibrate.ts';
 import { mergePartitions } from './costs.ts';
 import type { MergeWork } from './merge-time.ts';
-import { simModel } from './models.ts';
 
 const MERGED_CODECS = { codecs: ['int8-block', 'f16', 'f32'] as ('int8-block' | 'f16' | 'f32')[] };
 
@@ -42,10 +40,7 @@ function timed(reps: number, f: () => void): number {
 
 /** A merge round's compute per value on one thread, for the stages of `net`'s run with two replicas each. */
 export async function measureMergeWork(net: LocalNetwork, reps = 5): Promise<MergeWork> {
-  const config = simModel(net.model);
-  const rows = net.batchSize * config.contextLength;
-  const codec = net.codec ?? 'f16';
-  const framed = (x: Float32Array): Float32Array => decodeFrame(encodeFrame(x, [rows, config.channels], codec, { runId: 'calibration', microbatch: 1 })).data;
+  const io = calibrationFrames(net);
   const engine = await Engine.create({ threads: 1 });
   const corpus = loadCorpus('moby-dick');
   const sums: MergeWork = { uploadMsPerParam: 0, mergeMsPerParam: 0, applyMsPerParam: 0, checkMsPerParam: 0, mergedMsPerParam: 0, writeMsPerParam: 0 };
@@ -54,8 +49,7 @@ export async function measureMergeWork(net: LocalNetwork, reps = 5): Promise<Mer
     for (let s = 0; s < stages; s++) {
       const runner = new StageRunner(engine, calibrationStage(net, s), 1, corpus);
       await runner.ready();
-      const input = new Float32Array(rows * config.channels).map((_, i) => Math.sin(i) * 0.1);
-      for (let k = 0; k < 2; k++) await stageJobs(runner, k, input, framed);
+      for (let k = 0; k < 2; k++) await stageJobs(runner, k, io);
       const n = runner.paramCount;
       const parts = partitionVector(n, mergePartitions(n, 2));
       const at = { runId: 'calibration', stage: s, round: 1 };
@@ -78,7 +72,7 @@ export async function measureMergeWork(net: LocalNetwork, reps = 5): Promise<Mer
       const apply = timed(reps, () => runner.applyOuterStep(decodeMergedDelta(merged, parts), 1, DEFAULT_OUTER_LR, DEFAULT_OUTER_MOMENTUM));
       const write = timed(reps, () => {
         for (const f of merged) blobId(f);
-        const delta = decodePartitionFrames(merged, parts, undefined, MERGED_CODECS);
+        const delta = decodeMergedDelta(merged, parts);
         outerStep(createOuterState(n, { lr: DEFAULT_OUTER_LR, momentum: DEFAULT_OUTER_MOMENTUM }), start.weights, delta);
         blobId(runner.encodeState(1));
       });

@@ -87,6 +87,10 @@ test("the round's compute: each replica's on its path, and the orchestrator's wo
   assert.deepEqual(orchestrator, { upload: 4000, merge: 4000, apply: 3000 });
   const held = stageMergeTime(params, [fast, fast], { heartbeatMs: 250, work, orchestrator }).ms;
   assert.ok(Math.abs(held - (4000 + 4000 + 3000 + 3 * 100)) < 1e-6, `${held}`);
+  // a single replica's round waits for the orchestrator's applying work too, from the opening (its upload takes 8 ms here)
+  const single = stageMergeTime(params, [fast], { heartbeatMs: 250, work, orchestrator }).ms;
+  assert.ok(Math.abs(single - (3000 + 100)) < 1e-6, `${single}`);
+  assert.ok(Math.abs(stageMergeTime(params, [fast], { heartbeatMs: 250 }).ms - (125 + 250 + 100)) < 1e-6);
 });
 
 test("a round's requests: each replica's one after another on its path, half of each the orchestrator's on its one thread", () => {
