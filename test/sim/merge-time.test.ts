@@ -91,6 +91,8 @@ test("the round's compute: each replica's on its path, and the orchestrator's wo
   const single = stageMergeTime(params, [fast], { heartbeatMs: 250, work, orchestrator }).ms;
   assert.ok(Math.abs(single - (3000 + 100)) < 1e-6, `${single}`);
   assert.ok(Math.abs(stageMergeTime(params, [fast], { heartbeatMs: 250 }).ms - (125 + 250 + 100)) < 1e-6);
+  assert.throws(() => simOptions({ modelName: 'gpt-tiny', miners: 4, mergeWork: { ...none, checkMsPerParam: -1 } }), /compute per value must be finite numbers ≥ 0/);
+  assert.throws(() => simOptions({ modelName: 'gpt-tiny', miners: 4, mergeWork: { ...none, requestMs: Number.NaN } }), /compute per value must be finite numbers ≥ 0/);
 });
 
 test("a round's requests: each replica's one after another on its path, half of each the orchestrator's on its one thread", () => {
