@@ -34,7 +34,7 @@ import { availableParallelism } from 'node:os';
 import type { MinerView, RunView } from '../src/api/schemas.ts';
 import { PeerHealth, type JobTimeSums } from '../src/miner/peer-api.ts';
 import { parse } from '../src/protocol/messages.ts';
-import { averageJobTimes, hostOverheads, jobSpreadBetween, localStages, measureEngine, predictLocal, type LocalNetwork, type MeasuredCpu } from '../src/sim/calibrate.ts';
+import { averageJobTimes, hostOverheads, jobSpreadBetween, localStages, measureEngine, predictLocal, type HeartbeatCpu, type LocalNetwork, type MeasuredCpu } from '../src/sim/calibrate.ts';
 import type { MergeWork } from '../src/sim/merge-time.ts';
 import { measureMergeWork } from '../src/sim/merge-work.ts';
 import { int8PartitionBytes, mergePartitions } from '../src/sim/costs.ts';
@@ -44,6 +44,7 @@ import { measureRequestMs } from './request-cost.ts';
 import type { JobTimes } from '../src/sim/types.ts';
 import { median, type Bench, type BenchResult } from './harness.ts';
 import { startNet, stopNet, type Net } from './network.bench.ts';
+import { measureCrowdedRate } from './host-crowding.ts';
 import { ownCpuMs, processCpuMs } from './process-cpu.ts';
 
 /** nbcli up's demo miners (src/cli/up.ts THROTTLES; 1 thread each for 4 miners on this 2-core machine). */
@@ -63,15 +64,36 @@ const ENGINE_NET: LocalNetwork = {
   mergeEvery: 100,
 };
 
-/** CPU so far of a network's processes: each miner child's and this process's (the orchestrator's). */
+/** CPU so far of a network's processes: each miner child's and this process's (the orchestrator's); the heartbeats the orchestrator took. */
 interface CpuMark {
   children: number[];
   own: number;
   microbatches: number;
+  heartbeats: number;
 }
 
 function cpuMark(net: Net, microbatches: number): CpuMark {
-  return { children: net.children.map((c) => processCpuMs(c.pid!)), own: ownCpuMs(), microbatches };
+  return { children: net.children.map((c) => processCpuMs(c.pid!)), own: ownCpuMs(), microbatches, heartbeats: net.orch.coordinator.heartbeatsTaken };
+}
+
+/**
+ * A heartbeat's CPU on a network whose miners have joined and hold no
+ * stage: the orchestrator's and the miners' CPU over `ms`, per heartbeat the
+ * orchestrator took. The orchestrator's includes its clock's idle ticks,
+ * which one network cannot tell apart from its heartbeats.
+ */
+async function idleHeartbeatCpu(net: Net, ms = 6000): Promise<HeartbeatCpu> {
+  for (let i = 0; (await net.api.miners()).length < net.children.length; i++) {
+    if (i > 600) throw new Error('the miners did not join');
+    await new Promise((r) => setTimeout(r, 100));
+  }
+  await new Promise((r) => setTimeout(r, 1000));
+  const a = cpuMark(net, 0);
+  await new Promise((r) => setTimeout(r, ms));
+  const b = cpuMark(net, 0);
+  const beats = b.heartbeats - a.heartbeats;
+  if (beats <= 0) throw new Error('no heartbeat in the idle window');
+  return { orchestratorMs: (b.own - a.own) / beats, minerMs: b.children.reduce((sum, x, k) => sum + x - a.children[k], 0) / beats };
 }
 
 /** CPU per microbatch between two marks: per stage, the mean over its replicas (miner child K is named mK). */
@@ -85,6 +107,7 @@ function cpuBetween(a: CpuMark, b: CpuMark, run: RunView): MeasuredCpu {
   return {
     minerMsPerMicrobatch: run.stages.map((s) => s.replicas.reduce((sum, r) => sum + ofChild(r.name), 0) / s.replicas.length),
     orchestratorMsPerMicrobatch: (b.own - a.own) / n,
+    heartbeats: { perMicrobatch: (b.heartbeats - a.heartbeats) / n, miners: b.children.length },
   };
 }
 
@@ -107,6 +130,8 @@ export interface MeasuredPipeline {
   jobSpread: number;
   miners: MinerView[];
   run: RunView;
+  /** a heartbeat's CPU on the same network before its run */
+  heartbeat: HeartbeatCpu;
 }
 
 /**
@@ -117,6 +142,7 @@ export interface MeasuredPipeline {
 export async function measurePipeline(steps = PIPELINE_STEPS): Promise<MeasuredPipeline> {
   const net = await startNet([{ threads: 1 }, { threads: 1 }]);
   try {
+    const heartbeat = await idleHeartbeatCpu(net);
     const { id } = await net.api.createRun({ model: 'gpt-tiny', data: 'moby-dick', steps, stages: 2, batchSize: BATCH_SIZE, mergeEvery: 1_000_000, minMiners: 2 });
     const window = 20;
     const rates: number[] = [];
@@ -141,7 +167,7 @@ export async function measurePipeline(steps = PIPELINE_STEPS): Promise<MeasuredP
     const lastJobs = await jobSums(net);
     const run = await net.api.run(id);
     const jobSpread = jobSpreadBetween(firstJobs.map((a, i) => [a, lastJobs[i]] as const));
-    return { tokensPerS: median(rates), cpu: cpuBetween(first!, cpuMark(net, mark.microbatchesDone), run), jobSpread, miners: await net.api.miners(), run };
+    return { tokensPerS: median(rates), cpu: cpuBetween(first!, cpuMark(net, mark.microbatchesDone), run), jobSpread, miners: await net.api.miners(), run, heartbeat };
   } finally {
     await stopNet(net);
   }
@@ -274,6 +300,8 @@ export const simCalibrationBenches: Bench[] = [
         o.log(`engine ${when} (this process alone): ${JSON.stringify(engine.at(-1))}; a merge round's compute (ns per value; a request's round trip in ms): ${JSON.stringify(merging.at(-1), (k, v: unknown) => (typeof v === 'number' && k.endsWith('PerParam') ? Number((v * 1e6).toFixed(2)) : v))}`);
       };
       await measureIdle('before the pipeline run');
+      const crowding = await measureCrowdedRate(ENGINE_NET, availableParallelism());
+      o.log(`time slicing (a stage-0 microbatch alone, then in ${crowding.processes} processes at once): ${crowding.aloneMs.toFixed(1)} → ${crowding.crowdedMs.toFixed(1)} ms, so a crowded process gets ${(100 * crowding.crowdedRate).toFixed(1)}% of its fair share`);
       o.log(`the pipeline run: 2 single-thread miners, 2 stages, ${PIPELINE_STEPS} microbatches`);
       const pipe = await measurePipeline(PIPELINE_STEPS);
       o.log(`${Math.round(pipe.tokensPerS)} tokens/s; CPU per microbatch: ${cpuLine(pipe.cpu)}; the miners' jobs spread by ${(100 * pipe.jobSpread).toFixed(1)}%`);
@@ -291,7 +319,8 @@ export const simCalibrationBenches: Bench[] = [
       }
       const jobs = { pipeline: averageJobTimes(engine.slice(0, 2)), up: averageJobTimes(engine.slice(1, 3)) };
       // jobs vary as much as the miners' own timings of them in the pipeline run showed (an idle engine's vary less: `jitter` of its job times)
-      const host = { ...hostOverheads(availableParallelism(), pipe.cpu, jobs.pipeline), jobJitter: pipe.jobSpread };
+      o.log(`a heartbeat's CPU on the idle pipeline network: orchestrator ${pipe.heartbeat.orchestratorMs.toFixed(2)} ms, miner ${pipe.heartbeat.minerMs.toFixed(2)} ms; heartbeats per microbatch: pipeline run ${pipe.cpu.heartbeats?.perMicrobatch.toFixed(2)}, up run ${up.cpu?.heartbeats?.perMicrobatch.toFixed(2)}`);
+      const host = { ...hostOverheads(availableParallelism(), pipe.cpu, jobs.pipeline, pipe.heartbeat), jobJitter: pipe.jobSpread, crowdedRate: crowding.crowdedRate };
       o.log(`the shared host, from the pipeline run: ${JSON.stringify(host)}`);
       const mergeWork = meanMergeWork(merging.slice(1, 3));
       const shared = { up: predictLocal(described, { jobTimes: jobs.up, host, mergeWork }), pipeline: predictLocal(pipeline, { jobTimes: jobs.pipeline, host }) };
@@ -299,7 +328,7 @@ export const simCalibrationBenches: Bench[] = [
       o.log(`predicted on the shared host: ${JSON.stringify(shared)}; each miner a machine of its own: ${JSON.stringify(independent)}`);
       // for comparison, the older method: one engine measurement after both runs for both predictions
       const last = engine[2];
-      const lastHost = { ...hostOverheads(availableParallelism(), pipe.cpu, last), jobJitter: pipe.jobSpread };
+      const lastHost = { ...hostOverheads(availableParallelism(), pipe.cpu, last, pipe.heartbeat), jobJitter: pipe.jobSpread, crowdedRate: crowding.crowdedRate };
       const oneMeasure = { up: predictLocal(described, { jobTimes: last, host: lastHost, mergeWork: merging[2] }), pipeline: predictLocal(pipeline, { jobTimes: last, host: lastHost }) };
       // a round lasts a whole number of ticks (mostly 6 or 7 here): the median of a few is one of two values 17% apart, the mean estimates what the simulator's mean predicts
       const measured = { upTokensPerS: median(up.cycleTokensPerS), upMergeMs: mean(up.mergeMs), pipelineTokensPerS: pipe.tokensPerS };
@@ -309,6 +338,7 @@ export const simCalibrationBenches: Bench[] = [
       o.log(`errors (up tokens/s, up merge, pipeline): ${errors(shared).map((e) => e.toFixed(3)).join(', ')}; with one engine measurement after both runs: ${errors(oneMeasure).map((e) => e.toFixed(3)).join(', ')}`);
       return [
         { bench: 'scale.sim_calibration_error', value: Number(error.toFixed(3)), unit: 'ratio' },
+        { bench: 'scale.sim_calibration.host_crowded_rate', value: Number(crowding.crowdedRate.toFixed(3)), unit: 'ratio' },
         { bench: 'scale.sim_calibration_error.independent', value: Number(Math.max(...errors(independent)).toFixed(3)), unit: 'ratio' },
         { bench: 'scale.sim_calibration.pipeline.measured_tokens_per_s', value: Math.round(measured.pipelineTokensPerS), unit: 'tokens/s' },
         { bench: 'scale.sim_calibration.pipeline.predicted_tokens_per_s', value: Math.round(shared.pipeline.tokensPerS), unit: 'tokens/s' },

@@ -91,6 +91,8 @@ export class Coordinator {
   private waitingTriedAt = -Infinity;
   /** live queue lengths, from heartbeats (the router weighs replicas with them) */
   private readonly queues = new Map<string, number>();
+  /** heartbeats taken since this process started (what the calibration bench divides the orchestrator's CPU by) */
+  heartbeatsTaken = 0;
   /** the run/stage/round each miner's last heartbeat said it holds (loaded): only replicas at their stage's round are routed to */
   private readonly holding = new Map<string, string>();
   /** each joined miner's session keys, newest first: the current one (also in the miners table) and a few before it, for receipts it signed before restarting */
@@ -198,6 +200,7 @@ export class Coordinator {
     const miner = this.state.miners.get(minerId);
     if (!miner) throw new NimbleError('not_found', `miner ${minerId} has not joined; call /miners/join first`);
     if (miner.evicted !== null) throw new NimbleError('forbidden', miner.evicted);
+    this.heartbeatsTaken++;
     const now = this.now();
     this.state.miners.touch(minerId, now);
     this.queues.set(minerId, req.queue);

@@ -120,22 +120,54 @@ export interface MeasuredCpu {
   /** per stage: a miner's process CPU ms per microbatch (the mean over the stage's replicas) */
   minerMsPerMicrobatch: number[];
   orchestratorMsPerMicrobatch: number;
+  /** the heartbeats the orchestrator answered over the same window, per microbatch, and the miners that sent them (absent: not counted) */
+  heartbeats?: { perMicrobatch: number; miners: number };
+}
+
+/** The CPU of one heartbeat, measured on an idle network (its miners joined, no run): the orchestrator's, and the sending miner's. */
+export interface HeartbeatCpu {
+  orchestratorMs: number;
+  minerMs: number;
 }
 
 /**
  * The shared host of a local network: `cores`, and what its processes spent
  * beyond the engine's jobs. A stage's hop overhead is its miners' CPU per
  * microbatch less the engine's forward and backward of that stage (measured
- * idle, `jobTimes`), never below 0.
+ * idle, `jobTimes`), never below 0. With `heartbeat` (and the heartbeats
+ * counted in `cpu`), what the heartbeats cost comes out of both the hop
+ * overheads and the orchestrator's CPU per microbatch and is charged per
+ * heartbeat instead: a network of more miners sends more of them per
+ * microbatch.
  */
-export function hostOverheads(cores: number, cpu: MeasuredCpu, jobTimes: JobTimes): SharedHost {
+export function hostOverheads(cores: number, cpu: MeasuredCpu, jobTimes: JobTimes, heartbeat?: HeartbeatCpu): SharedHost {
   if (cpu.minerMsPerMicrobatch.length !== jobTimes.stages.length) throw new RangeError(`CPU of ${cpu.minerMsPerMicrobatch.length} stages for job times of ${jobTimes.stages.length}`);
+  const beats = heartbeat && cpu.heartbeats ? cpu.heartbeats : null;
+  const minerBeatsMs = beats ? (beats.perMicrobatch / beats.miners) * heartbeat!.minerMs : 0;
+  const orchestratorBeatsMs = beats ? beats.perMicrobatch * heartbeat!.orchestratorMs : 0;
   return {
     cores,
-    hopOverheadMs: cpu.minerMsPerMicrobatch.map((ms, s) => Math.max(0, ms - jobTimes.stages[s].forwardMs - jobTimes.stages[s].backwardMs)),
-    orchestratorMsPerMicrobatch: Math.max(0, cpu.orchestratorMsPerMicrobatch),
+    hopOverheadMs: cpu.minerMsPerMicrobatch.map((ms, s) => Math.max(0, ms - minerBeatsMs - jobTimes.stages[s].forwardMs - jobTimes.stages[s].backwardMs)),
+    orchestratorMsPerMicrobatch: Math.max(0, cpu.orchestratorMsPerMicrobatch - orchestratorBeatsMs),
+    ...(beats ? { orchestratorMsPerHeartbeat: heartbeat!.orchestratorMs, minerMsPerHeartbeat: heartbeat!.minerMs } : {}),
     ...(jobTimes.jitter !== undefined ? { jobJitter: jobTimes.jitter } : {}),
   };
+}
+
+/**
+ * SharedHost.crowdedRate from a job's mean time in one process alone on the
+ * host (`aloneMs`) and its mean in each of `processes` single-thread
+ * processes running it at once (`crowdedMs`, more processes than cores):
+ * the share of its fair share each got, undone of the linear ramp of
+ * `processRate`. At most 1 (a crowded host that ran faster than fair lost
+ * nothing), above 0.
+ */
+export function crowdedRateOf(aloneMs: number, crowdedMs: number, processes: number, cores: number): number {
+  if (!(aloneMs > 0 && crowdedMs > 0)) throw new RangeError(`job times must be positive, got ${aloneMs} and ${crowdedMs} ms`);
+  if (!(processes > cores)) throw new RangeError(`crowding needs more processes than cores, got ${processes} on ${cores}`);
+  const ofFair = aloneMs / crowdedMs / (cores / processes);
+  const crowding = Math.min(1, (processes - cores) / cores);
+  return Math.min(1, Math.max(1e-3, 1 - (1 - ofFair) / crowding));
 }
 
 const medianOf = (xs: number[]): number => [...xs].sort((a, b) => a - b)[xs.length >> 1];

@@ -42,9 +42,11 @@ export function beat(w: World, m: SimMiner): void {
     counted++;
     if (++mb.reportedHops === w.stageCount) complete(w, mb);
   }
-  // the orchestrator's one thread handles the request after what it is doing: a microbatch's CPU spread over its stages' reports
+  // the orchestrator's one thread handles the request after what it is doing: its cost, and a microbatch's CPU spread over its stages' reports
   const host = w.options.host!;
-  w.host!.addOrchestratorWork((host.orchestratorMsPerMicrobatch * counted) / w.stageCount, w.now, m.index);
+  w.host!.addOrchestratorWork((host.orchestratorMsPerHeartbeat ?? 0) + (host.orchestratorMsPerMicrobatch * counted) / w.stageCount, w.now, m.index);
+  // the miner's own thread sends it: that CPU runs before its next job
+  m.beatCpuMs += host.minerMsPerHeartbeat ?? 0;
   w.scheduleHost();
 }
 

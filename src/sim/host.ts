@@ -1,8 +1,9 @@
 // The cores of one machine shared by the processes on it (docs/simulation.md,
 // "Calibration"): a local network's miners and its orchestrator, each a
 // single-thread process. Processor sharing: while n processes have work, each
-// runs at min(1, cores ÷ n) of a core, so a job's end moves whenever another
-// starts or ends. The world schedules one 'host' event at the next end; an
+// runs at min(1, cores ÷ n) of a core, less what time slicing costs when
+// there are more processes than cores (`crowdedRate`), so a job's end moves
+// whenever another starts or ends. The world schedules one 'host' event at the next end; an
 // event whose version is not the current one is stale (something started or
 // ended since) and is ignored.
 
@@ -12,10 +13,28 @@ export interface SharedHost {
   cores: number;
   /** per stage: CPU ms a miner spends per microbatch hop beyond the engine's jobs (HTTP, signing, hashing, spot-check records, heartbeats) */
   hopOverheadMs: number[];
-  /** CPU ms of the orchestrator's process per trained microbatch */
+  /** CPU ms of the orchestrator's process per trained microbatch, beyond its heartbeats' */
   orchestratorMsPerMicrobatch: number;
+  /** CPU ms of the orchestrator's process per heartbeat it answers, whatever the heartbeat reports (absent: 0) */
+  orchestratorMsPerHeartbeat?: number;
+  /** CPU ms of a miner's process per heartbeat it sends, whatever it reports (absent: 0) */
+  minerMsPerHeartbeat?: number;
   /** the spread of a job's time from one job to the next, as a coefficient of variation (0 or absent: every job takes its mean) */
   jobJitter?: number;
+  /**
+   * The share of its fair share of the cores a process gets when twice as
+   * many single-thread processes as cores have work (time slicing: switches,
+   * caches refilled); 1 or absent: none lost. Between cores and 2 × cores
+   * processes the loss grows linearly from 0, past 2 × cores it stays.
+   */
+  crowdedRate?: number;
+}
+
+/** The speed of each of `n` busy single-thread processes on `cores` cores, as a share of one core (SharedHost.crowdedRate). */
+export function processRate(n: number, cores: number, crowdedRate = 1): number {
+  if (n <= cores) return 1;
+  const crowding = Math.min(1, (n - cores) / cores);
+  return (cores / n) * (1 - (1 - crowdedRate) * crowding);
 }
 
 /** The key of the orchestrator's process among the miners' indexes. */
@@ -30,13 +49,18 @@ export class HostCores {
   /** the orchestrator's pieces of work, first the one running: core ms, and the miner whose heartbeat it answers (-1: none) */
   private readonly orchestratorQueue: { ms: number; replyTo: number }[] = [];
 
-  constructor(readonly cores: number) {
+  constructor(
+    readonly cores: number,
+    /** SharedHost.crowdedRate */
+    readonly crowdedRate = 1,
+  ) {
     if (!(Number.isInteger(cores) && cores >= 1)) throw new RangeError(`a host has a positive whole number of cores, got ${cores}`);
+    if (!(crowdedRate > 0 && crowdedRate <= 1)) throw new RangeError(`a host's crowded rate is in (0, 1], got ${crowdedRate}`);
   }
 
   /** The share of a core each running process gets now. */
   rate(): number {
-    return Math.min(1, this.cores / Math.max(1, this.running.size));
+    return processRate(this.running.size, this.cores, this.crowdedRate);
   }
 
   /** Whether `key` has work on the cores. */

@@ -53,7 +53,11 @@ export function simOptions(input: Partial<SimOptions> & { modelName: string; min
   check(ROUTE_RULES.includes(o.route), `route must be one of ${ROUTE_RULES.join(', ')}, got ${o.route}`);
   check(isMemoryModelName(o.memoryModel), `memory model must be one of ${Object.keys(MEMORY_MODELS).join(', ')}, got ${o.memoryModel}`);
   check(!o.host || (Number.isInteger(o.host.cores) && o.host.cores >= 1), `a shared host needs a positive whole number of cores, got ${o.host?.cores}`);
-  check(!o.host || (o.host.orchestratorMsPerMicrobatch >= 0 && Number.isFinite(o.host.orchestratorMsPerMicrobatch) && o.host.hopOverheadMs.every((x) => x >= 0 && Number.isFinite(x))), 'a shared host\'s overheads must be finite numbers ≥ 0');
+  check(
+    !o.host || [o.host.orchestratorMsPerMicrobatch, o.host.orchestratorMsPerHeartbeat ?? 0, o.host.minerMsPerHeartbeat ?? 0, ...o.host.hopOverheadMs].every((x) => x >= 0 && Number.isFinite(x)),
+    'a shared host\'s overheads must be finite numbers ≥ 0',
+  );
+  check(!o.host || o.host.crowdedRate === undefined || (o.host.crowdedRate > 0 && o.host.crowdedRate <= 1), `a shared host's crowded rate must be in (0, 1], got ${o.host?.crowdedRate}`);
   check(!o.host || o.host.jobJitter === undefined || (o.host.jobJitter >= 0 && o.host.jobJitter <= 1), `a shared host's job jitter must be a coefficient of variation in [0, 1], got ${o.host?.jobJitter}`);
   check(!o.mergeWork || Object.values(o.mergeWork).every((x) => x >= 0 && Number.isFinite(x)), 'a merge round\'s compute per value must be finite numbers ≥ 0');
   check(o.mergeBytesPerParam === undefined || o.mergeBytesPerParam > 0, `merge bytes per parameter must be positive, got ${o.mergeBytesPerParam}`);

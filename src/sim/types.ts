@@ -106,6 +106,8 @@ export interface SimMiner extends DrawnMiner {
   /** on a shared host (./beats.ts): its last hops done since its last heartbeat, and a heartbeat or a reply waiting for its job to end */
   unreported: { mb: number; attempt: number }[];
   beatDue: boolean;
+  /** on a shared host: the CPU of its heartbeats since its last job began (SharedHost.minerMsPerHeartbeat), run on its thread before the next job */
+  beatCpuMs: number;
   /** when its last heartbeat request went out (host mode: the next is due heartbeatMs after it) */
   beatSentAt: number;
   replyDue: boolean;

@@ -77,7 +77,7 @@ export class World {
     this.horizonMs = options.hours * 3_600_000;
     this.timeline = new Timeline(this.horizonMs, options.samples);
     this.ledger = new WorkLedger(options.epochMs);
-    this.host = options.host ? new HostCores(options.host.cores) : null;
+    this.host = options.host ? new HostCores(options.host.cores, options.host.crowdedRate) : null;
     // its own stream, so that jitter leaves every other draw as it was
     this.jitterRng = new Rng((options.seed ^ 0x5bd1e995) >>> 0);
     this.mergeRng = new Rng((options.seed ^ 0x27d4eb2f) >>> 0);
@@ -105,6 +105,7 @@ export class World {
       job: null,
       unreported: [],
       beatDue: false,
+      beatCpuMs: 0,
       beatSentAt: 0,
       replyDue: false,
       askedSlots: 0,
@@ -176,7 +177,12 @@ export class World {
     return this.computeMs(m, kind === 'forward' ? f.forward : kind === 'backward' ? f.backward : f.forward + f.backward);
   }
 
-  /** A job's core time on miner m: its compute, plus its share of the stage's hop overhead on a shared host (half to each of a forward and a backward). */
+  /**
+   * A job's core time on miner m: its compute, plus its share of the stage's
+   * hop overhead on a shared host (half to each of a forward and a
+   * backward), and the CPU of the heartbeats m sent since its last job began
+   * (its one thread runs them first).
+   */
   jobCoreMs(m: SimMiner, kind: 'forward' | 'backward' | 'both'): number {
     const ms = this.jobMs(m, kind);
     if (!this.options.host) return ms;
@@ -184,7 +190,9 @@ export class World {
     const cv = this.options.host.jobJitter ?? 0;
     // a job's time varies around its mean (the machine's other work, the garbage collector): lognormal with that spread
     const jitter = cv > 0 ? Math.exp(Math.sqrt(Math.log(1 + cv * cv)) * this.jitterRng.normal() - Math.log(1 + cv * cv) / 2) : 1;
-    return (ms + (kind === 'both' ? hop : hop / 2)) * jitter;
+    const beats = m.beatCpuMs;
+    m.beatCpuMs = 0;
+    return (ms + (kind === 'both' ? hop : hop / 2)) * jitter + beats;
   }
 
   /** Schedules the shared host's next job end (nothing without a host, or with nothing running). */

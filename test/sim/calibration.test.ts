@@ -49,13 +49,18 @@ test("merge time on the protocol's clocks: every round whole ticks, on average a
   assert.ok(report.merges.meanMs > hand && report.merges.meanMs < hand + ORCHESTRATOR_TICK_MS, `${report.merges.meanMs} vs ${hand}`);
 });
 
-test('job times measured before and after a run average stage by stage, and their jitter too; none, or measurements of different stage counts, are refused', () => {
+test('job times measured before and after a run average stage by stage, and their jitter too; none, or measurements of different stage counts, are refused; the host overheads less the heartbeats\' CPU', () => {
   const before = { referenceGflops: 40, stages: [{ forwardMs: 30, backwardMs: 50 }, { forwardMs: 70, backwardMs: 0 }] };
   const after = { referenceGflops: 36, stages: [{ forwardMs: 34, backwardMs: 56 }, { forwardMs: 80, backwardMs: 0 }] };
   assert.deepEqual(averageJobTimes([before, after]), { referenceGflops: 38, stages: [{ forwardMs: 32, backwardMs: 53 }, { forwardMs: 75, backwardMs: 0 }] });
   assert.deepEqual(averageJobTimes([{ ...before, jitter: 0.02 }, { ...after, jitter: 0.04 }]).jitter, 0.03);
   const host = hostOverheads(2, { minerMsPerMicrobatch: [85, 75], orchestratorMsPerMicrobatch: 4 }, { ...before, jitter: 0.03 });
   assert.deepEqual(host, { cores: 2, hopOverheadMs: [5, 5], orchestratorMsPerMicrobatch: 4, jobJitter: 0.03 });
+  // with a heartbeat's CPU measured idle: 0.8 heartbeats per microbatch from 2 miners, 2.5 ms to the orchestrator and 2 to the miner each
+  const beats = hostOverheads(2, { minerMsPerMicrobatch: [85, 75], orchestratorMsPerMicrobatch: 4, heartbeats: { perMicrobatch: 0.8, miners: 2 } }, before, { orchestratorMs: 2.5, minerMs: 2 });
+  assert.deepEqual({ ...beats, hopOverheadMs: beats.hopOverheadMs.map((x) => Number(x.toFixed(9))) }, { cores: 2, hopOverheadMs: [4.2, 4.2], orchestratorMsPerMicrobatch: 2, orchestratorMsPerHeartbeat: 2.5, minerMsPerHeartbeat: 2 });
+  // heartbeats not counted in the run: nothing moves
+  assert.deepEqual(hostOverheads(2, { minerMsPerMicrobatch: [85, 75], orchestratorMsPerMicrobatch: 4 }, before, { orchestratorMs: 2.5, minerMs: 2 }), { cores: 2, hopOverheadMs: [5, 5], orchestratorMsPerMicrobatch: 4 });
   assert.deepEqual(averageJobTimes([before]), before);
   assert.throws(() => averageJobTimes([]), /no job times/);
   assert.throws(() => averageJobTimes([before, { referenceGflops: 40, stages: [{ forwardMs: 1, backwardMs: 1 }] }]), /different stage counts/);
@@ -75,6 +80,9 @@ test("with jobs' times spread around their means, the 2-miner pipeline's predict
   assert.ok(spread(exact) > 0.15, `without jitter: ${exact.map(Math.round).join(', ')}`);
   assert.ok(spread(spreadOut) < 0.05, `with 5% jitter: ${spreadOut.map(Math.round).join(', ')}`);
   assert.throws(() => localOptions(net, { jobTimes, hours: 0.25, host: { cores: 2, hopOverheadMs: [2, 3], orchestratorMsPerMicrobatch: 4, jobJitter: 2 } }), /job jitter must be a coefficient of variation in \[0, 1\], got 2/);
+  for (const crowdedRate of [0, 1.5, Number.NaN]) {
+    assert.throws(() => localOptions(net, { jobTimes, hours: 0.25, host: { cores: 2, hopOverheadMs: [2, 3], orchestratorMsPerMicrobatch: 4, crowdedRate } }), /crowded rate must be in \(0, 1\]/);
+  }
 });
 
 test('the normal draw has mean 0 and standard deviation 1', () => {

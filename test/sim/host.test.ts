@@ -4,8 +4,8 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { validateHardwareTable } from '../../src/sim/hardware.ts';
-import { HostCores } from '../../src/sim/host.ts';
-import { predictLocal, type LocalNetwork } from '../../src/sim/calibrate.ts';
+import { HostCores, processRate } from '../../src/sim/host.ts';
+import { crowdedRateOf, predictLocal, type LocalNetwork } from '../../src/sim/calibrate.ts';
 
 /** Runs the host to the end: the time each miner's job ended. */
 function drain(h: HostCores, starts: { key: number; ms: number; at: number }[]): Map<number, number> {
@@ -29,6 +29,26 @@ function drain(h: HostCores, starts: { key: number; ms: number; at: number }[]):
 test('three jobs of 100 ms on 2 cores share them: each runs at 2/3 and all end at 150 ms', () => {
   const ends = drain(new HostCores(2), [0, 1, 2].map((key) => ({ key, ms: 100, at: 0 })));
   for (const k of [0, 1, 2]) assert.ok(Math.abs(ends.get(k)! - 150) < 1e-6, `${k}: ${ends.get(k)}`);
+});
+
+test('crowded: 4 jobs of 100 ms on 2 cores at a crowded rate of 0.9 end at 222.2 ms; 3 lose half as much (157.9 ms); 2 lose nothing', () => {
+  const ends = (n: number): number[] => [...drain(new HostCores(2, 0.9), Array.from({ length: n }, (_, key) => ({ key, ms: 100, at: 0 }))).values()];
+  for (const e of ends(4)) assert.ok(Math.abs(e - 100 / ((2 / 4) * 0.9)) < 1e-6, `4: ${e}`);
+  for (const e of ends(3)) assert.ok(Math.abs(e - 100 / ((2 / 3) * 0.95)) < 1e-6, `3: ${e}`);
+  for (const e of ends(2)) assert.ok(Math.abs(e - 100) < 1e-6, `2: ${e}`);
+  assert.equal(processRate(8, 2, 0.9), (2 / 8) * 0.9, 'past 2 × cores the loss stays');
+  assert.throws(() => new HostCores(2, 0), /crowded rate/);
+  assert.throws(() => new HostCores(2, 1.1), /crowded rate/);
+});
+
+test('the crowded rate measured (a job alone, then in more processes than cores) is the one processRate was given', () => {
+  for (const [processes, cores, rate] of [[4, 2, 0.9], [3, 2, 0.8], [8, 4, 0.95], [5, 2, 1]] as const) {
+    const crowdedMs = 74 / processRate(processes, cores, rate);
+    assert.ok(Math.abs(crowdedRateOf(74, crowdedMs, processes, cores) - rate) < 1e-9, `${processes} on ${cores} at ${rate}`);
+  }
+  assert.equal(crowdedRateOf(74, 140, 4, 2), 1, 'faster than fair: nothing lost');
+  assert.throws(() => crowdedRateOf(74, 150, 2, 2), /more processes than cores/);
+  assert.throws(() => crowdedRateOf(0, 150, 4, 2), /positive/);
 });
 
 test('on 1 core a job that starts later slows the first: 100 ms from 0 and from 50 end at 150 and 200', () => {
@@ -68,6 +88,20 @@ test('2 miners on 1 shared core are bound by the core: a microbatch every (80 + 
   // on 2 cores the same network is bound by its slower stage, 80 + 10 ms, less the orchestrator's share
   const two = predictLocal(pipeline, { jobTimes, hours: 0.1, host: { ...host, cores: 2 } });
   assert.ok(two.tokensPerS > p.tokensPerS * 1.5 && two.tokensPerS <= (768 * 1000) / 90, `${two.tokensPerS}`);
+});
+
+test("heartbeats cost the core too: 10 ms of CPU each (the orchestrator's and the miner's) take up to 8% of a core from 2 miners beating every 250 ms or later", () => {
+  const host = { cores: 1, hopOverheadMs: [10, 6], orchestratorMsPerMicrobatch: 4 };
+  const without = predictLocal(pipeline, { jobTimes, hours: 0.1, host }).tokensPerS;
+  const beating = predictLocal(pipeline, { jobTimes, hours: 0.1, host: { ...host, orchestratorMsPerHeartbeat: 5, minerMsPerHeartbeat: 5 } }).tokensPerS;
+  // at most 2 × 4 heartbeats a second of 10 ms: 8% of the core; fewer when jobs hold the timers back (a period of 400 ms: 5%)
+  const drop = 1 - beating / without;
+  assert.ok(drop > 0.03 && drop <= 0.09, `${without} → ${beating} tokens/s (${(100 * drop).toFixed(1)}%)`);
+  // the miner's part alone, and the orchestrator's alone, each take about half of it
+  for (const only of [{ minerMsPerHeartbeat: 5 }, { orchestratorMsPerHeartbeat: 5 }]) {
+    const part = 1 - predictLocal(pipeline, { jobTimes, hours: 0.1, host: { ...host, ...only } }).tokensPerS / without;
+    assert.ok(part > drop / 4 && part < (drop * 3) / 4, `${JSON.stringify(only)}: ${(100 * part).toFixed(1)}% of ${(100 * drop).toFixed(1)}%`);
+  }
 });
 
 test('a throttled miner rests (1 − t) ÷ t of its work after each job: at 0.5 every stage takes twice as long', () => {
