@@ -111,16 +111,24 @@ function cpuBetween(a: CpuMark, b: CpuMark, run: RunView): MeasuredCpu {
   };
 }
 
-/** Every miner's job-time sums now, forwards then backwards of each (their GET /health, in the order the orchestrator lists them). */
-async function jobSums(net: Net): Promise<JobTimeSums[]> {
-  const out: JobTimeSums[] = [];
+/** Every miner's job-time sums now, forwards then backwards of each (their GET /health, in the order the orchestrator lists them), and each one's CPU in its jobs by name. */
+async function jobSums(net: Net): Promise<{ sums: JobTimeSums[]; cpuMs: Map<string, number> }> {
+  const sums: JobTimeSums[] = [];
+  const cpuMs = new Map<string, number>();
   for (const m of await net.api.miners()) {
     const health = parse(PeerHealth, await (await fetch(`${m.url}/health`)).json(), `${m.name}'s health`);
     const t = health.stats.jobTimes;
     if (!t) throw new Error(`${m.name} does not time its jobs`);
-    out.push(t.forward, t.backward);
+    if (t.forward.cpuMs === undefined || t.backward.cpuMs === undefined) throw new Error(`${m.name} does not measure its jobs' CPU`);
+    sums.push(t.forward, t.backward);
+    cpuMs.set(m.name, t.forward.cpuMs + t.backward.cpuMs);
   }
-  return out;
+  return { sums, cpuMs };
+}
+
+/** Per stage, the CPU its miners spent in their jobs between two readings, per microbatch of the run (the mean over the stage's replicas). */
+function jobCpuPerMicrobatch(a: Map<string, number>, b: Map<string, number>, run: RunView, microbatches: number): number[] {
+  return run.stages.map((s) => s.replicas.reduce((sum, r) => sum + ((b.get(r.name) ?? 0) - (a.get(r.name) ?? 0)) / microbatches, 0) / s.replicas.length);
 }
 
 export interface MeasuredPipeline {
@@ -149,7 +157,7 @@ export async function measurePipeline(steps = PIPELINE_STEPS): Promise<MeasuredP
     let first: CpuMark | null = null;
     let mark: RunView | null = null;
     let t0 = 0;
-    let firstJobs: JobTimeSums[] = [];
+    let firstJobs: Awaited<ReturnType<typeof jobSums>> = { sums: [], cpuMs: new Map() };
     for (;;) {
       const v = await net.api.run(id);
       if (v.status === 'failed') throw new Error(`run failed: ${v.message}`);
@@ -166,8 +174,10 @@ export async function measurePipeline(steps = PIPELINE_STEPS): Promise<MeasuredP
     }
     const lastJobs = await jobSums(net);
     const run = await net.api.run(id);
-    const jobSpread = jobSpreadBetween(firstJobs.map((a, i) => [a, lastJobs[i]] as const));
-    return { tokensPerS: median(rates), cpu: cpuBetween(first!, cpuMark(net, mark.microbatchesDone), run), jobSpread, miners: await net.api.miners(), run, heartbeat };
+    const jobSpread = jobSpreadBetween(firstJobs.sums.map((a, i) => [a, lastJobs.sums[i]] as const));
+    const cpu = cpuBetween(first!, cpuMark(net, mark.microbatchesDone), run);
+    const jobCpu = jobCpuPerMicrobatch(firstJobs.cpuMs, lastJobs.cpuMs, run, mark.microbatchesDone - first!.microbatches);
+    return { tokensPerS: median(rates), cpu: { ...cpu, minerJobMsPerMicrobatch: jobCpu }, jobSpread, miners: await net.api.miners(), run, heartbeat };
   } finally {
     await stopNet(net);
   }
@@ -286,7 +296,8 @@ function meanMergeWork(works: readonly MergeWork[]): MergeWork {
   for (const key of Object.keys(out) as (keyof MergeWork)[]) out[key] = mean(works.map((w) => w[key] ?? 0));
   return out;
 }
-const cpuLine = (c: MeasuredCpu | null): string => (c ? `miners ${c.minerMsPerMicrobatch.map((x) => x.toFixed(1)).join(' / ')} ms, orchestrator ${c.orchestratorMsPerMicrobatch.toFixed(1)} ms` : 'not measured');
+const cpuLine = (c: MeasuredCpu | null): string =>
+  c ? `miners ${c.minerMsPerMicrobatch.map((x) => x.toFixed(1)).join(' / ')} ms${c.minerJobMsPerMicrobatch ? ` (in their jobs ${c.minerJobMsPerMicrobatch.map((x) => x.toFixed(1)).join(' / ')} ms)` : ''}, orchestrator ${c.orchestratorMsPerMicrobatch.toFixed(1)} ms` : 'not measured';
 
 export const simCalibrationBenches: Bench[] = [
   {

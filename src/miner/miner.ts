@@ -99,7 +99,7 @@ export class Miner {
     merges: 0,
     bytesSent: 0,
     rejected: 0,
-    jobTimes: { forward: { count: 0, ms: 0, msSquared: 0 }, backward: { count: 0, ms: 0, msSquared: 0 } },
+    jobTimes: { forward: { count: 0, ms: 0, msSquared: 0, cpuMs: 0 }, backward: { count: 0, ms: 0, msSquared: 0, cpuMs: 0 } },
   };
   /** signs with the wallet key: the bandwidth probe and joining */
   private readonly wallet: SignedClient;

@@ -36,8 +36,8 @@ export const MAX_VALUE = 1e4;
 const Count = Type.Integer({ minimum: 0, maximum: Number.MAX_SAFE_INTEGER });
 const Ms = Type.Number({ minimum: 0 });
 
-/** The time of every job of one kind, as sums: two readings give a window's mean and spread. */
-export const JobTimeSums = Type.Object({ count: Count, ms: Ms, msSquared: Ms });
+/** The time of every job of one kind, as sums: two readings give a window's mean and spread; `cpuMs`: the process's CPU during them (absent from older miners). */
+export const JobTimeSums = Type.Object({ count: Count, ms: Ms, msSquared: Ms, cpuMs: Type.Optional(Ms) });
 export type JobTimeSums = Static<typeof JobTimeSums>;
 
 export const MinerStats = Type.Object({

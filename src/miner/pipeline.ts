@@ -33,7 +33,7 @@ export interface PipelineStats {
   backward: number;
   bytesSent: number;
   /** each job's time, added up by kind (absent: not timed; the miner's /health shows them, ./peer-api.ts JobTimeSums) */
-  jobTimes?: Record<'forward' | 'backward', { count: number; ms: number; msSquared: number }>;
+  jobTimes?: Record<'forward' | 'backward', { count: number; ms: number; msSquared: number; cpuMs?: number }>;
 }
 
 export interface PipelineDeps {
@@ -199,6 +199,7 @@ export class Pipeline {
         if (!job) return;
         const runner = this.deps.runner()!;
         const t0 = performance.now();
+        const cpu0 = process.cpuUsage();
         let done = false;
         try {
           await this.execute(runner, job);
@@ -211,9 +212,11 @@ export class Pipeline {
         const workMs = performance.now() - t0;
         const sums = done ? this.deps.stats.jobTimes?.[job.kind === 'backward' ? 'backward' : 'forward'] : undefined;
         if (sums) {
+          const cpu = process.cpuUsage(cpu0);
           sums.count++;
           sums.ms += workMs;
           sums.msSquared += workMs * workMs;
+          sums.cpuMs = (sums.cpuMs ?? 0) + (cpu.user + cpu.system) / 1000;
         }
         await this.settle();
         await this.deps.throttle.rest(workMs);

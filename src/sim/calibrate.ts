@@ -120,6 +120,8 @@ export interface MeasuredCpu {
   /** per stage: a miner's process CPU ms per microbatch (the mean over the stage's replicas) */
   minerMsPerMicrobatch: number[];
   orchestratorMsPerMicrobatch: number;
+  /** per stage: the part of minerMsPerMicrobatch its miners spent in their jobs, as they measured it (absent: not measured) */
+  minerJobMsPerMicrobatch?: number[];
   /** the heartbeats the orchestrator answered over the same window, per microbatch, and the miners that sent them (absent: not counted) */
   heartbeats?: { perMicrobatch: number; miners: number };
 }
@@ -133,8 +135,11 @@ export interface HeartbeatCpu {
 /**
  * The shared host of a local network: `cores`, and what its processes spent
  * beyond the engine's jobs. A stage's hop overhead is its miners' CPU per
- * microbatch less the engine's forward and backward of that stage (measured
- * idle, `jobTimes`), never below 0. With `heartbeat` (and the heartbeats
+ * microbatch less what they spent in their jobs: as the miners measured it
+ * in the same run when `cpu` has it (the machine's speed drifts between
+ * moments, and the difference of two large figures measured apart drifts
+ * with it), else the engine's forward and backward of that stage measured
+ * idle (`jobTimes`); never below 0. With `heartbeat` (and the heartbeats
  * counted in `cpu`), what the heartbeats cost comes out of both the hop
  * overheads and the orchestrator's CPU per microbatch and is charged per
  * heartbeat instead: a network of more miners sends more of them per
@@ -142,12 +147,13 @@ export interface HeartbeatCpu {
  */
 export function hostOverheads(cores: number, cpu: MeasuredCpu, jobTimes: JobTimes, heartbeat?: HeartbeatCpu): SharedHost {
   if (cpu.minerMsPerMicrobatch.length !== jobTimes.stages.length) throw new RangeError(`CPU of ${cpu.minerMsPerMicrobatch.length} stages for job times of ${jobTimes.stages.length}`);
+  if (cpu.minerJobMsPerMicrobatch && cpu.minerJobMsPerMicrobatch.length !== jobTimes.stages.length) throw new RangeError(`job CPU of ${cpu.minerJobMsPerMicrobatch.length} stages for ${jobTimes.stages.length}`);
   const beats = heartbeat && cpu.heartbeats ? cpu.heartbeats : null;
   const minerBeatsMs = beats ? (beats.perMicrobatch / beats.miners) * heartbeat!.minerMs : 0;
   const orchestratorBeatsMs = beats ? beats.perMicrobatch * heartbeat!.orchestratorMs : 0;
   return {
     cores,
-    hopOverheadMs: cpu.minerMsPerMicrobatch.map((ms, s) => Math.max(0, ms - minerBeatsMs - jobTimes.stages[s].forwardMs - jobTimes.stages[s].backwardMs)),
+    hopOverheadMs: cpu.minerMsPerMicrobatch.map((ms, s) => Math.max(0, ms - minerBeatsMs - (cpu.minerJobMsPerMicrobatch?.[s] ?? jobTimes.stages[s].forwardMs + jobTimes.stages[s].backwardMs))),
     orchestratorMsPerMicrobatch: Math.max(0, cpu.orchestratorMsPerMicrobatch - orchestratorBeatsMs),
     ...(beats ? { orchestratorMsPerHeartbeat: heartbeat!.orchestratorMs, minerMsPerHeartbeat: heartbeat!.minerMs } : {}),
     ...(jobTimes.jitter !== undefined ? { jobJitter: jobTimes.jitter } : {}),

@@ -38,7 +38,7 @@ function stage0(): StageRunner {
 function pipelineWith(runner: StageRunner, send: (url: string, body: Uint8Array) => Promise<PeerAccepted>): { pipeline: Pipeline; reports: WorkReport[]; sends: Promise<unknown>[]; stats: PipelineStats } {
   const reports: WorkReport[] = [];
   const sends: Promise<unknown>[] = [];
-  const stats: PipelineStats = { forward: 0, backward: 0, bytesSent: 0, jobTimes: { forward: { count: 0, ms: 0, msSquared: 0 }, backward: { count: 0, ms: 0, msSquared: 0 } } };
+  const stats: PipelineStats = { forward: 0, backward: 0, bytesSent: 0, jobTimes: { forward: { count: 0, ms: 0, msSquared: 0, cpuMs: 0 }, backward: { count: 0, ms: 0, msSquared: 0, cpuMs: 0 } } };
   const pipeline = new Pipeline({
     runner: () => runner,
     paused: () => false,
@@ -148,7 +148,8 @@ test('a heartbeat timer that comes due during a job runs after the I/O that came
   }
 });
 
-test("each job's time is added to its kind's sums (a stage-0 start is a forward), which the miner's /health shows", async () => {
+test("each job's time and CPU are added to its kind's sums (a stage-0 start is a forward), which the miner's /health shows", async () => {
+  const cpuAtStart = process.cpuUsage();
   const runner = stage0();
   try {
     const { pipeline, sends, stats } = pipelineWith(runner, async () => ({ queued: 0, receipt: RECEIPT }));
@@ -163,6 +164,9 @@ test("each job's time is added to its kind's sums (a stage-0 start is a forward)
     for (const t of [forward, backward]) {
       assert.ok(t.ms > 0, `${t.ms} ms`);
       assert.ok(Math.abs(t.msSquared - t.ms * t.ms) <= 1e-9 * t.msSquared, 'one job: the sum of squares is its square');
+      // the process's CPU during the job (all its threads: the garbage collector's too, so it may exceed the job's wall time): some, and no more than the process spent since the test began
+      const spent = process.cpuUsage(cpuAtStart);
+      assert.ok(t.cpuMs !== undefined && t.cpuMs > 0 && t.cpuMs <= (spent.user + spent.system) / 1000, `${t.cpuMs} ms of CPU in ${t.ms} ms`);
     }
   } finally {
     runner.dispose();

@@ -59,6 +59,9 @@ test('job times measured before and after a run average stage by stage, and thei
   // with a heartbeat's CPU measured idle: 0.8 heartbeats per microbatch from 2 miners, 2.5 ms to the orchestrator and 2 to the miner each
   const beats = hostOverheads(2, { minerMsPerMicrobatch: [85, 75], orchestratorMsPerMicrobatch: 4, heartbeats: { perMicrobatch: 0.8, miners: 2 } }, before, { orchestratorMs: 2.5, minerMs: 2 });
   assert.deepEqual({ ...beats, hopOverheadMs: beats.hopOverheadMs.map((x) => Number(x.toFixed(9))) }, { cores: 2, hopOverheadMs: [4.2, 4.2], orchestratorMsPerMicrobatch: 2, orchestratorMsPerHeartbeat: 2.5, minerMsPerHeartbeat: 2 });
+  // the miners' own CPU in their jobs, measured in the run, is what comes off (not the idle engine's 80 and 70 ms)
+  assert.deepEqual(hostOverheads(2, { minerMsPerMicrobatch: [85, 75], orchestratorMsPerMicrobatch: 4, minerJobMsPerMicrobatch: [82, 71] }, before).hopOverheadMs, [3, 4]);
+  assert.throws(() => hostOverheads(2, { minerMsPerMicrobatch: [85, 75], orchestratorMsPerMicrobatch: 4, minerJobMsPerMicrobatch: [82] }, before), /job CPU of 1 stages for 2/);
   // heartbeats not counted in the run: nothing moves
   assert.deepEqual(hostOverheads(2, { minerMsPerMicrobatch: [85, 75], orchestratorMsPerMicrobatch: 4 }, before, { orchestratorMs: 2.5, minerMs: 2 }), { cores: 2, hopOverheadMs: [5, 5], orchestratorMsPerMicrobatch: 4 });
   assert.deepEqual(averageJobTimes([before]), before);
