@@ -160,15 +160,21 @@ function current(w: World, job: Job): boolean {
   return mb.status === 'issued' && mb.attempt === job.attempt;
 }
 
-/** Starts the miner's next job if it is idle: backward first, a forward only with a free slot; stale jobs are let go. */
+/**
+ * Starts the miner's next job if it is idle, in the order src/miner/pipeline.ts
+ * takes them (1F1B): after a backward, a forward if one can start (a free
+ * slot), else a backward first; stale jobs are let go.
+ */
 export function tryStart(w: World, m: SimMiner): void {
   if (!m.alive || m.busyUntil >= 0 || m.stage < 0) return;
   for (let k = m.queue.length - 1; k >= 0; k--) if (!current(w, m.queue[k])) m.queue.splice(k, 1);
-  let idx = m.queue.findIndex((j) => j.kind === 'backward');
   const last = m.stage === w.stageCount - 1;
-  if (idx < 0 && m.queue.length > 0 && (last || m.held.size < w.options.slots)) idx = 0;
+  const backward = m.queue.findIndex((j) => j.kind === 'backward');
+  const forward = last || m.held.size < w.options.slots ? m.queue.findIndex((j) => j.kind !== 'backward') : -1;
+  const idx = m.lastWasBackward && forward >= 0 ? forward : backward >= 0 ? backward : forward;
   if (idx < 0) return;
   const job = m.queue.splice(idx, 1)[0];
+  m.lastWasBackward = job.kind === 'backward';
   const ms = w.jobCoreMs(m, job.kind === 'backward' ? 'backward' : last ? 'both' : 'forward');
   if (job.kind !== 'backward' && !last) m.held.add(job.mb);
   m.busyFrom = w.now;

@@ -100,6 +100,8 @@ export interface SimMiner extends DrawnMiner {
   readyAt: number;
   /** jobs waiting, in arrival order */
   queue: Job[];
+  /** its last job started was a backward (the next is a forward if one can start: 1F1B) */
+  lastWasBackward: boolean;
   /** in a job until then, its rest after the work included (-1: idle; Infinity: working on a shared host), since then */
   busyUntil: number;
   busyFrom: number;

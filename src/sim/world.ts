@@ -99,6 +99,7 @@ export class World {
       stage: -1,
       readyAt: Infinity,
       queue: [],
+      lastWasBackward: false,
       busyUntil: -1,
       busyFrom: 0,
       workUntil: 0,

@@ -172,3 +172,30 @@ test("each job's time and CPU are added to its kind's sums (a stage-0 start is a
     runner.dispose();
   }
 });
+
+test('one forward, one backward (1F1B): after a backward a forward that can start goes next, before the other backwards; with no free slot, backwards', async () => {
+  const runner = stage0(); // 2 slots
+  try {
+    const order: string[] = [];
+    const forwardFirst = runner.forwardFirst.bind(runner);
+    runner.forwardFirst = (id, shard) => (order.push(`F${id}`), forwardFirst(id, shard));
+    const backward = runner.backward.bind(runner);
+    runner.backward = (id, d) => (order.push(`B${id}`), backward(id, d));
+    const { pipeline, sends } = pipelineWith(runner, async () => ({ queued: 0, receipt: RECEIPT }));
+    const start = (id: number): { kind: 'start'; task: typeof task } => ({ kind: 'start', task: { ...task, id, shard: id, step: id } });
+    const grad = (id: number) => ({ kind: 'backward' as const, meta: { runId: 'r1', microbatch: id, attempt: task.attempt, stage: 0 }, data: new Float32Array(B * gptConfig(model).contextLength * gptConfig(model).channels).fill(1e-3), sha: 'c'.repeat(64) });
+    // two microbatches fill both slots; a third waits for a slot
+    for (const id of [1, 2, 3]) pipeline.enqueue(start(id));
+    await pipeline.pump();
+    await Promise.all(sends);
+    assert.deepEqual(order, ['F1', 'F2'], 'no free slot: the third waits');
+    // both gradients come back: backward first, then the waiting forward in the slot it freed, then the other backward
+    pipeline.enqueue(grad(1));
+    pipeline.enqueue(grad(2));
+    await pipeline.pump();
+    await Promise.all(sends);
+    assert.deepEqual(order, ['F1', 'F2', 'B1', 'F3', 'B2']);
+  } finally {
+    runner.dispose();
+  }
+});
