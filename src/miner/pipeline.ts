@@ -1,18 +1,19 @@
 // A miner's pipeline work: the job queue (new microbatches from the
 // orchestrator, activations and gradients from peers), the pump that runs one
-// job at a time (gradients first, forwards while an activation slot is free;
-// between two it lets in the I/O that came during the first, and only then
-// sends a heartbeat that came due: whenSettled),
-// forward and backward execution on the stage runner, and the sends: an
-// activation to a next-stage replica picked at random by weight (the others
-// tried if it fails), a gradient back to the replica the activation came from
-// (at the URL the orchestrator gave for it). Each send is answered with the
-// receiver's receipt, which goes into the report of that hop; every forward
-// is recorded for a possible spot check.
+// job at a time (one forward, one backward: ./job-order.ts; a forward only
+// while an activation slot is free; between two it lets in the I/O that came
+// during the first, and only then sends a heartbeat that came due:
+// whenSettled), forward and backward execution on the stage runner, and the
+// sends: an activation to a next-stage replica picked at random by weight
+// (the others tried if it fails), a gradient back to the replica the
+// activation came from (at the URL the orchestrator gave for it). Each send
+// is answered with the receiver's receipt, which goes into the report of
+// that hop; every forward is recorded for a possible spot check.
 import type { CheckMeta } from '../protocol/check-bundle.ts';
 import { encodeFrame, readFrameHeader } from '../protocol/frame.ts';
 import type { BackwardMeta, ForwardMeta, MicrobatchTask, Peer, PeerAccepted, WorkReport } from '../protocol/messages.ts';
 import type { ForwardRecords } from './forward-records.ts';
+import { nextJobIndex } from './job-order.ts';
 import type { Tamper } from './tamper.ts';
 import type { StageRunner } from './stage-runner.ts';
 import type { Throttle } from './throttle.ts';
@@ -23,10 +24,6 @@ export type Job =
   | { kind: 'forward'; meta: ForwardMeta; data: Float32Array; frame: Uint8Array; sha: string; sender: string }
   | { kind: 'backward'; meta: BackwardMeta; data: Float32Array; sha: string };
 
-/**
- * Fault injection for tests: a dishonest miner that changes each activation
- * before it sends it, or the loss it reports. Not exposed on the command line.
- */
 /** The counters the pipeline adds to. */
 export interface PipelineStats {
   forward: number;
@@ -243,21 +240,11 @@ export class Pipeline {
     if (waiting.length) await nextTurn();
   }
 
-  /**
-   * The next job, one forward one backward (1F1B, as PipeDream schedules a
-   * stage): after a backward, a forward if one can start (a free slot), else
-   * a backward first. Backwards alone first would let a stage that holds
-   * many microbatches run a whole train of returning gradients while its
-   * forwards wait, and the stages after it starve; the simulator found the
-   * pipeline settling at 65% busy that way instead of 79%
-   * (docs/simulation.md, "Home RTX 4090s alone").
-   */
+  /** The next job, one forward one backward (./job-order.ts). */
   private nextJob(): Job | undefined {
     const runner = this.deps.runner();
     if (!runner || this.deps.paused()) return undefined;
-    const backward = this.queue.findIndex((j) => j.kind === 'backward');
-    const forward = runner.freeSlotCount > 0 ? this.queue.findIndex((j) => j.kind !== 'backward') : -1;
-    const next = this.lastWasBackward && forward >= 0 ? forward : backward >= 0 ? backward : forward;
+    const next = nextJobIndex(this.queue, runner.freeSlotCount > 0, this.lastWasBackward);
     if (next < 0) return undefined;
     const job = this.queue.splice(next, 1)[0];
     this.lastWasBackward = job.kind === 'backward';
@@ -453,9 +440,7 @@ function pickWeighted(peers: Peer[]): Peer {
   return peers[peers.length - 1];
 }
 
-function sleep(ms: number): Promise<void> {
-  return new Promise((r) => setTimeout(r, ms));
-}
+const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
 
 /** Resolves on the event loop's next check phase: the timers and I/O due before it have run. */
 function nextTurn(): Promise<void> {

@@ -18,6 +18,7 @@
 // - a microbatch not done by its deadline, or owed by a miner noticed gone,
 //   is issued again and the miner it stalled at is charged a dropped unit
 //   (src/orchestrator/microbatches.ts expireDeadlines, dropAllOf).
+import { nextJobIndex } from '../miner/job-order.ts';
 import { restMs } from '../miner/throttle.ts';
 import { mergeDue, peerWeight, pipelineRoom, replicaIssueLimit } from '../orchestrator/issue-policy.ts';
 import type { Rng } from './rng.ts';
@@ -160,18 +161,12 @@ function current(w: World, job: Job): boolean {
   return mb.status === 'issued' && mb.attempt === job.attempt;
 }
 
-/**
- * Starts the miner's next job if it is idle, in the order src/miner/pipeline.ts
- * takes them (1F1B): after a backward, a forward if one can start (a free
- * slot), else a backward first; stale jobs are let go.
- */
+/** Starts the miner's next job if it is idle, in the real miner's order (one forward, one backward: src/miner/job-order.ts); stale jobs are let go. */
 export function tryStart(w: World, m: SimMiner): void {
   if (!m.alive || m.busyUntil >= 0 || m.stage < 0) return;
   for (let k = m.queue.length - 1; k >= 0; k--) if (!current(w, m.queue[k])) m.queue.splice(k, 1);
   const last = m.stage === w.stageCount - 1;
-  const backward = m.queue.findIndex((j) => j.kind === 'backward');
-  const forward = last || m.held.size < w.options.slots ? m.queue.findIndex((j) => j.kind !== 'backward') : -1;
-  const idx = m.lastWasBackward && forward >= 0 ? forward : backward >= 0 ? backward : forward;
+  const idx = nextJobIndex(m.queue, last || m.held.size < w.options.slots, m.lastWasBackward);
   if (idx < 0) return;
   const job = m.queue.splice(idx, 1)[0];
   m.lastWasBackward = job.kind === 'backward';
