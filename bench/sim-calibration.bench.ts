@@ -350,6 +350,8 @@ export const simCalibrationBenches: Bench[] = [
       return [
         { bench: 'scale.sim_calibration_error', value: Number(error.toFixed(3)), unit: 'ratio' },
         { bench: 'scale.sim_calibration.host_crowded_rate', value: Number(crowding.crowdedRate.toFixed(3)), unit: 'ratio' },
+        // the orchestrator's check of an uploaded pseudo-gradient, per value (src/orchestrator/merge-checks.ts sliceReach and the blob id), mean of the idle measurements between and after the runs
+        { bench: 'scale.sim_calibration.merge_check_ns_per_value', value: Number((mergeWork.checkMsPerParam * 1e6).toFixed(2)), unit: 'ns' },
         { bench: 'scale.sim_calibration_error.independent', value: Number(Math.max(...errors(independent)).toFixed(3)), unit: 'ratio' },
         { bench: 'scale.sim_calibration.pipeline.measured_tokens_per_s', value: Math.round(measured.pipelineTokensPerS), unit: 'tokens/s' },
         { bench: 'scale.sim_calibration.pipeline.predicted_tokens_per_s', value: Math.round(shared.pipeline.tokensPerS), unit: 'tokens/s' },

@@ -10,8 +10,8 @@
 // slice of the new residual.
 
 import { ErrorFeedback } from '../protocol/error-feedback.ts';
-import { decodeFrame, encodeFrame, type FrameExpect, type FrameMeta } from '../protocol/frame.ts';
-import { DEFAULT_BLOCK_SIZE, findNonFinite, type Codec } from '../protocol/codec.ts';
+import { decodeFrame, decodeFrameInt8, encodeFrame, type FrameExpect, type FrameMeta } from '../protocol/frame.ts';
+import { DEFAULT_BLOCK_SIZE, findNonFinite, type Codec, type Int8Payload } from '../protocol/codec.ts';
 import { MergeError } from './errors.ts';
 import { checkPartitions, type Partition } from './partition.ts';
 
@@ -94,18 +94,35 @@ export function encodeMergedPartition(
  * for a malformed frame and MergeError 'bad_frame' for the wrong partition.
  */
 export function decodePartitionFrame(frame: Uint8Array, partition: Partition, options: DecodePartitionOptions = {}): Float32Array {
-  const len = partition.end - partition.start;
-  const expect: FrameExpect = { shape: [len], codecs: options.codecs ?? ['int8-block'] };
-  if (options.maxBytes !== undefined) expect.maxBytes = options.maxBytes;
-  const decoded = decodeFrame(frame, expect);
-  const m = decoded.meta;
+  const decoded = decodeFrame(frame, partitionExpect(partition, options.codecs ?? ['int8-block'], options.maxBytes));
+  checkPartitionMeta(decoded.meta, partition);
+  return decoded.data;
+}
+
+/**
+ * A replica's pseudo-gradient slice of `partition` ('int8-block'), validated
+ * as decodePartitionFrame does but left quantized: its codes and block
+ * scales, views of `frame`.
+ */
+export function readPartitionInt8(frame: Uint8Array, partition: Partition): Int8Payload {
+  const decoded = decodeFrameInt8(frame, partitionExpect(partition, ['int8-block']));
+  checkPartitionMeta(decoded.meta, partition);
+  return { scales: decoded.scales, codes: decoded.codes, groupSize: decoded.groupSize };
+}
+
+function partitionExpect(partition: Partition, codecs: readonly Codec[], maxBytes?: number): FrameExpect {
+  const expect: FrameExpect = { shape: [partition.end - partition.start], codecs };
+  if (maxBytes !== undefined) expect.maxBytes = maxBytes;
+  return expect;
+}
+
+function checkPartitionMeta(m: FrameMeta, partition: Partition): void {
   if (m.partition !== partition.index || m.start !== partition.start || m.end !== partition.end) {
     throw new MergeError(
       'bad_frame',
       `frame is partition ${JSON.stringify(m.partition)} [${JSON.stringify(m.start)}, ${JSON.stringify(m.end)}), expected ${partition.index} [${partition.start}, ${partition.end})`,
     );
   }
-  return decoded.data;
 }
 
 /**

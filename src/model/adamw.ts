@@ -37,8 +37,15 @@ export function adamStepBound(beta1: number = ADAMW_DEFAULTS.beta1, beta2: numbe
  * `weightDecay` is 0 for parameters without decay (biases, norm gains).
  */
 export function adamMoveBound(w0: number, steps: number, lr: number, weightDecay: number, beta1?: number, beta2?: number): number {
+  const { base, perWeight } = adamMoveBoundTerms(steps, lr, weightDecay, beta1, beta2);
+  return base + perWeight * Math.abs(w0);
+}
+
+/** adamMoveBound as base + perWeight·|w0|: the same for every weight of one decay class, so a check over many weights computes it once. */
+export function adamMoveBoundTerms(steps: number, lr: number, weightDecay: number, beta1?: number, beta2?: number): { base: number; perWeight: number } {
   const drift = steps * lr * adamStepBound(beta1, beta2);
-  return drift + steps * lr * weightDecay * (Math.abs(w0) + drift);
+  const perWeight = steps * lr * weightDecay;
+  return { base: drift + perWeight * drift, perWeight };
 }
 
 /**

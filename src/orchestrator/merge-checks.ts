@@ -12,11 +12,12 @@
 //     momentum unchanged. A merged round's state is not uploaded: the
 //     orchestrator makes it (`mergedState`: the outer step of the chosen
 //     partitions from the round's starting state, what every replica applies).
-import { adamMoveBound, ADAMW_DEFAULTS, firstOutOfReach } from '../model/adamw.ts';
+import { adamMoveBoundTerms, ADAMW_DEFAULTS, firstOutOfReach } from '../model/adamw.ts';
 import { mergeSlices } from '../merge/merge-partition.ts';
 import { createOuterState, outerStep } from '../merge/outer.ts';
 import { partitionVector, type Partition } from '../merge/partition.ts';
-import { decodePartitionFrame, decodePartitionFrames, encodeMergedPartition } from '../merge/pseudo-gradient.ts';
+import { decodePartitionFrame, decodePartitionFrames, encodeMergedPartition, readPartitionInt8 } from '../merge/pseudo-gradient.ts';
+import type { Int8Payload } from '../protocol/codec.ts';
 import { rangeParams } from '../model/model-ref.ts';
 import { NimbleError } from '../protocol/errors.ts';
 import { OffenceError } from './offences.ts';
@@ -65,7 +66,7 @@ export class MergeChecks {
    * starting state. Returns its norm and the steps it counts for.
    */
   async checkUpload(run: RunRecord, s: StageRecord, k: RoundKey, p: Partition, minerId: string, claimedSteps: number, bytes: Uint8Array): Promise<{ norm: number; samples: number }> {
-    const slice = decodePartitionFrame(bytes, p);
+    const slice = readPartitionInt8(bytes, p);
     const credited = this.creditedSteps(k, minerId);
     const steps = Math.min(claimedSteps, 2 * credited + UNCREDITED_STEPS_SLACK);
     const start = await this.stageStates.at(run, k.stage, k.round - 1);
@@ -143,19 +144,42 @@ export class MergeChecks {
 }
 
 /**
- * A pseudo-gradient slice of partition `p` against what `steps` AdamW steps
- * at `lr` can move each weight from the round's starting `weights` (floats
+ * A replica's quantized pseudo-gradient slice of partition `p` (codes × block
+ * scales, readPartitionInt8) against what `steps` AdamW steps at `lr` can
+ * move each weight from the round's starting `weights` (floats
  * [0, decaySize) take weight decay): the first value beyond that reach (its
  * parameter, value and bound), or else the slice's norm. This round's int8
  * quantization adds at most half a step of its block's scale: 1% covers it.
+ *
+ * Read from the codes, once: a weight's bound is affine in it
+ * (adamMoveBound: a + c·|w0|, c = 0 without decay), so a block whose largest
+ * possible value, 128 × its scale, is within the smallest bound (`a` without
+ * decay) passes whole; only a block with a value that might be out of reach
+ * has its values held against their weights' bounds. Honest AdamW moves
+ * stay well inside the worst case the bound allows, so nearly every block
+ * passes whole, and the check costs about a pass over the codes for the norm.
  */
-export function sliceReach(slice: Float32Array, p: Partition, start: { weights: Float32Array; decaySize: number }, steps: number, lr: number): { norm: number } | { outside: { at: number; value: number; bound: number } } {
+export function sliceReach(q: Int8Payload, p: Partition, start: { weights: Float32Array; decaySize: number }, steps: number, lr: number): { norm: number } | { outside: { at: number; value: number; bound: number } } {
+  const { scales, codes, groupSize } = q;
+  const plain = adamMoveBoundTerms(steps, lr, 0).base * 1.01 + 1e-6;
+  const terms = adamMoveBoundTerms(steps, lr, ADAMW_DEFAULTS.weightDecay);
+  const decayed = terms.base * 1.01 + 1e-6;
+  const perWeight = terms.perWeight * 1.01;
   let norm2 = 0;
-  for (let i = 0; i < slice.length; i++) {
-    const at = p.start + i;
-    const bound = adamMoveBound(start.weights[at], steps, lr, at < start.decaySize ? ADAMW_DEFAULTS.weightDecay : 0) * 1.01 + 1e-6;
-    if (!(Math.abs(slice[i]) <= bound)) return { outside: { at, value: slice[i], bound } };
-    norm2 += slice[i] * slice[i];
+  for (let g = 0; g < scales.length; g++) {
+    const from = g * groupSize;
+    const to = Math.min(from + groupSize, codes.length);
+    const scale = scales[g];
+    let squares = 0;
+    for (let i = from; i < to; i++) squares += codes[i] * codes[i];
+    norm2 += squares * scale * scale;
+    if (128 * scale <= plain) continue;
+    for (let i = from; i < to; i++) {
+      const at = p.start + i;
+      const value = Math.fround(codes[i] * scale);
+      const bound = at < start.decaySize ? decayed + perWeight * Math.abs(start.weights[at]) : plain;
+      if (!(Math.abs(value) <= bound)) return { outside: { at, value, bound } };
+    }
   }
   return { norm: Math.sqrt(norm2) };
 }

@@ -119,19 +119,36 @@ export function decodePayload(codec: Codec, payload: Uint8Array, shape: readonly
     }
     case 'int8-row':
     case 'int8-block': {
-      const group = groupSizeOf(codec, shape, blockSize);
-      const groups = groupCount(numel, group);
-      const p = aligned(payload.subarray(0, groups * 4), 4);
-      const scales = new Float32Array(p.buffer, p.byteOffset, groups);
-      const bad = findBadScale(scales);
-      if (bad >= 0) {
-        const s = scales[bad];
-        if (s < 0) throw new FrameError('bad_scale', `scale ${bad} is negative (${s})`);
-        throw new FrameError('non_finite', `scale ${bad} is ${s}${Number.isFinite(s) ? ' (values would overflow float32)' : ''}`);
-      }
-      const codes = new Int8Array(payload.buffer, payload.byteOffset + groups * 4, numel);
-      dequantizeInt8(scales, codes, group, out);
+      const q = readInt8Payload(codec, payload, shape, numel, blockSize);
+      dequantizeInt8(q.scales, q.codes, q.groupSize, out);
       return out;
     }
   }
+}
+
+/** An int8 payload read in place: one float32 scale per group of `groupSize` values, then the codes (value = code × its group's scale). */
+export interface Int8Payload {
+  scales: Float32Array;
+  codes: Int8Array;
+  groupSize: number;
+}
+
+/**
+ * The scales and codes of an int8 payload (already length-checked) without
+ * dequantizing: the codes are a view of `payload`, the scales one too when
+ * aligned. Throws FrameError 'non_finite' / 'bad_scale' for a NaN, infinite,
+ * negative or overflowing scale, as decodePayload does.
+ */
+export function readInt8Payload(codec: 'int8-row' | 'int8-block', payload: Uint8Array, shape: readonly number[], numel: number, blockSize: number): Int8Payload {
+  const groupSize = groupSizeOf(codec, shape, blockSize);
+  const groups = groupCount(numel, groupSize);
+  const p = aligned(payload.subarray(0, groups * 4), 4);
+  const scales = new Float32Array(p.buffer, p.byteOffset, groups);
+  const bad = findBadScale(scales);
+  if (bad >= 0) {
+    const s = scales[bad];
+    if (s < 0) throw new FrameError('bad_scale', `scale ${bad} is negative (${s})`);
+    throw new FrameError('non_finite', `scale ${bad} is ${s}${Number.isFinite(s) ? ' (values would overflow float32)' : ''}`);
+  }
+  return { scales, codes: new Int8Array(payload.buffer, payload.byteOffset + groups * 4, numel), groupSize };
 }

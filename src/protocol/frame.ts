@@ -15,7 +15,7 @@
 
 import { createHash } from 'node:crypto';
 import { FrameError } from './errors.ts';
-import { CODECS, DEFAULT_BLOCK_SIZE, MAX_BLOCK_SIZE, decodePayload, encodePayload, findNonFinite, isCodec, payloadByteLength, type Codec } from './codec.ts';
+import { CODECS, DEFAULT_BLOCK_SIZE, MAX_BLOCK_SIZE, decodePayload, encodePayload, findNonFinite, isCodec, payloadByteLength, readInt8Payload, type Codec, type Int8Payload } from './codec.ts';
 import type { ErrorFeedback } from './error-feedback.ts';
 
 /** Small JSON metadata carried in a frame header (run id, stage, microbatch id, ...). */
@@ -228,13 +228,38 @@ export function readFrameHeader(bytes: Uint8Array, expect: FrameExpect = {}): Pa
  * finite values. Throws FrameError; `error.status` is 413 or 400.
  */
 export function decodeFrame(bytes: Uint8Array, expect: FrameExpect = {}): DecodedFrame {
+  const { header, numel, payload } = checkedPayload(bytes, expect);
+  const data = decodePayload(header.codec, payload, header.shape, numel, header.blockSize ?? 1);
+  const out: DecodedFrame = { data, shape: header.shape, codec: header.codec, meta: header.meta ?? {} };
+  if (header.blockSize !== undefined) out.blockSize = header.blockSize;
+  return out;
+}
+
+/** An int8 frame validated as decodeFrame does, its values left quantized (codes and scales, views of the frame's bytes). */
+export interface DecodedInt8Frame extends Int8Payload {
+  shape: number[];
+  codec: 'int8-row' | 'int8-block';
+  meta: FrameMeta;
+}
+
+/**
+ * Validates an int8 frame as decodeFrame does (limits, header, exact length,
+ * sha256, scales) without dequantizing it: a check that reads every value
+ * once reads them from the codes, without a float32 copy of the tensor.
+ */
+export function decodeFrameInt8(bytes: Uint8Array, expect: FrameExpect = {}): DecodedInt8Frame {
+  const { header, numel, payload } = checkedPayload(bytes, expect);
+  const codec = header.codec;
+  if (codec !== 'int8-row' && codec !== 'int8-block') throw new FrameError('bad_codec', `codec ${codec}, expected an int8 codec`);
+  return { ...readInt8Payload(codec, payload, header.shape, numel, header.blockSize ?? 1), shape: header.shape, codec, meta: header.meta ?? {} };
+}
+
+/** The frame's header and its payload, whose sha256 is the header's. */
+function checkedPayload(bytes: Uint8Array, expect: FrameExpect): { header: FrameHeader; numel: number; payload: Uint8Array } {
   assertLittleEndianHost();
   const { header, numel, payloadOffset } = readFrameHeader(bytes, expect);
   const payload = bytes.subarray(payloadOffset);
   const digest = sha256Hex(payload);
   if (digest !== header.sha256) throw new FrameError('checksum', `payload sha256 ${digest}, header says ${header.sha256}`);
-  const data = decodePayload(header.codec, payload, header.shape, numel, header.blockSize ?? 1);
-  const out: DecodedFrame = { data, shape: header.shape, codec: header.codec, meta: header.meta ?? {} };
-  if (header.blockSize !== undefined) out.blockSize = header.blockSize;
-  return out;
+  return { header, numel, payload };
 }

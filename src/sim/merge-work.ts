@@ -7,8 +7,9 @@
 //     pseudoGradientFrames), a merger's partitions of two replicas' frames
 //     (mergePartition), decoding the merged partitions and the outer step
 //     (decodeMergedDelta, StageRunner.applyOuterStep);
-//   - the orchestrator: an upload's check (decoding, AdamW's reach,
-//     src/orchestrator/merge-checks.ts sliceReach, and its blob id), a merged
+//   - the orchestrator: an upload's check (its checksum and scales, AdamW's
+//     reach of 2 steps read from the codes, src/orchestrator/merge-checks.ts
+//     sliceReach, and its blob id), a merged
 //     partition's decoding, and a merged state's writing (its partitions
 //     read back, the outer step, the checkpoint encoded and named).
 // Medians of `reps` after a warm-up, in ms per value, over the stages.
@@ -16,11 +17,11 @@ import { loadCorpus } from '../data/corpus.ts';
 import { Engine } from '../engine/engine.ts';
 import { createOuterState, DEFAULT_OUTER_LR, DEFAULT_OUTER_MOMENTUM, outerStep } from '../merge/outer.ts';
 import { partitionVector } from '../merge/partition.ts';
-import { decodePartitionFrame } from '../merge/pseudo-gradient.ts';
+import { decodePartitionFrame, readPartitionInt8 } from '../merge/pseudo-gradient.ts';
 import { decodeMergedDelta, mergePartition, pseudoGradientFrames } from '../miner/merge-round.ts';
 import { StageRunner } from '../miner/stage-runner.ts';
 import { blobId } from '../orchestrator/blobs.ts';
-import { sliceReach } from '../orchestrator/merge-checks.ts';
+import { FEEDBACK_STEPS, sliceReach } from '../orchestrator/merge-checks.ts';
 import { calibrationFrames, calibrationStage, localStages, stageJobs, type LocalNetwork } from './calibrate.ts';
 import { mergePartitions } from './costs.ts';
 import type { MergeWork } from './merge-time.ts';
@@ -59,7 +60,7 @@ export async function measureMergeWork(net: LocalNetwork, reps = 5): Promise<Mer
       const upload = timed(reps, () => (frames = pseudoGradientFrames(runner, parts, at)));
       const check = timed(reps, () => {
         for (let p = 0; p < parts.length; p++) {
-          sliceReach(decodePartitionFrame(frames[p], parts[p]), parts[p], start, 1000, 1e-3);
+          sliceReach(readPartitionInt8(frames[p], parts[p]), parts[p], start, 2 + FEEDBACK_STEPS, 1e-3);
           blobId(frames[p]);
         }
       });

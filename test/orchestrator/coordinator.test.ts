@@ -1542,8 +1542,9 @@ test('with 3 replicas a round merges by a trimmed mean dropping one at each end,
     const [n0, n1, nb] = [r0, r1, big].map((m) => l2Norm(x.get(m.id)!));
     const mid = [n0, n1, nb].sort((a, b) => a - b)[1];
     assert.ok(nb > 5 * Math.max(n0, n1), `partition ${p}: big's slice is far larger`);
-    assert.ok(Math.abs(rule.medians[p] - mid) <= 1e-9 * mid, `partition ${p}: the median norm`);
-    assert.ok(Math.abs(rule.maxNorms[p] - 2 * mid) <= 1e-9 * mid, `partition ${p}: the bound is 2 × the median norm`);
+    // the orchestrator sums the squares from the int8 codes and scales, here from the float32 values: they differ by float32 rounding
+    assert.ok(Math.abs(rule.medians[p] - mid) <= 1e-6 * mid, `partition ${p}: the median norm`);
+    assert.ok(Math.abs(rule.maxNorms[p] - 2 * mid) <= 1e-6 * mid, `partition ${p}: the bound is 2 × the median norm`);
   }
   // every merger is told the rule: trimmed mean, trim 1/3, each partition's bound
   for (const m of [r0, r1, big]) {
