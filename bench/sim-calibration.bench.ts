@@ -17,7 +17,8 @@
 // 3. the engine's job times and a merge round's compute on this machine,
 //    idle (src/sim/calibrate.ts measureEngine, src/sim/merge-work.ts
 //    measureMergeWork and ./request-cost.ts measureRequestMs, a signed
-//    request for a merge frame: short microbenchmarks), before the pipeline run,
+//    request for a merge frame and a blob's durable write: short
+//    microbenchmarks), before the pipeline run,
 //    between the two runs and after the up run: each run is predicted with
 //    the mean of the two that bracket it, as the machine's speed drifts by
 //    10-20% over minutes;
@@ -307,7 +308,7 @@ export const simCalibrationBenches: Bench[] = [
       const merging: MergeWork[] = [];
       const measureIdle = async (when: string): Promise<void> => {
         engine.push(await measureEngine(ENGINE_NET));
-        merging.push({ ...(await measureMergeWork(ENGINE_NET)), requestMs: await measureRequestMs(mergeFrameBytes(ENGINE_NET)) });
+        merging.push({ ...(await measureMergeWork(ENGINE_NET)), ...(await measureRequestMs(mergeFrameBytes(ENGINE_NET))) });
         o.log(`engine ${when} (this process alone): ${JSON.stringify(engine.at(-1))}; a merge round's compute (ns per value; a request's round trip in ms): ${JSON.stringify(merging.at(-1), (k, v: unknown) => (typeof v === 'number' && k.endsWith('PerParam') ? Number((v * 1e6).toFixed(2)) : v))}`);
       };
       await measureIdle('before the pipeline run');

@@ -70,6 +70,14 @@ export interface MergeWork {
    * one thread (undefined: not counted)
    */
   requestMs?: number;
+  /**
+   * a blob's durable write on the orchestrator (written, fsynced, renamed,
+   * its folder fsynced: src/orchestrator/blobs.ts FsBlobStore.put), wall ms:
+   * the reply to an upload waits for it, and so does the round for each
+   * merged state the orchestrator writes; the disk works off the
+   * orchestrator's thread (undefined: not counted)
+   */
+  putMs?: number;
 }
 
 /** The orchestrator's compute in each phase of a round, over every stage of the network, ms. */
@@ -101,8 +109,8 @@ export function orchestratorRoundMs(stages: readonly { params: number; replicas:
       const n = mergeRequests(params, replicas);
       out.upload += replicas * (params * work.checkMsPerParam + n.upload * served);
       out.merge += MERGE_REDUNDANCY * params * work.mergedMsPerParam + replicas * n.merge * served;
-      out.apply += params * work.writeMsPerParam + replicas * n.apply * served;
-    } else if (replicas === 1) out.apply += params * work.checkMsPerParam + served;
+      out.apply += params * work.writeMsPerParam + replicas * n.apply * served + (work.putMs ?? 0);
+    } else if (replicas === 1) out.apply += params * work.checkMsPerParam + served + (work.putMs ?? 0);
   }
   return out;
 }
@@ -149,10 +157,11 @@ export function stageMergeTime(params: number, replicas: readonly MergeLink[], o
   const t = stageMergeTraffic(params, R, bytesPerParam);
   const compute = (msPerValue: number | undefined, values: number): number => (msPerValue ?? 0) * values;
   const n = mergeRequests(params, R);
-  const requests = (count: number): number => count * (work?.requestMs ?? 0);
-  const up = replicas.map((r) => transferMs(t.uploadPseudoGradient, r.upMbps) + 2 * r.latencyMs + compute(work?.uploadMsPerParam, params) + requests(n.upload));
-  const merge = replicas.map((r) => transferMs(t.downloadAsMerger, r.downMbps) + transferMs(t.uploadMerged, r.upMbps) + 2 * r.latencyMs + compute(work?.mergeMsPerParam, MERGE_REDUNDANCY * params) + requests(n.merge));
-  const apply = replicas.map((r) => transferMs(t.downloadMerged, r.downMbps) + 2 * r.latencyMs + compute(work?.applyMsPerParam, params) + requests(n.apply));
+  const requests = (count: number, uploads: number): number => count * (work?.requestMs ?? 0) + uploads * (work?.putMs ?? 0);
+  const merged = (MERGE_REDUNDANCY * mergePartitions(params, R)) / R;
+  const up = replicas.map((r) => transferMs(t.uploadPseudoGradient, r.upMbps) + 2 * r.latencyMs + compute(work?.uploadMsPerParam, params) + requests(n.upload, n.upload));
+  const merge = replicas.map((r) => transferMs(t.downloadAsMerger, r.downMbps) + transferMs(t.uploadMerged, r.upMbps) + 2 * r.latencyMs + compute(work?.mergeMsPerParam, MERGE_REDUNDANCY * params) + requests(n.merge, merged));
+  const apply = replicas.map((r) => transferMs(t.downloadMerged, r.downMbps) + 2 * r.latencyMs + compute(work?.applyMsPerParam, params) + requests(n.apply, 0));
   const merging = clocks.phase(0, up, orchestrator.upload);
   const applying = clocks.phase(merging, merge, orchestrator.merge);
   return { ms: clocks.apply(applying, apply, orchestrator.apply), bytesPerReplica: t.total, bytesTotal: t.total * R, partitions: mergePartitions(params, R) };

@@ -109,4 +109,9 @@ test("a round's requests: each replica's one after another on its path, half of 
   assert.ok(Math.abs(stageMergeTime(params, [fast, fast], { heartbeatMs: 250, work }).ms - base - 160) < 1e-6);
   // the orchestrator serves every replica's: 2 stages x 2 replicas x (4, 12, 4) requests x 5 ms; a single replica's state upload, one
   assert.deepEqual(orchestratorRoundMs([{ params, replicas: 2 }, { params, replicas: 2 }, { params, replicas: 1 }], work), { upload: 80, merge: 240, apply: 85 });
+  // a durable blob write of 20 ms: each of a replica's 4 uploads and its 4 merged partitions' waits for it (applying downloads only, and still fits before the next heartbeat)
+  const durable = { ...work, putMs: 20 };
+  assert.ok(Math.abs(stageMergeTime(params, [fast, fast], { heartbeatMs: 250, work: durable }).ms - base - 160 - 160) < 1e-6);
+  // and the orchestrator waits for it once per stage state it writes or takes
+  assert.deepEqual(orchestratorRoundMs([{ params, replicas: 2 }, { params, replicas: 2 }, { params, replicas: 1 }], durable), { upload: 80, merge: 240, apply: 145 });
 });
