@@ -56,6 +56,8 @@ test('a WebGPU miner (SwiftShader) and a WASM miner train gpt-micro in 2 stages;
   const plain = await train();
   const plainLate = mean(plain.losses.slice(-3));
   process.stderr.write(`final loss: WebGPU + WASM ${late.toFixed(3)}, WASM + WASM ${plainLate.toFixed(3)}\n`);
-  assert.ok(Math.abs(late - plainLate) <= 0.25, `final losses ${late.toFixed(3)} (WebGPU + WASM) and ${plainLate.toFixed(3)} (WASM + WASM)`);
+  // the runs end within 0.001 of each other in every run seen but one (3.806 against 3.055, once in ten, cause not found): what the processes said about rounds and failed work, for the next time
+  const told = (p: Proc | null, who: string): string[] => (p?.lines ?? []).filter((l) => /round|offence|abandon|microbatch \d+:|WebGPU|error/i.test(l)).slice(-25).map((l) => `${who}: ${l.slice(0, 300)}`);
+  assert.ok(Math.abs(late - plainLate) <= 0.25, [`final losses ${late.toFixed(3)} (WebGPU + WASM) and ${plainLate.toFixed(3)} (WASM + WASM)`, ...told(cluster.orchestrator, 'orchestrator'), ...told(gpu, 'gpu'), ...told(wasm, 'wasm-a')].join('\n'));
   assert.ok(wasm.child.exitCode === null);
 });

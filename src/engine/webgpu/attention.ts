@@ -7,7 +7,8 @@
 // softmax max and sum (`stats`, B×NH×T×2), from which the backward recomputes
 // the probabilities. `probs` writes the WASM att from the stats when a caller
 // needs it.
-import { BufferUsage, createArray, type GpuArray } from './buffers.ts';
+import { createArray, type GpuArray } from './buffers.ts';
+import { recorderOf } from './recorder.ts';
 import { ATTENTION_PARAMS_BYTES, ATTENTION_PROBS_THREADS, ATTENTION_ROWS, attentionWgsl, type AttentionShaders } from './attention.wgsl.ts';
 
 /** Sizes: batch, sequence length, channels (3C per qkv row), heads. */
@@ -71,7 +72,6 @@ function pipeline(device: GPUDevice, label: string, code: string): Promise<GPUCo
 
 /** The attention pipelines for one head size, and the buffers they share. */
 export class GpuAttention {
-  private readonly params: GPUBuffer;
   private rowDot: GpuArray;
 
   private constructor(
@@ -80,7 +80,6 @@ export class GpuAttention {
     readonly hs: number,
     private readonly pipelines: Readonly<Record<Kernel, GPUComputePipeline>>,
   ) {
-    this.params = device.createBuffer({ label: 'attention params', size: ATTENTION_PARAMS_BYTES, usage: BufferUsage.UNIFORM | BufferUsage.COPY_DST });
     this.rowDot = createArray(device, 1, 'attention rowDot');
   }
 
@@ -95,21 +94,21 @@ export class GpuAttention {
     return new GpuAttention(device, hs, pipelines);
   }
 
-  /** Queues and submits the forward; nothing waits. */
+  /** Records the forward; nothing waits. */
   forward(a: GpuAttentionForwardArgs): void {
     this.check('forward', a, { qkv: a.qkv }, { out: a.out, stats: a.stats }, { out: a.B * a.T * a.C, stats: attentionStatsLength(a) });
     if (a.B === 0) return;
     this.submit('forward', a, [this.step('forward', [a.qkv, a.out, a.stats], Math.ceil(a.T / ATTENTION_ROWS), a.B * a.NH)]);
   }
 
-  /** Queues and submits the materialisation of att (zero above the diagonal, as the WASM forward writes it). */
+  /** Records the materialisation of att (zero above the diagonal, as the WASM forward writes it). */
   probs(a: GpuAttentionProbsArgs): void {
     this.check('probs', a, { qkv: a.qkv, stats: a.stats }, { att: a.att }, { stats: attentionStatsLength(a), att: a.B * a.NH * a.T * a.T });
     if (a.B === 0) return;
     this.submit('probs', a, [this.step('probs', [a.qkv, a.stats, a.att], Math.ceil((a.T * a.T) / ATTENTION_PROBS_THREADS), a.B * a.NH)]);
   }
 
-  /** Queues and submits the backward: every float of dqkv's B×T×3C is written. */
+  /** Records the backward: every float of dqkv's B×T×3C is written. */
   backward(a: GpuAttentionBackwardArgs): void {
     const rows = a.B * a.NH * a.T;
     this.check('backward', a, { dout: a.dout, qkv: a.qkv, out: a.out, stats: a.stats }, { dqkv: a.dqkv },
@@ -129,35 +128,21 @@ export class GpuAttention {
   }
 
   destroy(): void {
-    this.params.destroy();
     this.rowDot.destroy();
   }
 
   /** A dispatch of `kernel` with the params at binding 0 and `arrays` at 1, 2, ... */
-  private step(kernel: Kernel, arrays: readonly GpuArray[], x: number, y: number): { pipeline: GPUComputePipeline; group: GPUBindGroup; x: number; y: number } {
-    const pipeline = this.pipelines[kernel];
-    const group = this.device.createBindGroup({
-      layout: pipeline.getBindGroupLayout(0),
-      entries: [{ binding: 0, resource: { buffer: this.params } }, ...arrays.map((arr, i) => ({ binding: i + 1, resource: { buffer: arr.buffer } }))],
-    });
-    return { pipeline, group, x, y };
+  private step(kernel: Kernel, arrays: readonly GpuArray[], x: number, y: number): { kernel: Kernel; buffers: GPUBuffer[]; x: number; y: number } {
+    return { kernel, buffers: arrays.map((a) => a.buffer), x, y };
   }
 
-  /** Writes the params and submits the dispatches in one compute pass (in order: each sees the ones before). */
+  /** Records the dispatches in order (each sees the ones before), each with the shape's parameter block. */
   private submit(label: string, s: AttentionShape, steps: readonly ReturnType<GpuAttention['step']>[]): void {
     const params = new ArrayBuffer(ATTENTION_PARAMS_BYTES);
     new Uint32Array(params, 0, 4).set([s.B, s.T, s.C, s.NH]);
     new Float32Array(params, 16, 1)[0] = attentionScale(this.hs);
-    this.device.queue.writeBuffer(this.params, 0, params);
-    const encoder = this.device.createCommandEncoder({ label: `attention ${label}` });
-    const pass = encoder.beginComputePass();
-    for (const st of steps) {
-      pass.setPipeline(st.pipeline);
-      pass.setBindGroup(0, st.group);
-      pass.dispatchWorkgroups(st.x, st.y);
-    }
-    pass.end();
-    this.device.queue.submit([encoder.finish()]);
+    const recorder = recorderOf(this.device);
+    for (const st of steps) recorder.dispatch(`attention ${label} ${st.kernel}`, this.pipelines[st.kernel], params, st.buffers, st.x, st.y);
   }
 
   /**

@@ -1,29 +1,26 @@
 // Float32 arrays that live on the GPU: create, upload, and read back (the
 // one slow, synchronising step: only where a test or a frame needs the values).
+// A write or a read first submits the work recorded so far (recorder.ts), so
+// the queue runs everything in program order.
 
-/**
- * GPUBufferUsage and GPUMapMode flags (WebGPU spec values). @webgpu/types
- * declares the globals, but Dawn for Node does not define them unless its
- * `globals` are copied onto globalThis, which this engine does not do.
- */
-export const BufferUsage = {
-  MAP_READ: 0x0001,
-  COPY_SRC: 0x0004,
-  COPY_DST: 0x0008,
-  UNIFORM: 0x0040,
-  STORAGE: 0x0080,
-} as const;
-const MAP_READ_MODE = 0x0001;
+import { recorderOf } from './recorder.ts';
+import { BufferUsage, MAP_READ_MODE } from './usage.ts';
 
 /** `length` floats in a GPU storage buffer. */
 export class GpuArray {
   constructor(
     readonly buffer: GPUBuffer,
     readonly length: number,
+    private readonly device: GPUDevice,
   ) {}
 
-  /** Frees the GPU memory now rather than when the object is collected. */
+  /**
+   * Frees the GPU memory rather than leaving it to the collector: once the
+   * work recorded so far is submitted (a recorded use of a destroyed buffer
+   * would fail), and once the queue has run what was submitted with it.
+   */
   destroy(): void {
+    recorderOf(this.device).flush();
     this.buffer.destroy();
   }
 }
@@ -40,7 +37,7 @@ export function createArray(device: GPUDevice, length: number, label?: string): 
     size: Math.max(1, length) * 4,
     usage: BufferUsage.STORAGE | BufferUsage.COPY_SRC | BufferUsage.COPY_DST,
   });
-  return new GpuArray(buffer, length);
+  return new GpuArray(buffer, length, device);
 }
 
 /** A new GPU array holding a copy of `values`. */
@@ -56,6 +53,7 @@ export function writeArray(device: GPUDevice, array: GpuArray, values: Float32Ar
     throw new RangeError(`writeArray: [${offset}, ${offset + values.length}) outside ${array.length} floats`);
   }
   if (values.length === 0) return;
+  recorderOf(device).flush();
   if (!(values.buffer instanceof SharedArrayBuffer)) {
     device.queue.writeBuffer(array.buffer, offset * 4, values.buffer, values.byteOffset, values.byteLength);
     return;
@@ -78,6 +76,7 @@ export async function readArray(device: GPUDevice, array: GpuArray, offset = 0, 
     throw new RangeError(`readArray: [${offset}, ${offset + length}) outside ${array.length} floats`);
   }
   if (length === 0) return new Float32Array(0);
+  recorderOf(device).flush();
   const staging = device.createBuffer({ label: 'readback', size: length * 4, usage: BufferUsage.MAP_READ | BufferUsage.COPY_DST });
   try {
     const encoder = device.createCommandEncoder();

@@ -4,6 +4,7 @@
 // that never use the GPU never load its 21 MB native module.
 import type { create as CreateGpu } from 'webgpu';
 import { findSwiftShader, hasVulkanLoader, useSwiftShader } from './swiftshader.ts';
+import { recorderOf } from './recorder.ts';
 
 /**
  * Software adapters: 'never' (the default: a miner must not do real work on
@@ -153,7 +154,7 @@ async function openDevice(found: FoundAdapter): Promise<Gpu> {
     takeErrors: (): string[] => errors.splice(0),
     async close(): Promise<void> {
       if (!dawnGpu) return;
-      await device.queue.onSubmittedWorkDone();
+      await recorderOf(device).drain();
       device.onuncapturederror = null;
       device.destroy();
       dawnGpu = undefined;

@@ -4,6 +4,7 @@
 // measures it when it joins with the webgpu backend (src/miner/hardware.ts).
 import { createArray, uploadArray } from './buffers.ts';
 import type { GpuGemm } from './gemm.ts';
+import { recorderOf } from './recorder.ts';
 
 export async function sgemmGflops(device: GPUDevice, gemm: GpuGemm, n: number, repeats: number): Promise<number> {
   const values = Float32Array.from({ length: n * n }, (_, i) => Math.sin(i));
@@ -11,7 +12,7 @@ export async function sgemmGflops(device: GPUDevice, gemm: GpuGemm, n: number, r
   try {
     const run = async (): Promise<void> => {
       gemm.sgemm({ M: n, N: n, K: n, a, lda: n, b, ldb: n, c, ldc: n });
-      await device.queue.onSubmittedWorkDone();
+      await recorderOf(device).drain();
     };
     await run();
     const rates: number[] = [];

@@ -2,7 +2,8 @@
 // kernels.ts), with the same arguments except that matrices are GPU arrays
 // plus an offset in floats instead of byte pointers into the WASM heap.
 import type { SgemmArgs } from '../kernels.ts';
-import { BufferUsage, createArray, type GpuArray } from './buffers.ts';
+import { createArray, type GpuArray } from './buffers.ts';
+import { recorderOf } from './recorder.ts';
 import { SGEMM_PARAMS_BYTES, SGEMM_TILE, SGEMM_WGSL } from './gemm.wgsl.ts';
 
 /**
@@ -23,16 +24,14 @@ export interface GpuSgemmArgs extends Omit<SgemmArgs, 'a' | 'b' | 'c' | 'bias'> 
   biasOffset?: number;
 }
 
-/** The four pipelines of the SGEMM shader (one per transpose case) and its parameter block. */
+/** The four pipelines of the SGEMM shader (one per transpose case). */
 export class GpuGemm {
-  private readonly params: GPUBuffer;
   private readonly noBias: GpuArray;
 
   private constructor(
     private readonly device: GPUDevice,
     private readonly pipelines: readonly GPUComputePipeline[],
   ) {
-    this.params = device.createBuffer({ label: 'sgemm params', size: SGEMM_PARAMS_BYTES, usage: BufferUsage.UNIFORM | BufferUsage.COPY_DST });
     this.noBias = createArray(device, 1, 'sgemm no bias');
   }
 
@@ -52,41 +51,26 @@ export class GpuGemm {
   }
 
   /**
-   * Queues the product and submits it. Queue order makes later kernels and
+   * Records the product (recorder.ts). Program order makes later kernels and
    * readbacks see the result; nothing waits here.
    */
   sgemm(p: GpuSgemmArgs): void {
     checkSgemm(p, this.device.limits.maxComputeWorkgroupsPerDimension);
     if (p.M === 0 || p.N === 0) return;
     const bias = p.bias && !p.accumulate ? p.bias : undefined;
-    this.device.queue.writeBuffer(this.params, 0, new Uint32Array([
+    const params = new Uint32Array([
       p.M, p.N, p.K,
       p.lda, p.ldb, p.ldc,
       p.aOffset ?? 0, p.bOffset ?? 0, p.cOffset ?? 0, bias ? (p.biasOffset ?? 0) : 0,
       p.accumulate ? 1 : 0, bias ? 1 : 0,
-    ]));
+    ]);
+    if (params.byteLength !== SGEMM_PARAMS_BYTES) throw new Error(`sgemm: ${params.byteLength} bytes of parameters, the shader reads ${SGEMM_PARAMS_BYTES}`);
     const pipeline = this.pipelines[(p.transA ? 1 : 0) | (p.transB ? 2 : 0)];
-    const group = this.device.createBindGroup({
-      layout: pipeline.getBindGroupLayout(0),
-      entries: [
-        { binding: 0, resource: { buffer: this.params } },
-        { binding: 1, resource: { buffer: p.a.buffer } },
-        { binding: 2, resource: { buffer: p.b.buffer } },
-        { binding: 3, resource: { buffer: p.c.buffer } },
-        { binding: 4, resource: { buffer: (bias ?? this.noBias).buffer } },
-      ],
-    });
-    const encoder = this.device.createCommandEncoder({ label: 'sgemm' });
-    const pass = encoder.beginComputePass();
-    pass.setPipeline(pipeline);
-    pass.setBindGroup(0, group);
-    pass.dispatchWorkgroups(Math.ceil(p.N / SGEMM_TILE), Math.ceil(p.M / SGEMM_TILE));
-    pass.end();
-    this.device.queue.submit([encoder.finish()]);
+    const buffers = [p.a.buffer, p.b.buffer, p.c.buffer, (bias ?? this.noBias).buffer];
+    recorderOf(this.device).dispatch('sgemm', pipeline, params.buffer, buffers, Math.ceil(p.N / SGEMM_TILE), Math.ceil(p.M / SGEMM_TILE));
   }
 
   destroy(): void {
-    this.params.destroy();
     this.noBias.destroy();
   }
 }

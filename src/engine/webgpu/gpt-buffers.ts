@@ -9,6 +9,7 @@
 // one activation while reading others of the same block.
 import { createArray, type GpuArray } from './buffers.ts';
 import type { GpuRef } from './program.ts';
+import { recorderOf } from './recorder.ts';
 
 /** The sizes of a GPT (src/model/config.ts GptConfig is one). */
 export interface GptShape {
@@ -170,12 +171,10 @@ export function createScratch(device: GPUDevice, config: GptShape, B: number, pa
   };
 }
 
-/** Queues zeroes over `length` floats of `ref` (one submission; ordered with the kernels' submissions). */
+/** Records zeroes over `length` floats of `ref` (recorder.ts: in order with the kernels). */
 export function clearRef(device: GPUDevice, ref: GpuRef, length: number): void {
   const array = 'array' in ref ? ref.array : ref;
   const offset = 'array' in ref ? ref.offset : 0;
   if (length === 0) return;
-  const encoder = device.createCommandEncoder({ label: 'clear' });
-  encoder.clearBuffer(array.buffer, offset * 4, length * 4);
-  device.queue.submit([encoder.finish()]);
+  recorderOf(device).clear(array.buffer, offset * 4, length * 4);
 }

@@ -4,9 +4,11 @@
 // parameter block, one binding per array, an accessor per array that adds the
 // array's offset, the entry point with a linear workgroup index), compiles it,
 // and at each call checks extents and aliasing, fills the parameter block and
-// dispatches. Sizes beyond maxComputeWorkgroupsPerDimension workgroups spill
-// into a second dispatch dimension.
-import { BufferUsage, createArray, type GpuArray } from './buffers.ts';
+// records the dispatch (recorder.ts). Sizes beyond
+// maxComputeWorkgroupsPerDimension workgroups spill into a second dispatch
+// dimension.
+import { createArray, type GpuArray } from './buffers.ts';
+import { recorderOf } from './recorder.ts';
 
 /** An array, or a window of one starting `offset` elements in (offsets are in elements, as in `gemm.ts`). */
 export type GpuRef = GpuArray | { array: GpuArray; offset: number };
@@ -85,9 +87,8 @@ function checkU32(what: string, v: number): void {
   if (!Number.isInteger(v) || v < 0 || v > 0xffffffff) throw new RangeError(`${what} = ${v} is not a u32`);
 }
 
-/** One compiled kernel and its parameter block. */
+/** One compiled kernel. */
 export class GpuKernel {
-  private readonly params: GPUBuffer;
   private readonly paramBytes: number;
 
   private constructor(
@@ -99,7 +100,6 @@ export class GpuKernel {
   ) {
     const fields = (spec.uints?.length ?? 0) + spec.arrays.length + (spec.floats?.length ?? 0);
     this.paramBytes = Math.ceil((fields * 4) / 16) * 16;
-    this.params = device.createBuffer({ label: `${spec.label} params`, size: this.paramBytes, usage: BufferUsage.UNIFORM | BufferUsage.COPY_DST });
   }
 
   /** Compiles the kernel; rejects with the compiler's message if its WGSL is wrong. */
@@ -110,7 +110,7 @@ export class GpuKernel {
     return new GpuKernel(device, spec, pipeline, max);
   }
 
-  /** Checks the call, then queues and submits one dispatch. Nothing waits here. */
+  /** Checks the call, then records its dispatch (recorder.ts). Nothing waits here. */
   run(call: KernelCall): void {
     const { spec } = this;
     const label = spec.label;
@@ -149,23 +149,11 @@ export class GpuKernel {
     if (call.groups === 0) return;
     const x = Math.min(call.groups, this.maxGroupsPerDimension), y = Math.ceil(call.groups / x);
     if (y > this.maxGroupsPerDimension) throw new RangeError(`${label}: ${call.groups} workgroups exceed ${this.maxGroupsPerDimension}² (the device's limit)`);
-    this.device.queue.writeBuffer(this.params, 0, words);
-    const group = this.device.createBindGroup({
-      layout: this.pipeline.getBindGroupLayout(0),
-      entries: [{ binding: 0, resource: { buffer: this.params } }, ...refs.map((array, i) => ({ binding: i + 1, resource: { buffer: array.buffer } }))],
-    });
-    const encoder = this.device.createCommandEncoder({ label });
-    const pass = encoder.beginComputePass();
-    pass.setPipeline(this.pipeline);
-    pass.setBindGroup(0, group);
-    pass.dispatchWorkgroups(x, y);
-    pass.end();
-    this.device.queue.submit([encoder.finish()]);
+    recorderOf(this.device).dispatch(label, this.pipeline, words, refs.map((a) => a.buffer), x, y);
   }
 
-  destroy(): void {
-    this.params.destroy();
-  }
+  /** Nothing to free: a call's parameter block belongs to the recorder's batch. */
+  destroy(): void {}
 }
 
 /** The whole WGSL of a kernel: its declarations, accessors, `lib` and entry point. */

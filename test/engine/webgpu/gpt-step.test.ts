@@ -10,6 +10,7 @@ import { test } from 'node:test';
 import { batchForShard, type TokenBatch } from '../../../src/data/batches.ts';
 import { mobyDickBytes } from '../../../src/data/corpus.ts';
 import { GpuGptStep } from '../../../src/engine/webgpu/gpt-step.ts';
+import { recorderOf } from '../../../src/engine/webgpu/recorder.ts';
 import { compareFirstStep, type StepComparison } from '../../../src/engine/webgpu/gpt-step-check.ts';
 import { AdamW, ADAMW_DEFAULTS, type AdamWConfig } from '../../../src/model/adamw.ts';
 import { gptConfig } from '../../../src/model/config.ts';
@@ -44,6 +45,8 @@ interface OneStep {
   wasmNorm: number;
   gpuNorm: number;
   ms: number;
+  /** the step's kernels and the command buffers they went in (recorder.ts) */
+  work: { dispatches: number; submits: number };
 }
 
 function batch(step: number, B: number, T: number): TokenBatch {
@@ -66,17 +69,21 @@ async function oneStep(model: string, B: number, gpu: { lrFactor?: number; dropG
     stage.backward();
     const wasmGrads = stage.grads.flat.data.slice();
     const wasmNorm = opt.update();
+    const recorder = recorderOf(device());
+    recorder.flush();
+    const counted = { ...recorder.counts };
     const t0 = performance.now();
     const r = await gpuStep.trainStep(b.inputs, b.targets, B, ADAMW_DEFAULTS.lr * (gpu.lrFactor ?? 1));
     const gpuAfter = await gpuStep.readParams();
     const ms = performance.now() - t0;
+    const work = { dispatches: recorder.counts.dispatches - counted.dispatches, submits: recorder.counts.submits - counted.submits };
     const gradScale = wasmNorm > ADAMW_DEFAULTS.gradClip ? ADAMW_DEFAULTS.gradClip / wasmNorm : 1;
     const comparison = compareFirstStep({
       layout: stage.layout, wasmGrads, gpuGrads: await gpuStep.readGrads(), before,
       wasmAfter: stage.params.flat.data, gpuAfter, gradRel: GRAD_REL, lr: ADAMW_DEFAULTS.lr, eps: ADAMW_DEFAULTS.eps, gradScale,
     });
     assert.deepEqual(fixture.gpu().takeErrors(), []);
-    return { comparison, wasmLoss, gpuLoss: r.loss, wasmNorm, gpuNorm: r.gradNorm, ms };
+    return { comparison, wasmLoss, gpuLoss: r.loss, wasmNorm, gpuNorm: r.gradNorm, ms, work };
   } finally {
     gpuStep.destroy();
     opt.release();
@@ -87,7 +94,7 @@ async function oneStep(model: string, B: number, gpu: { lrFactor?: number; dropG
 function describe(s: OneStep): string {
   const c = s.comparison;
   return `loss rel ${(Math.abs(s.gpuLoss - s.wasmLoss) / s.wasmLoss).toExponential(2)}, worst gradient ${c.worstGrad.name} at ${c.worstGrad.gradRatio.toFixed(3)} of its tolerance, `
-    + `worst parameter ${c.worstParam.name} at ${c.worstParam.paramRatio.toFixed(3)} of its bound, GPU step ${s.ms.toFixed(0)} ms`;
+    + `worst parameter ${c.worstParam.name} at ${c.worstParam.paramRatio.toFixed(3)} of its bound, GPU step ${s.ms.toFixed(0)} ms, ${s.work.dispatches} dispatches in ${s.work.submits} command buffers`;
 }
 
 function assertSameStep(s: OneStep): void {
@@ -104,6 +111,8 @@ for (const [model, B] of [['gpt-micro', 4], ['gpt-tiny', 2]] as const) {
     const s = await oneStep(model, B);
     process.stderr.write(`${model} B ${B}: ${describe(s)}\n`);
     assertSameStep(s);
+    // the forward and backward in one command buffer, AdamW (after the loss and norm are read) in another
+    assert.ok(s.work.submits <= 3 && s.work.dispatches > 50, JSON.stringify(s.work));
   });
 }
 
