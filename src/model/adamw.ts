@@ -59,8 +59,14 @@ export function reach(theta0: number, decays: boolean, steps: number, lr: number
 
 /** The first weight of `w` that `steps` AdamW steps from `theta0` cannot reach (−1: none). Floats [0, decaySize) take weight decay. */
 export function firstOutOfReach(w: Float32Array, theta0: Float32Array, decaySize: number, steps: number, lr: number): number {
-  for (let i = 0; i < w.length; i++) {
-    if (!(Math.abs(w[i] - theta0[i]) <= reach(theta0[i], i < decaySize, steps, lr))) return i;
+  // reach() with its terms computed once per decay class: a + c·|θ0|
+  for (const [from, to, decay] of [[0, Math.min(decaySize, w.length), ADAMW_DEFAULTS.weightDecay], [decaySize, w.length, 0]] as const) {
+    const { base, perWeight } = adamMoveBoundTerms(steps, lr, decay);
+    const a = base * (1 + 1e-6) + 1e-6;
+    const c = perWeight * (1 + 1e-6) + 1e-6;
+    for (let i = from; i < to; i++) {
+      if (!(Math.abs(w[i] - theta0[i]) <= a + c * Math.abs(theta0[i]))) return i;
+    }
   }
   return -1;
 }

@@ -3,7 +3,7 @@
 import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
 import { Engine } from '../../src/engine/engine.ts';
-import { AdamW, adamMoveBound, adamStepBound, ADAMW_DEFAULTS } from '../../src/model/adamw.ts';
+import { AdamW, adamMoveBound, adamStepBound, ADAMW_DEFAULTS, firstOutOfReach, reach } from '../../src/model/adamw.ts';
 import { mulberry32 } from '../../src/model/init.ts';
 import { FlatTensors, ParamLayout } from '../../src/model/params.ts';
 import { fillRandom } from '../helpers/gradcheck.ts';
@@ -99,4 +99,23 @@ test('adamStepBound is the tightest bound on |m̂/√v̂|: no gradient sequence 
   // the move bound: decay adds wd·|w| per step, none without decay
   assert.equal(adamMoveBound(0.5, 10, 1e-3, 0), 10 * 1e-3 * B);
   assert.ok(adamMoveBound(0.5, 10, 1e-3, 0.1) > adamMoveBound(0.5, 10, 1e-3, 0));
+});
+
+test('firstOutOfReach finds the first weight beyond reach(), in the decayed range or after it', () => {
+  const n = 1000, decaySize = 600, steps = 7, lr = 2e-3;
+  const rng = mulberry32(3);
+  const theta0 = new Float32Array(n).map(() => (rng() - 0.5) * 8);
+  const inside = theta0.map((t, i) => t + (rng() < 0.5 ? -1 : 1) * reach(t, i < decaySize, steps, lr) * 0.999);
+  assert.equal(firstOutOfReach(inside, theta0, decaySize, steps, lr), -1);
+  for (const at of [0, 599, 600, 999, 123, 876]) {
+    const w = inside.slice();
+    // 0.1% past its own bound; the weights around it stay inside theirs (a decayed weight's bound is larger than a plain one's)
+    w[at] = theta0[at] + reach(theta0[at], at < decaySize, steps, lr) * 1.001;
+    assert.equal(firstOutOfReach(w, theta0, decaySize, steps, lr), at, `weight ${at}`);
+    if (at < 999) w[999] = Number.NaN;
+    assert.equal(firstOutOfReach(w, theta0, decaySize, steps, lr), at, 'the first one');
+  }
+  const nan = inside.slice();
+  nan[700] = Number.NaN;
+  assert.equal(firstOutOfReach(nan, theta0, decaySize, steps, lr), 700, 'a NaN is never within reach');
 });
