@@ -151,19 +151,20 @@ export class SignedClient {
    * Sends a signed request to `url` (absolute, or a path on the base URLs);
    * returns the body bytes. A 429 (`rate_limited`: the server is taking
    * signatures slower than they come) is sent again, signed afresh, after
-   * RATE_LIMIT_RETRIES growing pauses.
+   * RATE_LIMIT_RETRIES growing pauses. `timeoutMs` bounds each attempt (the
+   * client's own by default; a large upload passes a longer one).
    */
-  async request(method: HttpMethod, pathOrUrl: string, body?: Uint8Array, contentType = 'application/octet-stream'): Promise<Uint8Array> {
-    if (isAbsoluteUrl(pathOrUrl)) return this.requestAt(new URL(pathOrUrl), method, body, contentType);
-    return this.failover.send(method, (base) => this.requestAt(new URL(pathOrUrl, base), method, body, contentType));
+  async request(method: HttpMethod, pathOrUrl: string, body?: Uint8Array, contentType = 'application/octet-stream', timeoutMs = this.timeoutMs): Promise<Uint8Array> {
+    if (isAbsoluteUrl(pathOrUrl)) return this.requestAt(new URL(pathOrUrl), method, body, contentType, timeoutMs);
+    return this.failover.send(method, (base) => this.requestAt(new URL(pathOrUrl, base), method, body, contentType, timeoutMs));
   }
 
-  private async requestAt(url: URL, method: HttpMethod, body: Uint8Array | undefined, contentType: string): Promise<Uint8Array> {
+  private async requestAt(url: URL, method: HttpMethod, body: Uint8Array | undefined, contentType: string, timeoutMs: number): Promise<Uint8Array> {
     for (let attempt = 0; ; attempt++) {
       const headers: Record<string, string> = { ...(await this.signer.sign(method, url.pathname + url.search, body)) };
       if (body) headers['content-type'] = contentType;
       try {
-        return await httpRequest(url, { method, headers, body, timeoutMs: this.timeoutMs });
+        return await httpRequest(url, { method, headers, body, timeoutMs });
       } catch (err) {
         if (!(err instanceof NimbleError && err.status === 429) || attempt >= RATE_LIMIT_RETRIES) throw err;
         await new Promise((r) => setTimeout(r, 250 * 2 ** attempt * (0.5 + Math.random())));

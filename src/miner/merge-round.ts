@@ -45,9 +45,17 @@ export function httpMergeTransport(client: Pick<SignedClient, 'request'>): Merge
   return {
     putPseudoGradient: async (at, partition, samples, frame) => void (await client.request('POST', `${base(at)}/pseudo-gradients/${partition}?samples=${samples}`, frame)),
     putMerged: async (at, partition, frame) => void (await client.request('POST', `${base(at)}/merged/${partition}`, frame)),
-    putState: async (at, state) => void (await client.request('POST', `${base(at)}/state`, state)),
+    putState: async (at, state) => void (await client.request('POST', `${base(at)}/state`, state, undefined, stateUploadTimeoutMs(state.length))),
     getBlob: (id) => client.request('GET', `/blobs/${id}`),
   };
+}
+
+/** The slowest uplink a stage state's upload is given time for (a state can take up to 2 GiB: docs/protocol.md). */
+export const STATE_UPLOAD_MIN_MBPS = 10;
+
+/** How long a state of `bytes` may take to upload: 30 s and its transfer at STATE_UPLOAD_MIN_MBPS (the orchestrator's request timeout may end it sooner). */
+export function stateUploadTimeoutMs(bytes: number): number {
+  return 30_000 + (bytes * 8) / (STATE_UPLOAD_MIN_MBPS * 1e3);
 }
 
 export interface MergeRoundOptions {

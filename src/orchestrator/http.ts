@@ -25,7 +25,7 @@ import { creditRoutes } from './routes/credits.ts';
 import { InferenceBilling } from './serving/billing.ts';
 import { deploymentRoutes } from './routes/deployments.ts';
 import { jobRoutes } from './routes/jobs.ts';
-import { minerRoutes } from './routes/miners.ts';
+import { MAX_UPLOAD_BYTES, minerRoutes } from './routes/miners.ts';
 import { modelRoutes } from './routes/models.ts';
 import { publicRoutes } from './routes/public.ts';
 import { readWallets } from './dashboard/wallets.ts';
@@ -50,6 +50,9 @@ export function buildApi(
   const verifier = new RequestVerifier({ domain: coordinator.identity.domain, notBefore: Date.now(), sessionKeyOf: (a) => coordinator.sessionKeyOf(a) });
   const app = createHttpServer({
     bodyLimit: MAX_JSON_BYTES,
+    // the bodies being received at once: one 256 MiB upload per signer and four in all, as before stage states took up to 2 GiB;
+    // a larger state (its stage's size, MAX_STATE_BYTES at most) is taken when no other large body is under way
+    bodyBudget: { perSigner: MAX_UPLOAD_BYTES, total: 4 * MAX_UPLOAD_BYTES },
     verifier,
     onRefused: (req, err) => {
       // a malformed request is provably its signer's fault; a 403, 404 or 409 can be an honest race with the orchestrator's state

@@ -6,6 +6,7 @@
 // upload proves an offence leaves the round at once. The round's phases
 // move on in ./merges.ts.
 import { modelCheckpointInfo } from '../model/checkpoint.ts';
+import { rangeParams } from '../model/model-ref.ts';
 import { decodePartitionFrame } from '../merge/pseudo-gradient.ts';
 import { decodeSafetensors } from '../model/safetensors.ts';
 import { NimbleError } from '../protocol/errors.ts';
@@ -29,9 +30,15 @@ export class MergeUploads {
     this.roundFor(k, minerId, null);
   }
 
-  /** Throws unless `minerId` may upload round `k`'s stage state: its stage's single replica (a merged round's state is the orchestrator's). */
-  expectStateSaver(minerId: string, k: RoundKey): void {
-    mergedRefused(k, this.roundFor(k, minerId, null).round);
+  /**
+   * Throws unless `minerId` may upload round `k`'s stage state: its stage's
+   * single replica (a merged round's state is the orchestrator's). Returns
+   * the most bytes that state can take (stateBytesBound), the upload's limit.
+   */
+  expectStateSaver(minerId: string, k: RoundKey): number {
+    const { run, s, round } = this.roundFor(k, minerId, null);
+    mergedRefused(k, round);
+    return stateBytesBound(rangeParams(run.model, { from: s.fromPart, to: s.toPart }));
   }
 
   /** The open round `k` in phase `phase` (any, for null), with `minerId` among its replicas; else the reason it is not. */
@@ -115,6 +122,14 @@ export class MergeUploads {
     });
     return blob;
   }
+}
+
+/** Room for a stage state's checkpoint header (tensor names, shapes, offsets, the model's reference): 1 MiB. */
+const STATE_HEADER_BYTES = 1 << 20;
+
+/** The most bytes a stage state of `params` parameters takes: float32 weights and outer momentum, and its checkpoint header. */
+export function stateBytesBound(params: number): number {
+  return 8 * params + STATE_HEADER_BYTES;
 }
 
 function mergedRefused(k: RoundKey, round: MergeRoundRecord): void {

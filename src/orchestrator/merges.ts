@@ -15,10 +15,12 @@ import { FINAL_RUN_STATUSES } from '../api/schemas.ts';
 import { defaultRule, median, normBound } from '../merge/merge-partition.ts';
 import { assignMergers, reassign } from '../merge/partition.ts';
 import { rangeParams } from '../model/model-ref.ts';
+import { DEFAULT_HTTP_TIMEOUTS } from '../http/server.ts';
 import type { MergeTask } from '../protocol/messages.ts';
 import type { BlobStore } from './blobs.ts';
 import { mergeDue } from './issue-policy.ts';
 import { RECOMPUTED, type MergeChecks } from './merge-checks.ts';
+import { stateBytesBound } from './merge-uploads.ts';
 import type { Offences } from './offences.ts';
 import type { OrchestratorState } from './state/index.ts';
 import type { MergeResult, MergeRoundRecord, RoundKey, RoundPlan, RoundRule } from './state/merge-rounds.ts';
@@ -28,7 +30,7 @@ import type { RunRecord, StageRecord } from './state/runs.ts';
 export const UPLOAD_TIMEOUT_MS = 60_000;
 /** Mergers that have not uploaded a partition by then are replaced. */
 export const MERGE_TIMEOUT_MS = 30_000;
-/** Replicas that have not applied the round (or, a stage's single replica, saved its state) by then are left out of it. */
+/** Replicas that have not applied the round (or, a stage's single replica, saved its state: longer for a large state, applyTimeoutMs) by then are left out of it. */
 export const APPLY_TIMEOUT_MS = 60_000;
 /** Partitions per replica. */
 const PARTITIONS_PER_REPLICA = 2;
@@ -128,6 +130,19 @@ export class MergeRounds {
     };
     this.state.mergeRounds.open(keyOf(run, s.stage, s.round + 1), { status: count ? 'uploading' : 'applying', partitions: count, replicas, plan, startedAt: this.now() });
     this.state.runs.startMerging(run.id, s.stage);
+  }
+
+  /**
+   * How long a round waits in applying: APPLY_TIMEOUT_MS, and for a stage of
+   * one replica that has not saved its state yet, twice the state's transfer
+   * at the uplink the replica measured when it joined, up to the server's
+   * request timeout (no upload can take longer).
+   */
+  private applyTimeoutMs(run: RunRecord, s: StageRecord, round: MergeRoundRecord): number {
+    if (round.partitions > 0 || round.stateBlob || round.replicas.length === 0) return APPLY_TIMEOUT_MS;
+    const mbps = this.state.miners.get(round.replicas[0])?.bandwidthMbps ?? 0;
+    const transferMs = mbps > 0 ? (2 * stateBytesBound(this.stageParams(run, s)) * 8) / (mbps * 1e3) : Infinity;
+    return APPLY_TIMEOUT_MS + Math.ceil(Math.min(DEFAULT_HTTP_TIMEOUTS.requestMs, transferMs));
   }
 
   private stageParams(run: RunRecord, s: StageRecord): number {
@@ -234,7 +249,7 @@ export class MergeRounds {
       // a merged round's state is written here (again after a restart or a failure); the round closes once it is in
       if (merged) this.writeState(run, s, round);
       let next = plan;
-      if (now - plan.phaseAt > APPLY_TIMEOUT_MS) {
+      if (now - plan.phaseAt > this.applyTimeoutMs(run, s, round)) {
         // whoever holds the round up leaves it: replicas that did not apply, and a single replica that did not save its state
         const late = replicas.filter((m, i) => !applied(m) || (!merged && i === 0 && !round.stateBlob));
         for (const m of late) this.state.ledger.logWork({ minerId: m, runId: run.id, kind: 'dropped', stage: s.stage, detail: `round ${round.round} not applied in time` }, now);

@@ -11,22 +11,29 @@
 // stage states bit for bit, the robust rule with 3 replicas) and restarts,
 // without a child process or a socket.
 import assert from 'node:assert/strict';
+import { request as httpRequest } from 'node:http';
+import type { AddressInfo } from 'node:net';
 import { test } from 'node:test';
 import { decodePartitionFrame } from '../../src/merge/pseudo-gradient.ts';
 import { l2Norm } from '../../src/merge/merge-partition.ts';
 import { partitionVector } from '../../src/merge/partition.ts';
 import { adamMoveBound, ADAMW_DEFAULTS, reach } from '../../src/model/adamw.ts';
 import { checkpointInfo } from '../../src/model/checkpoint.ts';
+import { rangeParams } from '../../src/model/model-ref.ts';
+import { DEFAULT_HTTP_TIMEOUTS } from '../../src/http/server.ts';
 import { decodeSafetensors } from '../../src/model/safetensors.ts';
 import { COORDINATOR_DEFAULTS } from '../../src/orchestrator/coordinator.ts';
+import { buildApi } from '../../src/orchestrator/http.ts';
 import { FEEDBACK_STEPS, RECOMPUTED } from '../../src/orchestrator/merge-checks.ts';
 import { BAN_MS, OffenceError } from '../../src/orchestrator/offences.ts';
+import { stateBytesBound } from '../../src/orchestrator/merge-uploads.ts';
 import { APPLY_TIMEOUT_MS, MERGE_TIMEOUT_MS, UPLOAD_TIMEOUT_MS } from '../../src/orchestrator/merges.ts';
 import type { RoundKey } from '../../src/orchestrator/state/merge-rounds.ts';
 import type { RunRecord } from '../../src/orchestrator/state/runs.ts';
 import { signReceipt, verifyTicket } from '../../src/protocol/evidence.ts';
 import type { MicrobatchTask, WorkReport } from '../../src/protocol/messages.ts';
 import { SessionKey } from '../../src/protocol/session-key.ts';
+import { RequestSigner } from '../../src/protocol/signing.ts';
 import {
   appliedState,
   completeAlong,
@@ -1229,7 +1236,14 @@ test('a round does not wait forever in applying: a replica that never applies is
   assert.deepEqual(h.state.runs.stages(run.id).map((s) => [s.mode, s.round, s.stateBlob]), keys.map((k) => ['training', 1, h.state.mergeRounds.get(k)!.stateBlob]));
 });
 
-test('a stage of one replica that applies the round and never saves its state is dropped after the apply timeout; the stage keeps the state it had', async (t) => {
+/** How long a single replica's round waits for its state: the apply timeout, and twice the state's transfer at the replica's uplink, at most the server's request timeout. */
+function stateTimeoutMs(h: Harness, runId: string, stage: number, mbps: number): number {
+  const s = h.state.runs.stage(runId, stage)!;
+  const params = rangeParams(h.state.runs.get(runId)!.model, { from: s.fromPart, to: s.toPart });
+  return APPLY_TIMEOUT_MS + Math.ceil(Math.min(DEFAULT_HTTP_TIMEOUTS.requestMs, (2 * stateBytesBound(params) * 8) / (mbps * 1e3)));
+}
+
+test('a stage of one replica that applies the round and never saves its state is dropped after the apply timeout and its state\'s transfer; the stage keeps the state it had', async (t) => {
   const { h, run, s0, s1 } = await twoStages(t, { steps: 4, mergeEvery: 1 }, { minerTimeoutMs: 10 * APPLY_TIMEOUT_MS });
   trainMicrobatches(h, run, 1);
   h.tick();
@@ -1238,11 +1252,83 @@ test('a stage of one replica that applies the round and never saves its state is
   s0.applied = 1;
   s0.beat();
   await applyAll(h, run, 1, 1);
-  h.advance(APPLY_TIMEOUT_MS + 1);
+  const timeout = stateTimeoutMs(h, run.id, 0, 100);
+  assert.ok(timeout > APPLY_TIMEOUT_MS && timeout < APPLY_TIMEOUT_MS + 5_000, `${timeout} ms: a small state at 100 Mbit/s adds little`);
+  h.advance(timeout);
+  h.tick();
+  assert.equal(h.state.mergeRounds.get(key)!.status, 'applying', 'still waiting at the timeout');
+  h.advance(1);
   h.tick();
   assert.equal(h.state.mergeRounds.get(key)!.status, 'done');
   assert.deepEqual([h.work(run.id)[`${s0.name}/dropped`], h.work(run.id)[`${s1.name}/dropped`]], [1, undefined]);
   assert.deepEqual(h.state.runs.stages(run.id).map((s) => [s.round, s.stateBlob === null]), [[1, true], [1, false]], 'stage 0 keeps its initial state');
+});
+
+test('a stage of one replica on a slow uplink gets time to upload its state, at most the server\'s request timeout more', async (t) => {
+  const { h, run, s0 } = await twoStages(t, { steps: 4, mergeEvery: 1 }, { minerTimeoutMs: 10 * APPLY_TIMEOUT_MS });
+  // s0 measured 0.05 Mbit/s up: its state would take minutes, the round waits at most the request timeout more
+  s0.bandwidthMbps = 0.05;
+  s0.join();
+  trainMicrobatches(h, run, 1);
+  h.tick();
+  const key = { runId: run.id, stage: 0, round: 1 };
+  assert.deepEqual([mergeRound(h, run.id, 0, 1).partitions, taskOf(s0).saveState], [0, true]);
+  s0.applied = 1;
+  s0.beat();
+  await applyAll(h, run, 1, 1);
+  assert.equal(stateTimeoutMs(h, run.id, 0, 0.05), APPLY_TIMEOUT_MS + DEFAULT_HTTP_TIMEOUTS.requestMs);
+  h.advance(APPLY_TIMEOUT_MS + DEFAULT_HTTP_TIMEOUTS.requestMs);
+  h.tick();
+  assert.equal(h.state.mergeRounds.get(key)!.status, 'applying');
+  h.advance(1);
+  h.tick();
+  assert.equal(h.state.mergeRounds.get(key)!.status, 'done');
+});
+
+test('a stage state upload is held to its own stage\'s size: declared larger, or not declared, it is refused before its body is read; within it, it is taken', async (t) => {
+  const { h, run, s0 } = await twoStages(t, { steps: 4, mergeEvery: 1 }, { minerTimeoutMs: 10 * APPLY_TIMEOUT_MS });
+  trainMicrobatches(h, run, 1);
+  h.tick();
+  assert.deepEqual([mergeRound(h, run.id, 0, 1).partitions, taskOf(s0).saveState], [0, true]);
+  const app = buildApi(h.coordinator);
+  t.after(() => app.close());
+  const signer = new RequestSigner({ session: s0.key, address: s0.id as `0x${string}` }, { domain: h.coordinator.identity.domain });
+  const url = `/runs/${run.id}/stages/0/rounds/1/state`;
+  const s = h.state.runs.stage(run.id, 0)!;
+  const limit = stateBytesBound(rangeParams(run.model, { from: s.fromPart, to: s.toPart }));
+  const post = async (headers: Record<string, string>, body: Buffer): Promise<{ status: number; error: string }> => {
+    const res = await app.inject({ method: 'POST', url, headers: { 'content-type': 'application/octet-stream', ...(await signer.sign('POST', url, body)), ...headers }, payload: body });
+    return { status: res.statusCode, error: String((JSON.parse(res.body) as { error?: string }).error) };
+  };
+  // announced one byte over the stage's size (16 bytes sent): refused from its headers
+  const over = await post({ 'content-length': String(limit + 1) }, Buffer.alloc(16));
+  assert.equal(over.status, 413, over.error);
+  assert.match(over.error, new RegExp(`at most ${limit}`));
+  // no length announced (chunked, over a real socket): refused too
+  await app.listen({ host: '127.0.0.1', port: 0 });
+  const { port } = app.server.address() as AddressInfo;
+  const body = Buffer.alloc(16);
+  const chunked = await new Promise<{ status: number; error: string }>((resolve, reject) => {
+    void signer.sign('POST', url, body).then((signed) => {
+      const req = httpRequest({ host: '127.0.0.1', port, path: url, method: 'POST', headers: { 'content-type': 'application/octet-stream', ...signed } }, (res) => {
+        let text = '';
+        res.on('data', (c: Buffer) => (text += c.toString()));
+        res.on('end', () => resolve({ status: res.statusCode ?? 0, error: String((JSON.parse(text) as { error?: string }).error) }));
+      });
+      req.on('error', reject);
+      req.write(body); // no Content-Length: node sends it chunked
+      req.end();
+    }, reject);
+  });
+  assert.equal(chunked.status, 411, chunked.error);
+  // the real state, which the stage's single replica saves: taken
+  s0.applied = 1;
+  s0.beat();
+  const state = Buffer.from(h.coordinator.stageStates.encode(run, 0, 1, (await h.coordinator.stageStates.at(run, 0, 0))!));
+  assert.ok(state.length <= limit);
+  const taken = await post({}, state);
+  assert.equal(taken.status, 200, taken.error);
+  assert.ok(h.state.mergeRounds.get({ runId: run.id, stage: 0, round: 1 })!.stateBlob);
 });
 
 // ---- 11. what a merge round checks ----------------------------------------------------

@@ -253,6 +253,8 @@ export class FakeMiner {
 
   /** the peer URL it announces (nothing listens there) */
   readonly url: string;
+  /** the uplink it says it measured when it joins, Mbit/s */
+  bandwidthMbps = 100;
 
   constructor(
     readonly h: Harness,
@@ -263,7 +265,7 @@ export class FakeMiner {
   }
 
   join(): JoinReply {
-    return this.h.coordinator.join(this.id, { name: this.name, url: this.url, hardware: HARDWARE, bandwidthMbps: 100, sessionKey: this.key.publicKey });
+    return this.h.coordinator.join(this.id, { name: this.name, url: this.url, hardware: HARDWARE, bandwidthMbps: this.bandwidthMbps, sessionKey: this.key.publicKey });
   }
 
   /** The miner process restarts: a new session key, nothing held, nothing known; it joins again. */

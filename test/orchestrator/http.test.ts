@@ -14,7 +14,7 @@ import type { HttpServer } from '../../src/http/server.ts';
 import { FsBlobStore } from '../../src/orchestrator/blobs.ts';
 import { Coordinator } from '../../src/orchestrator/coordinator.ts';
 import { buildApi } from '../../src/orchestrator/http.ts';
-import { MAX_UPLOAD_BYTES } from '../../src/orchestrator/routes/miners.ts';
+import { MAX_STATE_BYTES, MAX_UPLOAD_BYTES } from '../../src/orchestrator/routes/miners.ts';
 import { OrchestratorState } from '../../src/orchestrator/state/index.ts';
 import { HeartbeatReply, JoinReply, NetworkInfo, parse, type Hardware } from '../../src/protocol/messages.ts';
 import { domainOf, verifyNetwork } from '../../src/protocol/network.ts';
@@ -197,13 +197,15 @@ test('a signed request that breaks a contract is refused with 4xx; the malformed
 });
 
 test('uploads are limited per route before they are buffered', async () => {
-  const url = '/runs/run-x/stages/0/rounds/1/state';
-  const upload = (headers: Record<string, string>): Promise<{ statusCode: number }> =>
-    app.inject({ method: 'POST', url, headers: { 'content-type': 'application/octet-stream', 'content-length': String(MAX_UPLOAD_BYTES + 1), ...headers }, payload: Buffer.alloc(16) });
+  const upload = (url: string, bytes: number, headers: Record<string, string>): Promise<{ statusCode: number }> =>
+    app.inject({ method: 'POST', url, headers: { 'content-type': 'application/octet-stream', 'content-length': String(bytes), ...headers }, payload: Buffer.alloc(16) });
+  const state = '/runs/run-x/stages/0/rounds/1/state';
+  const frame = '/runs/run-x/stages/0/rounds/1/pseudo-gradients/0?samples=1';
   // unsigned: refused from its headers (401), before its size matters
-  assert.equal((await upload({})).statusCode, 401);
-  // signed: refused for its declared size (413) before it is read
-  assert.equal((await upload(await miner.sign('POST', url, Buffer.alloc(16)))).statusCode, 413);
+  assert.equal((await upload(state, MAX_STATE_BYTES + 1, {})).statusCode, 401);
+  // signed: refused for its declared size (413) before it is read: a frame over 256 MiB, a stage state over 2 GiB (and over its own stage's size: coordinator.test.ts)
+  assert.equal((await upload(frame, MAX_UPLOAD_BYTES + 1, await miner.sign('POST', frame, Buffer.alloc(16)))).statusCode, 413);
+  assert.equal((await upload(state, MAX_STATE_BYTES + 1, await miner.sign('POST', state, Buffer.alloc(16)))).statusCode, 413);
   isError(await request('POST', '/miners/heartbeat', { raw: 'x'.repeat((1 << 20) + 1), contentType: 'application/json', signer: miner }), 413, 'too_large');
 });
 

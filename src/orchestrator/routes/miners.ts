@@ -2,8 +2,9 @@
 // blob downloads, merge-round uploads and spot-check answers. Message
 // contracts in src/protocol/messages.ts; binary bodies (tensor frames, stage
 // states, check bundles) are validated by their decoders. An upload (up to
-// 256 MiB, held whole until checked) is refused from its headers unless its
-// signer has a part in that merge round or was asked for that spot check.
+// 256 MiB, a stage state up to its stage's size; held whole until checked) is
+// refused from its headers unless its signer has a part in that merge round
+// or was asked for that spot check.
 import { Type, type Static, type TSchema } from '@sinclair/typebox';
 import { Value } from '@sinclair/typebox/value';
 import type { FastifyRequest } from 'fastify';
@@ -15,8 +16,15 @@ import { HeartbeatReply, HeartbeatRequest, JoinReply, JoinRequest } from '../../
 import type { Coordinator } from '../coordinator.ts';
 import type { Epochs } from '../epochs.ts';
 
-/** Largest body of a binary upload (a frame, a stage state, a check bundle). */
+/** Largest body of a binary upload (a frame, a check bundle). */
 export const MAX_UPLOAD_BYTES = 256 << 20;
+/**
+ * Largest body of a stage state, a single replica's upload: 8 bytes a
+ * parameter, so 2 GiB holds every stage a miner's 4 GiB WebAssembly memory
+ * can train (24 bytes a parameter). Each upload is held to its own stage's
+ * size (MergeUploads.expectStateSaver), declared before its body is read.
+ */
+export const MAX_STATE_BYTES = 2 ** 31;
 /** Largest body of the bandwidth probe (1 MiB is sent). */
 const MAX_PROBE_BYTES = 2 << 20;
 
@@ -53,8 +61,8 @@ export function minerRoutes(app: HttpServer, c: Coordinator, epochs: Epochs | nu
   // an upload is refused before its body is read when its signer is not a replica of that round (or was not asked for that check)
   const roundUpload = (params: typeof RoundParams | typeof PartitionParams, query?: typeof Samples, state = false) => ({
     config: signed,
-    bodyLimit: MAX_UPLOAD_BYTES,
-    onRequest: uploadGuard(params, query, (signer, { runId, stage, round }) =>
+    bodyLimit: state ? MAX_STATE_BYTES : MAX_UPLOAD_BYTES,
+    onRequest: uploadGuard(state ? MAX_STATE_BYTES : MAX_UPLOAD_BYTES, params, query, (signer, { runId, stage, round }) =>
       state ? c.mergeUploads.expectStateSaver(signer, { runId, stage, round }) : c.mergeUploads.expectReplica(signer, { runId, stage, round }),
     ),
   });
@@ -78,7 +86,7 @@ export function minerRoutes(app: HttpServer, c: Coordinator, epochs: Epochs | nu
     {
       config: signed,
       bodyLimit: MAX_UPLOAD_BYTES,
-      onRequest: uploadGuard(CheckParams, undefined, (signer, { runId, microbatch }) => {
+      onRequest: uploadGuard(MAX_UPLOAD_BYTES, CheckParams, undefined, (signer, { runId, microbatch }) => {
         if (!c.state.spotChecks.asked(signer, runId, microbatch)) throw new NimbleError('conflict', `no open spot check of microbatch ${microbatch} in run ${runId} for this miner`);
       }),
       schema: {
@@ -102,13 +110,24 @@ function binaryBody(raw: Uint8Array | undefined): Uint8Array {
  * signature): a size within the route's limit, valid path params and query
  * (checked as fastify checks them afterwards), and a signer `allowed` to send
  * it. The refusals are those the route would give after reading the body.
+ * When `allowed` names a limit of its own (a stage state: its stage's size),
+ * the upload must declare its length, and within that limit.
  */
-function uploadGuard<P extends TSchema>(params: P, query: TSchema | undefined, allowed: (signer: string, p: Static<P>) => void): (req: FastifyRequest) => Promise<void> {
+function uploadGuard<P extends TSchema>(
+  routeLimit: number,
+  params: P,
+  query: TSchema | undefined,
+  allowed: (signer: string, p: Static<P>) => number | void,
+): (req: FastifyRequest) => Promise<void> {
   return async (req) => {
-    if (Number(req.headers['content-length']) > MAX_UPLOAD_BYTES) throw new NimbleError('too_large', 'the body is larger than this route accepts', 413);
+    const declared = req.headers['content-length'] === undefined ? null : Number(req.headers['content-length']);
+    if (declared !== null && declared > routeLimit) throw new NimbleError('too_large', 'the body is larger than this route accepts', 413);
     const p = checked(params, req.params, 'params');
     if (query) checked(query, req.query, 'querystring');
-    allowed(signerOf(req), p);
+    const limit = allowed(signerOf(req), p);
+    if (limit === undefined) return;
+    if (declared === null) throw new NimbleError('length_required', 'this upload must declare its Content-Length', 411);
+    if (declared > limit) throw new NimbleError('too_large', `the body is ${declared} bytes; this upload takes at most ${limit}`, 413);
   };
 }
 
