@@ -1243,15 +1243,23 @@ function stateTimeoutMs(h: Harness, runId: string, stage: number, mbps: number):
   return APPLY_TIMEOUT_MS + Math.ceil(Math.min(DEFAULT_HTTP_TIMEOUTS.requestMs, (2 * stateBytesBound(params) * 8) / (mbps * 1e3)));
 }
 
-test('a stage of one replica that applies the round and never saves its state is dropped after the apply timeout and its state\'s transfer; the stage keeps the state it had', async (t) => {
-  const { h, run, s0, s1 } = await twoStages(t, { steps: 4, mergeEvery: 1 }, { minerTimeoutMs: 10 * APPLY_TIMEOUT_MS });
+/** Two stages of one replica each, at their first round: stage 1 applied and saved, s0 (whose uplink is `mbps`) applied and never saves. */
+async function s0NeverSaves(t: Parameters<typeof twoStages>[0], mbps: number): Promise<Awaited<ReturnType<typeof twoStages>> & { key: RoundKey }> {
+  const two = await twoStages(t, { steps: 4, mergeEvery: 1 }, { minerTimeoutMs: 10 * APPLY_TIMEOUT_MS });
+  const { h, run, s0 } = two;
+  s0.bandwidthMbps = mbps;
+  s0.join();
   trainMicrobatches(h, run, 1);
   h.tick();
-  const key = { runId: run.id, stage: 0, round: 1 };
   assert.deepEqual([mergeRound(h, run.id, 0, 1).partitions, taskOf(s0).saveState], [0, true]);
   s0.applied = 1;
   s0.beat();
   await applyAll(h, run, 1, 1);
+  return { ...two, key: { runId: run.id, stage: 0, round: 1 } };
+}
+
+test('a stage of one replica that applies the round and never saves its state is dropped after the apply timeout and its state\'s transfer; the stage keeps the state it had', async (t) => {
+  const { h, run, s0, s1, key } = await s0NeverSaves(t, 100);
   const timeout = stateTimeoutMs(h, run.id, 0, 100);
   assert.ok(timeout > APPLY_TIMEOUT_MS && timeout < APPLY_TIMEOUT_MS + 5_000, `${timeout} ms: a small state at 100 Mbit/s adds little`);
   h.advance(timeout);
@@ -1265,17 +1273,8 @@ test('a stage of one replica that applies the round and never saves its state is
 });
 
 test('a stage of one replica on a slow uplink gets time to upload its state, at most the server\'s request timeout more', async (t) => {
-  const { h, run, s0 } = await twoStages(t, { steps: 4, mergeEvery: 1 }, { minerTimeoutMs: 10 * APPLY_TIMEOUT_MS });
   // s0 measured 0.05 Mbit/s up: its state would take minutes, the round waits at most the request timeout more
-  s0.bandwidthMbps = 0.05;
-  s0.join();
-  trainMicrobatches(h, run, 1);
-  h.tick();
-  const key = { runId: run.id, stage: 0, round: 1 };
-  assert.deepEqual([mergeRound(h, run.id, 0, 1).partitions, taskOf(s0).saveState], [0, true]);
-  s0.applied = 1;
-  s0.beat();
-  await applyAll(h, run, 1, 1);
+  const { h, run, key } = await s0NeverSaves(t, 0.05);
   assert.equal(stateTimeoutMs(h, run.id, 0, 0.05), APPLY_TIMEOUT_MS + DEFAULT_HTTP_TIMEOUTS.requestMs);
   h.advance(APPLY_TIMEOUT_MS + DEFAULT_HTTP_TIMEOUTS.requestMs);
   h.tick();
