@@ -54,18 +54,23 @@ export function adamMoveBoundTerms(steps: number, lr: number, weightDecay: numbe
  * rounding: the tightest bound that holds for every gradient sequence.
  */
 export function reach(theta0: number, decays: boolean, steps: number, lr: number): number {
-  return adamMoveBound(theta0, steps, lr, decays ? ADAMW_DEFAULTS.weightDecay : 0) * (1 + 1e-6) + 1e-6 * (1 + Math.abs(theta0));
+  const { base, perWeight } = reachTerms(decays, steps, lr);
+  return base + perWeight * Math.abs(theta0);
+}
+
+/** reach() as base + perWeight·|θ0|, the same for every weight of one decay class. */
+function reachTerms(decays: boolean, steps: number, lr: number): { base: number; perWeight: number } {
+  const t = adamMoveBoundTerms(steps, lr, decays ? ADAMW_DEFAULTS.weightDecay : 0);
+  return { base: t.base * (1 + 1e-6) + 1e-6, perWeight: t.perWeight * (1 + 1e-6) + 1e-6 };
 }
 
 /** The first weight of `w` that `steps` AdamW steps from `theta0` cannot reach (−1: none). Floats [0, decaySize) take weight decay. */
 export function firstOutOfReach(w: Float32Array, theta0: Float32Array, decaySize: number, steps: number, lr: number): number {
-  // reach() with its terms computed once per decay class: a + c·|θ0|
-  for (const [from, to, decay] of [[0, Math.min(decaySize, w.length), ADAMW_DEFAULTS.weightDecay], [decaySize, w.length, 0]] as const) {
-    const { base, perWeight } = adamMoveBoundTerms(steps, lr, decay);
-    const a = base * (1 + 1e-6) + 1e-6;
-    const c = perWeight * (1 + 1e-6) + 1e-6;
+  // reach() with its terms computed once per decay class
+  for (const [from, to, decays] of [[0, Math.min(decaySize, w.length), true], [decaySize, w.length, false]] as const) {
+    const { base, perWeight } = reachTerms(decays, steps, lr);
     for (let i = from; i < to; i++) {
-      if (!(Math.abs(w[i] - theta0[i]) <= a + c * Math.abs(theta0[i]))) return i;
+      if (!(Math.abs(w[i] - theta0[i]) <= base + perWeight * Math.abs(theta0[i]))) return i;
     }
   }
   return -1;
