@@ -70,6 +70,16 @@ export function writeArray(device: GPUDevice, array: GpuArray, values: Float32Ar
 /** Floats copied at a time from shared memory by writeArray (16 MiB). */
 const SHARED_COPY_FLOATS = 4 << 20;
 
+/** Records a copy of `length` floats from `from` (float `fromOffset` on) into `to` (float `toOffset` on), in order with the kernels: nothing crosses to the CPU. */
+export function copyArray(device: GPUDevice, from: GpuArray, fromOffset: number, to: GpuArray, toOffset: number, length: number): void {
+  if (fromOffset < 0 || toOffset < 0 || length < 0 || fromOffset + length > from.length || toOffset + length > to.length) {
+    throw new RangeError(`copyArray: [${fromOffset}, ${fromOffset + length}) of ${from.length} floats into [${toOffset}, ${toOffset + length}) of ${to.length}`);
+  }
+  if (from.buffer === to.buffer && Math.abs(fromOffset - toOffset) < length) throw new RangeError('copyArray: the ranges overlap');
+  if (length === 0) return;
+  recorderOf(device).copy(from.buffer, fromOffset * 4, to.buffer, toOffset * 4, length * 4);
+}
+
 /** Reads `length` floats from float `offset` of `array` back, after all submitted work. */
 export async function readArray(device: GPUDevice, array: GpuArray, offset = 0, length: number = array.length - offset): Promise<Float32Array> {
   if (offset < 0 || length < 0 || offset + length > array.length) {

@@ -1,20 +1,18 @@
 // A whole GPT training step on the GPU: zero the gradients, forward from
 // token ids to the loss, backward to the embeddings (gpt-stage.ts over the
-// whole model, one slot), the gradient norm, and AdamW, with every tensor
-// staying on the GPU. It mirrors a whole-model GptStage (src/model/gpt.ts)
-// with src/model/adamw.ts: the same flat layout (wholeModelLayout) and the
-// same clipping.
+// whole model, one slot), and AdamW with its gradient norm and clipping
+// (stage-optimizer.ts), with every tensor staying on the GPU. It mirrors a
+// whole-model GptStage (src/model/gpt.ts) with src/model/adamw.ts: the same
+// flat layout (wholeModelLayout) and the same clipping.
 //
-// The step waits once: for the per-row losses and the gradient norm's chunk
-// partials, which the CPU adds in float64 in a fixed order, as the WASM
-// engine does, to decide the clipping scale before AdamW is queued.
-import { NORM_CHUNK, type AdamWArgs } from '../kernels.ts';
-import { createArray, readArray, uploadArray, type GpuArray } from './buffers.ts';
+// The step waits once, after AdamW is queued: for the per-row losses and the
+// status of the step (its gradient norm), which are all the CPU reads. The
+// clipping scale is worked out on the GPU from the norm's chunk partials in
+// chunk order (a compensated float32 sum, where the WASM engine adds them in
+// float64: the norms agree to about 1e-7 of their size).
 import { clearRef, wholeModel, type FlatLayout, type GpuFlat, type GptShape } from './gpt-buffers.ts';
 import { GpuGptStage } from './gpt-stage.ts';
-
-/** AdamW's hyperparameters (src/model/adamw.ts AdamWConfig is one; gradClip 0 disables clipping). */
-export type GpuAdamWConfig = Pick<AdamWArgs, 'lr' | 'beta1' | 'beta2' | 'eps' | 'weightDecay'> & { gradClip: number };
+import { GpuStageOptimizer, type GpuAdamWConfig } from './stage-optimizer.ts';
 
 export interface GpuGptStepOptions {
   /** sequences per batch (each of the config's context length) */
@@ -37,11 +35,7 @@ export interface GpuStepResult {
 /** A whole GPT on one device: its stage (kernels, parameters, gradients, activations) and AdamW's moments. */
 export class GpuGptStep {
   readonly optimizer: GpuAdamWConfig;
-  /** AdamW steps taken */
-  step = 0;
-  private readonly m: GpuArray;
-  private readonly v: GpuArray;
-  private readonly partials: GpuArray;
+  private readonly adamw: GpuStageOptimizer;
   private destroyed = false;
 
   private constructor(
@@ -49,11 +43,18 @@ export class GpuGptStep {
     private readonly stage: GpuGptStage,
     private readonly options: GpuGptStepOptions,
   ) {
-    const n = stage.layout.size;
-    this.m = uploadArray(device, new Float32Array(n), 'adamw m');
-    this.v = uploadArray(device, new Float32Array(n), 'adamw v');
-    this.partials = createArray(device, Math.ceil(n / NORM_CHUNK), 'grad norm partials');
     this.optimizer = { ...options.optimizer };
+    try {
+      this.adamw = new GpuStageOptimizer(device, stage.kernels.optimizer, stage.layout, stage.params.array, this.optimizer);
+    } catch (err) {
+      stage.destroy();
+      throw err;
+    }
+  }
+
+  /** AdamW steps taken */
+  get step(): number {
+    return this.adamw.step;
   }
 
   /**
@@ -85,8 +86,8 @@ export class GpuGptStep {
   /**
    * One training step on B sequences (B ≤ batchSize) of the context length:
    * inputs and targets hold B·T ids. `lr` overrides the optimizer's rate for
-   * this step. Resolves after the losses and gradient norm are read back;
-   * AdamW is queued, not awaited (later reads see it).
+   * this step. Resolves once the losses and the step's status are read
+   * back, after AdamW has run.
    */
   async trainStep(inputs: Int32Array, targets: Int32Array, B: number, lr: number = this.optimizer.lr): Promise<GpuStepResult> {
     this.checkAlive();
@@ -98,14 +99,9 @@ export class GpuGptStep {
     this.stage.forward(inputs, B, T, targets, 0);
     this.stage.backward(undefined, 0);
     for (const name of this.options.dropGradients ?? []) clearRef(this.device, this.grads.ref(name), layout.byName.get(name)!.size);
-    const chunks = Math.ceil(layout.size / NORM_CHUNK);
-    this.stage.kernels.optimizer.sumSquaresPartials(this.partials, this.grads.array, layout.size);
-    const [loss, partials] = await Promise.all([this.stage.readLoss(0), readArray(this.device, this.partials, 0, chunks)]);
-    let sumSq = 0;
-    for (let c = 0; c < chunks; c++) sumSq += partials[c];
-    const gradNorm = Math.sqrt(sumSq);
-    this.update(lr, gradNorm);
-    return { loss, gradNorm };
+    this.adamw.update(this.grads.array, lr);
+    const [loss, status] = await Promise.all([this.stage.readLoss(0), this.adamw.readStatus()]);
+    return { loss, gradNorm: status.norm };
   }
 
   /** The parameters, read back (waits for queued work). */
@@ -126,35 +122,11 @@ export class GpuGptStep {
   destroy(): void {
     if (this.destroyed) return;
     this.destroyed = true;
-    for (const a of [this.m, this.v, this.partials]) a.destroy();
+    this.adamw.destroy();
     this.stage.destroy();
   }
 
   private checkAlive(): void {
     if (this.destroyed) throw new Error('gpt step was destroyed');
-  }
-
-  /** AdamW.update of src/model/adamw.ts: clip by the global norm, then the decay range and the rest. */
-  private update(lr: number, gradNorm: number): void {
-    const c = this.optimizer;
-    const scale = c.gradClip > 0 && gradNorm > c.gradClip ? c.gradClip / gradNorm : 1;
-    this.step++;
-    const ranges: [number, number, number][] = [
-      [0, this.layout.decaySize, c.weightDecay],
-      [this.layout.decaySize, this.layout.size, 0],
-    ];
-    for (const [start, end, wd] of ranges) {
-      if (end <= start) continue;
-      this.stage.kernels.optimizer.adamw({
-        params: { array: this.params.array, offset: start },
-        grads: { array: this.grads.array, offset: start },
-        m: { array: this.m, offset: start },
-        v: { array: this.v, offset: start },
-        n: end - start,
-        lr, beta1: c.beta1, beta2: c.beta2, eps: c.eps, weightDecay: wd,
-        step: this.step,
-        gradScale: scale,
-      });
-    }
   }
 }

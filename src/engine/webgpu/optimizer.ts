@@ -17,6 +17,9 @@ export interface GpuAdamWArgs extends Omit<AdamWArgs, 'params' | 'grads' | 'm' |
 
 type Name = keyof typeof OPTIMIZER_SPECS;
 
+/** Floats of a step's status array (clipScale): scale, norm, non-finite steps, this step non-finite. */
+export const STATUS_FLOATS = 4;
+
 export class GpuOptimizer {
   private partials: GpuArray | undefined;
 
@@ -41,6 +44,43 @@ export class GpuOptimizer {
       arrays: { params: use(a.params, n), grads: use(a.grads, n), m: use(a.m, n), v: use(a.v, n) },
       groups: Math.ceil(n / ADAMW_WG),
     });
+  }
+
+  /**
+   * AdamW as `adamw`, its gradient scale read on the GPU from status[0] and
+   * the step skipped when status[3] is set (both written by `clipScale`).
+   */
+  adamwScaled(a: Omit<GpuAdamWArgs, 'gradScale'> & { status: GpuRef }): void {
+    const n = a.n;
+    this.kernels.adamwScaled.run({
+      uints: { n },
+      floats: { lr: a.lr, beta1: a.beta1, beta2: a.beta2, eps: a.eps, weightDecay: a.weightDecay, bc1: 1 - Math.pow(a.beta1, a.step), bc2: 1 - Math.pow(a.beta2, a.step) },
+      arrays: { params: use(a.params, n), grads: use(a.grads, n), m: use(a.m, n), v: use(a.v, n), status: use(a.status, STATUS_FLOATS) },
+      groups: Math.ceil(n / ADAMW_WG),
+    });
+  }
+
+  /**
+   * Kernels.adamPredict: out = params − k · m̂ / (√v̂ + ε), with the bias
+   * corrections bc1 = 1 − β1ᵗ and bc2 = 1 − β2ᵗ (their inverses rounded to
+   * float32, as the WASM kernel takes them).
+   */
+  adamPredict(out: GpuRef, params: GpuRef, m: GpuRef, v: GpuRef, n: number, k: number, bc1: number, bc2: number, eps: number): void {
+    this.kernels.adamPredict.run({
+      uints: { n },
+      floats: { k, ib1: 1 / Math.fround(bc1), ib2: 1 / Math.fround(bc2), eps },
+      arrays: { out: use(out, n), params: use(params, n), m: use(m, n), v: use(v, n) },
+      groups: Math.ceil(n / ADAMW_WG),
+    });
+  }
+
+  /**
+   * Queues the clipping scale of a step from the `chunks` partials of
+   * `sumSquaresPartials`: status = [scale, norm, non-finite steps so far,
+   * 1 when this one is], see optimizer.wgsl.ts.
+   */
+  clipScale(status: GpuRef, partials: GpuRef, chunks: number, clip: number): void {
+    this.kernels.clipScale.run({ uints: { chunks }, floats: { clip }, arrays: { status: use(status, STATUS_FLOATS), partials: use(partials, chunks) }, groups: 1 });
   }
 
   /**

@@ -3,7 +3,8 @@
 // clear (gpt-buffers.ts) records here instead of submitting on its own: each
 // dispatch gets a parameter block of its own (a slot of a uniform buffer that
 // the batch owns), so a kernel called twice in one batch keeps both calls'
-// parameters. The batch is submitted as one command buffer when data is
+// parameters. Clears and buffer-to-buffer copies record in order between
+// dispatches. The batch is submitted as one command buffer when data is
 // written to the GPU or read back (buffers.ts flushes first, so queue order
 // stays program order), when work must be waited for, or on `flush()`.
 // Within the compute pass each dispatch sees the writes of the ones before
@@ -63,6 +64,12 @@ export class Recorder {
   clear(buffer: GPUBuffer, offset: number, size: number): void {
     this.endPass();
     this.commandEncoder().clearBuffer(buffer, offset, size);
+  }
+
+  /** Records a copy of `size` bytes from `src` at `srcOffset` to `dst` at `dstOffset` (between dispatches, in order). */
+  copy(src: GPUBuffer, srcOffset: number, dst: GPUBuffer, dstOffset: number, size: number): void {
+    this.endPass();
+    this.commandEncoder().copyBufferToBuffer(src, srcOffset, dst, dstOffset, size);
   }
 
   /** Submits what was recorded, as one command buffer (nothing when nothing was). Nothing waits here. */
