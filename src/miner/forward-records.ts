@@ -2,13 +2,35 @@
 // check: the weights the forward used, the activation frame it received and
 // the one it sent. A record lives until the heartbeat that reported the
 // forward is answered: the orchestrator then either asks for it (a check) or
-// lets it go. Weight copies come from a small pool, so steady training
-// allocates nothing.
-import type { CheckBundle, CheckMeta } from '../protocol/check-bundle.ts';
+// lets it go. The weights are kept where the stage keeps its own
+// (./stage-trainer.ts): a copy in host memory, or on the GPU, read back only
+// when a check asks for them (the bundle leaves the miner then).
+import type { CheckMeta } from '../protocol/check-bundle.ts';
+
+/** A copy of the weights one forward used, wherever the stage keeps it. */
+export interface KeptWeights {
+  /** The weights (an array the caller may keep); waits for a GPU's readback. */
+  read(): Promise<Float32Array>;
+  /** Lets the copy go; once released it is not read again. */
+  release(): void;
+}
+
+/** Weights already in host memory: `release` hands the array back (to a pool, say). */
+export function hostWeights(weights: Float32Array, release: (w: Float32Array) => void = () => {}): KeptWeights {
+  let released = false;
+  return {
+    read: () => Promise.resolve(weights.slice()),
+    release: () => {
+      if (released) return;
+      released = true;
+      release(weights);
+    },
+  };
+}
 
 export interface ForwardRecord {
   meta: CheckMeta;
-  weights: Float32Array;
+  weights: KeptWeights;
   input: Uint8Array | null;
   output: Uint8Array | null;
 }
@@ -18,26 +40,14 @@ export const DEFAULT_MAX_RECORDS = 64;
 
 export class ForwardRecords {
   private readonly records = new Map<number, ForwardRecord>();
-  private readonly pool: Float32Array[] = [];
 
-  constructor(readonly maxRecords: number = DEFAULT_MAX_RECORDS) {}
+  constructor(
+    /** records kept at most (a stage whose copies are large keeps fewer: StageRunner.keptWeightsLimit) */
+    public maxRecords: number = DEFAULT_MAX_RECORDS,
+  ) {}
 
-  /** A pooled buffer of `length` values (contents unspecified), for a record about to be made. */
-  buffer(length: number): Float32Array {
-    const buf = this.pool.pop();
-    return buf && buf.length === length ? buf : new Float32Array(length);
-  }
-
-  /** A copy of `weights` in a pooled buffer, for a record about to be made. */
-  snapshot(weights: Float32Array): Float32Array {
-    const buf = this.buffer(weights.length);
-    buf.set(weights);
-    return buf;
-  }
-
-  /** Returns a snapshot that will not be recorded (the forward failed). */
-  recycle(weights: Float32Array): void {
-    if (this.pool.length < 4) this.pool.push(weights);
+  get size(): number {
+    return this.records.size;
   }
 
   add(record: ForwardRecord): void {
@@ -46,21 +56,19 @@ export class ForwardRecords {
     while (this.records.size > this.maxRecords) this.drop(this.records.keys().next().value!);
   }
 
-  /** The bundle for a check of `microbatch`, or null when it is not kept; the record is let go. */
-  take(microbatch: number): CheckBundle | null {
+  /** The record of `microbatch`, now the caller's (who releases its weights), or null when it is not kept. */
+  take(microbatch: number): ForwardRecord | null {
     const r = this.records.get(microbatch);
     if (!r) return null;
     this.records.delete(microbatch);
-    const bundle: CheckBundle = { meta: r.meta, weights: r.weights.slice(), input: r.input, output: r.output };
-    this.recycle(r.weights);
-    return bundle;
+    return r;
   }
 
   drop(microbatch: number): void {
     const r = this.records.get(microbatch);
     if (!r) return;
     this.records.delete(microbatch);
-    this.recycle(r.weights);
+    r.weights.release();
   }
 
   clear(): void {

@@ -124,7 +124,7 @@ export class MergeRounds {
     await this.options.idle();
     if (task.upload && this.uploadedRound < task.round) {
       const tamper = this.options.tamper;
-      const frames = pseudoGradientFrames(runner, partitions, at, tamper?.pseudoGradient);
+      const frames = await pseudoGradientFrames(runner, partitions, at, tamper?.pseudoGradient);
       const samples = tamper?.samples ? tamper.samples(runner.samples) : runner.samples;
       for (let p = 0; p < frames.length; p++) {
         await transport.putPseudoGradient(at, p, samples, frames[p]);
@@ -157,14 +157,14 @@ export class MergeRounds {
         for (const a of [...task.apply].sort((x, y) => x.partition - y.partition)) frames.push(await transport.getBlob(a.blob));
         delta = decodeMergedDelta(frames, partitions);
       }
-      runner.applyOuterStep(delta, task.round, task.outerLr, task.outerMomentum);
+      await runner.applyOuterStep(delta, task.round, task.outerLr, task.outerMomentum);
       this.options.log(`applied merge round ${task.round}`);
       if (task.saveState) await this.saveState(runner, at);
     }
   }
 
   private async saveState(runner: StageRunner, at: RoundRef): Promise<void> {
-    const bytes = runner.encodeState(at.round);
+    const bytes = await runner.encodeState(at.round);
     await this.options.transport.putState(at, bytes);
     this.options.stats.bytesSent += bytes.length;
     this.savedRound = at.round;
@@ -174,8 +174,8 @@ export class MergeRounds {
 // ---- the round's frames --------------------------------------------------------
 
 /** The replica's pseudo-gradient as one int8 frame per partition, with its error feedback. */
-export function pseudoGradientFrames(runner: StageRunner, partitions: readonly Partition[], at: RoundRef, tamper?: (delta: Float32Array) => void): Uint8Array[] {
-  const delta = runner.pseudoGradient();
+export async function pseudoGradientFrames(runner: StageRunner, partitions: readonly Partition[], at: RoundRef, tamper?: (delta: Float32Array) => void): Promise<Uint8Array[]> {
+  const delta = await runner.pseudoGradient();
   tamper?.(delta);
   return encodePseudoGradientPartitions(delta, partitions, runner.feedback, frameMeta(at));
 }

@@ -45,7 +45,7 @@ import { serveRoutes, SESSION_IDLE_MS } from './serve-api.ts';
 import { orchestratorAddress } from '../protocol/network.ts';
 import { Pipeline } from './pipeline.ts';
 import { CheckAnswers } from './spot-checks.ts';
-import { stageDataReady } from './create-stage-model.ts';
+import { stageDataReady } from './create-stage-trainer.ts';
 import { inFlightLimit, StageRunner } from './stage-runner.ts';
 import { tamperedServing, type Tamper } from './tamper.ts';
 import { Throttle } from './throttle.ts';
@@ -359,6 +359,8 @@ export class Miner {
         // a new stage, or one whose rounds ended without a saved state: its state is the initial one
         this.dropStage();
         this.runner = new StageRunner(this.engine, a, inFlightLimit(a, this.options.slots ?? 3), corpus);
+        // a GPU stage keeps its records' weights on the GPU: fewer of them when they are large
+        this.records.maxRecords = this.runner.keptWeightsLimit;
         try {
           await this.runner.ready();
         } catch (err) {

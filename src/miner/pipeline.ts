@@ -267,13 +267,13 @@ export class Pipeline {
     const { records, stats } = this.deps;
     const a = runner.assignment;
     const w = work(runner, job);
-    const weights = runner.copyWeights(records.buffer(runner.paramCount));
+    const weights = runner.keepWeights();
     let result: { loss: number; dInput: Float32Array | null };
     try {
       result = await runner.forwardBackwardLast(w.id, w.shard, job.kind === 'forward' ? job.data : null);
       this.stillHeld(runner);
     } catch (err) {
-      records.recycle(weights);
+      weights.release();
       throw err;
     }
     const loss = this.deps.tamper?.loss?.(result.loss) ?? result.loss;
@@ -296,10 +296,10 @@ export class Pipeline {
     this.deps.tamper?.activation?.(out);
     this.held.set(w.id, { attempt: w.attempt, upstream: w.upstream, downstream: null, sendingTo: null, backwardDone: false });
     const body = frame(runner, out, { runId: a.runId, microbatch: w.id, attempt: w.attempt, shard: w.shard, step: w.step, stage: a.stage + 1, ticket: w.ticket });
-    const used = runner.forwardWeights(w.id)!;
+    const used = runner.keepForwardWeights(w.id)!;
     // the forward ran with weights predicted `predictedSteps` inner steps ahead
     w.checkMeta.samples += used.predictedSteps;
-    this.deps.records.add({ meta: w.checkMeta, weights: this.deps.records.snapshot(used.weights), input: w.input?.frame ?? null, output: body });
+    this.deps.records.add({ meta: w.checkMeta, weights: used.weights, input: w.input?.frame ?? null, output: body });
     this.sendForward(runner, w, body);
   }
 

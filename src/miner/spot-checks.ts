@@ -3,9 +3,9 @@
 // costs nothing: the next one names them again). The miner uploads the record
 // (weights, input and output frames) of each one it has not answered yet,
 // and lets go of the forwards it reported that are not named.
-import { encodeCheckBundle } from '../protocol/check-bundle.ts';
+import { encodeCheckBundle, type CheckBundle } from '../protocol/check-bundle.ts';
 import type { WorkReport } from '../protocol/messages.ts';
-import type { ForwardRecords } from './forward-records.ts';
+import { hostWeights, type ForwardRecord, type ForwardRecords } from './forward-records.ts';
 
 /** Uploads a check bundle to `/runs/:runId/checks/:microbatch`. */
 export type CheckUpload = (runId: string, microbatch: number, bundle: Uint8Array) => Promise<unknown>;
@@ -32,28 +32,39 @@ export class CheckAnswers {
     const uploads: Promise<number>[] = [];
     for (const id of open) {
       if (this.answered.has(id)) continue;
-      const bundle = this.records.take(id);
-      if (!bundle) {
+      const record = this.records.take(id);
+      this.answered.add(id);
+      if (!record) {
         this.log(`spot check of microbatch ${id}: no longer kept`);
-        this.answered.add(id);
         continue;
       }
-      this.answered.add(id);
-      const body = encodeCheckBundle(bundle);
-      uploads.push(
-        this.upload(bundle.meta.runId, id, body).then(
-          () => body.length,
-          (err) => {
-            this.log(`spot check of microbatch ${id}: ${(err as Error).message}`);
-            // keep it for the next reply that names the check
-            this.answered.delete(id);
-            this.records.add({ meta: bundle.meta, weights: bundle.weights, input: bundle.input, output: bundle.output });
-            return 0;
-          },
-        ),
-      );
+      uploads.push(this.send(id, record));
     }
     return uploads;
+  }
+
+  /** Reads the record's weights (a GPU's readback), uploads its bundle; on failure keeps it for the next reply that names the check. Resolves to the bytes sent. */
+  private async send(id: number, record: ForwardRecord): Promise<number> {
+    let weights: Float32Array;
+    try {
+      weights = await record.weights.read();
+    } catch (err) {
+      this.log(`spot check of microbatch ${id}: its weights could not be read: ${(err as Error).message}`);
+      return 0;
+    } finally {
+      record.weights.release();
+    }
+    const bundle: CheckBundle = { meta: record.meta, weights, input: record.input, output: record.output };
+    const body = encodeCheckBundle(bundle);
+    try {
+      await this.upload(bundle.meta.runId, id, body);
+      return body.length;
+    } catch (err) {
+      this.log(`spot check of microbatch ${id}: ${(err as Error).message}`);
+      this.answered.delete(id);
+      this.records.add({ ...record, weights: hostWeights(weights) });
+      return 0;
+    }
   }
 
   clear(): void {

@@ -1,7 +1,8 @@
-// The stage a miner holds: the model (./stage-model.ts: a GPT stage with its
-// activation slots and corpus, a first or last stage loading batches itself,
-// or a whole MLP classifier on its data), the inner AdamW, and the DiLoCo
-// state (weights at the last merge, outer momentum, error feedback).
+// The stage a miner holds: its trainer (./stage-trainer.ts: a GPT stage with
+// its activation slots and corpus, a first or last stage loading batches
+// itself, or a whole MLP classifier on its data, with the inner AdamW and the
+// slots' weights, in host memory or on the GPU), and the DiLoCo state
+// (weights at the last merge, outer momentum, error feedback) in host memory.
 // It computes; the miner moves bytes: the merge round's frames are encoded and
 // decoded in merge-round.ts, from `pseudoGradient()` and into `applyOuterStep()`.
 //
@@ -16,19 +17,19 @@
 //   and runs its backward with them, so the gradient is the true gradient of
 //   that forward, not a mix of two weight versions.
 // Cost: one copy of the stage's parameters per activation slot, and a few
-// copies of it per microbatch.
+// copies of it per microbatch (on the GPU for a GPU trainer).
 import type { ByteCorpus } from '../data/corpus.ts';
 import type { Engine } from '../engine/engine.ts';
 import { createOuterState, outerStep, type OuterState } from '../merge/outer.ts';
 import { pseudoGradient } from '../merge/pseudo-gradient.ts';
-import { AdamW, ADAMW_DEFAULTS } from '../model/adamw.ts';
-import { encodeStageState, loadModelParams, stageTensors } from '../model/checkpoint.ts';
+import { encodeStageState, layoutTensors, loadModelParams } from '../model/checkpoint.ts';
 import { decodeSafetensors, SafetensorsError } from '../model/safetensors.ts';
 import { DEFAULT_BLOCK_SIZE } from '../protocol/codec.ts';
 import { ErrorFeedback } from '../protocol/error-feedback.ts';
 import type { StageAssignment } from '../protocol/messages.ts';
-import { createStageModel } from './create-stage-model.ts';
-import { GptStageData, type StageModel } from './stage-model.ts';
+import { createStageTrainer } from './create-stage-trainer.ts';
+import type { KeptWeights } from './forward-records.ts';
+import type { StageTrainer } from './stage-trainer.ts';
 
 /**
  * Microbatches a stage keeps in flight: the miner's slots, but at most one
@@ -42,12 +43,9 @@ export function inFlightLimit(a: Pick<StageAssignment, 'stage' | 'stageCount'>, 
 }
 
 export class StageRunner {
-  readonly stage: StageModel;
-  private readonly opt: AdamW;
+  readonly trainer: StageTrainer;
   private readonly freeSlots: number[] = [];
   private readonly slotOf = new Map<number, { slot: number; since: number }>();
-  /** per slot: the weights its forward used (allocated on first use) */
-  private readonly stash: (Float32Array | null)[];
   /** per slot: the inner steps its weights were predicted ahead */
   private readonly predicted = new Map<number, number>();
   /** weights at the start of the current merge interval */
@@ -72,19 +70,17 @@ export class StageRunner {
     /** an edge stage's corpus when the data is an uploaded dataset (downloaded by the miner, ./datasets.ts); a named one is loaded here, a path never */
     corpus?: ByteCorpus,
   ) {
-    this.stage = createStageModel(engine, assignment, slots, corpus);
-    this.opt = new AdamW(engine, this.stage.params, this.stage.grads, { ...ADAMW_DEFAULTS, lr: assignment.lr });
+    this.trainer = createStageTrainer(engine, assignment, slots, corpus);
     for (let i = slots - 1; i >= 0; i--) this.freeSlots.push(i);
-    this.stash = new Array<Float32Array | null>(slots).fill(null);
-    this.thetaStart = this.stage.params.flat.data.slice();
-    this.outer = createOuterState(this.stage.paramCount);
-    this.feedback = new ErrorFeedback(this.stage.paramCount, DEFAULT_BLOCK_SIZE);
+    this.thetaStart = this.trainer.initialWeights();
+    this.outer = createOuterState(this.trainer.paramCount);
+    this.feedback = new ErrorFeedback(this.trainer.paramCount, DEFAULT_BLOCK_SIZE);
     this.round = 0;
   }
 
   /** Resolves once the stage can run, or rejects with why it cannot (a GPU stage compiles its kernels first). */
   ready(): Promise<void> {
-    return this.stage.ready();
+    return this.trainer.ready();
   }
 
   get runId(): string {
@@ -93,12 +89,12 @@ export class StageRunner {
 
   /** The byte corpus of a GPT's first or last stage (null: a middle stage, or an MLP's). */
   get corpus(): ByteCorpus | null {
-    return this.stage instanceof GptStageData ? this.stage.corpus : null;
+    return this.trainer.corpus;
   }
 
   /** Tokens (GPT) or examples (MLP) a microbatch trains on. */
   get tokensPerMicrobatch(): number {
-    return this.stage.itemsPerMicrobatch;
+    return this.trainer.itemsPerMicrobatch;
   }
 
   get freeSlotCount(): number {
@@ -107,23 +103,32 @@ export class StageRunner {
 
   /** Activation slots: microbatches this stage can hold in flight. */
   get slotCount(): number {
-    return this.stage.slotCount;
+    return this.trainer.slotCount;
   }
 
   /** Parameters of the stage. */
   get paramCount(): number {
-    return this.stage.paramCount;
+    return this.trainer.paramCount;
   }
 
   /** Shape of an activation (or its gradient) at this stage's input and output: [batch · context, channels] for a GPT. */
   get activationShape(): [number, number] {
-    return this.stage.activationShape;
+    return this.trainer.activationShape;
   }
 
-  /** Copies the current weights (what a forward with nothing in flight uses) into `out`. */
-  copyWeights(out: Float32Array): Float32Array {
-    out.set(this.stage.params.flat.data);
-    return out;
+  /** Copies of the weights (spot-check records) the trainer can keep at once. */
+  get keptWeightsLimit(): number {
+    return this.trainer.keptWeightsLimit;
+  }
+
+  /** A copy of the current weights (what the last stage's next microbatch runs with), kept where the trainer keeps its weights. */
+  keepWeights(): KeptWeights {
+    return this.trainer.keepWeights();
+  }
+
+  /** The current weights, after every inner step so far: a copy in host memory. */
+  readWeights(): Promise<Float32Array> {
+    return this.trainer.readWeights();
   }
 
   holds(microbatch: number): boolean {
@@ -155,21 +160,18 @@ export class StageRunner {
    * microbatch already in flight), kept in its slot for the backward.
    */
   private async forwardDelayed(microbatch: number, shard: number, input: Float32Array | null): Promise<Float32Array> {
-    if (this.lazy) this.stage.params.flat.data.fill(0);
+    if (this.lazy) this.trainer.zeroWeights();
     const delay = this.slotOf.size;
     const slot = this.takeSlot(microbatch);
-    const w = this.stage.params.flat.data;
-    const stashed = this.opt.predict((this.stash[slot] ??= new Float32Array(w.length)), delay);
     this.predicted.set(slot, delay);
-    return this.stage.forward(shard, input, slot, stashed);
+    return this.trainer.forward(shard, input, slot, delay);
   }
 
-  /** The weights the forward of a held microbatch used, and the inner steps they are ahead of the current ones. */
-  forwardWeights(microbatch: number): { weights: Float32Array; predictedSteps: number } | null {
+  /** A copy of the weights the forward of a held microbatch used, and the inner steps they were predicted ahead of the weights then. */
+  keepForwardWeights(microbatch: number): { weights: KeptWeights; predictedSteps: number } | null {
     const s = this.slotOf.get(microbatch);
-    const weights = s ? this.stash[s.slot] : null;
-    if (!s || !weights) return null;
-    return { weights, predictedSteps: this.predicted.get(s.slot) ?? 0 };
+    if (!s || !this.predicted.has(s.slot)) return null;
+    return { weights: this.trainer.keepSlotWeights(s.slot), predictedSteps: this.predicted.get(s.slot)! };
   }
 
   /** First stage: forward a new microbatch; keeps its activations (and weights) in a slot. */
@@ -184,12 +186,12 @@ export class StageRunner {
 
   /** Last stage: forward to the loss, backward at once, inner step. Resolves to the loss and d(input). */
   async forwardBackwardLast(microbatch: number, shard: number, activation: Float32Array | null): Promise<{ loss: number; dInput: Float32Array | null }> {
-    if (this.lazy) this.stage.params.flat.data.fill(0);
+    if (this.lazy) this.trainer.zeroWeights();
     const slot = this.takeSlot(microbatch);
+    this.predicted.delete(slot);
     try {
-      this.stage.zeroGrad();
-      const { loss, dInput } = await this.stage.lossAndBackward(shard, activation, slot);
-      this.step();
+      const { loss, dInput } = await this.trainer.lossAndBackward(shard, activation, slot, !this.lazy);
+      this.samples++;
       return { loss, dInput };
     } finally {
       this.release(microbatch);
@@ -202,33 +204,21 @@ export class StageRunner {
    */
   async backward(microbatch: number, dOutput: Float32Array): Promise<Float32Array | null> {
     const s = this.slotOf.get(microbatch);
-    const stashed = s ? this.stash[s.slot] : null;
-    if (!s || !stashed) throw new Error(`microbatch ${microbatch} is not held here`);
+    if (!s || !this.predicted.has(s.slot)) throw new Error(`microbatch ${microbatch} is not held here`);
     try {
-      this.stage.zeroGrad();
-      const d = await this.stage.backward(dOutput, s.slot, stashed);
-      this.step();
+      const d = await this.trainer.backward(dOutput, s.slot, !this.lazy);
+      this.samples++;
       return d;
     } finally {
       this.release(microbatch);
     }
   }
 
-  private step(): void {
-    if (this.lazy) {
-      this.samples++;
-      return;
-    }
-    const norm = this.opt.update();
-    if (!Number.isFinite(norm)) throw new Error('gradient norm is not finite');
-    this.samples++;
-  }
-
   // ---- merging -------------------------------------------------------------
 
   /** The pseudo-gradient of this merge interval: weights at its start minus the current ones. */
-  pseudoGradient(): Float32Array {
-    return pseudoGradient(this.thetaStart, this.stage.params.flat.data);
+  async pseudoGradient(): Promise<Float32Array> {
+    return pseudoGradient(this.thetaStart, await this.trainer.readWeights());
   }
 
   /**
@@ -237,28 +227,30 @@ export class StageRunner {
    * weights), or, with no delta, keeps the current weights. Either way the
    * next merge interval starts here.
    */
-  applyOuterStep(delta: Float32Array | null, round: number, lr: number, momentum: number): void {
+  async applyOuterStep(delta: Float32Array | null, round: number, lr: number, momentum: number): Promise<void> {
+    let next: Float32Array;
     if (delta) {
       if (this.outer.lr !== lr || this.outer.momentum !== momentum) {
-        this.outer = { ...createOuterState(this.stage.paramCount, { lr, momentum }), step: this.outer.step, momentumBuffer: this.outer.momentumBuffer };
+        this.outer = { ...createOuterState(this.trainer.paramCount, { lr, momentum }), step: this.outer.step, momentumBuffer: this.outer.momentumBuffer };
       }
-      const next = outerStep(this.outer, this.thetaStart, delta);
-      this.stage.params.flat.data.set(next);
-    }
-    this.thetaStart = this.stage.params.flat.data.slice();
+      next = outerStep(this.outer, this.thetaStart, delta);
+      this.trainer.writeWeights(next);
+    } else next = await this.trainer.readWeights();
+    this.thetaStart = next;
     this.round = round;
     this.samples = 0;
   }
 
   /** The stage state after merge round `round`: weights and outer momentum, as a checkpoint. */
-  encodeState(round: number): Uint8Array {
-    return encodeStageState(this.stage.model, this.stage.range, stageTensors(this.stage), { momentum: this.outer.momentumBuffer, outerStep: this.outer.step }, round);
+  async encodeState(round: number): Promise<Uint8Array> {
+    const weights = await this.trainer.readWeights();
+    const t = this.trainer;
+    return encodeStageState(t.model, t.range, layoutTensors(t.layout, weights), { momentum: this.outer.momentumBuffer, outerStep: this.outer.step }, round);
   }
 
   /** Loads the stage's parts of a whole-model checkpoint as its initial weights (before the first merge round). */
   loadInitial(bytes: Uint8Array): void {
-    this.loadParams(decodeSafetensors(bytes));
-    this.thetaStart = this.stage.params.flat.data.slice();
+    this.thetaStart = this.loadParams(decodeSafetensors(bytes));
     this.feedback.reset();
     this.samples = 0;
   }
@@ -267,31 +259,33 @@ export class StageRunner {
   loadState(bytes: Uint8Array, round: number): void {
     const file = decodeSafetensors(bytes);
     // validated whole before anything is overwritten: the stage keeps its weights when the state is refused
-    const weights = new Float32Array(this.stage.paramCount);
-    const info = loadModelParams(this.stage.model, this.stage.range, this.stage.layout, weights, file);
+    const t = this.trainer;
+    const weights = new Float32Array(t.paramCount);
+    const info = loadModelParams(t.model, t.range, t.layout, weights, file);
     if (info.from !== this.assignment.from || info.to !== this.assignment.to) throw new SafetensorsError('state is for another stage');
     const m = file.tensors.get('outer.momentum');
-    if (!m || m.data.length !== this.stage.paramCount) throw new SafetensorsError('state lacks the outer momentum');
+    if (!m || m.data.length !== t.paramCount) throw new SafetensorsError('state lacks the outer momentum');
     const outerSteps = Number(file.metadata.outerStep ?? 0);
     if (!Number.isSafeInteger(outerSteps) || outerSteps < 0) throw new SafetensorsError(`state has a bad outerStep '${file.metadata.outerStep}'`);
-    this.stage.params.flat.data.set(weights);
+    t.writeWeights(weights);
     this.outer.momentumBuffer.set(m.data);
     this.outer.step = outerSteps;
-    this.thetaStart = this.stage.params.flat.data.slice();
+    this.thetaStart = weights;
     this.feedback.reset();
     this.round = round;
     this.samples = 0;
   }
 
-  /** Copies the stage's parts out of a checkpoint of its model (validated whole before the weights change). */
-  private loadParams(file: ReturnType<typeof decodeSafetensors>): void {
-    const weights = new Float32Array(this.stage.paramCount);
-    loadModelParams(this.stage.model, this.stage.range, this.stage.layout, weights, file);
-    this.stage.params.flat.data.set(weights);
+  /** Copies the stage's parts out of a checkpoint of its model (validated whole before the weights change); returns them. */
+  private loadParams(file: ReturnType<typeof decodeSafetensors>): Float32Array {
+    const t = this.trainer;
+    const weights = new Float32Array(t.paramCount);
+    loadModelParams(t.model, t.range, t.layout, weights, file);
+    t.writeWeights(weights);
+    return weights;
   }
 
   dispose(): void {
-    this.opt.release();
-    this.stage.release();
+    this.trainer.release();
   }
 }

@@ -71,7 +71,13 @@ function checkExtra(extra: Record<string, string> = {}): Record<string, string> 
 
 /** The stage's parameters as named tensors (views, no copies). */
 export function stageTensors(stage: { layout: ParamLayout; params: FlatTensors }): NamedTensor[] {
-  return stage.layout.entries.map((e) => ({ name: e.name, shape: e.shape, data: stage.params.get(e.name).data }));
+  return layoutTensors(stage.layout, stage.params.flat.data);
+}
+
+/** Flat weights laid out by `layout` as named tensors (views, no copies). */
+export function layoutTensors(layout: ParamLayout, weights: Float32Array): NamedTensor[] {
+  if (weights.length !== layout.size) throw new RangeError(`${weights.length} weights for a layout of ${layout.size}`);
+  return layout.entries.map((e) => ({ name: e.name, shape: e.shape, data: weights.subarray(e.offset, e.offset + e.size) }));
 }
 
 export function encodeStage(stage: GptStage, step = 0): Uint8Array {

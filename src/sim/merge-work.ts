@@ -29,11 +29,11 @@ import type { MergeWork } from './merge-time.ts';
 const MERGED_CODECS = { codecs: ['int8-block', 'f16', 'f32'] as ('int8-block' | 'f16' | 'f32')[] };
 
 /** Median wall ms of `f` over `reps` runs after one warm-up. */
-function timed(reps: number, f: () => void): number {
+async function timed(reps: number, f: () => unknown): Promise<number> {
   const xs: number[] = [];
   for (let k = 0; k <= reps; k++) {
     const t0 = performance.now();
-    f();
+    await f();
     if (k > 0) xs.push(performance.now() - t0);
   }
   return xs.sort((a, b) => a - b)[xs.length >> 1];
@@ -55,10 +55,10 @@ export async function measureMergeWork(net: LocalNetwork, reps = 5): Promise<Mer
       const parts = partitionVector(n, mergePartitions(n, 2));
       const at = { runId: 'calibration', stage: s, round: 1 };
       // as if every value took weight decay (a real stage's biases and gains do not): the arithmetic per value is the same
-      const start = { weights: runner.copyWeights(new Float32Array(n)), decaySize: n };
+      const start = { weights: await runner.readWeights(), decaySize: n };
       let frames: Uint8Array[] = [];
-      const upload = timed(reps, () => (frames = pseudoGradientFrames(runner, parts, at)));
-      const check = timed(reps, () => {
+      const upload = await timed(reps, async () => (frames = await pseudoGradientFrames(runner, parts, at)));
+      const check = await timed(reps, () => {
         for (let p = 0; p < parts.length; p++) {
           sliceReach(readPartitionInt8(frames[p], parts[p]), parts[p], start, 2 + FEEDBACK_STEPS, 1e-3);
           blobId(frames[p]);
@@ -66,16 +66,16 @@ export async function measureMergeWork(net: LocalNetwork, reps = 5): Promise<Mer
       });
       let merged: Uint8Array[] = [];
       const rule = { aggregator: 'mean' as const, trim: 0, maxNorm: null };
-      const merge = timed(reps, () => {
+      const merge = await timed(reps, () => {
         merged = parts.map((p, i) => mergePartition([0, 1].map((r) => ({ minerId: `m${r}`, samples: 2, slice: decodePartitionFrame(frames[i], p) })), rule, p, at));
       });
-      const decodeMerged = timed(reps, () => parts.forEach((p, i) => (decodePartitionFrame(merged[i], p, MERGED_CODECS), blobId(merged[i]))));
-      const apply = timed(reps, () => runner.applyOuterStep(decodeMergedDelta(merged, parts), 1, DEFAULT_OUTER_LR, DEFAULT_OUTER_MOMENTUM));
-      const write = timed(reps, () => {
+      const decodeMerged = await timed(reps, () => parts.forEach((p, i) => (decodePartitionFrame(merged[i], p, MERGED_CODECS), blobId(merged[i]))));
+      const apply = await timed(reps, () => runner.applyOuterStep(decodeMergedDelta(merged, parts), 1, DEFAULT_OUTER_LR, DEFAULT_OUTER_MOMENTUM));
+      const write = await timed(reps, async () => {
         for (const f of merged) blobId(f);
         const delta = decodeMergedDelta(merged, parts);
         outerStep(createOuterState(n, { lr: DEFAULT_OUTER_LR, momentum: DEFAULT_OUTER_MOMENTUM }), start.weights, delta);
-        blobId(runner.encodeState(1));
+        blobId(await runner.encodeState(1));
       });
       runner.dispose();
       sums.uploadMsPerParam += upload / n;

@@ -2,8 +2,11 @@
 // stage on WASM, through the StageRunner a miner uses: a middle and a first
 // stage of gpt-micro, three microbatches with two in flight (so forwards run
 // at predicted weights and backwards at stashed ones), each followed by the
-// inner AdamW step on the CPU. The activations and input gradients sent on
-// match WASM within the tolerance of test/engine/webgpu/gpt-stage.test.ts.
+// inner AdamW step, on the GPU for the GPU stage (weights, moments and the
+// slots' weights never leave it: the test counts the bytes that cross). The
+// activations and input gradients sent on match WASM within the tolerance
+// of test/engine/webgpu/gpt-stage.test.ts, and so do the weights a spot
+// check of a predicted forward gets.
 // The weights after the steps: AdamW's first steps move a weight by about lr
 // whatever its gradient's size, so a gradient that is noise on both backends
 // (0 in exact arithmetic) may move its weight either way: those may differ by
@@ -19,7 +22,10 @@ import { Engine } from '../../src/engine/engine.ts';
 import { mulberry32 } from '../../src/model/init.ts';
 import { gptConfig } from '../../src/model/config.ts';
 import type { StageAssignment } from '../../src/protocol/messages.ts';
-import { GpuGptStageModel, GpuMlpStageModel } from '../../src/miner/stage-model-gpu.ts';
+import { recorderOf } from '../../src/engine/webgpu/recorder.ts';
+import { GpuMlpStageModel } from '../../src/miner/stage-model-gpu.ts';
+import { GpuGptStageTrainer } from '../../src/miner/stage-trainer-gpu.ts';
+import { HostStageTrainer } from '../../src/miner/stage-trainer-host.ts';
 import { StageRunner } from '../../src/miner/stage-runner.ts';
 
 const REL = 1e-5;
@@ -59,8 +65,19 @@ function relDiff(a: Float32Array, b: Float32Array): number {
   return m === 0 ? d : d / m;
 }
 
+interface Drive {
+  sent: Float32Array[];
+  /** the weights after the three steps */
+  weights: Float32Array;
+  /** the weights microbatch 3's forward ran with (predicted one step ahead), as a spot check gets them */
+  kept: Float32Array;
+  /** bytes written to and read from the GPU while the microbatches ran (0 on WASM) */
+  bytesWritten: number;
+  bytesRead: number;
+}
+
 /** forward 1, forward 2, backward 2, forward 3, backward 1, backward 3: what each sends, and the weights after. */
-async function drive(runner: StageRunner, first: boolean): Promise<{ sent: Float32Array[]; weights: Float32Array }> {
+async function drive(runner: StageRunner, first: boolean): Promise<Drive> {
   const config = gptConfig('gpt-micro');
   const width = 2 * config.contextLength * config.channels;
   const sent: Float32Array[] = [];
@@ -69,13 +86,20 @@ async function drive(runner: StageRunner, first: boolean): Promise<{ sent: Float
     const d = await runner.backward(id, random(width, 50 + id, 1e-2));
     if (d) sent.push(d);
   };
+  const counts = runner.trainer instanceof GpuGptStageTrainer ? recorderOf(gpu!.gpu!.device).counts : null;
+  const before = { written: counts?.bytesWritten ?? 0, read: counts?.bytesRead ?? 0 };
   await fwd(1);
   await fwd(2);
   await bwd(2);
   await fwd(3);
+  const kept = runner.keepForwardWeights(3)!;
+  assert.equal(kept.predictedSteps, 1);
   await bwd(1);
   await bwd(3);
-  return { sent, weights: runner.stage.params.flat.data.slice() };
+  const bytesWritten = (counts?.bytesWritten ?? 0) - before.written, bytesRead = (counts?.bytesRead ?? 0) - before.read;
+  const out = { sent, weights: await runner.readWeights(), kept: await kept.weights.read(), bytesWritten, bytesRead };
+  kept.weights.release();
+  return out;
 }
 
 for (const [name, a, first] of [['a middle stage', assignment(1, 2, 1), false], ['a first stage', assignment(0, 2, 0), true]] as const) {
@@ -83,27 +107,37 @@ for (const [name, a, first] of [['a middle stage', assignment(1, 2, 1), false], 
     const onWasm = new StageRunner(wasm, a, 2);
     const onGpu = new StageRunner(gpu!, a, 2);
     try {
-      assert.ok(onGpu.stage instanceof GpuGptStageModel);
-      assert.deepEqual(onGpu.stage.params.flat.data, onWasm.stage.params.flat.data, 'the same initial weights');
+      assert.ok(onGpu.trainer instanceof GpuGptStageTrainer);
+      await onGpu.ready();
+      assert.deepEqual(await onGpu.readWeights(), await onWasm.readWeights(), 'the same initial weights');
       const w = await drive(onWasm, first);
       const g = await drive(onGpu, first);
       assert.equal(g.sent.length, first ? 3 : 6);
+      // what crossed: the inputs going in (token ids or activations, and the gradients received), the activations
+      // and gradients sent on and each step's 16-byte status coming back; never the weights or the gradients
+      const { contextLength: T, channels: C, vocabSize: V } = gptConfig('gpt-micro');
+      const B = 2, width = B * T * C;
+      // a first stage's forward writes the token ids and, for the embedding's backward, their rows grouped by token (V + 1 starts, B·T rows)
+      const forwardIn = first ? 2 * B * T + V + 1 : width;
+      assert.equal(g.bytesWritten, 3 * forwardIn * 4 + 3 * width * 4, 'bytes written to the GPU');
+      assert.equal(g.bytesRead, g.sent.reduce((n, x) => n + x.byteLength, 0) + 3 * 16, 'bytes read back');
       const diffs = w.sent.map((x, i) => relDiff(g.sent[i], x));
       process.stderr.write(`${name}: sent within ${Math.max(...diffs).toExponential(2)} of their scale\n`);
       for (const d of diffs) assert.ok(d <= REL, `sent ${d}`);
       const lr = a.lr;
-      const C = gptConfig('gpt-micro').channels;
-      const keyBias = (i: number): boolean => onWasm.stage.layout.entries.some((e) => e.name.endsWith('attn.qkv.b') && i >= e.offset + C && i < e.offset + 2 * C);
-      let flipped = 0, worst = 0;
-      for (let i = 0; i < w.weights.length; i++) {
-        const d = Math.abs(g.weights[i] - w.weights[i]);
-        worst = Math.max(worst, d);
-        if (d <= 1e-6) continue;
-        flipped++;
-        assert.ok(keyBias(i), `weight ${i} (not a key bias) apart by ${d}`);
+      const keyBias = (i: number): boolean => onWasm.trainer.layout.entries.some((e) => e.name.endsWith('attn.qkv.b') && i >= e.offset + C && i < e.offset + 2 * C);
+      for (const [what, gw, ww, steps] of [['weights after three steps', g.weights, w.weights, 3], ["microbatch 3's predicted weights, as a check gets them", g.kept, w.kept, 2]] as const) {
+        let flipped = 0, worst = 0;
+        for (let i = 0; i < ww.length; i++) {
+          const d = Math.abs(gw[i] - ww[i]);
+          worst = Math.max(worst, d);
+          if (d <= 1e-6) continue;
+          flipped++;
+          assert.ok(keyBias(i), `${what}: weight ${i} (not a key bias) apart by ${d}`);
+        }
+        process.stderr.write(`${name}, ${what}: ${flipped} of ${ww.length} apart by more than 1e-6, at most ${worst.toExponential(2)} (2·lr·steps = ${(2 * lr * steps).toExponential(2)})\n`);
+        assert.ok(worst <= 2 * lr * steps, `${what}: a weight apart by ${worst}`);
       }
-      process.stderr.write(`${name}: ${flipped} of ${w.weights.length} weights apart by more than 1e-6, at most ${worst.toExponential(2)} (2·lr·steps = ${(6 * lr).toExponential(2)})\n`);
-      assert.ok(worst <= 2 * lr * 3, `a weight apart by ${worst}`);
 
       assert.equal(onGpu.samples, 3);
       assert.equal(onGpu.freeSlotCount, 2);
@@ -113,6 +147,53 @@ for (const [name, a, first] of [['a middle stage', assignment(1, 2, 1), false], 
     }
   });
 }
+
+test('a GPU stage merges, saves and loads its state as a WASM stage does; a non-finite gradient skips the step and says so', { get skip() { return skip; } }, async () => {
+  const a = assignment(1, 2, 1);
+  const onGpu = new StageRunner(gpu!, a, 2);
+  const onWasm = new StageRunner(wasm, a, 2);
+  const late = new StageRunner(gpu!, a, 2);
+  try {
+    await Promise.all([onGpu.ready(), late.ready()]);
+    const config = gptConfig('gpt-micro');
+    const width = 2 * config.contextLength * config.channels;
+    const start = await onGpu.readWeights();
+    await onGpu.forwardMiddle(1, random(width, 1));
+    await onGpu.backward(1, random(width, 2, 1e-2));
+    const now = await onGpu.readWeights();
+    const delta = await onGpu.pseudoGradient();
+    assert.deepEqual(delta, start.map((x, i) => x - now[i]), 'the pseudo-gradient: start minus now, read from the GPU');
+
+    // the same outer step and state as a WASM replica from the same start, given the same current weights and delta
+    onWasm.trainer.writeWeights(now);
+    await onGpu.applyOuterStep(delta.map((x) => x * 0.5), 1, 0.7, 0.9);
+    await onWasm.applyOuterStep(delta.map((x) => x * 0.5), 1, 0.7, 0.9);
+    assert.deepEqual(await onGpu.readWeights(), await onWasm.readWeights(), 'the outer step on the host, written to the GPU');
+    assert.ok((await onGpu.pseudoGradient()).every((x) => x === 0), 'the next interval starts at the merged weights');
+    const state = await onGpu.encodeState(1);
+    assert.deepEqual(state, await onWasm.encodeState(1), 'the same state, byte for byte');
+    late.loadState(state, 1);
+    assert.deepEqual(await late.readWeights(), await onGpu.readWeights(), 'a late GPU replica loads the state onto its GPU');
+
+    // a gradient whose norm overflows float32: the GPU skips the step (weights unchanged) and the backward fails
+    const before = await onGpu.readWeights();
+    await onGpu.forwardMiddle(2, random(width, 3));
+    await assert.rejects(onGpu.backward(2, new Float32Array(width).fill(1e30)), /gradient norm is not finite/);
+    assert.deepEqual(await onGpu.readWeights(), before, 'the skipped step left the weights as they were');
+    await onGpu.forwardMiddle(3, random(width, 4));
+    await onGpu.backward(3, random(width, 5, 1e-2));
+    const after = await onGpu.readWeights();
+    assert.ok(after.every((x) => Number.isFinite(x)) && after.some((x, i) => x !== before[i]), 'the next step runs');
+
+    // fault injection: a lazy GPU stage holds zero weights
+    onGpu.lazy = true;
+    await onGpu.forwardMiddle(4, random(width, 6));
+    await onGpu.backward(4, random(width, 7, 1e-2));
+    assert.ok((await onGpu.readWeights()).every((x) => x === 0));
+  } finally {
+    for (const r of [onGpu, onWasm, late]) r.dispose();
+  }
+});
 
 test("Engine.create: 'auto' takes no software adapter, an unknown backend is refused", async () => {
   const auto = await Engine.create({ threads: 1, backend: 'auto' });
@@ -133,7 +214,7 @@ test('the spam MLP on the GPU: 20 inner steps from the same weights, the same lo
   const onWasm = new StageRunner(wasm, a, 2);
   const onGpu = new StageRunner(gpu!, a, 2);
   try {
-    assert.ok(onGpu.stage instanceof GpuMlpStageModel);
+    assert.ok(onGpu.trainer instanceof HostStageTrainer && onGpu.trainer.stage instanceof GpuMlpStageModel);
     let worstLoss = 0;
     for (let i = 0; i < 20; i++) {
       const w = await onWasm.forwardBackwardLast(i + 1, i, null);
@@ -141,7 +222,7 @@ test('the spam MLP on the GPU: 20 inner steps from the same weights, the same lo
       assert.equal(g.dInput, null);
       worstLoss = Math.max(worstLoss, Math.abs(g.loss - w.loss) / w.loss);
     }
-    const dw = relDiff(onGpu.stage.params.flat.data, onWasm.stage.params.flat.data);
+    const dw = relDiff(await onGpu.readWeights(), await onWasm.readWeights());
     process.stderr.write(`mlp: losses within ${worstLoss.toExponential(2)} relative, weights after 20 steps within ${dw.toExponential(2)} of their scale\n`);
     assert.ok(worstLoss <= 1e-5, `loss ${worstLoss}`);
     assert.ok(dw <= 1e-5, `weights ${dw}`);

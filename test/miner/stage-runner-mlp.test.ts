@@ -9,7 +9,7 @@ import { loadSpamDataset, spamBatch } from '../../src/data/spam.ts';
 import { Engine } from '../../src/engine/engine.ts';
 import { StageRunner } from '../../src/miner/stage-runner.ts';
 import { AdamW, ADAMW_DEFAULTS } from '../../src/model/adamw.ts';
-import { encodeModelCheckpoint, modelCheckpointInfo, stageTensors } from '../../src/model/checkpoint.ts';
+import { encodeModelCheckpoint, layoutTensors, modelCheckpointInfo } from '../../src/model/checkpoint.ts';
 import { Mlp } from '../../src/model/mlp.ts';
 import { ModelRefError, parseModelRef } from '../../src/model/model-ref.ts';
 import { decodeSafetensors } from '../../src/model/safetensors.ts';
@@ -37,7 +37,7 @@ test('a step of an MLP stage is the shard batch forward, loss, backward and Adam
   assert.equal(runner.tokensPerMicrobatch, B, 'a microbatch is B examples');
   assert.equal(runner.corpus, null);
   const ref = new Mlp(engine, config, B, 7);
-  assert.deepEqual(runner.stage.params.flat.data, ref.params.flat.data, 'the same seeded init');
+  assert.deepEqual(await runner.readWeights(), ref.params.flat.data, 'the same seeded init');
   const opt = new AdamW(engine, ref.params, ref.grads, { ...ADAMW_DEFAULTS, lr: 1e-2 });
   const dataset = loadSpamDataset(256);
   const losses: number[] = [];
@@ -52,7 +52,7 @@ test('a step of an MLP stage is the shard batch forward, loss, backward and Adam
     assert.equal(loss, expected, `step ${shard}`);
     losses.push(loss);
   }
-  assert.deepEqual(runner.stage.params.flat.data, ref.params.flat.data, 'the same weights after 60 steps');
+  assert.deepEqual(await runner.readWeights(), ref.params.flat.data, 'the same weights after 60 steps');
   assert.equal(runner.samples, 60);
   assert.equal(runner.freeSlotCount, 2, 'each microbatch lets its slot go at once');
   const mean = (xs: number[]): number => xs.reduce((a, b) => a + b, 0) / xs.length;
@@ -66,24 +66,25 @@ test('a step of an MLP stage is the shard batch forward, loss, backward and Adam
 test('MLP replicas merge by the outer step of their mean pseudo-gradient and end identical', async () => {
   const a = new StageRunner(engine, assignment(), 2);
   const b = new StageRunner(engine, assignment(), 2);
-  const start = a.stage.params.flat.data.slice();
+  const start = (await a.readWeights());
   for (let i = 0; i < 10; i++) {
     await a.forwardBackwardLast(i + 1, 2 * i, null);
     await b.forwardBackwardLast(i + 100, 2 * i + 1, null);
   }
-  const wa = a.stage.params.flat.data.slice();
-  const wb = b.stage.params.flat.data.slice();
-  const da = a.pseudoGradient();
-  const db = b.pseudoGradient();
+  const wa = (await a.readWeights());
+  const wb = (await b.readWeights());
+  const da = (await a.pseudoGradient());
+  const db = (await b.pseudoGradient());
   for (let i = 0; i < start.length; i += 97) assert.ok(Math.abs(da[i] - (start[i] - wa[i])) < 1e-6, 'pseudo-gradient: start minus now');
   const mean = da.map((x, i) => (x + db[i]) / 2);
-  a.applyOuterStep(mean, 1, 1, 0);
-  b.applyOuterStep(mean, 1, 1, 0);
-  assert.deepEqual(a.stage.params.flat.data, b.stage.params.flat.data, 'both replicas hold the same weights');
-  for (let i = 0; i < start.length; i += 97) assert.ok(Math.abs(a.stage.params.flat.data[i] - (wa[i] + wb[i]) / 2) < 1e-5, 'plain averaging at outer lr 1');
+  await a.applyOuterStep(mean, 1, 1, 0);
+  await b.applyOuterStep(mean, 1, 1, 0);
+  const merged = await a.readWeights();
+  assert.deepEqual(merged, await b.readWeights(), 'both replicas hold the same weights');
+  for (let i = 0; i < start.length; i += 97) assert.ok(Math.abs(merged[i] - (wa[i] + wb[i]) / 2) < 1e-5, 'plain averaging at outer lr 1');
   assert.equal(a.round, 1);
   assert.equal(a.samples, 0);
-  assert.ok(a.pseudoGradient().every((x) => x === 0), 'the next interval starts at the merged weights');
+  assert.ok((await a.pseudoGradient()).every((x) => x === 0), 'the next interval starts at the merged weights');
   a.dispose();
   b.dispose();
 });
@@ -91,8 +92,8 @@ test('MLP replicas merge by the outer step of their mean pseudo-gradient and end
 test("an MLP stage's state round-trips through its checkpoint, and a whole-model checkpoint gives a later run its start", async () => {
   const a = new StageRunner(engine, assignment(), 2);
   for (let i = 0; i < 5; i++) await a.forwardBackwardLast(i + 1, i, null);
-  a.applyOuterStep(a.pseudoGradient().map((x) => x * 0.5), 1, 0.7, 0.9);
-  const state = a.encodeState(1);
+  await a.applyOuterStep((await a.pseudoGradient()).map((x) => x * 0.5), 1, 0.7, 0.9);
+  const state = (await a.encodeState(1));
   const file = decodeSafetensors(state);
   assert.deepEqual(modelCheckpointInfo(file), { kind: 'mlp', config, from: 0, to: 1, step: 1 });
   assert.equal(file.metadata.outerStep, '1');
@@ -100,22 +101,23 @@ test("an MLP stage's state round-trips through its checkpoint, and a whole-model
 
   const b = new StageRunner(engine, assignment(), 2);
   b.loadState(state, 1);
-  assert.deepEqual(b.stage.params.flat.data, a.stage.params.flat.data);
+  assert.deepEqual(await b.readWeights(), await a.readWeights());
   assert.equal(b.round, 1);
-  assert.deepEqual(b.encodeState(1), state, 'the same state, byte for byte');
+  assert.deepEqual((await b.encodeState(1)), state, 'the same state, byte for byte');
 
   // a state of another model is refused and the weights stay
   const other = new StageRunner(engine, assignment({ model: 'mlp:256-8-2' }), 2);
-  const before = b.stage.params.flat.data.slice();
-  assert.throws(() => b.loadState(other.encodeState(1), 1), /not of 'mlp:256-16-2'/);
-  assert.deepEqual(b.stage.params.flat.data, before);
+  const before = (await b.readWeights());
+  const otherState = await other.encodeState(1);
+  assert.throws(() => b.loadState(otherState, 1), /not of 'mlp:256-16-2'/);
+  assert.deepEqual(await b.readWeights(), before);
 
   // the whole model as the orchestrator assembles it (no outer tensors) starts a later run
-  const whole = encodeModelCheckpoint(parseModelRef(model), stageTensors(a.stage), { range: { from: 0, to: 1 }, step: 5, extra: { model } });
+  const whole = encodeModelCheckpoint(parseModelRef(model), layoutTensors(a.trainer.layout, await a.readWeights()), { range: { from: 0, to: 1 }, step: 5, extra: { model } });
   const c = new StageRunner(engine, assignment({ runId: 'r2' }), 2);
   c.loadInitial(whole);
-  assert.deepEqual(c.stage.params.flat.data, a.stage.params.flat.data);
-  assert.ok(c.pseudoGradient().every((x) => x === 0));
+  assert.deepEqual(await c.readWeights(), await a.readWeights());
+  assert.ok((await c.pseudoGradient()).every((x) => x === 0));
   for (const r of [a, b, c, other]) r.dispose();
 });
 
@@ -131,7 +133,7 @@ test('an MLP assignment the stage cannot train is refused', () => {
 });
 
 test("a miner takes an MLP stage once its features are built: in the background, the first time, while it keeps serving", async () => {
-  const { stageDataReady } = await import('../../src/miner/create-stage-model.ts');
+  const { stageDataReady } = await import('../../src/miner/create-stage-trainer.ts');
   const { loadSpamDatasetAsync } = await import('../../src/data/spam.ts');
   const a = assignment({ model: 'mlp:96-8-2' });
   const lines: string[] = [];

@@ -2,6 +2,8 @@ import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
 import { Engine } from '../../src/engine/engine.ts';
 import { StageRunner } from '../../src/miner/stage-runner.ts';
+import type { StageModel } from '../../src/miner/stage-model.ts';
+import { HostStageTrainer } from '../../src/miner/stage-trainer-host.ts';
 import { gptConfig } from '../../src/model/config.ts';
 import { GptStage, splitEvenly } from '../../src/model/gpt.ts';
 import { mulberry32 } from '../../src/model/init.ts';
@@ -17,6 +19,12 @@ after(async () => {
 
 const model = 'gpt-micro';
 const B = 2;
+
+/** The stage model of a runner whose trainer keeps its weights in host memory (a WASM stage). */
+function stageOf(r: StageRunner): StageModel {
+  assert.ok(r.trainer instanceof HostStageTrainer);
+  return r.trainer.stage;
+}
 
 function assignment(stage: number, stageCount: number): StageAssignment {
   const range = splitEvenly(gptConfig(model), stageCount)[stage];
@@ -37,7 +45,7 @@ test('a delayed backward uses the weights its forward used (weight stashing)', a
   const runner = new StageRunner(engine, a, 2);
   const T = config.contextLength;
   const width = B * T * config.channels;
-  const w0 = runner.stage.params.flat.data.slice();
+  const w0 = stageOf(runner).params.flat.data.slice();
   const x1 = randomArray(width, 1);
   const x2 = randomArray(width, 2);
   const g1 = randomArray(width, 3, 1e-3);
@@ -46,8 +54,8 @@ test('a delayed backward uses the weights its forward used (weight stashing)', a
   await runner.forwardMiddle(1, x1);
   await runner.forwardMiddle(2, x2);
   await runner.backward(2, g2); // inner step: the weights move
-  assert.notDeepEqual(runner.stage.params.flat.data, w0);
-  const wAfterFirstStep = runner.stage.params.flat.data.slice();
+  assert.notDeepEqual(stageOf(runner).params.flat.data, w0);
+  const wAfterFirstStep = stageOf(runner).params.flat.data.slice();
   const d1 = await runner.backward(1, g1);
   assert.ok(d1);
 
@@ -59,10 +67,10 @@ test('a delayed backward uses the weights its forward used (weight stashing)', a
   const dRef = ref.backward(g1);
   assert.ok(dRef);
   assert.deepEqual(d1, dRef.slice(), 'd(input) is the gradient at the forward weights');
-  assert.deepEqual(runner.stage.grads.flat.data.slice(), ref.grads.flat.data.slice(), 'parameter gradients too');
+  assert.deepEqual(stageOf(runner).grads.flat.data.slice(), ref.grads.flat.data.slice(), 'parameter gradients too');
   // and the inner step moved the current weights, not the stashed ones
-  assert.notDeepEqual(runner.stage.params.flat.data, wAfterFirstStep);
-  assert.notDeepEqual(runner.stage.params.flat.data, w0);
+  assert.notDeepEqual(stageOf(runner).params.flat.data, wAfterFirstStep);
+  assert.notDeepEqual(stageOf(runner).params.flat.data, w0);
   ref.release();
   runner.dispose();
 });
@@ -73,7 +81,7 @@ test('a first stage stashes too: its parameter gradient matches the forward weig
   const runner = new StageRunner(engine, a, 2);
   const T = config.contextLength;
   const width = B * T * config.channels;
-  const w0 = runner.stage.params.flat.data.slice();
+  const w0 = stageOf(runner).params.flat.data.slice();
   await runner.forwardFirst(1, 10);
   await runner.forwardFirst(2, 11);
   await runner.backward(2, randomArray(width, 5, 1e-3));
@@ -81,13 +89,13 @@ test('a first stage stashes too: its parameter gradient matches the forward weig
   assert.equal(await runner.backward(1, g1), null);
 
   const ref = new StageRunner(engine, a, 1);
-  ref.stage.params.flat.data.set(w0);
+  stageOf(ref).params.flat.data.set(w0);
   await ref.forwardFirst(1, 10);
-  const before = ref.stage.params.flat.data.slice();
-  ref.stage.zeroGrad();
-  await ref.stage.backward(g1, 0, ref.stage.params.flat.data);
-  assert.deepEqual(runner.stage.grads.flat.data.slice(), ref.stage.grads.flat.data.slice());
-  assert.deepEqual(ref.stage.params.flat.data.slice(), before);
+  const before = stageOf(ref).params.flat.data.slice();
+  stageOf(ref).zeroGrad();
+  await stageOf(ref).backward(g1, 0, stageOf(ref).params.flat.data);
+  assert.deepEqual(stageOf(runner).grads.flat.data.slice(), stageOf(ref).grads.flat.data.slice());
+  assert.deepEqual(stageOf(ref).params.flat.data.slice(), before);
   ref.dispose();
   runner.dispose();
 });
@@ -101,17 +109,20 @@ test('a forward behind others in flight runs at the predicted weights, and its b
   // one inner step so AdamW has moments
   await runner.forwardMiddle(1, randomArray(width, 1));
   await runner.backward(1, randomArray(width, 2, 1e-3));
-  const current = runner.stage.params.flat.data.slice();
+  const current = stageOf(runner).params.flat.data.slice();
   await runner.forwardMiddle(2, randomArray(width, 3)); // nothing in flight: the current weights
-  assert.deepEqual(runner.forwardWeights(2)!.weights, current);
-  assert.equal(runner.forwardWeights(2)!.predictedSteps, 0);
+  const kept2 = runner.keepForwardWeights(2)!;
+  assert.deepEqual(await kept2.weights.read(), current);
+  assert.equal(kept2.predictedSteps, 0);
+  kept2.weights.release();
   const x3 = randomArray(width, 4);
   await runner.forwardMiddle(3, x3); // one in flight: one step ahead
-  const used = runner.forwardWeights(3)!;
+  const used = runner.keepForwardWeights(3)!;
   assert.equal(used.predictedSteps, 1);
-  const stashed = used.weights.slice();
+  const stashed = await used.weights.read();
+  used.weights.release();
   assert.notDeepEqual(stashed, current);
-  assert.deepEqual(runner.stage.params.flat.data.slice(), current, 'the current weights are untouched by the prediction');
+  assert.deepEqual(stageOf(runner).params.flat.data.slice(), current, 'the current weights are untouched by the prediction');
   let worst = 0;
   for (let i = 0; i < current.length; i++) worst = Math.max(worst, Math.abs(stashed[i] - current[i]));
   assert.ok(worst > 0 && worst <= 1e-2 * 7.3, `moved ${worst}`);
@@ -145,9 +156,9 @@ test('the stage state is a checkpoint with the outer momentum, byte for byte as 
   const a = assignment(1, 3);
   const runner = new StageRunner(engine, a, 1);
   const old = encodeSafetensors(
-    [...stageTensors(runner.stage), { name: 'outer.momentum', shape: [runner.paramCount], data: new Float32Array(runner.paramCount) }],
+    [...stageTensors(stageOf(runner)), { name: 'outer.momentum', shape: [runner.paramCount], data: new Float32Array(runner.paramCount) }],
     { format: CHECKPOINT_FORMAT, config: JSON.stringify(gptConfig(model)), from: String(a.from), to: String(a.to), step: '3', outerStep: '0' },
   );
-  assert.deepEqual(runner.encodeState(3), old);
+  assert.deepEqual(await runner.encodeState(3), old);
   runner.dispose();
 });

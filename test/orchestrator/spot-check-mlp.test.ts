@@ -44,9 +44,9 @@ const assignment: StageAssignment = { runId: 'r1', stage: 0, stageCount: 1, from
 /** An honest miner's forward after `steps` inner steps: the weights it used, the loss it reported, the shard. */
 async function honest(steps: number, shard: number): Promise<{ weights: Float32Array; loss: number; samples: number; theta: Float32Array }> {
   const runner = new StageRunner(miner, assignment, 2);
-  const theta = runner.stage.params.flat.data.slice();
+  const theta = (await runner.readWeights());
   for (let i = 0; i < steps; i++) await runner.forwardBackwardLast(i + 1, 1000 + i, null);
-  const weights = runner.stage.params.flat.data.slice();
+  const weights = (await runner.readWeights());
   const samples = runner.samples;
   const { loss } = await runner.forwardBackwardLast(steps + 1, shard, null);
   runner.dispose();

@@ -53,7 +53,9 @@ export function writeArray(device: GPUDevice, array: GpuArray, values: Float32Ar
     throw new RangeError(`writeArray: [${offset}, ${offset + values.length}) outside ${array.length} floats`);
   }
   if (values.length === 0) return;
-  recorderOf(device).flush();
+  const recorder = recorderOf(device);
+  recorder.flush();
+  recorder.counts.bytesWritten += values.byteLength;
   if (!(values.buffer instanceof SharedArrayBuffer)) {
     device.queue.writeBuffer(array.buffer, offset * 4, values.buffer, values.byteOffset, values.byteLength);
     return;
@@ -86,7 +88,9 @@ export async function readArray(device: GPUDevice, array: GpuArray, offset = 0, 
     throw new RangeError(`readArray: [${offset}, ${offset + length}) outside ${array.length} floats`);
   }
   if (length === 0) return new Float32Array(0);
-  recorderOf(device).flush();
+  const recorder = recorderOf(device);
+  recorder.flush();
+  recorder.counts.bytesRead += length * 4;
   const staging = device.createBuffer({ label: 'readback', size: length * 4, usage: BufferUsage.MAP_READ | BufferUsage.COPY_DST });
   try {
     const encoder = device.createCommandEncoder();

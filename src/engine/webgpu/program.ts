@@ -211,5 +211,6 @@ export function uploadIndices(device: GPUDevice, values: Int32Array, limit: numb
   }
   const array = createArray(device, values.length, label);
   if (values.length > 0) device.queue.writeBuffer(array.buffer, 0, values.buffer, values.byteOffset, values.byteLength);
+  recorderOf(device).counts.bytesWritten += values.byteLength;
   return array;
 }

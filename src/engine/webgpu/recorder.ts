@@ -21,10 +21,14 @@ interface Chunk {
   used: number;
 }
 
-/** Counts of what a recorder did, for tests and the bench's log. */
+/** Counts of what a recorder did, and of the bytes that crossed between CPU and GPU (buffers.ts), for tests and the bench's log. */
 export interface RecorderCounts {
   dispatches: number;
   submits: number;
+  /** bytes written from the CPU (writeArray, uploads) */
+  bytesWritten: number;
+  /** bytes read back to the CPU (readArray) */
+  bytesRead: number;
 }
 
 export class Recorder {
@@ -34,7 +38,7 @@ export class Recorder {
   /** uniform buffers free for the next batches (their last batch has completed) */
   private readonly spare: GPUBuffer[] = [];
   private readonly slotBytes: number;
-  readonly counts: RecorderCounts = { dispatches: 0, submits: 0 };
+  readonly counts: RecorderCounts = { dispatches: 0, submits: 0, bytesWritten: 0, bytesRead: 0 };
 
   constructor(private readonly device: GPUDevice) {
     this.slotBytes = device.limits.minUniformBufferOffsetAlignment;

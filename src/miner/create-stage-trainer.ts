@@ -1,12 +1,15 @@
-// Which stage model an assignment gets (./stage-model.ts says what one is),
-// and whether the data it loads itself is at hand.
+// Which stage trainer an assignment gets (./stage-trainer.ts says what one
+// is), and whether the data it loads itself is at hand.
 import type { ByteCorpus } from '../data/corpus.ts';
 import { loadSpamDatasetAsync, SPAM_MAX_FEATURES, spamDatasetIfBuilt } from '../data/spam.ts';
 import type { Engine } from '../engine/engine.ts';
 import { parseModelRef, type ModelRef } from '../model/model-ref.ts';
 import type { StageAssignment } from '../protocol/messages.ts';
 import type { StageModel } from './stage-model.ts';
-import { GpuGptStageModel, GpuMlpStageModel } from './stage-model-gpu.ts';
+import { GpuMlpStageModel } from './stage-model-gpu.ts';
+import type { StageTrainer } from './stage-trainer.ts';
+import { GpuGptStageTrainer } from './stage-trainer-gpu.ts';
+import { HostStageTrainer } from './stage-trainer-host.ts';
 import { GptStageModel, MlpStageModel } from './stage-model-wasm.ts';
 
 /**
@@ -34,14 +37,24 @@ export function stageDataReady(a: StageAssignment, log: (line: string) => void =
 }
 
 /**
- * The model of an assignment (its reference parsed and validated, its data
- * loaded): `corpus` is an edge GPT stage's corpus when the miner has it
- * already (an uploaded dataset); a named one is loaded here. A GPT runs on
- * the engine's GPU when it has one (./stage-model-gpu.ts), else on WASM; so does an MLP.
+ * The trainer of an assignment (its model reference parsed and validated,
+ * its data loaded): `corpus` is an edge GPT stage's corpus when the miner
+ * has it already (an uploaded dataset); a named one is loaded here. A GPT
+ * trains on the engine's GPU when it has one, weights and AdamW included
+ * (./stage-trainer-gpu.ts), else on WASM; an MLP runs its kernels on the GPU
+ * when there is one, and AdamW on WASM (./stage-trainer-host.ts).
  */
-export function createStageModel(engine: Engine, a: StageAssignment, slots: number, corpus?: ByteCorpus): StageModel {
+export function createStageTrainer(engine: Engine, a: StageAssignment, slots: number, corpus?: ByteCorpus): StageTrainer {
   const model = parseModelRef(a.model);
-  if (model.kind === 'mlp') return engine.gpu ? new GpuMlpStageModel(engine, engine.gpu, model, a, slots) : new MlpStageModel(engine, model, a, slots);
-  return engine.gpu ? new GpuGptStageModel(engine, engine.gpu, model, a, slots, corpus) : new GptStageModel(engine, model, a, slots, corpus);
+  if (model.kind === 'gpt' && engine.gpu) return new GpuGptStageTrainer(engine.gpu, model, a, slots, corpus);
+  let stage: StageModel;
+  if (model.kind === 'mlp') stage = engine.gpu ? new GpuMlpStageModel(engine, engine.gpu, model, a, slots) : new MlpStageModel(engine, model, a, slots);
+  else stage = new GptStageModel(engine, model, a, slots, corpus);
+  try {
+    return new HostStageTrainer(engine, stage, a.lr);
+  } catch (err) {
+    stage.release();
+    throw err;
+  }
 }
 
