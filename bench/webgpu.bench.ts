@@ -12,7 +12,7 @@ import { compareSgemm, runGpuSgemm, runWasmSgemm, sgemmInputs, sgemmLayout } fro
 import { openGpu } from '../src/engine/webgpu/device.ts';
 import { GpuGemm } from '../src/engine/webgpu/gemm.ts';
 import { sgemmGflops } from '../src/engine/webgpu/gemm-speed.ts';
-import { adamwCase, elementwiseCase } from '../src/engine/webgpu/kernel-cases.ts';
+import { adamPredictCase, adamwCase, elementwiseCase } from '../src/engine/webgpu/kernel-cases.ts';
 import { crossEntropyForwardCase, layernormForwardCase } from '../src/engine/webgpu/kernel-cases-rows.ts';
 import { checkCase, type KernelCase } from '../src/engine/webgpu/kernel-check.ts';
 import { GpuKernelSet } from '../src/engine/webgpu/kernel-set.ts';
@@ -52,6 +52,7 @@ async function kernelDiffs(device: GPUDevice, log: (line: string) => void): Prom
     layernormForwardCase({ N, C }, random),
     crossEntropyForwardCase({ N, V }, random),
     adamwCase(rangeParamCount(tiny, { from: 0, to: partCount(tiny) }), random),
+    adamPredictCase(rangeParamCount(tiny, { from: 0, to: partCount(tiny) }), random),
     elementwiseCase('geluBackward', N * tiny.mlpRatio * C, random),
   ];
   const [engine, set] = await Promise.all([Engine.create({ threads: 0 }), GpuKernelSet.create(device)]);

@@ -131,6 +131,36 @@ export function adamwCase(n: number, random: Random, h: AdamWHyper = ADAMW_CASE)
 }
 
 /**
+ * adamwScaled: AdamW taking its gradient scale from a status array (as
+ * clipScale leaves it: [scale, norm, 0, 0]) instead of a parameter; the WASM
+ * twin is adamw with that scale, so the bounds are adamwCase's.
+ */
+export function adamwScaledCase(n: number, random: Random, h: AdamWHyper = ADAMW_CASE): KernelCase {
+  const c = adamwCase(n, random, h);
+  const status = Float32Array.of(h.gradScale, 1, 0, 0);
+  return {
+    ...c, kernel: 'adamwScaled', arrays: { ...c.arrays, status },
+    gpu: (s, a) => s.optimizer.adamwScaled({ ...h, params: a.params, grads: a.grads, m: a.m, v: a.v, status: a.status, n }),
+  };
+}
+
+/** adamPredict: the weights `steps` AdamW steps ahead, θ − k · m̂ / (√v̂ + ε), from moments as a few steps leave them (step 3). */
+export function adamPredictCase(n: number, random: Random, h: AdamWHyper = ADAMW_CASE, steps = 2): KernelCase {
+  const params = uniform(n, random, -0.2, 0.2), out = uniform(n, random, -9, 9);
+  const m = uniform(n, random, -0.01, 0.01), v = uniform(n, random, 1e-7, 1e-4);
+  const k = steps * h.lr, bc1 = 1 - Math.pow(h.beta1, h.step), bc2 = 1 - Math.pow(h.beta2, h.step);
+  // the float32 constants both kernels use: 1/bc1 and 1/bc2 as float32 divisions of float32 values
+  const ib1 = exact(Math.fround(1 / Math.fround(bc1))), ib2 = exact(Math.fround(1 / Math.fround(bc2)));
+  const kk = exact(Math.fround(k)), eps = exact(Math.fround(h.eps));
+  const bounds = boundsOf(n, (i) => between(sub(exact(params[i]), mul(kk, div(mul(exact(m[i]), ib1), add(sqrt(mul(exact(v[i]), ib2)), eps))))));
+  return {
+    kernel: 'adamPredict', arrays: { out, params, m, v }, bounds: { out: bounds },
+    wasm: (kr, p) => kr.adamPredict(p.out, p.params, p.m, p.v, n, k, bc1, bc2, h.eps),
+    gpu: (s, a) => s.optimizer.adamPredict(a.out, a.params, a.m, a.v, n, k, bc1, bc2, h.eps),
+  };
+}
+
+/**
  * Sum of squares of n floats. Both backends sum each NORM_CHUNK chunk in
  * float32 (WASM: 4 SIMD lanes of chunk/4 terms; GPU: SUMSQ_WG invocations of
  * chunk/SUMSQ_WG terms, then a tree) and add the chunks in float64, which

@@ -14,7 +14,7 @@ import { createArray } from '../../../src/engine/webgpu/buffers.ts';
 import { uploadTokens } from '../../../src/engine/webgpu/embedding.ts';
 import { checkCase, compareOutputs, runGpuCase, runWasmCase, type Comparison, type KernelCase, type Outputs } from '../../../src/engine/webgpu/kernel-check.ts';
 import * as rows from '../../../src/engine/webgpu/kernel-cases-rows.ts';
-import { ADAMW_CASE, adamwCase, elementwiseCase, embeddingCase, sumSquaresCase, type AdamWHyper, type ElementwiseKernel, type Random } from '../../../src/engine/webgpu/kernel-cases.ts';
+import { ADAMW_CASE, adamPredictCase, adamwCase, adamwScaledCase, elementwiseCase, embeddingCase, sumSquaresCase, type AdamWHyper, type ElementwiseKernel, type Random } from '../../../src/engine/webgpu/kernel-cases.ts';
 import { GpuKernelSet } from '../../../src/engine/webgpu/kernel-set.ts';
 import { mulberry32 } from '../../../src/model/init.ts';
 import { gpuFixture } from './gpu-fixture.ts';
@@ -32,6 +32,9 @@ function allCases(random: Random): KernelCase[] {
     ...ELEMENTWISE.flatMap((k) => [elementwiseCase(k, 10007, random), elementwiseCase(k, 3, random)]),
     adamwCase(10007, random),
     adamwCase(1, random),
+    adamwScaledCase(10007, random),
+    adamPredictCase(10007, random),
+    adamPredictCase(3, random),
     sumSquaresCase(40009, random),
     sumSquaresCase(5, random),
     embeddingCase('embeddingForward', { B: 3, T: 7, C: 20, V: 50 }, random),
@@ -70,7 +73,7 @@ test('every kernel matches its WASM twin within its bound, at awkward sizes', { 
     seen.set(c.kernel, { ...w, maxAbsDiff: Math.max(w.maxAbsDiff, r.maxAbsDiff), ...(r.worstRatio >= w.worstRatio ? { worstRatio: r.worstRatio, worstOutput: r.worstOutput } : {}), differing: w.differing + (w === r ? 0 : r.differing), elements: w.elements + (w === r ? 0 : r.elements) });
   }
   for (const [kernel, r] of seen) t.diagnostic(`${kernel}: ${describe(r)}`);
-  assert.equal(seen.size, 16);
+  assert.equal(seen.size, 18);
 });
 
 test('dispatches beyond the per-dimension workgroup limit spill into a second dimension and cover every element once', { skip }, async () => {
