@@ -26,6 +26,7 @@ interface Flags extends CommonOptions {
   slots: string;
   mergeDelayMs: string;
   memory?: string;
+  gpuMemory?: string;
   serve: string;
   backend: string;
   chainRpc?: string;
@@ -75,7 +76,8 @@ export function registerMiner(program: Command): void {
       .option('--host <host>', 'address for peer traffic', '127.0.0.1')
       .option('--port <port>', 'port for peer traffic (0: any free port)', '0')
       .option('--slots <n>', 'microbatches in flight', '3')
-      .option('--memory <size>', 'memory offered to the planner, e.g. 512MB or 2GiB (default: the free memory; never more than it)')
+      .option('--memory <size>', 'memory offered to the planner, e.g. 512MB or 2GiB (default: the free memory; never more than it; on wasm at most 4 GiB, what a WebAssembly memory holds)')
+      .option('--gpu-memory <size>', "the GPU's memory, e.g. 24GiB, with --backend webgpu: WebGPU does not report it (default: the free host memory; a stage the GPU cannot hold is refused when it is taken)")
       .option('--merge-delay-ms <ms>', 'wait this long before merging partitions (for failure testing)', '0')
       .option('--serve <what>', 'what this miner offers: inference (serve deployed models), training, or both', 'both')
       .option('--backend <b>', 'where stages train (GPT or MLP): wasm (the CPU), webgpu (the GPU; a software adapter is taken too, for tests) or auto (a hardware GPU if there is one, else wasm)', 'wasm')
@@ -99,13 +101,14 @@ export function registerMiner(program: Command): void {
     const mergeDelayMs = Number(flags.mergeDelayMs);
     if (!(mergeDelayMs >= 0)) throw new NimbleError('invalid', `--merge-delay-ms must be a non-negative number, got '${flags.mergeDelayMs}'`);
     const memoryBytes = flags.memory === undefined ? undefined : parseBytes('--memory', flags.memory);
+    const gpuMemoryBytes = flags.gpuMemory === undefined ? undefined : parseBytes('--gpu-memory', flags.gpuMemory);
     if (!(SERVE_SETTINGS as readonly string[]).includes(flags.serve)) throw new NimbleError('invalid', `--serve must be inference, training or both, got '${flags.serve}'`);
     const serve = flags.serve as ServeSetting;
     if (!(BACKEND_CHOICES as readonly string[]).includes(flags.backend)) throw new NimbleError('invalid', `--backend must be ${BACKEND_CHOICES.join(', ')}, got '${flags.backend}'`);
     const backend = flags.backend as BackendChoice;
     const registryLookup = serve === 'training' ? null : chainRegistryLookup(resolveDataDir(flags), chainRpcOf(flags));
     const privateKey = await signingKey(flags, 'miner-key.json', dataDir);
-    const miner = await Miner.start({ orchestrator, dataDir, name: flags.name, threads, throttle, host: flags.host, port, slots, log, mergeDelayMs, privateKey, memoryBytes, serve, registryLookup, backend });
+    const miner = await Miner.start({ orchestrator, dataDir, name: flags.name, threads, throttle, host: flags.host, port, slots, log, mergeDelayMs, privateKey, memoryBytes, gpuMemoryBytes, serve, registryLookup, backend });
     emit(flags, { event: 'started', address: miner.address, url: miner.url, serve, backend: miner.backend, chain: registryLookup !== null }, () => `miner ${miner.address} serving peers on ${miner.url} (offers ${serve === 'both' ? 'training and inference' : serve}, trains on ${miner.backend}${serve !== 'training' && !registryLookup ? "; no chain: deployed models of a paid network are refused, see --chain-rpc" : ''})`);
     await waitForSignal();
     await miner.stop();

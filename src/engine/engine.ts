@@ -19,6 +19,8 @@ import { Tensor, numel } from './tensor.ts';
 
 const RELAXED_FLAG = '--experimental-wasm-relaxed-simd';
 const MAX_PAGES = 65536; // 4 GiB of address space; only touched pages use memory
+/** The most a WASM engine's memory can hold (32-bit WebAssembly): every stage on WASM lives in it. */
+export const WASM_MEMORY_BYTES = MAX_PAGES * 65536;
 
 export interface EngineOptions {
   /** Worker threads including this one; defaults to every core. */

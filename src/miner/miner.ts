@@ -66,6 +66,8 @@ export interface MinerOptions {
   slots?: number;
   /** the memory offered to the planner, at most the free memory (`--memory`; default: the free memory) */
   memoryBytes?: number;
+  /** the GPU's memory, which WebGPU does not report (`--gpu-memory`; with the webgpu backend, the offer is at most this) */
+  gpuMemoryBytes?: number;
   /** wait this long before merging partitions: lets failure tests kill a merger mid-round */
   mergeDelayMs?: number;
   log?: (line: string) => void;
@@ -248,7 +250,7 @@ export class Miner {
   }
 
   private async join(): Promise<void> {
-    const hardware = await measureHardware(this.engine, this.throttle, this.options.memoryBytes);
+    const hardware = await measureHardware(this.engine, this.throttle, this.options.memoryBytes, this.options.gpuMemoryBytes);
     const bandwidthMbps = await this.probeBandwidth();
     const reply = await this.wallet.postJson(
       '/miners/join',

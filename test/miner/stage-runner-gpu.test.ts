@@ -105,10 +105,13 @@ async function drive(runner: StageRunner, first: boolean): Promise<Drive> {
 for (const [name, a, first] of [['a middle stage', assignment(1, 2, 1), false], ['a first stage', assignment(0, 2, 0), true]] as const) {
   test(`${name} on the GPU: what it sends and its weights after three inner steps match WASM`, { get skip() { return skip; } }, async () => {
     const onWasm = new StageRunner(wasm, a, 2);
+    const heapBefore = gpu!.heap.stats().inUse;
     const onGpu = new StageRunner(gpu!, a, 2);
     try {
       assert.ok(onGpu.trainer instanceof GpuGptStageTrainer);
       await onGpu.ready();
+      // nothing of a GPU stage lives in the WASM memory (so it is not held to its 4 GiB)
+      assert.equal(gpu!.heap.stats().inUse, heapBefore, "the GPU stage took none of the engine's WASM memory");
       assert.deepEqual(await onGpu.readWeights(), await onWasm.readWeights(), 'the same initial weights');
       const w = await drive(onWasm, first);
       const g = await drive(onGpu, first);
