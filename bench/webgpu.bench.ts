@@ -4,7 +4,8 @@
 // sizes, and on a hardware adapter only, SGEMM throughput at 2048³
 // (SwiftShader's speed says nothing about a GPU, so it is not measured), and
 // gpt-tiny's training tokens/s there; on any adapter, 200 training steps of
-// gpt-micro on both backends: how far apart their losses get.
+// gpt-micro on both backends (how far apart their losses get), and the bytes
+// a miner's GPU stage moves between CPU and GPU per microbatch.
 import { Engine } from '../src/engine/engine.ts';
 import { GpuAttention } from '../src/engine/webgpu/attention.ts';
 import { crosscheckAttention } from '../src/engine/webgpu/attention-check.ts';
@@ -23,6 +24,9 @@ import { AdamW, ADAMW_DEFAULTS } from '../src/model/adamw.ts';
 import { GPT_CONFIGS, gptConfig } from '../src/model/config.ts';
 import { GptStage, partCount, rangeParamCount } from '../src/model/gpt.ts';
 import { mulberry32 } from '../src/model/init.ts';
+import { recorderOf } from '../src/engine/webgpu/recorder.ts';
+import { StageRunner } from '../src/miner/stage-runner.ts';
+import type { StageAssignment } from '../src/protocol/messages.ts';
 import { median, type Bench, type BenchResult } from './harness.ts';
 
 /** max |gpu − wasm| of a 256³ product, and the worst element's share of its rounding bound. */
@@ -127,6 +131,44 @@ async function train200(device: GPUDevice, log: (line: string) => void): Promise
   }
 }
 
+/**
+ * What crosses between CPU and GPU per microbatch for a miner's stage on the
+ * GPU: the first of 2 stages of gpt-tiny (B 8) through the StageRunner a
+ * miner uses, 8 microbatches with 2 in flight. The weights, gradients and
+ * AdamW's moments stay on the GPU, so it is the batch in, the activation
+ * out, the gradient in and a 16-byte step status out (the stage's weights are
+ * logged beside it: before, they crossed each way every microbatch).
+ */
+async function stageTraffic(log: (line: string) => void): Promise<BenchResult[]> {
+  const config = gptConfig('gpt-tiny');
+  const B = 8, width = B * config.contextLength * config.channels;
+  const engine = await Engine.create({ threads: 0, backend: 'webgpu' });
+  const a: StageAssignment = { runId: 'bench', stage: 0, stageCount: 2, from: 0, to: 3, model: 'gpt-tiny', data: 'moby-dick', batchSize: B, seed: 7, round: 0, stateBlob: null, codec: 'f16', lr: 1e-3 };
+  const runner = new StageRunner(engine, a, 2);
+  try {
+    await runner.ready();
+    const counts = recorderOf(engine.gpu!.device).counts;
+    const before = { written: counts.bytesWritten, read: counts.bytesRead };
+    const dOut = new Float32Array(width).fill(1e-4);
+    const n = 8;
+    for (let i = 0; i < n; i += 2) {
+      await runner.forwardFirst(i, i);
+      await runner.forwardFirst(i + 1, i + 1);
+      await runner.backward(i, dOut);
+      await runner.backward(i + 1, dOut);
+    }
+    const perMicrobatch = (counts.bytesWritten - before.written + counts.bytesRead - before.read) / n;
+    log(`gpt-tiny stage [0, 3) on the GPU (${runner.paramCount} parameters, ${4 * runner.paramCount} bytes of weights): ${perMicrobatch} bytes cross CPU↔GPU per microbatch (written ${(counts.bytesWritten - before.written) / n}, read ${(counts.bytesRead - before.read) / n})`);
+    return [
+      { bench: 'engine.webgpu.stage.bytes_per_microbatch', value: perMicrobatch, unit: 'bytes' },
+      { bench: 'engine.webgpu.stage.weights_bytes', value: 4 * runner.paramCount, unit: 'bytes' },
+    ];
+  } finally {
+    runner.dispose();
+    await engine.close();
+  }
+}
+
 /** gpt-tiny training tokens/s of the whole GPU step (B 8; on a hardware adapter only), median of 5 steps after one. */
 async function tinyTokensPerS(device: GPUDevice): Promise<number> {
   const config = gptConfig('gpt-tiny');
@@ -139,8 +181,8 @@ async function tinyTokensPerS(device: GPUDevice): Promise<number> {
     const rates: number[] = [];
     for (let i = 0; i < 6; i++) {
       const t0 = performance.now();
+      // trainStep resolves once AdamW has run (it reads the step's status after it)
       await gpuStep.trainStep(b.inputs, b.targets, B);
-      await gpuStep.readParams();
       if (i > 0) rates.push((B * T) / ((performance.now() - t0) / 1000));
     }
     return median(rates);
@@ -173,6 +215,7 @@ export const webgpuBenches: Bench[] = [
           ...(await kernelDiffs(gpu.device, o.log)),
           ...(await attentionDiffs(gpu.device, o.log)),
           ...(await train200(gpu.device, o.log)),
+          ...(await stageTraffic(o.log)),
         ];
         if (gpu.isSoftware) o.log('software adapter: sgemm2048 and gpt-tiny tokens/s not measured (its speed says nothing about a GPU)');
         else {

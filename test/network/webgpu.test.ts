@@ -30,12 +30,15 @@ async function train(): Promise<{ done: RunView; losses: number[] }> {
 test('a WebGPU miner (SwiftShader) and a WASM miner train gpt-micro in 2 stages; the loss falls as with two WASM miners', { timeout: 600_000 }, async () => {
   await cluster.startOrchestrator(['--check-rate', '0.5']);
   const wasm = await cluster.startMiner('wasm-a');
-  const gpu: Proc = await cluster.startMiner('gpu', ['--backend', 'webgpu']);
+  const gpu: Proc = await cluster.startMiner('gpu', ['--backend', 'webgpu', '--gpu-memory', '3GiB']);
   const joined = gpu.lines.find((l) => /joined as .* on WebGPU on /.test(l));
   assert.ok(joined, `the WebGPU miner says which adapter it trains on:\n${gpu.lines.join('\n')}`);
   assert.match(joined, /software adapter/);
   const miners = await cluster.api.miners();
   const gpuId = miners.find((m) => m.name === 'gpu')!.id;
+  // the memory offered: what --gpu-memory said on the GPU; at most a WebAssembly memory on WASM
+  assert.ok(miners.find((m) => m.name === 'gpu')!.memoryBytes <= 3 * 2 ** 30, JSON.stringify(miners));
+  assert.ok(miners.find((m) => m.name === 'wasm-a')!.memoryBytes <= 4 * 2 ** 30, JSON.stringify(miners));
 
   const mixed = await train();
   assert.equal(mixed.done.microbatchesDone, 80);
