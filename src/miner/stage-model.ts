@@ -1,11 +1,13 @@
-// What a miner's stage runner (./stage-runner.ts) trains, whatever the model:
+// What a host trainer (./stage-trainer-host.ts) trains, whatever the model:
 // a range of a GPT's parts on its byte corpus, or a whole MLP classifier on
-// the SpamAssassin features (src/data/spam.ts). Each answers the same few
-// calls: forward from a shard's batch or a received activation, the loss and
-// backward at the last stage, backward from a received gradient, and its
-// flat parameters and gradients. The runner does the rest the same way for
-// both: activation slots, weight stashing and prediction, the inner AdamW,
-// the DiLoCo state, checkpoints (src/model/checkpoint.ts by model reference).
+// the SpamAssassin features (src/data/spam.ts), with its flat parameters and
+// gradients in the WASM memory. Each answers the same few calls: forward
+// from a shard's batch or a received activation, the loss and backward at
+// the last stage, backward from a received gradient. The trainer adds weight
+// stashing and prediction and the inner AdamW; the runner (./stage-runner.ts)
+// the activation slots, the DiLoCo state and checkpoints
+// (src/model/checkpoint.ts by model reference). A GPT stage on a GPU is not
+// one of these: its trainer keeps everything on the GPU (./stage-trainer-gpu.ts).
 //
 // An MLP is one stage (src/model/model-ref.ts): it loads its batch and runs
 // forward, loss and backward at once, as the last stage of a one-stage GPT

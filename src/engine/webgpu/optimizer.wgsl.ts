@@ -10,17 +10,15 @@ export const ADAMW_WG = 256;
 /** Invocations per NORM_CHUNK chunk of sumSquares: each sums NORM_CHUNK / SUMSQ_WG floats in order, then a tree. */
 export const SUMSQ_WG = 256;
 
-export const OPTIMIZER_SPECS = {
-  adamw: {
-    label: 'adamw',
-    workgroupSize: ADAMW_WG,
-    uints: ['n'],
-    floats: ['lr', 'beta1', 'beta2', 'eps', 'weightDecay', 'bc1', 'bc2', 'gradScale'],
-    arrays: [{ name: 'params', write: true }, { name: 'grads' }, { name: 'm', write: true }, { name: 'v', write: true }],
-    body: `
-  if (gid >= p.n) { return; }
+const ADAMW_FLOATS = ['lr', 'beta1', 'beta2', 'eps', 'weightDecay', 'bc1', 'bc2'];
+const ADAMW_ARRAYS = [{ name: 'params', write: true }, { name: 'grads' }, { name: 'm', write: true }, { name: 'v', write: true }];
+
+/** One AdamW update of element gid (returning early when `skip` holds), each gradient first multiplied by `scale`. */
+function adamwBody(skip: string, scale: string): string {
+  return `
+  if (${skip}) { return; }
   let i = gid;
-  let g = grads(i) * p.gradScale;
+  let g = grads(i) * ${scale};
   let mi = p.beta1 * m(i) + (1.0 - p.beta1) * g;
   let vi = p.beta2 * v(i) + ((1.0 - p.beta2) * g) * g;
   set_m(i, mi);
@@ -28,7 +26,17 @@ export const OPTIMIZER_SPECS = {
   let mhat = mi / p.bc1;
   let vhat = vi / p.bc2;
   let w = params(i);
-  set_params(i, w - p.lr * (mhat / (sqrt(vhat) + p.eps) + p.weightDecay * w));`,
+  set_params(i, w - p.lr * (mhat / (sqrt(vhat) + p.eps) + p.weightDecay * w));`;
+}
+
+export const OPTIMIZER_SPECS = {
+  adamw: {
+    label: 'adamw',
+    workgroupSize: ADAMW_WG,
+    uints: ['n'],
+    floats: [...ADAMW_FLOATS, 'gradScale'],
+    arrays: ADAMW_ARRAYS,
+    body: adamwBody('gid >= p.n', 'p.gradScale'),
   },
   /**
    * AdamW reading its gradient scale from status[0] (clipScale's output)
@@ -39,20 +47,9 @@ export const OPTIMIZER_SPECS = {
     label: 'adamwScaled',
     workgroupSize: ADAMW_WG,
     uints: ['n'],
-    floats: ['lr', 'beta1', 'beta2', 'eps', 'weightDecay', 'bc1', 'bc2'],
-    arrays: [{ name: 'params', write: true }, { name: 'grads' }, { name: 'm', write: true }, { name: 'v', write: true }, { name: 'status' }],
-    body: `
-  if (gid >= p.n || status(3) != 0.0) { return; }
-  let i = gid;
-  let g = grads(i) * status(0);
-  let mi = p.beta1 * m(i) + (1.0 - p.beta1) * g;
-  let vi = p.beta2 * v(i) + ((1.0 - p.beta2) * g) * g;
-  set_m(i, mi);
-  set_v(i, vi);
-  let mhat = mi / p.bc1;
-  let vhat = vi / p.bc2;
-  let w = params(i);
-  set_params(i, w - p.lr * (mhat / (sqrt(vhat) + p.eps) + p.weightDecay * w));`,
+    floats: ADAMW_FLOATS,
+    arrays: [...ADAMW_ARRAYS, { name: 'status' }],
+    body: adamwBody('gid >= p.n || status(3) != 0.0', 'status(0)'),
   },
   /** out = params − k · m̂ / (√v̂ + ε), m̂ = m · (1/bc1), v̂ = v · (1/bc2): Kernels.adamPredict */
   adamPredict: {
