@@ -6,9 +6,9 @@ import type { Engine } from '../engine/engine.ts';
 import { parseModelRef, type ModelRef } from '../model/model-ref.ts';
 import type { StageAssignment } from '../protocol/messages.ts';
 import type { StageModel } from './stage-model.ts';
-import { GpuMlpStageModel } from './stage-model-gpu.ts';
 import type { StageTrainer } from './stage-trainer.ts';
 import { GpuGptStageTrainer } from './stage-trainer-gpu.ts';
+import { GpuMlpStageTrainer } from './stage-trainer-gpu-mlp.ts';
 import { HostStageTrainer } from './stage-trainer-host.ts';
 import { GptStageModel, MlpStageModel } from './stage-model-wasm.ts';
 
@@ -40,16 +40,14 @@ export function stageDataReady(a: StageAssignment, log: (line: string) => void =
  * The trainer of an assignment (its model reference parsed and validated,
  * its data loaded): `corpus` is an edge GPT stage's corpus when the miner
  * has it already (an uploaded dataset); a named one is loaded here. A GPT
- * trains on the engine's GPU when it has one, weights and AdamW included
- * (./stage-trainer-gpu.ts), else on WASM; an MLP runs its kernels on the GPU
- * when there is one, and AdamW on WASM (./stage-trainer-host.ts).
+ * or an MLP trains on the engine's GPU when it has one, weights and AdamW
+ * included (./stage-trainer-gpu.ts, ./stage-trainer-gpu-mlp.ts), else on
+ * WASM (./stage-trainer-host.ts).
  */
 export function createStageTrainer(engine: Engine, a: StageAssignment, slots: number, corpus?: ByteCorpus): StageTrainer {
   const model = parseModelRef(a.model);
-  if (model.kind === 'gpt' && engine.gpu) return new GpuGptStageTrainer(engine.gpu, model, a, slots, corpus);
-  let stage: StageModel;
-  if (model.kind === 'mlp') stage = engine.gpu ? new GpuMlpStageModel(engine, engine.gpu, model, a, slots) : new MlpStageModel(engine, model, a, slots);
-  else stage = new GptStageModel(engine, model, a, slots, corpus);
+  if (engine.gpu) return model.kind === 'gpt' ? new GpuGptStageTrainer(engine.gpu, model, a, slots, corpus) : new GpuMlpStageTrainer(engine.gpu, model, a, slots);
+  const stage: StageModel = model.kind === 'mlp' ? new MlpStageModel(engine, model, a, slots) : new GptStageModel(engine, model, a, slots, corpus);
   try {
     return new HostStageTrainer(engine, stage, a.lr);
   } catch (err) {

@@ -71,6 +71,14 @@ export class GptStageModel extends GptStageData implements StageModel {
   }
 }
 
+/** The data of an MLP assignment, the SpamAssassin features, after checking the assignment is one an MLP trains (whichever backend runs it). */
+export function mlpDataset(model: Extract<ModelRef, { kind: 'mlp' }>, a: StageAssignment): SpamDataset {
+  if (a.stage !== 0 || a.stageCount !== 1 || a.from !== 0 || a.to !== 1) throw new Error(`an MLP is one stage [0, 1); assigned stage ${a.stage} of ${a.stageCount} [${a.from}, ${a.to})`);
+  if (a.data !== 'spam-assassin') throw new Error(`an MLP classifier trains on 'spam-assassin', not '${a.data.slice(0, 80)}'`);
+  if (model.config.classes !== SPAM_CLASSES.length) throw new Error(`spam-assassin has ${SPAM_CLASSES.length} classes; model '${model.ref}' has ${model.config.classes}`);
+  return loadSpamDataset(model.config.inputs);
+}
+
 /** The whole MLP classifier on the SpamAssassin features (as many hash buckets as it has inputs). */
 export class MlpStageModel implements StageModel {
   readonly mlp: Mlp;
@@ -84,10 +92,7 @@ export class MlpStageModel implements StageModel {
     /** microbatches queued for this stage; each runs forward, loss and backward at once */
     readonly slotCount: number,
   ) {
-    if (a.stage !== 0 || a.stageCount !== 1 || a.from !== 0 || a.to !== 1) throw new Error(`an MLP is one stage [0, 1); assigned stage ${a.stage} of ${a.stageCount} [${a.from}, ${a.to})`);
-    if (a.data !== 'spam-assassin') throw new Error(`an MLP classifier trains on 'spam-assassin', not '${a.data.slice(0, 80)}'`);
-    if (model.config.classes !== SPAM_CLASSES.length) throw new Error(`spam-assassin has ${SPAM_CLASSES.length} classes; model '${model.ref}' has ${model.config.classes}`);
-    this.dataset = loadSpamDataset(model.config.inputs);
+    this.dataset = mlpDataset(model, a);
     this.mlp = new Mlp(engine, model.config, a.batchSize, a.seed);
   }
 

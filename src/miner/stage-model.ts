@@ -63,15 +63,16 @@ export function withWeights<T>(params: Float32Array, keep: Float32Array, weights
 }
 
 /** What every GPT stage has, whatever runs it: its range, shape and byte corpus (an edge stage loads its batches; a middle one needs none). */
-export abstract class GptStageData {
+export class GptStageData {
   readonly corpus: ByteCorpus | null;
   readonly range: StageRange;
-  protected readonly B: number;
-  protected readonly T: number;
+  /** sequences per microbatch, and the context length */
+  readonly B: number;
+  readonly T: number;
 
   constructor(
     readonly model: Extract<ModelRef, { kind: 'gpt' }>,
-    protected readonly a: StageAssignment,
+    readonly a: StageAssignment,
     corpus?: ByteCorpus,
   ) {
     const config = model.config;
@@ -93,7 +94,8 @@ export abstract class GptStageData {
     return this.B * this.T;
   }
 
-  protected batch(shard: number): { inputs: Int32Array; targets: Int32Array } {
+  /** The batch of `shard` (an edge stage's: a middle stage has no corpus). */
+  batch(shard: number): { inputs: Int32Array; targets: Int32Array } {
     if (!this.corpus) throw new Error('a middle stage has no corpus');
     return batchForShard(this.corpus.train, this.a.seed, shard, this.B, this.T);
   }

@@ -16,21 +16,18 @@
 // the WASM engine's, so a stage is not held to a WebAssembly memory's 4 GiB.
 import type { ByteCorpus } from '../data/corpus.ts';
 import { ADAMW_DEFAULTS } from '../model/adamw.ts';
-import { copyArray, createArray, readArray, uploadArray, writeArray, type GpuArray } from '../engine/webgpu/buffers.ts';
+import { copyArray, createArray, uploadArray, type GpuArray } from '../engine/webgpu/buffers.ts';
 import type { Gpu } from '../engine/webgpu/device.ts';
-import { clearRef } from '../engine/webgpu/gpt-buffers.ts';
 import { GpuGptStage } from '../engine/webgpu/gpt-stage.ts';
 import { GpuStageOptimizer } from '../engine/webgpu/stage-optimizer.ts';
-import { rangeParts, stageWeights } from '../model/gpt.ts';
-import type { ModelRef } from '../model/model-ref.ts';
+import { rangeParts, type StageRange } from '../model/gpt.ts';
+import { stageWeights, type ModelRef } from '../model/model-ref.ts';
 import type { ParamLayout } from '../model/params.ts';
 import type { StageAssignment } from '../protocol/messages.ts';
-import { DEFAULT_MAX_RECORDS, type KeptWeights } from './forward-records.ts';
+import type { KeptWeights } from './forward-records.ts';
+import { GpuStageTrainer } from './gpu-resident.ts';
 import { GptStageData } from './stage-model.ts';
 import type { StageTrainer } from './stage-trainer.ts';
-
-/** GPU memory the weight copies of spot-check records may take (at least two copies are kept whatever their size). */
-export const KEPT_WEIGHTS_GPU_BYTES = 1 << 30;
 
 /** What exists once the kernels are compiled and the buffers made. */
 interface Resident {
@@ -42,133 +39,84 @@ interface Resident {
   stash: GpuArray[];
 }
 
-export class GpuGptStageTrainer extends GptStageData implements StageTrainer {
+export class GpuGptStageTrainer extends GpuStageTrainer<Resident> implements StageTrainer {
   readonly layout: ParamLayout;
-  readonly slotCount: number;
-  readonly keptWeightsLimit: number;
-  private readonly compiled: Promise<Resident>;
-  private resident: Resident | null = null;
-  private initial: Float32Array | null;
-  /** copies for records, free for reuse */
-  private readonly spare: GpuArray[] = [];
-  /** non-finite steps the GPU has reported so far */
-  private nonFinite = 0;
-  private released = false;
+  /** the range, shape, corpus and batches, as every GPT stage has them */
+  private readonly data: GptStageData;
 
   constructor(
-    private readonly gpu: Gpu,
-    model: Extract<ModelRef, { kind: 'gpt' }>,
+    gpu: Gpu,
+    readonly model: Extract<ModelRef, { kind: 'gpt' }>,
     a: StageAssignment,
-    slots: number,
+    readonly slotCount: number,
     corpus?: ByteCorpus,
   ) {
-    super(model, a, corpus);
-    const config = model.config;
-    const { layout, weights } = stageWeights(config, this.range, a.seed ?? 1337);
+    const data = new GptStageData(model, a, corpus);
+    const { layout, weights } = stageWeights(model, data.range, a.seed ?? 1337);
+    super(gpu, weights);
+    this.data = data;
     this.layout = layout;
-    this.initial = weights;
-    this.slotCount = slots;
-    this.keptWeightsLimit = Math.max(2, Math.min(DEFAULT_MAX_RECORDS, Math.floor(KEPT_WEIGHTS_GPU_BYTES / (4 * layout.size))));
-    this.compiled = this.create(config, a, slots);
-    this.compiled.catch(() => {}); // reported by the first call that waits for it
+  }
+
+  get range(): StageRange {
+    return this.data.range;
+  }
+
+  get corpus(): ByteCorpus | null {
+    return this.data.corpus;
+  }
+
+  get activationShape(): [number, number] {
+    return this.data.activationShape;
+  }
+
+  get itemsPerMicrobatch(): number {
+    return this.data.itemsPerMicrobatch;
   }
 
   get paramCount(): number {
     return this.layout.size;
   }
 
-  initialWeights(): Float32Array {
-    if (!this.initial) throw new Error('the initial weights are on the GPU now: read them with readWeights()');
-    return this.initial.slice();
-  }
-
   async forward(shard: number, input: Float32Array | null, slot: number, delay: number): Promise<Float32Array> {
-    const r = await this.stage();
-    const stash = this.slotWeights(r, slot);
+    const r = await this.on.get();
+    const stash = slotWeights(r, slot);
     r.opt.predict(stash, delay);
-    copyArray(this.device, stash, 0, r.stage.params.array, 0, this.paramCount);
-    r.stage.forward(input ?? this.batch(shard).inputs, this.B, this.T, undefined, slot);
-    return this.checked(await r.stage.readOutput(slot));
+    copyArray(this.gpu.device, stash, 0, r.stage.params.array, 0, this.paramCount);
+    r.stage.forward(input ?? this.data.batch(shard).inputs, this.data.B, this.data.T, undefined, slot);
+    return this.on.checked(await r.stage.readOutput(slot));
   }
 
   async lossAndBackward(shard: number, input: Float32Array | null, slot: number, step: boolean): Promise<{ loss: number; dInput: Float32Array | null }> {
-    const r = await this.stage();
-    const batch = this.batch(shard);
-    copyArray(this.device, r.weights, 0, r.stage.params.array, 0, this.paramCount);
-    r.stage.forward(input ?? batch.inputs, this.B, this.T, batch.targets, slot);
+    const r = await this.on.get();
+    const batch = this.data.batch(shard);
+    copyArray(this.gpu.device, r.weights, 0, r.stage.params.array, 0, this.paramCount);
+    r.stage.forward(input ?? batch.inputs, this.data.B, this.data.T, batch.targets, slot);
     const dInput = this.backwardAndStep(r, undefined, slot, step);
     const [loss, d] = await Promise.all([r.stage.readLoss(slot), dInput]);
     return { loss, dInput: d };
   }
 
   async backward(dOutput: Float32Array, slot: number, step: boolean): Promise<Float32Array | null> {
-    const r = await this.stage();
-    copyArray(this.device, this.slotWeights(r, slot), 0, r.stage.params.array, 0, this.paramCount);
+    const r = await this.on.get();
+    copyArray(this.gpu.device, slotWeights(r, slot), 0, r.stage.params.array, 0, this.paramCount);
     return this.backwardAndStep(r, dOutput, slot, step);
   }
 
   keepSlotWeights(slot: number): KeptWeights {
-    const r = this.mustBeResident();
-    return this.keep(this.slotWeights(r, slot));
+    return this.on.copies.keep(slotWeights(this.on.now(), slot));
   }
 
-  keepWeights(): KeptWeights {
-    return this.keep(this.mustBeResident().weights);
-  }
-
-  async readWeights(): Promise<Float32Array> {
-    const r = await this.stage();
-    return this.checked(await readArray(this.device, r.weights));
-  }
-
-  writeWeights(weights: Float32Array): void {
-    if (weights.length !== this.paramCount) throw new RangeError(`${weights.length} weights for a stage of ${this.paramCount}`);
-    if (this.released) throw new Error('the stage was released');
-    // before the buffers exist, they are made from these
-    if (!this.resident) this.initial = weights.slice();
-    else writeArray(this.device, this.resident.weights, weights);
-  }
-
-  zeroWeights(): void {
-    if (!this.resident) this.initial?.fill(0);
-    else clearRef(this.device, this.resident.weights, this.paramCount);
-  }
-
-  async ready(): Promise<void> {
-    await this.compiled;
-  }
-
-  release(): void {
-    if (this.released) return;
-    this.released = true;
-    this.initial = null;
-    this.compiled.then((r) => {
-      r.opt.destroy();
-      for (const a of [r.weights, ...r.stash]) a.destroy();
-      r.stage.destroy();
-    }, () => {});
-    // records still out keep their copies until they are released
-    for (const a of this.spare.splice(0)) a.destroy();
-  }
-
-  private get device(): GPUDevice {
-    return this.gpu.device;
-  }
-
-  private async create(config: Extract<ModelRef, { kind: 'gpt' }>['config'], a: StageAssignment, slots: number): Promise<Resident> {
-    const stage = await GpuGptStage.create(this.device, config, rangeParts(config, this.range), this.layout, this.initial!, { batchSize: a.batchSize, slots });
+  protected async create(initial: Float32Array): Promise<Resident> {
+    const config = this.model.config, a = this.data.a;
+    const stage = await GpuGptStage.create(this.gpu.device, config, rangeParts(config, this.range), this.layout, initial, { batchSize: a.batchSize, slots: this.slotCount });
     const owned: GpuArray[] = [];
     try {
-      if (this.released) throw new Error('the stage was released');
-      // the latest weights: writeWeights may have replaced the initial ones while the kernels compiled
-      const weights = uploadArray(this.device, this.initial!, 'weights');
+      const weights = uploadArray(this.gpu.device, initial, 'weights');
       owned.push(weights);
-      for (let s = 0; s < slots; s++) owned.push(createArray(this.device, this.layout.size, `slot ${s} weights`));
-      const opt = new GpuStageOptimizer(this.device, stage.kernels.optimizer, this.layout, weights, { ...ADAMW_DEFAULTS, lr: a.lr });
-      this.checked(null);
-      this.resident = { stage, weights, opt, stash: owned.slice(1) };
-      this.initial = null;
-      return this.resident;
+      for (let s = 0; s < this.slotCount; s++) owned.push(createArray(this.gpu.device, this.layout.size, `slot ${s} weights`));
+      const opt = new GpuStageOptimizer(this.gpu.device, stage.kernels.optimizer, this.layout, weights, { ...ADAMW_DEFAULTS, lr: a.lr });
+      return { stage, weights, opt, stash: owned.slice(1) };
     } catch (err) {
       for (const x of owned) x.destroy();
       stage.destroy();
@@ -176,22 +124,10 @@ export class GpuGptStageTrainer extends GptStageData implements StageTrainer {
     }
   }
 
-  private async stage(): Promise<Resident> {
-    if (this.released) throw new Error('the stage was released');
-    const r = await this.compiled;
-    if (this.released) throw new Error('the stage was released');
-    return r;
-  }
-
-  private mustBeResident(): Resident {
-    if (this.released || !this.resident) throw new Error(this.released ? 'the stage was released' : 'the stage is not on the GPU yet');
-    return this.resident;
-  }
-
-  private slotWeights(r: Resident, slot: number): GpuArray {
-    const a = r.stash[slot];
-    if (!a) throw new RangeError(`slot ${slot} outside 0..${r.stash.length - 1}`);
-    return a;
+  protected destroy(r: Resident): void {
+    r.opt.destroy();
+    for (const x of [r.weights, ...r.stash]) x.destroy();
+    r.stage.destroy();
   }
 
   /** Queues the backward (gradients cleared first) and, when `step`, AdamW; resolves to d(input) once the step's status is read. */
@@ -200,37 +136,12 @@ export class GpuGptStageTrainer extends GptStageData implements StageTrainer {
     r.stage.backward(dOutput, slot);
     if (step) r.opt.update(r.stage.grads.array);
     const [dInput, status] = await Promise.all([r.stage.readDInput(slot), step ? r.opt.readStatus() : null]);
-    this.checked(null);
-    if (status && status.nonFinite > this.nonFinite) {
-      this.nonFinite = status.nonFinite;
-      throw new Error('gradient norm is not finite (the GPU skipped the inner step)');
-    }
-    return dInput;
+    return this.on.checked(dInput, status);
   }
+}
 
-  /** A copy of `from` kept on the GPU, read back when a check asks for it. */
-  private keep(from: GpuArray): KeptWeights {
-    const copy = this.spare.pop() ?? createArray(this.device, this.paramCount, 'kept weights');
-    copyArray(this.device, from, 0, copy, 0, this.paramCount);
-    let released = false;
-    return {
-      read: async () => {
-        if (released) throw new Error('the kept weights were released');
-        return this.checked(await readArray(this.device, copy));
-      },
-      release: () => {
-        if (released) return;
-        released = true;
-        if (!this.released && this.spare.length < 2) this.spare.push(copy);
-        else copy.destroy();
-      },
-    };
-  }
-
-  /** `values`, unless the device reported an error (out of memory, a validation error): then what it said. */
-  private checked<T>(values: T): T {
-    const errors = this.gpu.takeErrors();
-    if (errors.length) throw new Error(`WebGPU: ${errors[0].slice(0, 300)}`);
-    return values;
-  }
+function slotWeights(r: Resident, slot: number): GpuArray {
+  const a = r.stash[slot];
+  if (!a) throw new RangeError(`slot ${slot} outside 0..${r.stash.length - 1}`);
+  return a;
 }

@@ -11,7 +11,6 @@ import { numel, type Tensor } from '../engine/tensor.ts';
 import { type GptConfig, validateGptConfig } from './config.ts';
 import { initParams } from './init.ts';
 import * as L from './layers.ts';
-import type { BlockActs, SlotActs } from './gpt-acts.ts';
 import { FlatTensors, ParamLayout, type InitKind, type ParamSpec } from './params.ts';
 
 /** The parts [from, to) a stage holds; a schema too, for plans and assignments read back from storage or peers. */
@@ -137,19 +136,31 @@ export function splitEvenly(config: GptConfig, stages: number): StageRange[] {
   return ranges;
 }
 
-/** The flat layout of a range of parts: their tensors, those with weight decay first. */
-export function stageLayout(config: GptConfig, range: StageRange): ParamLayout {
-  const specs: ParamSpec[] = [];
-  for (let p = range.from; p < range.to; p++) specs.push(...partParams(config, p));
-  return new ParamLayout(specs);
+interface BlockActs {
+  input: Tensor;
+  ln1: Tensor; ln1Mean: Tensor; ln1Rstd: Tensor;
+  qkv: Tensor; att: Tensor; atty: Tensor;
+  res2: Tensor;
+  ln2: Tensor; ln2Mean: Tensor; ln2Rstd: Tensor;
+  fch: Tensor; fchGelu: Tensor;
+  out: Tensor;
 }
 
-/** A range's layout and initial weights in host memory (the same values createStageParams puts in the engine's). */
-export function stageWeights(config: GptConfig, range: StageRange, seed: number): { layout: ParamLayout; weights: Float32Array } {
-  const layout = stageLayout(config, range);
-  const weights = new Float32Array(layout.size);
-  initParams(layout, weights, seed);
-  return { layout, weights };
+/** Everything one microbatch in flight keeps between forward and backward. */
+interface SlotActs {
+  tokens: L.IntBuffer;
+  targets: L.IntBuffer;
+  inputAct: Tensor;
+  blocks: BlockActs[];
+  lnf?: Tensor;
+  lnfMean?: Tensor;
+  lnfRstd?: Tensor;
+  logits?: Tensor;
+  probs?: Tensor;
+  losses?: Tensor;
+  /** shape of the slot's last forward pass */
+  B: number;
+  T: number;
 }
 
 /**
@@ -157,7 +168,9 @@ export function stageWeights(config: GptConfig, range: StageRange, seed: number)
  * same weights, whole or split) and gradients (zero), laid out by its parts.
  */
 export function createStageParams(engine: Engine, config: GptConfig, range: StageRange, seed: number): { layout: ParamLayout; params: FlatTensors; grads: FlatTensors } {
-  const layout = stageLayout(config, range);
+  const specs: ParamSpec[] = [];
+  for (let p = range.from; p < range.to; p++) specs.push(...partParams(config, p));
+  const layout = new ParamLayout(specs);
   const params = new FlatTensors(layout, engine);
   const grads = new FlatTensors(layout, engine);
   initParams(layout, params.flat.data, seed);

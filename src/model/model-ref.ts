@@ -18,6 +18,7 @@
 import { NimbleError } from '../protocol/errors.ts';
 import { GPT_CONFIGS, validateGptConfig, type GptConfig } from './config.ts';
 import { partCount, partParams, rangeParamCount, type StageRange } from './gpt.ts';
+import { initParams } from './init.ts';
 import { mlpParamCountOf, mlpParamSpecs, validateMlpConfig, type MlpConfig } from './mlp.ts';
 import { ParamLayout, type ParamSpec } from './params.ts';
 
@@ -152,6 +153,14 @@ export function stageParamSpecs(model: ModelRef | string, range: StageRange): Pa
 /** The flat parameter layout of the parts [from, to), as the stage holding them lays out its buffer. */
 export function stageLayout(model: ModelRef | string, range: StageRange): ParamLayout {
   return new ParamLayout(stageParamSpecs(model, range));
+}
+
+/** The parts' layout and their initial weights from `seed`, in host memory: the values the WASM stage (or MLP) starts from, whichever backend trains it. */
+export function stageWeights(model: ModelRef | string, range: StageRange, seed: number): { layout: ParamLayout; weights: Float32Array } {
+  const layout = stageLayout(model, range);
+  const weights = new Float32Array(layout.size);
+  initParams(layout, weights, seed);
+  return { layout, weights };
 }
 
 /** Parameters of the parts [from, to). */

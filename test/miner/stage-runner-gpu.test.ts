@@ -23,9 +23,8 @@ import { mulberry32 } from '../../src/model/init.ts';
 import { gptConfig } from '../../src/model/config.ts';
 import type { StageAssignment } from '../../src/protocol/messages.ts';
 import { recorderOf } from '../../src/engine/webgpu/recorder.ts';
-import { GpuMlpStageModel } from '../../src/miner/stage-model-gpu.ts';
 import { GpuGptStageTrainer } from '../../src/miner/stage-trainer-gpu.ts';
-import { HostStageTrainer } from '../../src/miner/stage-trainer-host.ts';
+import { GpuMlpStageTrainer } from '../../src/miner/stage-trainer-gpu-mlp.ts';
 import { StageRunner } from '../../src/miner/stage-runner.ts';
 
 const REL = 1e-5;
@@ -212,12 +211,16 @@ test("Engine.create: 'auto' takes no software adapter, an unknown backend is ref
   assert.equal(wasm.gpu, null);
 });
 
-test('the spam MLP on the GPU: 20 inner steps from the same weights, the same losses and weights as on WASM', { get skip() { return skip; } }, async () => {
+test('the spam MLP on the GPU, AdamW included: 20 inner steps from the same weights, the same losses and weights as on WASM; only the batch and the loss cross', { get skip() { return skip; } }, async () => {
   const a: StageAssignment = { runId: 'm', stage: 0, stageCount: 1, from: 0, to: 1, model: 'mlp:256-16-2', data: 'spam-assassin', batchSize: 16, seed: 3, round: 0, stateBlob: null, codec: 'f16', lr: 1e-2 };
   const onWasm = new StageRunner(wasm, a, 2);
   const onGpu = new StageRunner(gpu!, a, 2);
   try {
-    assert.ok(onGpu.trainer instanceof HostStageTrainer && onGpu.trainer.stage instanceof GpuMlpStageModel);
+    assert.ok(onGpu.trainer instanceof GpuMlpStageTrainer);
+    await onGpu.ready();
+    assert.deepEqual(await onGpu.readWeights(), await onWasm.readWeights(), 'the same initial weights');
+    const counts = recorderOf(gpu!.gpu!.device).counts;
+    const before = { written: counts.bytesWritten, read: counts.bytesRead };
     let worstLoss = 0;
     for (let i = 0; i < 20; i++) {
       const w = await onWasm.forwardBackwardLast(i + 1, i, null);
@@ -225,6 +228,9 @@ test('the spam MLP on the GPU: 20 inner steps from the same weights, the same lo
       assert.equal(g.dInput, null);
       worstLoss = Math.max(worstLoss, Math.abs(g.loss - w.loss) / w.loss);
     }
+    // per step: 16 rows of 256 features and their 16 classes in; 16 row losses and the step's status out
+    assert.equal(counts.bytesWritten - before.written, 20 * (16 * 256 + 16) * 4, 'bytes written to the GPU');
+    assert.equal(counts.bytesRead - before.read, 20 * (16 * 4 + 16), 'bytes read back');
     const dw = relDiff(await onGpu.readWeights(), await onWasm.readWeights());
     process.stderr.write(`mlp: losses within ${worstLoss.toExponential(2)} relative, weights after 20 steps within ${dw.toExponential(2)} of their scale\n`);
     assert.ok(worstLoss <= 1e-5, `loss ${worstLoss}`);

@@ -41,16 +41,22 @@ const seed = 3;
 const lr = 1e-2;
 const assignment: StageAssignment = { runId: 'r1', stage: 0, stageCount: 1, from: 0, to: 1, model, data: 'spam-assassin', batchSize: B, seed, round: 0, stateBlob: null, codec: 'f16', lr };
 
-/** An honest miner's forward after `steps` inner steps: the weights it used, the loss it reported, the shard. */
-async function honest(steps: number, shard: number): Promise<{ weights: Float32Array; loss: number; samples: number; theta: Float32Array }> {
-  const runner = new StageRunner(miner, assignment, 2);
-  const theta = (await runner.readWeights());
-  for (let i = 0; i < steps; i++) await runner.forwardBackwardLast(i + 1, 1000 + i, null);
-  const weights = (await runner.readWeights());
-  const samples = runner.samples;
-  const { loss } = await runner.forwardBackwardLast(steps + 1, shard, null);
-  runner.dispose();
-  return { weights, loss, samples, theta };
+/** An honest miner's forward after `steps` inner steps (on `engine`: WASM, or a GPU): the weights it used, as its spot-check record keeps them, the loss it reported, the shard. */
+async function honest(steps: number, shard: number, engine: Engine = miner): Promise<{ weights: Float32Array; loss: number; samples: number; theta: Float32Array }> {
+  const runner = new StageRunner(engine, assignment, 2);
+  try {
+    await runner.ready();
+    const theta = await runner.readWeights();
+    for (let i = 0; i < steps; i++) await runner.forwardBackwardLast(i + 1, 1000 + i, null);
+    const kept = runner.keepWeights();
+    const samples = runner.samples;
+    const { loss } = await runner.forwardBackwardLast(steps + 1, shard, null);
+    const weights = await kept.read();
+    kept.release();
+    return { weights, loss, samples, theta };
+  } finally {
+    runner.dispose();
+  }
 }
 
 function decoded(meta: CheckMeta, weights: Float32Array) {
@@ -85,6 +91,29 @@ test('an honest MLP bundle passes; a loss reported off, weights out of reach or 
   assert.match(verifyMlpForward(verifier, ctx, decoded({ ...meta, samples: 465 }, h.weights)).detail, /at most 464/);
   assert.match(verifyMlpForward(verifier, { ...ctx, dataset: null }, decoded(meta, h.weights)).detail, /cannot be loaded/);
   assert.match(verifyMlpForward(verifier, { ...ctx, loss: null }, decoded(meta, h.weights)).detail, /no loss was reported/);
+});
+
+test('a miner training the MLP on the GPU (SwiftShader) passes the check recomputed on WASM', async (t) => {
+  let gpu: Engine;
+  try {
+    gpu = await Engine.create({ threads: 1, backend: 'webgpu' });
+  } catch (err) {
+    t.skip(`no WebGPU device: ${(err as Error).message}`);
+    return;
+  }
+  try {
+    const shard = 42;
+    const [h, w] = [await honest(30, shard, gpu), await honest(30, shard)];
+    const meta: CheckMeta = { runId: 'r1', microbatch: 31, stage: 0, round: 0, samples: h.samples, shard };
+    const ctx: MlpCheckContext = { config, dataset: loadSpamDataset(256), batchSize: B, seed, shard, lr, thetaStart: h.theta, decaySize: stageLayout(model, { from: 0, to: 1 }).decaySize, maxSamples: 464, loss: h.loss };
+    const ok = verifyMlpForward(verifier, ctx, decoded(meta, h.weights));
+    t.diagnostic(`GPU miner: ${ok.detail}; its loss ${h.loss} against a WASM miner's ${w.loss}`);
+    assert.equal(ok.passed, true, ok.detail);
+    assert.ok(Math.abs(h.loss - w.loss) <= 1e-5 * w.loss);
+    assert.equal(verifyMlpForward(verifier, { ...ctx, loss: h.loss * 0.99 }, decoded(meta, h.weights)).passed, false);
+  } finally {
+    await gpu.close();
+  }
 });
 
 test("the orchestrator's spot checks of an MLP run: an honest answer passes, a tampered one fails and is charged", async () => {

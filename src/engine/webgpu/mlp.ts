@@ -87,6 +87,11 @@ export class GpuMlp {
     return new GpuMlp(device, config, layout, maxBatch, k, gemm, params);
   }
 
+  /** The compiled kernels (the optimizer's too: a trainer steps `params` with them). */
+  get kernels(): GpuKernelSet {
+    return this.k;
+  }
+
   /** Replaces the parameters (queued). */
   writeParams(values: Float32Array): void {
     this.checkAlive();
