@@ -46,10 +46,6 @@ export class ForwardRecords {
     public maxRecords: number = DEFAULT_MAX_RECORDS,
   ) {}
 
-  get size(): number {
-    return this.records.size;
-  }
-
   add(record: ForwardRecord): void {
     this.drop(record.meta.microbatch);
     this.records.set(record.meta.microbatch, record);

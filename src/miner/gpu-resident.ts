@@ -13,10 +13,10 @@ import { DEFAULT_MAX_RECORDS, type KeptWeights } from './forward-records.ts';
 import type { StageTrainer } from './stage-trainer.ts';
 
 /** GPU memory the weight copies of spot-check records may take (at least two copies are kept whatever their size). */
-export const KEPT_WEIGHTS_GPU_BYTES = 1 << 30;
+const KEPT_WEIGHTS_GPU_BYTES = 1 << 30;
 
 /** Copies of `length` weights on the GPU, a couple kept spare for the next records. */
-export class GpuWeightCopies {
+class GpuWeightCopies {
   /** copies (records) kept at once at most */
   readonly limit: number;
   private readonly spare: GpuArray[] = [];
@@ -57,14 +57,14 @@ export class GpuWeightCopies {
 }
 
 /** `values`, unless the device reported an error (out of memory, a validation error): then what it said. */
-export function checkedGpu<T>(gpu: Gpu, values: T): T {
+function checkedGpu<T>(gpu: Gpu, values: T): T {
   const errors = gpu.takeErrors();
   if (errors.length) throw new Error(`WebGPU: ${errors[0].slice(0, 300)}`);
   return values;
 }
 
 /** Turns the GPU's count of skipped steps into an error for the call whose step was skipped. */
-export class SkippedSteps {
+class SkippedSteps {
   private seen = 0;
 
   check(status: GpuStepStatus | null): void {
@@ -85,7 +85,7 @@ export interface Resident {
  * released. Weights written before it is resident replace the initial ones;
  * calls that need it wait for it.
  */
-export class GpuResidency<R extends Resident> {
+class GpuResidency<R extends Resident> {
   readonly copies: GpuWeightCopies;
   private readonly made: Promise<R>;
   private resident: R | null = null;
