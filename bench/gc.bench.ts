@@ -1,11 +1,11 @@
 // Collection over a long run: does a run's footprint stay bounded?
-// A real Coordinator (src/orchestrator/coordinator.ts) on a SQLite file and a
+// A real Coordinator (src/orchestrator/training/coordinator.ts) on a SQLite file and a
 // blob folder, driven by the coordinator tests' fake miners
 // (test/orchestrator/helpers.ts) through 200 merge rounds of a gpt-micro run
 // of 2 stages × 2 replicas: every round trains 4 microbatches, uploads the
 // pseudo-gradients, merges, applies and saves the states (real frames of the
 // stage's size), and the injected clock moves a minute, so the collector runs
-// from the clock as in production (src/orchestrator/gc.ts, defaults).
+// from the clock as in production (src/orchestrator/blobs/gc.ts, defaults).
 //   scale.gc.rounds200.blob_mb         blob bytes stored after round 200
 //   scale.gc.blob_growth_100_200       blob bytes at round 200 / at round 100
 //   scale.gc.rounds200.db_mb           live database pages after round 200 (MB)

@@ -27,7 +27,7 @@ import { gptConfig, type GptConfig } from '../src/model/config.ts';
 import { GptStage, partCount, splitEvenly, type StageRange } from '../src/model/gpt.ts';
 import { mulberry32 } from '../src/model/init.ts';
 import { Completions, type CompletionsOptions, parseCompletionRequest } from '../src/orchestrator/serving/completions.ts';
-import type { Coordinator } from '../src/orchestrator/coordinator.ts';
+import type { Coordinator } from '../src/orchestrator/training/coordinator.ts';
 import type { DeploymentRecord } from '../src/orchestrator/state/deployments.ts';
 import type { Peer } from '../src/protocol/messages.ts';
 import { domainOf } from '../src/protocol/network.ts';

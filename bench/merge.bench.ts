@@ -3,7 +3,7 @@
 // `network.merge_compression` figure for gpt-tiny (867,072 parameters).
 // One thread; each throughput is the median of several timed repetitions.
 
-import { DEFAULT_MERGE_EVERY } from '../src/orchestrator/run-planner.ts';
+import { DEFAULT_MERGE_EVERY } from '../src/orchestrator/training/run-planner.ts';
 import { median as medianOf, type Bench, type BenchOptions, type BenchResult } from './harness.ts';
 import { ErrorFeedback } from '../src/protocol/error-feedback.ts';
 import { AGGREGATORS, aggregate } from '../src/merge/aggregate.ts';

@@ -12,7 +12,7 @@ import { ErrorFeedback } from '../src/protocol/error-feedback.ts';
 import { decodeFrame, encodeFrame, sha256Hex } from '../src/protocol/frame.ts';
 import { SessionKey } from '../src/protocol/session-key.ts';
 import { RequestSigner, RequestVerifier, type AuthHeaders } from '../src/protocol/signing.ts';
-import { FsBlobStore } from '../src/orchestrator/blobs.ts';
+import { FsBlobStore } from '../src/orchestrator/blobs/blobs.ts';
 
 const N = 1 << 20;
 const MB = (N * 4) / 1e6;

@@ -10,8 +10,8 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { randomFillSync } from 'node:crypto';
 import { median, type Bench, type BenchOptions, type BenchResult } from './harness.ts';
-import { FsBlobStore, type BlobStore } from '../src/orchestrator/blobs.ts';
-import { S3BlobStore } from '../src/orchestrator/blobs-s3.ts';
+import { FsBlobStore, type BlobStore } from '../src/orchestrator/blobs/blobs.ts';
+import { S3BlobStore } from '../src/orchestrator/blobs/blobs-s3.ts';
 import { S3RVER_CREDENTIALS, startS3 } from '../test/helpers/s3-server.ts';
 
 const BYTES = 64 * 1024 * 1024;

@@ -48,7 +48,7 @@ import { startNet, stopNet, type Net } from './network.bench.ts';
 import { measureCrowdedRate } from './host-crowding.ts';
 import { ownCpuMs, processCpuMs } from './process-cpu.ts';
 
-/** nbcli up's demo miners (src/cli/up.ts THROTTLES; 1 thread each for 4 miners on this 2-core machine). */
+/** nbcli up's demo miners (src/cli/up/up.ts THROTTLES; 1 thread each for 4 miners on this 2-core machine). */
 export const UP_THROTTLES = [1, 0.8, 0.6, 0.45];
 /** Microbatches of the measured up run: merges after 200, 400, 600, 800 (100 inner steps x 2 replicas) and the final one at 1,000; four whole cycles for the medians. */
 const UP_STEPS = Number(process.env.NIMBLE_CALIBRATION_STEPS ?? 1000);
@@ -211,7 +211,7 @@ export async function measureUpNetwork(steps = UP_STEPS, log: (line: string) => 
     let run: RunView;
     let from: CpuMark | null = null;
     let to: CpuMark | null = null;
-    // the orchestrator collects a stage's old merge rounds (src/orchestrator/gc.ts): read them as they finish
+    // the orchestrator collects a stage's old merge rounds (src/orchestrator/blobs/gc.ts): read them as they finish
     const rounds = new Map<number, { opened: number; done: number }>();
     const readRounds = async (): Promise<void> => {
       for (const r of (await api.runMerges(id)).rounds) {
@@ -351,7 +351,7 @@ export const simCalibrationBenches: Bench[] = [
       return [
         { bench: 'scale.sim_calibration_error', value: Number(error.toFixed(3)), unit: 'ratio' },
         { bench: 'scale.sim_calibration.host_crowded_rate', value: Number(crowding.crowdedRate.toFixed(3)), unit: 'ratio' },
-        // the orchestrator's check of an uploaded pseudo-gradient, per value (src/orchestrator/merge-checks.ts sliceReach and the blob id), mean of the idle measurements between and after the runs
+        // the orchestrator's check of an uploaded pseudo-gradient, per value (src/orchestrator/training/merge-checks.ts sliceReach and the blob id), mean of the idle measurements between and after the runs
         { bench: 'scale.sim_calibration.merge_check_ns_per_value', value: Number((mergeWork.checkMsPerParam * 1e6).toFixed(2)), unit: 'ns' },
         { bench: 'scale.sim_calibration_error.independent', value: Number(Math.max(...errors(independent)).toFixed(3)), unit: 'ratio' },
         { bench: 'scale.sim_calibration.pipeline.measured_tokens_per_s', value: Math.round(measured.pipelineTokensPerS), unit: 'tokens/s' },

@@ -7,7 +7,7 @@
 //   scale.simulate_10k_1h.s    `simulate` of the same network for 1 simulated
 //                              hour with the table's churn: wall seconds
 import { planPlacement } from '../src/planner/placement.ts';
-import { COORDINATOR_DEFAULTS } from '../src/orchestrator/coordinator.ts';
+import { COORDINATOR_DEFAULTS } from '../src/orchestrator/training/coordinator.ts';
 import { DEFAULT_HARDWARE, drawMiner } from '../src/sim/hardware.ts';
 import { simModel } from '../src/sim/models.ts';
 import { Rng } from '../src/sim/rng.ts';

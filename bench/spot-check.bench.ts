@@ -25,7 +25,7 @@ import { Mlp } from '../src/model/mlp.ts';
 import { decodeCheckBundle, encodeCheckBundle } from '../src/protocol/check-bundle.ts';
 import type { Codec } from '../src/protocol/codec.ts';
 import { decodeFrame, encodeFrame, readFrameHeader } from '../src/protocol/frame.ts';
-import { CHECK_ROWS, compare, verifyForward } from '../src/orchestrator/spot-check-verify.ts';
+import { CHECK_ROWS, compare, verifyForward } from '../src/orchestrator/training/spot-check-verify.ts';
 import { median, type Bench, type BenchResult } from './harness.ts';
 
 const B = 12;

@@ -83,3 +83,55 @@ test('no import cycles', () => {
   for (const file of graph.keys()) visit(file, []);
   assert.deepEqual(cycles, []);
 });
+
+/**
+ * The rooms inside src/orchestrator/ and src/cli/: each folder opens with a
+ * README.md whose line `May import: a, b.` names the sibling rooms (or `top`,
+ * the files beside them; `none`) that its files may import. The top of each
+ * folder holds only the assembly: at most `maxTop` files.
+ */
+const HOUSES = [
+  { dir: 'orchestrator', maxTop: 8 },
+  { dir: 'cli', maxTop: 10 },
+];
+
+/** The rooms each room of `house` declares it may import, from its README. */
+function declaredImports(house: string): Map<string, Set<string>> {
+  const base = join(SRC, house);
+  const declared = new Map<string, Set<string>>();
+  for (const name of readdirSync(base)) {
+    if (!statSync(join(base, name)).isDirectory()) continue;
+    const readme = join(base, name, 'README.md');
+    const text = statSync(readme, { throwIfNoEntry: false }) ? readFileSync(readme, 'utf8') : '';
+    const line = /^May import: (.*)\.$/m.exec(text);
+    assert.ok(line, `src/${house}/${name}/README.md must open the room with a "May import: …." line`);
+    const names = line[1] === 'none' ? [] : line[1].split(/,\s*/);
+    declared.set(name, new Set(names));
+  }
+  return declared;
+}
+
+for (const { dir, maxTop } of HOUSES) {
+  test(`src/${dir}/ keeps at most ${maxTop} files at its top; every room says what it may import`, () => {
+    const base = join(SRC, dir);
+    const top = readdirSync(base).filter((n) => !statSync(join(base, n)).isDirectory());
+    assert.ok(top.length <= maxTop, `src/${dir}/ has ${top.length} files at its top: ${top.join(', ')}`);
+    const declared = declaredImports(dir);
+    const roomIn = (file: string): string => {
+      const parts = relative(base, file).split('/');
+      return parts.length === 1 ? 'top' : parts[0];
+    };
+    const undeclared: string[] = [];
+    for (const [file, targets] of importGraph()) {
+      if (!file.startsWith(base + '/')) continue;
+      const from = roomIn(file);
+      if (from === 'top') continue;
+      for (const t of targets) {
+        if (!t.startsWith(base + '/')) continue;
+        const to = roomIn(t);
+        if (to !== from && !declared.get(from)?.has(to)) undeclared.push(`${relative(SRC, file)} -> ${relative(SRC, t)}`);
+      }
+    }
+    assert.deepEqual(undeclared, [], 'imports of rooms their README does not name');
+  });
+}

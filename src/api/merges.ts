@@ -1,6 +1,6 @@
 // A run's merge rounds as `GET /runs/:id/merges` answers them (the route in
 // src/orchestrator/routes/public.ts, the view in
-// src/orchestrator/merge-rounds-view.ts, the page in web/src/pages/merges.ts):
+// src/orchestrator/training/merge-rounds-view.ts, the page in web/src/pages/merges.ts):
 // for each stage's round what the orchestrator keeps of it (src/orchestrator/
 // state/merge-rounds.ts): its phase, replicas, times, partitions, the uploads
 // and merged partitions that arrived, and how its partitions were settled.

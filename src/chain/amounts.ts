@@ -27,7 +27,7 @@ export function parseNim(value: string | undefined, flag = '--amount'): bigint {
 }
 
 /** Formats base units as a decimal NIM string without trailing zeros: 1500000000000000000n -> "1.5". */
-/** An amount as people read it: formatNim rounded for display (../chain/nim-display.ts); JSON keeps formatNim's exact string. */
+/** An amount as people read it: formatNim rounded for display (./nim-display.ts); JSON keeps formatNim's exact string. */
 export function showNim(units: bigint): string {
   return displayNim(formatNim(units));
 }

@@ -13,22 +13,22 @@ type Register = (program: Command) => void;
  * them all.
  */
 const COMMANDS: readonly (readonly [name: string, load: () => Promise<Register>])[] = [
-  ['train', async () => (await import('./train.ts')).registerTrain],
-  ['wallet', async () => (await import('./wallet.ts')).registerWallet],
-  ['stake', async () => (await import('./stake.ts')).registerStake],
-  ['orchestrator', async () => (await import('./orchestrator.ts')).registerOrchestrator],
-  ['miner', async () => (await import('./miner.ts')).registerMiner],
-  ['up', async () => (await import('./up.ts')).registerUp],
-  ['rewards', async () => (await import('./rewards.ts')).registerRewards],
-  ['run', async () => (await import('./run.ts')).registerRun],
-  ['job', async () => (await import('./job.ts')).registerJob],
-  ['checkpoint', async () => (await import('./checkpoint.ts')).registerCheckpoint],
-  ['model', async () => (await import('./model.ts')).registerModel],
-  ['dataset', async () => (await import('./dataset.ts')).registerDataset],
-  ['generate', async () => (await import('./generate.ts')).registerGenerate],
-  ['api-key', async () => (await import('./api-key.ts')).registerApiKey],
-  ['credit', async () => (await import('./credit.ts')).registerCredit],
-  ['simulate', async () => (await import('./simulate.ts')).registerSimulate],
+  ['train', async () => (await import('./run/train.ts')).registerTrain],
+  ['wallet', async () => (await import('./chain/wallet.ts')).registerWallet],
+  ['stake', async () => (await import('./chain/stake.ts')).registerStake],
+  ['orchestrator', async () => (await import('./node/orchestrator.ts')).registerOrchestrator],
+  ['miner', async () => (await import('./node/miner.ts')).registerMiner],
+  ['up', async () => (await import('./up/up.ts')).registerUp],
+  ['rewards', async () => (await import('./chain/rewards.ts')).registerRewards],
+  ['run', async () => (await import('./run/run.ts')).registerRun],
+  ['job', async () => (await import('./job/job.ts')).registerJob],
+  ['checkpoint', async () => (await import('./job/checkpoint.ts')).registerCheckpoint],
+  ['model', async () => (await import('./model/model.ts')).registerModel],
+  ['dataset', async () => (await import('./job/dataset.ts')).registerDataset],
+  ['generate', async () => (await import('./inference/generate.ts')).registerGenerate],
+  ['api-key', async () => (await import('./inference/api-key.ts')).registerApiKey],
+  ['credit', async () => (await import('./inference/credit.ts')).registerCredit],
+  ['simulate', async () => (await import('./sim/simulate.ts')).registerSimulate],
 ];
 
 /** The command names nbcli has, in the order of its help. */

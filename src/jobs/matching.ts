@@ -186,7 +186,7 @@ function plural(n: number, what: string): string {
   return `${n} ${what}${n === 1 ? '' : 's'}`;
 }
 
-/** A job waiting for the one miner of its default assignment (src/orchestrator/jobs.ts). */
+/** A job waiting for the one miner of its default assignment (src/orchestrator/jobs/jobs.ts). */
 export interface WaitingForOne {
   id: string;
   /** NIM per PFLOP offered (null: the network's price) */

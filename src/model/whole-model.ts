@@ -2,7 +2,7 @@
 // checkpoint (`nimble-gpt/1`, ./checkpoint.ts) that holds every part of its
 // model, or an MLP classifier's (`nimble-mlp/1`, one part); either way exactly
 // the tensors its model names with their shapes, all values finite. What the
-// model store accepts from an upload (src/orchestrator/models.ts), and from a
+// model store accepts from an upload (src/orchestrator/models/models.ts), and from a
 // job's checkpoint. Besides its config and step, a whole model is known by
 // its model reference (./model-ref.ts), which the store records: what serves
 // models tells a classifier from a GPT by it.

@@ -6,18 +6,18 @@
 // (./routes/miners.ts), and the dashboard (./routes/dashboard.ts) on the shared server of
 // src/http/server.ts. A miner's malformed signed request (400, 413, 415)
 // counts as invalid work of its signer; one that proves it cheated is an
-// offence (src/orchestrator/offences.ts).
+// offence (src/orchestrator/rewards/offences.ts).
 import { zeroAddress } from 'viem';
 import { createHttpServer, type HttpServer } from '../http/server.ts';
 import { AuthError } from '../protocol/errors.ts';
 import { RequestVerifier } from '../protocol/signing.ts';
 import { Completions } from './serving/completions.ts';
-import type { Coordinator } from './coordinator.ts';
-import { DatasetService } from './datasets.ts';
-import type { Epochs } from './epochs.ts';
-import { chainModelRegistry } from './deployment-registry.ts';
-import { OffenceError } from './offences.ts';
-import type { JobService } from './jobs.ts';
+import type { Coordinator } from './training/coordinator.ts';
+import { DatasetService } from './jobs/datasets.ts';
+import type { Epochs } from './rewards/epochs.ts';
+import { chainModelRegistry } from './models/deployment-registry.ts';
+import { OffenceError } from './rewards/offences.ts';
+import type { JobService } from './jobs/jobs.ts';
 import { datasetRoutes } from './routes/datasets.ts';
 import { completionRoutes } from './routes/completions.ts';
 import { dashboardRoutes } from './routes/dashboard.ts';
@@ -61,7 +61,7 @@ export function buildApi(
       const minerId = req.signer;
       const now = Date.now();
       if (err instanceof OffenceError) {
-        // work no honest miner could send (src/orchestrator/offences.ts)
+        // work no honest miner could send (src/orchestrator/rewards/offences.ts)
         coordinator.state.tx(() => coordinator.offences.charge({ ...err.offence, minerId, kind: 'invalid', detail, key: `${err.offence.key} by ${minerId}` }, now));
       } else coordinator.state.ledger.logWork({ minerId, runId: null, kind: 'invalid', detail }, now);
     },

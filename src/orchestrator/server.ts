@@ -1,24 +1,24 @@
 // Starts an orchestrator: its state (a SQLite file in its data dir, or
 // PostgreSQL: ./state/index.ts), the blob store (a
-// folder in the data dir by default, or an S3 bucket: ./blob-store-url.ts), the
+// folder in the data dir by default, or an S3 bucket: ./blobs/blob-store-url.ts), the
 // coordinator, the HTTP API on a loopback port (by default), and the clock.
 import { mkdirSync } from 'node:fs';
 import { join } from 'node:path';
 import { mobyDickBytes } from '../data/corpus.ts';
-import { openBlobStore, type BlobStoreSpec } from './blob-store-url.ts';
+import { openBlobStore, type BlobStoreSpec } from './blobs/blob-store-url.ts';
 import { Completions } from './serving/completions.ts';
-import { Coordinator, type CoordinatorOptions } from './coordinator.ts';
-import { DatasetService } from './datasets.ts';
-import { chainModelRegistry, RegistrySync } from './deployment-registry.ts';
-import { Epochs, type ChainOptions } from './epochs.ts';
+import { Coordinator, type CoordinatorOptions } from './training/coordinator.ts';
+import { DatasetService } from './jobs/datasets.ts';
+import { chainModelRegistry, RegistrySync } from './models/deployment-registry.ts';
+import { Epochs, type ChainOptions } from './rewards/epochs.ts';
 import { buildApi } from './http.ts';
 import { dashboardFeedOf, operatorLoginOf } from './routes/dashboard.ts';
 import type { DashboardFeed } from './dashboard/feed.ts';
 import { InferenceBilling, registryPrices } from './serving/billing.ts';
 import { modelOfSha256 } from '../chain/registry.ts';
 import { InferenceChecks, type InferenceCheckOptions } from './serving/checks.ts';
-import { DEFAULT_CHECKPOINT_RETENTION_MS, JobService } from './jobs.ts';
-import { slashWindowMs } from './spot-checks.ts';
+import { DEFAULT_CHECKPOINT_RETENTION_MS, JobService } from './jobs/jobs.ts';
+import { slashWindowMs } from './training/spot-checks.ts';
 import { loadOrCreateOrchestratorIdentity, sharedOrchestratorIdentity, type OrchestratorIdentity } from './identity.ts';
 import type { PgDriverOptions } from './state/pg-driver.ts';
 import { OrchestratorState } from './state/index.ts';
@@ -30,7 +30,7 @@ export interface OrchestratorOptions {
   db?: string;
   /** how a PostgreSQL state is opened: its fence when several orchestrators share it (./cluster/member.ts), session settings */
   stateOptions?: PgDriverOptions;
-  /** where the blobs are (--blobs: a folder or an S3 bucket, src/orchestrator/blob-store-url.ts); absent: the folder <dataDir>/blobs */
+  /** where the blobs are (--blobs: a folder or an S3 bucket, src/orchestrator/blobs/blob-store-url.ts); absent: the folder <dataDir>/blobs */
   blobs?: BlobStoreSpec;
   /** the data dir whose wallets (`<it>/wallets`) the dashboard's Wallets page shows; absent: none */
   walletsDataDir?: string;

@@ -2,7 +2,7 @@
 // state: what GET /miners, /runs, /work and /epochs answer.
 import { formatEther } from 'viem';
 import type { EpochView, MinerView, RunView, StageView, WorkTotal } from '../api/schemas.ts';
-import type { MicrobatchFlow } from './microbatches.ts';
+import type { MicrobatchFlow } from './training/microbatches.ts';
 import type { OrchestratorState } from './state/index.ts';
 import type { EpochRecord } from './state/ledger.ts';
 import type { MinerRecord } from './state/miners.ts';

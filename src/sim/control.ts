@@ -6,7 +6,7 @@
 // real rebalance (falling back to a fresh planPlacement when a stage cannot
 // be refilled), replicas downloading their stage's state before they are
 // routed to, and merge rounds (all stages at once, once the pipeline has
-// drained, as src/orchestrator/merges.ts tick does).
+// drained, as src/orchestrator/training/merges.ts tick does).
 import { PlanError } from '../planner/errors.ts';
 import { planPlacement } from '../planner/placement.ts';
 import { rebalance } from '../planner/rebalance.ts';

@@ -1,6 +1,6 @@
 // Bytes on the wire, as the transport really sends them: activation and
 // gradient frames in the run's codec (src/protocol/frame.ts and codec.ts; the
-// orchestrator's default is f16, src/orchestrator/run-planner.ts), and a
+// orchestrator's default is f16, src/orchestrator/training/run-planner.ts), and a
 // merge round's int8-block frames with their butterfly traffic
 // (src/merge/traffic.ts).
 import type { GptConfig } from '../model/config.ts';
@@ -10,7 +10,7 @@ import { DEFAULT_BLOCK_SIZE, payloadByteLength, type Codec } from '../protocol/c
 import { encodeFrame } from '../protocol/frame.ts';
 import type { ActivationCodec } from '../protocol/messages.ts';
 
-/** Partitions per replica of a merge round: mirrors PARTITIONS_PER_REPLICA in src/orchestrator/merges.ts (startRound). */
+/** Partitions per replica of a merge round: mirrors PARTITIONS_PER_REPLICA in src/orchestrator/training/merges.ts (startRound). */
 export const PARTITIONS_PER_REPLICA = 2;
 /** Mergers per partition (the butterfly's redundancy, src/merge/partition.ts assignMergers). */
 export const MERGE_REDUNDANCY = 2;

@@ -1,8 +1,8 @@
 // Work the simulated orchestrator credits, and the NIM it pays for it: rows
 // in the shape of the real work log, scored per epoch with the real
-// scoreEpoch and splitEmission (src/orchestrator/scoring.ts).
+// scoreEpoch and splitEmission (src/orchestrator/rewards/scoring.ts).
 import type { WorkKind } from '../api/schemas.ts';
-import { scoreEpoch, splitEmission, type WorkRow } from '../orchestrator/scoring.ts';
+import { scoreEpoch, splitEmission, type WorkRow } from '../orchestrator/rewards/scoring.ts';
 
 /** The run id the simulated work is logged under. */
 export const SIM_RUN = 'run-sim';

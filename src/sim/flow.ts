@@ -1,7 +1,7 @@
 // Microbatches through the simulated pipeline, by the orchestrator's and the
 // miners' rules:
 // - a stage-0 replica gets microbatches on its heartbeat, re-issues first, up
-//   to the limits of src/orchestrator/issue-policy.ts (pipelineRoom,
+//   to the limits of src/orchestrator/training/issue-policy.ts (pipelineRoom,
 //   replicaIssueLimit), none while a merge is due or running, and only when
 //   every later stage has a replica that holds its stage (coordinator.ts);
 // - a miner runs backward jobs first, and a forward only with a free
@@ -17,10 +17,10 @@
 //   last of them arrived;
 // - a microbatch not done by its deadline, or owed by a miner noticed gone,
 //   is issued again and the miner it stalled at is charged a dropped unit
-//   (src/orchestrator/microbatches.ts expireDeadlines, dropAllOf).
+//   (src/orchestrator/training/microbatches.ts expireDeadlines, dropAllOf).
 import { nextJobIndex } from '../miner/job-order.ts';
 import { restMs } from '../miner/throttle.ts';
-import { mergeDue, peerWeight, pipelineRoom, replicaIssueLimit } from '../orchestrator/issue-policy.ts';
+import { mergeDue, peerWeight, pipelineRoom, replicaIssueLimit } from '../orchestrator/training/issue-policy.ts';
 import type { Rng } from './rng.ts';
 import type { World } from './world.ts';
 import type { Job, SimMicrobatch, SimMiner } from './types.ts';

@@ -4,10 +4,10 @@
 // others' slices of its partitions and uploads the merged partitions; every
 // replica downloads the merged partitions it did not compute. The
 // orchestrator writes the stage's new state itself while they apply
-// (src/orchestrator/merges.ts writeState); a stage of one replica merges
+// (src/orchestrator/training/merges.ts writeState); a stage of one replica merges
 // nothing and uploads its own state instead (src/miner/merge-round.ts
 // saveState), 8 bytes a parameter.
-// The protocol's clocks (src/orchestrator/merges.ts, src/miner/miner.ts):
+// The protocol's clocks (src/orchestrator/training/merges.ts, src/miner/miner.ts):
 // the round opens at one of the orchestrator's ticks (every tickMs); a
 // replica learns of a phase on its next heartbeat (every heartbeatMs, at a
 // phase of its own) and does its part; the orchestrator moves the round on
@@ -72,7 +72,7 @@ export interface MergeWork {
   requestMs?: number;
   /**
    * a blob's durable write on the orchestrator (written, fsynced, renamed,
-   * its folder fsynced: src/orchestrator/blobs.ts FsBlobStore.put), wall ms:
+   * its folder fsynced: src/orchestrator/blobs/blobs.ts FsBlobStore.put), wall ms:
    * the reply to an upload waits for it, and so does the round for each
    * merged state the orchestrator writes; the disk works off the
    * orchestrator's thread (undefined: not counted)

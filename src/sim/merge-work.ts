@@ -8,7 +8,7 @@
 //     (mergePartition), decoding the merged partitions and the outer step
 //     (decodeMergedDelta, StageRunner.applyOuterStep);
 //   - the orchestrator: an upload's check (its checksum and scales, AdamW's
-//     reach of 2 steps read from the codes, src/orchestrator/merge-checks.ts
+//     reach of 2 steps read from the codes, src/orchestrator/training/merge-checks.ts
 //     sliceReach, and its blob id), a merged
 //     partition's decoding, and a merged state's writing (its partitions
 //     read back, the outer step, the checkpoint encoded and named).
@@ -20,8 +20,8 @@ import { partitionVector } from '../merge/partition.ts';
 import { decodePartitionFrame, readPartitionInt8 } from '../merge/pseudo-gradient.ts';
 import { decodeMergedDelta, mergePartition, pseudoGradientFrames } from '../miner/merge-round.ts';
 import { StageRunner } from '../miner/stage-runner.ts';
-import { blobId } from '../orchestrator/blobs.ts';
-import { FEEDBACK_STEPS, sliceReach } from '../orchestrator/merge-checks.ts';
+import { blobId } from '../orchestrator/blobs/blobs.ts';
+import { FEEDBACK_STEPS, sliceReach } from '../orchestrator/training/merge-checks.ts';
 import { calibrationFrames, calibrationStage, localStages, stageJobs, type LocalNetwork } from './calibrate.ts';
 import { mergePartitions } from './costs.ts';
 import type { MergeWork } from './merge-time.ts';

@@ -1,9 +1,9 @@
 // The simulator's entry: draws the miners, plans with the real planner, runs
 // the events over simulated time (no wall-clock sleeps) and reports.
 import { isMemoryModelName, MEMORY_MODELS } from './memory-models.ts';
-import { COORDINATOR_DEFAULTS } from '../orchestrator/coordinator.ts';
-import { DEFAULT_EMISSION } from '../orchestrator/epochs.ts';
-import { DEFAULT_MERGE_EVERY } from '../orchestrator/run-planner.ts';
+import { COORDINATOR_DEFAULTS } from '../orchestrator/training/coordinator.ts';
+import { DEFAULT_EMISSION } from '../orchestrator/rewards/epochs.ts';
+import { DEFAULT_MERGE_EVERY } from '../orchestrator/training/run-planner.ts';
 import { activationFrameBytes } from './costs.ts';
 import { applyPlan, askReplan, join, leave, maybeMerge, merged, noticed, planFresh, ready, replan } from './control.ts';
 import { beat, hostEvent, reply } from './host-miner.ts';

@@ -18,7 +18,7 @@ import { NimbleError } from '../../src/protocol/errors.ts';
 import { encodeFrame } from '../../src/protocol/frame.ts';
 import { SessionKey } from '../../src/protocol/session-key.ts';
 import { RequestSigner } from '../../src/protocol/signing.ts';
-import { MAX_ACTIVE_RUNS_PER_OWNER, MAX_WAITING_RUNS } from '../../src/orchestrator/run-planner.ts';
+import { MAX_ACTIVE_RUNS_PER_OWNER, MAX_WAITING_RUNS } from '../../src/orchestrator/training/run-planner.ts';
 import { Cluster } from './helpers.ts';
 
 const cluster = new Cluster();

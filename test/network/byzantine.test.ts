@@ -2,7 +2,7 @@
 // miner of each kind the network defends against (test/helpers/byzantine.ts:
 // inflating reports, blaming, poisoning merges, lazy weights), each a process
 // of its own with the minimum stake, train one run together. Each cheat is an
-// offence (src/orchestrator/offences.ts): the cheater is slashed on chain and,
+// offence (src/orchestrator/rewards/offences.ts): the cheater is slashed on chain and,
 // its stake now below the minimum, evicted; the run completes; every
 // completed microbatch is credited once per hop; the honest miners are
 // charged nothing, lose no stake and earn more than any cheater.

@@ -85,7 +85,7 @@ test('upgrade moves a running GPT job from one miner to 2 stages × 2 replicas f
   const up = await cluster.nbcli(['job', 'upgrade', job.id, '--stages', '2', '--replicas', '2', '--orchestrator', cluster.url], DEV());
   assert.equal(up.code, 0, JSON.stringify(up));
   assert.deepEqual((up.out[0] as unknown as JobView).upgrade, { stages: 2, replicas: 2 });
-  // (a second upgrade while this one is under way is refused: test/orchestrator/job-upgrade.test.ts; here the first run may already have ended)
+  // (a second upgrade while this one is under way is refused: test/orchestrator/jobs/job-upgrade.test.ts; here the first run may already have ended)
 
   const moved = await waitJob(job.id, (j) => j.runId !== firstRun, 120_000);
   const done1 = await cluster.run(firstRun);

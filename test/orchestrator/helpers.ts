@@ -25,8 +25,8 @@ import { decodeMergedDelta, mergePartition } from '../../src/miner/merge-round.t
 import { encodeCheckpoint, stageTensors } from '../../src/model/checkpoint.ts';
 import { gptConfig } from '../../src/model/config.ts';
 import { GptStage, rangeParamCount } from '../../src/model/gpt.ts';
-import { FsBlobStore } from '../../src/orchestrator/blobs.ts';
-import { Coordinator, COORDINATOR_DEFAULTS, type CoordinatorOptions } from '../../src/orchestrator/coordinator.ts';
+import { FsBlobStore } from '../../src/orchestrator/blobs/blobs.ts';
+import { Coordinator, COORDINATOR_DEFAULTS, type CoordinatorOptions } from '../../src/orchestrator/training/coordinator.ts';
 import type { OrchestratorIdentity } from '../../src/orchestrator/identity.ts';
 import { OrchestratorState } from '../../src/orchestrator/state/index.ts';
 import { closeSharedPostgres, sharedPostgres } from '../helpers/postgres-server.ts';

@@ -8,7 +8,7 @@ import { readFileSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
 import { test } from 'node:test';
 import { startAnvil } from '../../src/chain/anvil.ts';
-import { minerChildEnv } from '../../src/cli/up.ts';
+import { minerChildEnv } from '../../src/cli/up/up.ts';
 import { childEnv } from '../../src/protocol/child-env.ts';
 import { tempDir } from '../chain/helpers.ts';
 

@@ -8,7 +8,7 @@ import { join } from 'node:path';
 import { after, test } from 'node:test';
 import { fileURLToPath } from 'node:url';
 import { Command } from 'commander';
-import { registerSimulate } from '../../src/cli/simulate.ts';
+import { registerSimulate } from '../../src/cli/sim/simulate.ts';
 import { DEFAULT_HARDWARE, drawMiner, loadHardwareFile, validateHardwareTable } from '../../src/sim/hardware.ts';
 import { modelParams, simModel } from '../../src/sim/models.ts';
 import { Rng } from '../../src/sim/rng.ts';

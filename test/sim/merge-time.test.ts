@@ -1,6 +1,6 @@
 // A merge round's time on its replicas' links (src/sim/merge-time.ts): a
 // merged stage's round carries no state upload (the orchestrator writes the
-// state, src/orchestrator/merges.ts writeState); a stage of one replica
+// state, src/orchestrator/training/merges.ts writeState); a stage of one replica
 // uploads its own, 8 bytes per parameter.
 import assert from 'node:assert/strict';
 import { test } from 'node:test';

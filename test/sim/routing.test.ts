@@ -4,7 +4,7 @@
 // ones a rejection draw with the same law (checked by its frequencies).
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { peerWeight } from '../../src/orchestrator/issue-policy.ts';
+import { peerWeight } from '../../src/orchestrator/training/issue-policy.ts';
 import { drawNextHop, REJECTION_MIN_REPLICAS } from '../../src/sim/flow.ts';
 import { Rng } from '../../src/sim/rng.ts';
 import { simOptions, simulateWorld } from '../../src/sim/simulate.ts';

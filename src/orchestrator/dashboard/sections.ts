@@ -1,7 +1,7 @@
 // The sections of the network's state the dashboard shows (src/api/dashboard.ts):
 // miners with what they do, their work and their earnings; runs; jobs;
 // epochs; stored models and deployments. Built from the same views as the
-// public API (../views.ts, ../routes/jobs.ts, ../deployments.ts), bounded in
+// public API (../views.ts, ../routes/jobs.ts, ../models/deployments.ts), bounded in
 // length, and with the costlier sums (the work log, every epoch's rewards)
 // recomputed only when they can have changed. Each miner's stake comes from a
 // cache read in the background (./stakes.ts), the traffic between a run's
@@ -11,10 +11,10 @@ import { formatEther } from 'viem';
 import type { DashboardMiner, DashboardRun, DashboardSection, DashboardSectionName, MinerRole } from '../../api/dashboard.ts';
 import { FINAL_RUN_STATUSES, WORK_KINDS, type WorkKind } from '../../api/schemas.ts';
 import { isFinalJobStatus } from '../../jobs/status.ts';
-import type { Coordinator } from '../coordinator.ts';
-import { deploymentView, deploymentViewOf } from '../deployments.ts';
-import type { JobService } from '../jobs.ts';
-import { storedModelView } from '../models.ts';
+import type { Coordinator } from '../training/coordinator.ts';
+import { deploymentView, deploymentViewOf } from '../models/deployments.ts';
+import type { JobService } from '../jobs/jobs.ts';
+import { storedModelView } from '../models/models.ts';
 import { jobView } from '../routes/jobs.ts';
 import { epochView, minerView, runView } from '../views.ts';
 import type { ListingSource } from './listings.ts';

@@ -2,7 +2,7 @@
 // picture shows it (docs/dashboard.md). No byte counter is kept per hop, so it
 // is computed from what is known: the microbatches that crossed a boundary
 // (the work log: a completed microbatch credits a forward and a backward
-// unit to each stage of its path, src/orchestrator/microbatches.ts; so the
+// unit to each stage of its path, src/orchestrator/training/microbatches.ts; so the
 // forward units of stage s count the activations stage s sent to s + 1, and
 // the backward units of stage s + 1 the gradients it sent back) times the
 // payload bytes of one microbatch's frame at the run's codec (an activation

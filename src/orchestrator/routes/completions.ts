@@ -17,7 +17,7 @@ import type { HttpServer } from '../../http/server.ts';
 import { NimbleError } from '../../protocol/errors.ts';
 import { type CompletionRequest, OpenAiError, parseCompletionRequest } from '../serving/completion-request.ts';
 import { type CompletionResult, Completions, deploymentFor } from '../serving/completions.ts';
-import type { Coordinator } from '../coordinator.ts';
+import type { Coordinator } from '../training/coordinator.ts';
 import { InferenceBilling } from '../serving/billing.ts';
 import type { ApiKeyRecord } from '../state/api-keys.ts';
 import type { DeploymentRecord } from '../state/deployments.ts';

@@ -21,12 +21,12 @@ import { JobSpec } from '../../jobs/spec.ts';
 import { FINAL_RUN_STATUSES } from '../../api/schemas.ts';
 import { BINARY, type HttpServer } from '../../http/server.ts';
 import { NimbleError } from '../../protocol/errors.ts';
-import { assembleCheckpoint } from '../checkpoint.ts';
-import type { Coordinator } from '../coordinator.ts';
+import { assembleCheckpoint } from '../training/checkpoint.ts';
+import type { Coordinator } from '../training/coordinator.ts';
 import { OperatorAuth, isLocalClient } from '../dashboard/auth.ts';
 import { DashboardFeed } from '../dashboard/feed.ts';
 import { ASSET_NAME, StaticFiles } from '../dashboard/static-files.ts';
-import type { JobService } from '../jobs.ts';
+import type { JobService } from '../jobs/jobs.ts';
 import type { OperatorDeployments } from './deployments.ts';
 import { jobView } from './jobs.ts';
 

@@ -4,7 +4,7 @@
 // large or past the owner's quota), and anyone reads a dataset's metadata,
 // which is how the CLI skips uploading the same content twice. The owner
 // deletes a dataset no job of theirs uses. Contracts in src/api/datasets.ts;
-// the rules in ../datasets.ts. Miners download the bytes with the signed
+// the rules in ../jobs/datasets.ts. Miners download the bytes with the signed
 // GET /blobs/:id (./miners.ts).
 import { Type } from '@sinclair/typebox';
 import { Value } from '@sinclair/typebox/value';
@@ -14,8 +14,8 @@ import type { HttpServer } from '../../http/server.ts';
 import { signerOf } from '../../http/signed.ts';
 import { convertUrlPart } from '../../http/validator.ts';
 import { NimbleError } from '../../protocol/errors.ts';
-import type { Coordinator } from '../coordinator.ts';
-import { datasetView, MAX_DATASET_UPLOADS_AT_ONCE, type DatasetService } from '../datasets.ts';
+import type { Coordinator } from '../training/coordinator.ts';
+import { datasetView, MAX_DATASET_UPLOADS_AT_ONCE, type DatasetService } from '../jobs/datasets.ts';
 
 const developer = { signed: 'wallet' } as const;
 const Params = Type.Object({ sha256: DatasetSha256 });

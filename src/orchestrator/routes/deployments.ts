@@ -5,19 +5,19 @@
 // the ModelRegistry, read on chain, and a model must be published there; on
 // an unpaid one (no chain) it is the address that stored it. `GET
 // /deployments` lists every deployment; `GET /models` shows each model's.
-// The operator deploys and undeploys from the dashboard (../routes/dashboard.ts)
+// The operator deploys and undeploys from the dashboard (./dashboard.ts)
 // through the OperatorDeployments this returns: the same deployment, with the
 // same owner (who is paid the owner's share), only the authority differs.
-// Contracts in src/api/deployments.ts; the rules in ../deployments.ts.
+// Contracts in src/api/deployments.ts; the rules in ../models/deployments.ts.
 import { Type } from '@sinclair/typebox';
 import { DeploymentList, DeploymentView, DeployRequest } from '../../api/deployments.ts';
 import { Sha256 } from '../../api/models.ts';
 import type { HttpServer } from '../../http/server.ts';
 import { signerOf } from '../../http/signed.ts';
 import { NimbleError } from '../../protocol/errors.ts';
-import type { Coordinator } from '../coordinator.ts';
-import type { ModelRegistryAccess } from '../deployment-registry.ts';
-import { checkDeployable, deploymentView } from '../deployments.ts';
+import type { Coordinator } from '../training/coordinator.ts';
+import type { ModelRegistryAccess } from '../models/deployment-registry.ts';
+import { checkDeployable, deploymentView } from '../models/deployments.ts';
 import type { RegistryEntry } from '../state/deployments.ts';
 import type { ModelRecord } from '../state/models.ts';
 

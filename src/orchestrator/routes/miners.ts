@@ -13,8 +13,8 @@ import { signerOf } from '../../http/signed.ts';
 import { convertUrlPart } from '../../http/validator.ts';
 import { NimbleError } from '../../protocol/errors.ts';
 import { HeartbeatReply, HeartbeatRequest, JoinReply, JoinRequest } from '../../protocol/messages.ts';
-import type { Coordinator } from '../coordinator.ts';
-import type { Epochs } from '../epochs.ts';
+import type { Coordinator } from '../training/coordinator.ts';
+import type { Epochs } from '../rewards/epochs.ts';
 
 /** Largest body of a binary upload (a frame, a check bundle). */
 export const MAX_UPLOAD_BYTES = 256 << 20;

@@ -4,7 +4,7 @@
 // anyone lists the stored models (each with its newest deployment:
 // ./deployments.ts) and downloads their files (published models are public;
 // an interrupted download resumes with an HTTP range). Contracts
-// in src/api/models.ts; the rules in ../models.ts.
+// in src/api/models.ts; the rules in ../models/models.ts.
 import { Readable } from 'node:stream';
 import { Type, type Static } from '@sinclair/typebox';
 import { Value } from '@sinclair/typebox/value';
@@ -14,12 +14,12 @@ import { BINARY, type HttpServer } from '../../http/server.ts';
 import { signerOf } from '../../http/signed.ts';
 import { convertUrlPart } from '../../http/validator.ts';
 import { NimbleError } from '../../protocol/errors.ts';
-import type { BlobStore } from '../blobs.ts';
-import type { Coordinator } from '../coordinator.ts';
-import type { ChainOptions } from '../epochs.ts';
-import { deploymentViewOf } from '../deployments.ts';
-import { chainAttester } from '../model-attester.ts';
-import { MAX_MODEL_BYTES, MAX_MODEL_UPLOADS_AT_ONCE, ModelService, storedModelView, type PublishTerms } from '../models.ts';
+import type { BlobStore } from '../blobs/blobs.ts';
+import type { Coordinator } from '../training/coordinator.ts';
+import type { ChainOptions } from '../rewards/epochs.ts';
+import { deploymentViewOf } from '../models/deployments.ts';
+import { chainAttester } from '../models/model-attester.ts';
+import { MAX_MODEL_BYTES, MAX_MODEL_UPLOADS_AT_ONCE, ModelService, storedModelView, type PublishTerms } from '../models/models.ts';
 import type { ModelRecord } from '../state/models.ts';
 import { parseRange } from './jobs.ts';
 

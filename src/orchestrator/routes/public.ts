@@ -9,9 +9,9 @@ import { signerOf } from '../../http/signed.ts';
 import { NimbleError } from '../../protocol/errors.ts';
 import { NetworkInfo } from '../../protocol/messages.ts';
 import { challengeMessage } from '../../protocol/network.ts';
-import { assembleCheckpoint } from '../checkpoint.ts';
-import type { Coordinator } from '../coordinator.ts';
-import { mergeRoundsView } from '../merge-rounds-view.ts';
+import { assembleCheckpoint } from '../training/checkpoint.ts';
+import type { Coordinator } from '../training/coordinator.ts';
+import { mergeRoundsView } from '../training/merge-rounds-view.ts';
 import { epochView, minerView, runView, workView } from '../views.ts';
 
 const RunParams = Type.Object({ id: Type.String({ minLength: 1, maxLength: 128, pattern: '^[A-Za-z0-9_.:-]+$' }) });

@@ -19,7 +19,7 @@
 import type { StageInference } from '../../inference/stage-inference.ts';
 import { decodeFrame, encodeFrame } from '../../protocol/frame.ts';
 import type { RecordedWindow } from './check-recorder.ts';
-import { CHECK_THRESHOLDS, compare } from '../spot-check-verify.ts';
+import { CHECK_THRESHOLDS, compare } from '../training/spot-check-verify.ts';
 
 export interface WindowOutcome {
   passed: boolean;

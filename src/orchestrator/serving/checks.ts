@@ -23,11 +23,11 @@ import type { Engine } from '../../engine/engine.ts';
 import { inferenceFromCheckpoint } from '../../inference/load.ts';
 import type { StageInference } from '../../inference/stage-inference.ts';
 import { gptConfigOf } from '../../model/model-ref.ts';
-import type { BlobStore } from '../blobs.ts';
+import type { BlobStore } from '../blobs/blobs.ts';
 import { remember } from '../cache.ts';
 import { ByteBudget, InferenceRecorder, type Draw, type RecordedWindow, type RecorderCounts } from './check-recorder.ts';
 import { UncheckableError, verifyWindow, type WindowOutcome } from './check-verify.ts';
-import type { Offences } from '../offences.ts';
+import type { Offences } from '../rewards/offences.ts';
 import type { OrchestratorState } from '../state/index.ts';
 
 export interface InferenceCheckOptions {

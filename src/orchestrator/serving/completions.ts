@@ -45,7 +45,7 @@ import { orchestratorAddress } from '../../protocol/network.ts';
 import type { Peer } from '../../protocol/messages.ts';
 import { RequestSigner } from '../../protocol/signing.ts';
 import { OpenAiError, type CompletionRequest } from './completion-request.ts';
-import type { Coordinator } from '../coordinator.ts';
+import type { Coordinator } from '../training/coordinator.ts';
 import { StageCallError, StageLane, type LaneStep } from './stage-lanes.ts';
 import { StageChannels } from './stage-channels.ts';
 import { StallDeadlines } from './stall-deadlines.ts';

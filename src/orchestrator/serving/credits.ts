@@ -28,8 +28,8 @@ import { formatNim } from '../../chain/amounts.ts';
 import { closeEscrow, payJob } from '../../chain/escrow.ts';
 import { normalizeRewards } from '../../chain/rewards.ts';
 import { NimbleError } from '../../protocol/errors.ts';
-import type { JobPayments, JobPaymentsOptions } from '../job-payments.ts';
-import { splitEmission, unitWeight, type StageShares } from '../scoring.ts';
+import type { JobPayments, JobPaymentsOptions } from '../jobs/job-payments.ts';
+import { splitEmission, unitWeight, type StageShares } from '../rewards/scoring.ts';
 import type { OrchestratorState } from '../state/index.ts';
 import type { CreditRecord, CreditShare } from '../state/credits.ts';
 

@@ -2,9 +2,9 @@
 // microbatch's attempt and per claimant, written once (a repeated report
 // changes nothing). Claims are evidence, not credit: the microbatch flow
 // credits a microbatch's hops once its whole attempt is in and agrees with
-// itself (src/orchestrator/microbatches.ts), and spot checks hold miners to
+// itself (src/orchestrator/training/microbatches.ts), and spot checks hold miners to
 // the frame hashes they committed to here. Kept for ten minutes, and as long
-// as their microbatch is in flight or a spot check needs them (src/orchestrator/gc.ts).
+// as their microbatch is in flight or a spot check needs them (src/orchestrator/blobs/gc.ts).
 import { Type, type Static } from '@sinclair/typebox';
 import { all, rowReader, type Migrations, type StateDb } from './db.ts';
 

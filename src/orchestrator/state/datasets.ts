@@ -1,10 +1,10 @@
-// Uploaded datasets (src/orchestrator/datasets.ts fills it): a developer's
+// Uploaded datasets (src/orchestrator/jobs/datasets.ts fills it): a developer's
 // local data packed into one byte corpus, kept as a blob named by its sha256
 // (the blob store is content-addressed, so the same bytes uploaded by two
 // developers are stored once). A row says that `owner` uploaded those bytes:
 // only an owner's jobs and runs may train on them. `used_at` is the last time
 // the row was uploaded again or named by a run or job that had not ended; the
-// row expires `retention_ms` after it. The collector (src/orchestrator/gc.ts)
+// row expires `retention_ms` after it. The collector (src/orchestrator/blobs/gc.ts)
 // deletes a blob only when no row names it.
 import { Type, type Static } from '@sinclair/typebox';
 import { all, one, rowReader, scalar, type Migrations, type StateDb } from './db.ts';

@@ -1,4 +1,4 @@
-// What developers pay with (src/orchestrator/job-payments.ts drives it): a
+// What developers pay with (src/orchestrator/jobs/job-payments.ts drives it): a
 // job's escrow on the chain's JobEscrow as this orchestrator tracks it, the
 // payment owed to its miners for each epoch (written when the epoch closes,
 // sent afterwards), and the NIM paid for keeping checkpoints longer.

@@ -1,4 +1,4 @@
-// Blobs whose rows were collected (src/orchestrator/gc.ts): each is deleted
+// Blobs whose rows were collected (src/orchestrator/blobs/gc.ts): each is deleted
 // from the blob store once a grace period has passed and no kept row names
 // it any more (content-addressed: the same bytes can be named twice). Kept
 // here, so a crash between deleting the rows and deleting the blobs leaks

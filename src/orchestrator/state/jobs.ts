@@ -1,4 +1,4 @@
-// Developers' jobs (src/orchestrator/jobs.ts drives them): the job, its
+// Developers' jobs (src/orchestrator/jobs/jobs.ts drives them): the job, its
 // history of status changes and messages (job_events, in order, never
 // rewritten), and the whole-model checkpoints kept for it (job_checkpoints,
 // each a blob, deleted by the collector after its expiry).
@@ -37,7 +37,7 @@ export const JOB_MIGRATIONS: Migrations = {
     // every run that trained a job, current and before upgrades: the work a job's escrow pays for
     `CREATE TABLE job_runs (run_id TEXT PRIMARY KEY, job_id TEXT NOT NULL);
     INSERT OR IGNORE INTO job_runs (run_id, job_id) SELECT run_id, id FROM jobs WHERE run_id IS NOT NULL`,
-    // a checkpoint's held-out figures, measured when it was kept (src/orchestrator/checkpoint-eval.ts; null: not measured)
+    // a checkpoint's held-out figures, measured when it was kept (src/orchestrator/jobs/checkpoint-eval.ts; null: not measured)
     `ALTER TABLE job_checkpoints ADD COLUMN heldout_loss REAL;
     ALTER TABLE job_checkpoints ADD COLUMN heldout_accuracy REAL`,
   ],

@@ -3,7 +3,7 @@
 // reward split, and the slashes decided when an epoch closed.
 //
 // Epoch: open → settling (closed: scored, split written) → settled (on chain,
-// or nothing to pay). Slash (one per offence, src/orchestrator/offences.ts): pending (amount fixed
+// or nothing to pay). Slash (one per offence, src/orchestrator/rewards/offences.ts): pending (amount fixed
 // from the stake right after the offence, before the first send) → slashed |
 // skipped (nothing staked).
 import { Type, type Static } from '@sinclair/typebox';
@@ -44,7 +44,7 @@ export const LEDGER_MIGRATIONS: Migrations = {
     CREATE INDEX slashes_by_status ON slashes (status)`,
     // inference work names the deployment it served (its stage shares weigh it, as a run's weigh training)
     `ALTER TABLE work_log ADD COLUMN deployment_id TEXT`,
-    // old entries folded into sums (src/orchestrator/gc.ts): '' for no run or deployment, -1 for no stage
+    // old entries folded into sums (src/orchestrator/blobs/gc.ts): '' for no run or deployment, -1 for no stage
     `CREATE TABLE work_totals (
       miner_id TEXT NOT NULL, run_id TEXT NOT NULL, deployment_id TEXT NOT NULL, kind TEXT NOT NULL, stage INTEGER NOT NULL,
       units REAL NOT NULL, entries INTEGER NOT NULL,
@@ -366,7 +366,7 @@ export class Ledger {
 
   // ---- slashes ----------------------------------------------------------------
 
-  /** A pending slash for an offence (src/orchestrator/offences.ts), once per reason (and per spot check). */
+  /** A pending slash for an offence (src/orchestrator/rewards/offences.ts), once per reason (and per spot check). */
   putSlash(s: { epoch: number; miner: string; checkId: number | null; fraction: number; reason: string }): void {
     this.db.run(
       "INSERT OR IGNORE INTO slashes (epoch, miner, check_id, failed, fraction, reason, status) VALUES (?, ?, ?, 1, ?, ?, 'pending')",

@@ -219,7 +219,7 @@ export class MergeRoundStore {
   /**
    * A run's rounds, newest first (by round, then stage), at most `limit`.
    * No index of its own: the primary key finds the run's rows, and the
-   * collector keeps few of them (src/orchestrator/gc.ts), so the sort is small.
+   * collector keeps few of them (src/orchestrator/blobs/gc.ts), so the sort is small.
    */
   roundsOf(runId: string, limit: number): MergeRoundRecord[] {
     return all(this.db, decodeRound, `SELECT ${ROUND_COLUMNS} FROM merge_rounds WHERE run_id = ? ORDER BY round DESC, stage LIMIT ?`, runId, limit);
@@ -230,7 +230,7 @@ export class MergeRoundStore {
     return scalar(this.db, 'SELECT COUNT(*) AS n FROM merge_uploads WHERE run_id = ? AND stage = ? AND round = ?', k.runId, k.stage, k.round);
   }
 
-  // ---- collection (src/orchestrator/gc.ts) ------------------------------------
+  // ---- collection (src/orchestrator/blobs/gc.ts) ------------------------------------
 
   /** Runs with rows kept here (rounds, uploads or results). */
   runIds(): string[] {

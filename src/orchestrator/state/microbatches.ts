@@ -113,7 +113,7 @@ export class MicrobatchStore {
     this.db.run("UPDATE microbatches SET status = 'done', progress = ?, path = ?, loss = ? WHERE id = ?", progress, JSON.stringify(path), loss, id);
   }
 
-  // ---- collection (src/orchestrator/gc.ts) ------------------------------------
+  // ---- collection (src/orchestrator/blobs/gc.ts) ------------------------------------
 
   /** Runs with microbatch rows kept. */
   runIds(): string[] {

@@ -1,7 +1,7 @@
-// The model store's rows (src/orchestrator/models.ts fills it): whole-model
+// The model store's rows (src/orchestrator/models/models.ts fills it): whole-model
 // checkpoints developers stored to publish, by sha256 (which is also their
 // blob's id: the blob store is content-addressed). A row is never collected:
-// its blob is not subject to checkpoint retention (src/orchestrator/gc.ts
+// its blob is not subject to checkpoint retention (src/orchestrator/blobs/gc.ts
 // asks referencesBlob). The first owner to store a sha256 keeps it.
 //
 // A row names its model by reference (`model`: `gpt-micro`, `gpt:v…`,

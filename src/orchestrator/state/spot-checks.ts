@@ -29,7 +29,7 @@ export const SPOT_CHECK_MIGRATIONS: Migrations = {
     `DROP TABLE IF EXISTS forward_commits;
     ALTER TABLE spot_checks ADD COLUMN attempt INTEGER NOT NULL DEFAULT 1;
     ALTER TABLE spot_checks ADD COLUMN delivered_at INTEGER`,
-    // decided checks are deleted after a while (src/orchestrator/gc.ts); their counts stay here
+    // decided checks are deleted after a while (src/orchestrator/blobs/gc.ts); their counts stay here
     `CREATE TABLE IF NOT EXISTS spot_check_totals (
       run_id TEXT NOT NULL, miner_id TEXT NOT NULL, status TEXT NOT NULL, n INTEGER NOT NULL,
       PRIMARY KEY (run_id, miner_id, status)

@@ -13,8 +13,8 @@ import type { CompletionRequest } from '../../../src/orchestrator/serving/comple
 import type { CompletionResult, StageStep } from '../../../src/orchestrator/serving/completions.ts';
 import { CreditService, MINERS_SHARE_BPS } from '../../../src/orchestrator/serving/credits.ts';
 import { costOf, hashApiKey, InferenceBilling, INFERENCE_TOKENS_PER_UNIT } from '../../../src/orchestrator/serving/billing.ts';
-import { JobPayments } from '../../../src/orchestrator/job-payments.ts';
-import { scoreEpoch, stageSharesOf } from '../../../src/orchestrator/scoring.ts';
+import { JobPayments } from '../../../src/orchestrator/jobs/job-payments.ts';
+import { scoreEpoch, stageSharesOf } from '../../../src/orchestrator/rewards/scoring.ts';
 import type { DeploymentRecord } from '../../../src/orchestrator/state/deployments.ts';
 import { OrchestratorState } from '../../../src/orchestrator/state/index.ts';
 

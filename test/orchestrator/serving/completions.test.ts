@@ -11,7 +11,7 @@ import { encodeFrame } from '../../../src/protocol/frame.ts';
 import { SessionKey } from '../../../src/protocol/session-key.ts';
 import { domainOf } from '../../../src/protocol/network.ts';
 import { Completions, OpenAiError, parseCompletionRequest } from '../../../src/orchestrator/serving/completions.ts';
-import type { Coordinator } from '../../../src/orchestrator/coordinator.ts';
+import type { Coordinator } from '../../../src/orchestrator/training/coordinator.ts';
 import type { DeploymentRecord } from '../../../src/orchestrator/state/deployments.ts';
 
 const servers: Server[] = [];

@@ -20,7 +20,7 @@ import type { StageInference } from '../../../src/inference/stage-inference.ts';
 import { gptConfig } from '../../../src/model/config.ts';
 import { partCount, splitEvenly, type StageRange } from '../../../src/model/gpt.ts';
 import { Completions, type CompletionsOptions, type Failover, OpenAiError, parseCompletionRequest, type StageStep } from '../../../src/orchestrator/serving/completions.ts';
-import type { Coordinator } from '../../../src/orchestrator/coordinator.ts';
+import type { Coordinator } from '../../../src/orchestrator/training/coordinator.ts';
 import type { DeploymentRecord } from '../../../src/orchestrator/state/deployments.ts';
 import type { Peer } from '../../../src/protocol/messages.ts';
 import { domainOf } from '../../../src/protocol/network.ts';

@@ -83,7 +83,7 @@ export function mergesView(answer: RunMerges, run: RunView, miners: readonly Das
   );
 }
 
-/** What the orchestrator keeps of a run's rounds (src/orchestrator/gc.ts). */
+/** What the orchestrator keeps of a run's rounds (src/orchestrator/blobs/gc.ts). */
 function keptWords(run: RunView): string {
   return FINAL_RUN_STATUSES.includes(run.status)
     ? 'the rounds of an ended run are collected (its checkpoint is kept)'

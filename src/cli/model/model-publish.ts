@@ -1,0 +1,95 @@
+// nbcli model publish: store a whole-model checkpoint in the network's model
+// store (a job's checkpoint, or a file checked here first: a GPT or an MLP
+// classifier, src/model/whole-model.ts), receive the
+// orchestrator's publish attestation, check that it says what was asked, and
+// publish on the ModelRegistry from the developer's own wallet.
+import { readFileSync, statSync } from 'node:fs';
+import { createHash } from 'node:crypto';
+import { getAddress, type Address, type Hex, type PrivateKeyAccount } from 'viem';
+import type { ModelClient, PublishTermsInput } from '../../api/model-client.ts';
+import type { PublishTicket } from '../../api/models.ts';
+import { signerFor, type ChainClient } from '../../chain/client.ts';
+import { modelOfSha256, publishModel } from '../../chain/registry.ts';
+import { ensureGas } from '../../chain/token.ts';
+import { checkWholeModel } from '../../model/whole-model.ts';
+import { NimbleError } from '../../protocol/errors.ts';
+
+/** Largest file this command uploads (the orchestrator's limit, src/orchestrator/models/models.ts). */
+const MAX_FILE_BYTES = 256 << 20;
+
+/** Where the weights come from. */
+export type ModelSource = { kind: 'job'; job: string; step?: number } | { kind: 'file'; path: string };
+
+export interface Published {
+  id: bigint;
+  tx: Hex;
+  ticket: PublishTicket;
+}
+
+/** Reads and checks a model file before anything is sent. */
+export function readModelFile(path: string): Uint8Array {
+  let size: number;
+  try {
+    size = statSync(path).size;
+  } catch {
+    throw new NimbleError('not_found', `cannot read ${path}`);
+  }
+  if (size > MAX_FILE_BYTES) throw new NimbleError('too_large', `${path} has ${size} bytes; a published model may have at most ${MAX_FILE_BYTES}`);
+  const bytes = new Uint8Array(readFileSync(path));
+  try {
+    checkWholeModel(bytes);
+  } catch (err) {
+    throw new NimbleError('invalid', `${path} is not a whole Nimble model checkpoint (a GPT or an MLP classifier): ${(err as Error).message}`);
+  }
+  return bytes;
+}
+
+/** Stores the model, checks the attestation, publishes it from `account`. */
+export async function publish(client: ChainClient, models: ModelClient, account: PrivateKeyAccount, source: ModelSource, terms: PublishTermsInput): Promise<Published> {
+  let ticket: PublishTicket;
+  if (source.kind === 'file') {
+    const bytes = readModelFile(source.path);
+    const sha256 = createHash('sha256').update(bytes).digest('hex');
+    await refuseIfPublished(client, sha256);
+    ticket = await models.storeFile(bytes, terms);
+    if (ticket.model.sha256 !== sha256) throw new NimbleError('corrupt', `the orchestrator stored sha256 ${ticket.model.sha256}, this file is ${sha256}`);
+  } else {
+    ticket = await models.storeFromJob(source.job, source.step, terms);
+    await refuseIfPublished(client, ticket.model.sha256);
+  }
+  checkTicket(client, ticket, account.address, terms);
+  const a = ticket.attestation;
+  await ensureGas(client, account.address);
+  const { id, tx } = await publishModel(client, signerFor(client, account), {
+    checkpointSha256: a.checkpointSha256 as Hex,
+    name: a.name,
+    metadataURI: a.metadataURI,
+    owner: account.address,
+    pricePer1kTokens: BigInt(a.pricePer1kTokens),
+    attestation: { deadline: BigInt(a.deadline), signature: a.signature as Hex },
+  });
+  return { id, tx: tx.hash, ticket };
+}
+
+async function refuseIfPublished(client: ChainClient, sha256: string): Promise<void> {
+  const m = await modelOfSha256(client, `0x${sha256}`);
+  if (m) throw new NimbleError('conflict', `model ${sha256} is already published on chain ${client.chainId} as #${m.id} '${m.name}' by ${m.owner}`);
+}
+
+/** The attestation must be for this chain's registry, this owner and exactly these terms, or sending it would only waste gas. */
+function checkTicket(client: ChainClient, ticket: PublishTicket, owner: Address, terms: PublishTermsInput): void {
+  const a = ticket.attestation;
+  if (a.chainId !== client.chainId || getAddress(a.registry) !== getAddress(client.deployment.modelRegistry)) {
+    throw new NimbleError(
+      'conflict',
+      `the orchestrator attests for the registry ${a.registry} on chain ${a.chainId}, this command publishes on ${client.deployment.modelRegistry} on chain ${client.chainId}: use the orchestrator's chain (--chain-rpc, --data-dir)`,
+    );
+  }
+  const wrong: string[] = [];
+  if (getAddress(a.owner) !== getAddress(owner)) wrong.push(`owner ${a.owner}`);
+  if (a.checkpointSha256 !== `0x${ticket.model.sha256}`) wrong.push(`sha256 ${a.checkpointSha256}`);
+  if (a.name !== terms.name) wrong.push(`name '${a.name}'`);
+  if (BigInt(a.pricePer1kTokens) !== terms.pricePer1kTokens) wrong.push(`price ${a.pricePer1kTokens}`);
+  if (terms.metadataURI !== undefined && a.metadataURI !== terms.metadataURI) wrong.push(`metadata URI ${a.metadataURI}`);
+  if (wrong.length) throw new NimbleError('corrupt', `the orchestrator's attestation is not for what was asked: ${wrong.join(', ')}`);
+}

@@ -1,0 +1,67 @@
+// The orchestrator's chain options (orchestrator start, up): which chain, the
+// key that settles epochs, emission, epoch length and minimum stake.
+import { NimbleError } from '../../protocol/errors.ts';
+import type { Command } from 'commander';
+import { parseEther } from 'viem';
+import { signerFor } from '../../chain/client.ts';
+import { localOperatorAccount, openChain } from '../../chain/session.ts';
+import { DEFAULT_EPOCH_ROUNDS, type ChainOptions } from '../../orchestrator/rewards/epochs.ts';
+import { parsePositiveInt, resolveDataDir } from '../common.ts';
+import { DEFAULT_PRICING } from '../../jobs/plan-constants.ts';
+import { chainRpcOf, unlock, type ChainCommandOptions } from '../chain-options.ts';
+
+export interface OrchestratorChainFlags extends ChainCommandOptions {
+  chain?: boolean;
+  epochRounds?: string;
+  epochMinutes?: string;
+  emission?: string;
+  minStake?: string;
+  price?: string;
+}
+
+export function withOrchestratorChainOptions(cmd: Command): Command {
+  return cmd
+    .option('--no-chain', 'run without paying miners (no chain at all)')
+    .option('--chain-rpc <url>', 'settle on the chain at this RPC URL (addresses from <data-dir>/chain/deployment.json) instead of the local node ($NIMBLE_CHAIN_RPC)')
+    .option('--wallet.name <name>', 'with --chain-rpc: the wallet holding the orchestrator role that settles epochs')
+    .option('--epoch-rounds <n>', 'completed merge rounds of a run per epoch', String(DEFAULT_EPOCH_ROUNDS))
+    .option('--epoch-minutes <m>', 'also close an epoch this many minutes after it opened')
+    .option('--emission <nim>', 'NIM paid per epoch, split by score', '100')
+    .option('--min-stake <nim>', 'refuse miners with less stake than this (NIM): every identity stakes, so splitting work across identities gains nothing', '10')
+    .option('--price <nim>', "NIM per PFLOP of training that developers' jobs pay their miners from their escrows", String(DEFAULT_PRICING.nimPerPetaflop));
+}
+
+function parseNimOrZero(flag: string, value: string | undefined): bigint {
+  const v = (value ?? '0').trim();
+  if (!/^\d+(\.\d{1,18})?$/.test(v)) throw new NimbleError('invalid', `${flag} must be a non-negative number of NIM, got '${value}'`);
+  return parseEther(v);
+}
+
+/** Opens the chain for an orchestrator (the local node stays up while it runs); null with --no-chain. */
+export async function orchestratorChain(flags: OrchestratorChainFlags, log: (line: string) => void): Promise<ChainOptions | null> {
+  if (flags.chain === false) return null;
+  const emission = parseNimOrZero('--emission', flags.emission ?? '100');
+  const minStake = parseNimOrZero('--min-stake', flags.minStake);
+  const nimPerPetaflop = Number(flags.price ?? DEFAULT_PRICING.nimPerPetaflop);
+  if (!(nimPerPetaflop >= 0) || !Number.isFinite(nimPerPetaflop)) throw new NimbleError('invalid', `--price must be a non-negative number of NIM per PFLOP, got '${flags.price}'`);
+  const epochRounds = parsePositiveInt('--epoch-rounds', flags.epochRounds, DEFAULT_EPOCH_ROUNDS);
+  let epochMs: number | undefined;
+  if (flags.epochMinutes !== undefined) {
+    const m = Number(flags.epochMinutes);
+    if (!(m > 0)) throw new NimbleError('invalid', `--epoch-minutes must be a positive number, got '${flags.epochMinutes}'`);
+    epochMs = m * 60_000;
+  }
+  const rpcUrl = chainRpcOf(flags);
+  // the settling key: the local chain's operator, or a wallet on another chain
+  const wallet = rpcUrl ? await unlock(flags).catch((err: unknown) => {
+    if (!flags['wallet.name']) throw new NimbleError('invalid', '--chain-rpc needs --wallet.name: the wallet holding the orchestrator role');
+    throw err;
+  }) : null;
+  const session = await openChain({ dataDir: resolveDataDir(flags), rpcUrl, persistent: true });
+  const signer = wallet ? wallet.sign(session.client) : signerFor(session.client, localOperatorAccount());
+  const pause = Number(process.env.NIMBLE_TEST_SETTLE_PAUSE_MS ?? 0); // fault injection for the kill -9 test
+  return {
+    client: session.client, signer, emission, nimPerPetaflop, epochRounds, epochMs, minStake, close: () => session.close(), log, local: !rpcUrl,
+    ...(pause > 0 ? { pauseAfterSettleMs: pause } : {}),
+  };
+}

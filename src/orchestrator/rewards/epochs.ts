@@ -1,0 +1,365 @@
+// Epochs: the orchestrator closes an epoch every N completed merge rounds of a
+// run (and when a run ends, or every M minutes), scores the work logged in it
+// (src/orchestrator/rewards/scoring.ts), and pays the split on chain with settleEpoch.
+//
+// Durable order, so a crash (kill -9) at any point never pays twice nor loses
+// an epoch:
+//   1. one SQLite transaction: the split is written (epoch_rewards), with
+//      what jobs' escrows and wallets' inference credit owe for the epoch
+//      (../jobs/job-payments.ts, ./credits.ts), and the epoch goes 'open' ->
+//      'settling'; a new 'open' epoch starts;
+//   2. the on-chain epoch id is chosen (the next id not used on chain) and
+//      written before anything is sent;
+//   3. settleEpoch sends the batches (idempotent, resumable);
+//   4. the epoch is marked 'settled' with the transaction hash.
+// At start (and on every step) each 'settling' epoch is finished: if the chain
+// already shows it settled with the same digest it is only marked settled,
+// otherwise the remaining batches are sent.
+//
+// Slashing: every offence (src/orchestrator/rewards/offences.ts: a failed spot check,
+// a false claim, a poisoned merge) gets a 'pending' slash row when it is
+// decided. At the next pass (within a second) its amount, a share of the
+// stake and unstaking tokens the miner holds then, is fixed and written before
+// the first send; its reason names the offence and is unique, so after a
+// crash the Slashed events show whether it already went through. The unstake cooldown must be longer than a check can stay open, or
+// a miner could withdraw between being asked and being slashed: at start the
+// orchestrator raises a local chain's cooldown to that, and refuses a remote
+// chain whose cooldown is shorter.
+import { FINAL_RUN_STATUSES } from '../../api/schemas.ts';
+import { formatEther, type Address, type Hash } from 'viem';
+import type { ChainClient, SigningClient } from '../../chain/client.ts';
+import { normalizeRewards, readEpoch, rewardsDigest, settleEpoch, settlementTxOf, type Reward } from '../../chain/rewards.ts';
+import { ChainTxError } from '../../chain/tx.ts';
+import { findSlash, readStake, setCooldown, slashStake, stakingTotals } from '../../chain/staking.ts';
+import { NimbleError } from '../../protocol/errors.ts';
+import { CreditService } from '../serving/credits.ts';
+import { JobPayments } from '../jobs/job-payments.ts';
+import type { OrchestratorState } from '../state/index.ts';
+import type { EpochRecord, SlashRecord } from '../state/ledger.ts';
+import { scoreEpoch, splitEmission, stageSharesOf, type StageShares } from './scoring.ts';
+
+export const DEFAULT_EMISSION = 100n * 10n ** 18n;
+export const DEFAULT_EPOCH_ROUNDS = 1;
+
+export interface ChainOptions {
+  client: ChainClient;
+  /** holds ORCHESTRATOR_ROLE on the RewardDistributor */
+  signer: SigningClient;
+  /** wei per epoch (default 100 NIM) */
+  emission?: bigint;
+  /** completed merge rounds of a run per epoch (default 1) */
+  epochRounds?: number;
+  /** also close an epoch this long after it opened (default: never) */
+  epochMs?: number;
+  /** a join from an address with less stake is refused with 403 (default 0) */
+  minStake?: bigint;
+  /** credit rewards as stake (default true) */
+  asStake?: boolean;
+  /** how often epochs are checked and settled (default 500 ms) */
+  intervalMs?: number;
+  /** how often live miners' stakes are checked against minStake (default 10 s) */
+  stakeCheckMs?: number;
+  /** miners whose stake fell below minStake are removed through this */
+  evict?: (minerId: string, reason: string) => void;
+  /**
+   * Fault injection for tests: after the chain accepted an epoch and before it
+   * is recorded as settled, log and wait this long (a window for kill -9).
+   */
+  pauseAfterSettleMs?: number;
+  /** NIM per PFLOP of training that developers' jobs pay from their escrows (default 1) */
+  nimPerPetaflop?: number;
+  /** called when the orchestrator closes (stops the local node it opened) */
+  close?: () => Promise<void>;
+  /** the signer may raise the Staking cooldown (it is the local chain's admin) */
+  local?: boolean;
+  log?: (line: string) => void;
+}
+
+export class Epochs {
+  readonly emission: bigint;
+  readonly epochRounds: number;
+  /** developers' jobs paid from their escrows (null: the deployment has no JobEscrow) */
+  readonly jobPayments: JobPayments | null;
+  /** wallets' prepaid inference credit, paid from at every epoch (null: no JobEscrow) */
+  readonly credits: CreditService | null;
+  private readonly log: (line: string) => void;
+  private timer: NodeJS.Timeout | null = null;
+  private running: Promise<void> | null = null;
+  private stakesCheckedAt = 0;
+
+  constructor(
+    readonly state: OrchestratorState,
+    readonly chain: ChainOptions,
+    private readonly now: () => number = Date.now,
+    /** the longest a spot check can stay open before it is decided (ms): the unstake cooldown must be longer */
+    private readonly slashWindowMs: number = 0,
+  ) {
+    this.emission = chain.emission ?? DEFAULT_EMISSION;
+    if (this.emission < 0n) throw new RangeError('emission must not be negative');
+    this.epochRounds = chain.epochRounds ?? DEFAULT_EPOCH_ROUNDS;
+    if (!Number.isInteger(this.epochRounds) || this.epochRounds < 1) throw new RangeError('epochRounds must be a positive integer');
+    this.log = chain.log ?? ((line) => console.error(`orchestrator: ${line}`));
+    this.jobPayments = chain.client.deployment.jobEscrow
+      ? new JobPayments(state, { client: chain.client, signer: chain.signer, nimPerPetaflop: chain.nimPerPetaflop, log: this.log }, now)
+      : null;
+    this.credits = this.jobPayments ? new CreditService(state, this.jobPayments, { client: chain.client, signer: chain.signer }, this.log, now) : null;
+  }
+
+  /** Checks the unstake cooldown, finishes every epoch left in 'settling' (crash recovery), then runs a step every intervalMs. */
+  async start(): Promise<void> {
+    await this.checkCooldown();
+    await this.reconcile();
+    this.timer = setInterval(() => void this.step(), this.chain.intervalMs ?? 500);
+  }
+
+  async stop(): Promise<void> {
+    if (this.timer) clearInterval(this.timer);
+    this.timer = null;
+    await this.running;
+  }
+
+  /** One pass: close the open epoch if it is due, settle what is settling. Never runs twice at once. */
+  step(): Promise<void> {
+    if (this.running) return this.running;
+    this.running = (async () => {
+      try {
+        this.closeIfDue();
+        await this.reconcile();
+        await this.checkStakes();
+      } catch (err) {
+        this.log(`epochs: ${(err as Error).message}`);
+      } finally {
+        this.running = null;
+      }
+    })();
+    return this.running;
+  }
+
+  /** Settles every 'settling' epoch, oldest first, then sends pending slashes; errors are recorded and retried later. */
+  async reconcile(): Promise<void> {
+    for (const e of this.state.ledger.epochs('settling')) {
+      try {
+        await this.settle(e);
+      } catch (err) {
+        const message = (err as Error).message.split('\n')[0];
+        this.state.ledger.setEpochError(e.id, message);
+        this.log(`epoch ${e.id}: settlement failed, will retry: ${message}`);
+      }
+    }
+    for (const s of this.state.ledger.slashes({ status: 'pending' })) {
+      try {
+        await this.slash(s);
+      } catch (err) {
+        const message = (err as Error).message.split('\n')[0];
+        this.state.ledger.setSlashError(s.id, message);
+        this.log(`slashing ${s.miner} (${s.reason}) failed, will retry: ${message}`);
+      }
+    }
+    await this.jobPayments?.reconcile();
+    await this.credits?.reconcile();
+  }
+
+  /** Sends one pending slash exactly once (a Slashed event with its reason means it went through already). */
+  private async slash(s: SlashRecord): Promise<void> {
+    const { client, signer } = this.chain;
+    const account = s.miner as Address;
+    const found = await findSlash(client, account, s.reason);
+    if (found) {
+      this.state.ledger.markSlashed(s.id, found.txHash, found.amount);
+      return;
+    }
+    let amount = s.amount === null ? null : BigInt(s.amount);
+    if (amount === null) {
+      // the stake at the offence (this pass runs within a second of it)
+      const p = await readStake(client, account);
+      amount = ((p.staked + p.unstaking) * BigInt(Math.round(s.fraction * 1e6))) / 1_000_000n;
+      this.state.ledger.setSlashAmount(s.id, amount); // durable before sending
+    }
+    if (amount === 0n) {
+      this.state.ledger.skipSlash(s.id, 'nothing staked to slash');
+      this.log(`${s.miner} has nothing staked to slash (${s.reason})`);
+      return;
+    }
+    try {
+      const tx = await slashStake(client, signer, account, amount, s.reason);
+      this.state.ledger.markSlashed(s.id, tx.hash);
+      this.log(`slashed ${formatEther(amount)} NIM of ${s.miner} (${s.reason}; tx ${tx.hash})`);
+      await this.evictIfBelowMinimum(s.miner);
+    } catch (err) {
+      if (!(err instanceof ChainTxError && err.errorName === 'InsufficientStake')) throw err;
+      // slashed meanwhile for another check: take what is left (the amount was fixed; the stake is gone only by slashes within the cooldown)
+      const p = await readStake(client, account);
+      const left = p.staked + p.unstaking;
+      if (left === 0n) this.state.ledger.skipSlash(s.id, 'nothing left staked to slash');
+      else this.state.ledger.setSlashAmount(s.id, left, `only ${formatEther(left)} NIM left to slash`);
+    }
+  }
+
+  /** Closes the open epoch when a run completed `epochRounds` more merge rounds, ended, or time is up. */
+  closeIfDue(): EpochRecord | null {
+    return this.state.tx(() => {
+      const now = this.now();
+      const open = this.state.ledger.openEpoch(now);
+      if (this.state.ledger.lastWorkId() <= open.fromLog) return null;
+      for (const run of this.state.runs.list()) {
+        const mark = this.state.ledger.runMergesMark(run.id);
+        if (run.mergesDone - mark >= this.epochRounds) return this.close(run.id, run.mergesDone);
+        if (FINAL_RUN_STATUSES.includes(run.status) && this.state.ledger.countWorkAfter(open.fromLog, run.id) > 0) return this.close(run.id, run.mergesDone);
+      }
+      if (this.chain.epochMs !== undefined && now - open.openedAt >= this.chain.epochMs) return this.close(null, 0);
+      return null;
+    });
+  }
+
+  /** Closes the open epoch now: scores its work and writes the split ('settling'). Null when it holds no work. */
+  close(runId: string | null, mergesMark: number): EpochRecord | null {
+    return this.state.tx(() => {
+      const now = this.now();
+      const open = this.state.ledger.openEpoch(now);
+      const to = this.state.ledger.lastWorkId();
+      if (to <= open.fromLog) return null;
+      const rows = this.state.ledger.workBetween(open.fromLog, to);
+      const shares = this.sharesOf(rows.map((r) => r.runId), rows.map((r) => r.deploymentId));
+      const scores = scoreEpoch(rows, shares);
+      const split = splitEmission(scores, this.emission);
+      split.rewards.forEach((r, i) => {
+        this.state.ledger.putReward({ epoch: open.id, miner: r.miner, score: r.score, amount: r.amount, units: scores[i].units });
+      });
+      // what developers' escrows owe their jobs' miners for this epoch, in the same transaction
+      this.jobPayments?.allocate(open.id, rows, shares);
+      // what callers' credit owes for the inference charged since the last epoch: miners and model owners
+      this.credits?.allocate(open.id, shares);
+      const paid = split.rewards.some((r) => r.amount > 0n);
+      this.state.ledger.closeEpoch(open.id, { runId, mergesMark, toLog: to, closedAt: now, emission: this.emission, remainder: split.remainder, settled: !paid });
+      this.state.ledger.openEpoch(now);
+      return this.state.ledger.epoch(open.id)!;
+    });
+  }
+
+  /**
+   * The unstake cooldown must outlast the slash window (a check open, then
+   * decided and slashed); a local chain's is raised to it, a remote chain
+   * that is shorter is refused.
+   */
+  private async checkCooldown(): Promise<void> {
+    const needed = Math.ceil(this.slashWindowMs / 1000);
+    if (needed <= 0) return;
+    const { cooldown } = await stakingTotals(this.chain.client);
+    if (cooldown >= needed) return;
+    if (!this.chain.local) {
+      throw new NimbleError('conflict', `the chain's unstake cooldown is ${cooldown} s; spot checks need at least ${needed} s so that a miner cannot withdraw between a check and its slash (raise it with Staking.setCooldown)`);
+    }
+    await setCooldown(this.chain.client, this.chain.signer, BigInt(needed));
+    this.log(`raised the local chain's unstake cooldown from ${cooldown} s to ${needed} s (the slash window)`);
+  }
+
+  /** The reward list of an epoch, as posted (normalized: zero amounts dropped). */
+  rewardList(epochId: number): Reward[] {
+    return normalizeRewards(this.state.ledger.rewards(epochId).map((r) => ({ address: r.miner as Address, amount: BigInt(r.amount) })));
+  }
+
+  private async settle(e: EpochRecord): Promise<void> {
+    const { client, signer } = this.chain;
+    const list = this.rewardList(e.id);
+    if (list.length === 0) {
+      this.state.ledger.markSettled(e.id, null, this.now());
+      return;
+    }
+    const digest = rewardsDigest(list);
+    let chainEpoch = e.chainEpoch === null || e.chainId !== client.chainId ? null : BigInt(e.chainEpoch);
+    if (chainEpoch !== null) {
+      // an id someone else used (another orchestrator on the same chain) is given up for a fresh one
+      const status = await readEpoch(client, chainEpoch);
+      if (status.batchesPosted > 0 && status.digest !== digest) {
+        this.log(`epoch ${e.id}: on-chain epoch ${chainEpoch} holds another list; choosing a new id`);
+        chainEpoch = null;
+      }
+    }
+    if (chainEpoch === null) {
+      chainEpoch = await this.freeChainEpoch();
+      this.state.ledger.setChainEpoch(e.id, chainEpoch, client.chainId); // durable before sending
+    }
+    const result = await settleEpoch(client, signer, chainEpoch, list, { asStake: this.chain.asStake ?? true });
+    if (this.chain.pauseAfterSettleMs) {
+      this.log(`epoch ${e.id}: on chain as epoch ${chainEpoch}, pausing ${this.chain.pauseAfterSettleMs} ms before recording it (test hook)`);
+      await new Promise((r) => setTimeout(r, this.chain.pauseAfterSettleMs));
+    }
+    let txHash: Hash | null = result.txHashes.at(-1) ?? null;
+    if (result.alreadySettled) {
+      if (result.digest !== digest) throw new Error(`on-chain epoch ${chainEpoch} was settled with another list`);
+      txHash = await settlementTxOf(client, chainEpoch);
+    }
+    this.state.ledger.markSettled(e.id, txHash, this.now());
+    const total = list.reduce((a, r) => a + r.amount, 0n);
+    this.log(`epoch ${e.id}: ${result.alreadySettled ? 'found settled' : 'settled'} on chain as epoch ${chainEpoch}: ${formatEther(total)} NIM to ${list.length} miner(s)${txHash ? ` (tx ${txHash})` : ''}`);
+  }
+
+  /** The next on-chain epoch id after those this database used that nothing was posted to. */
+  private async freeChainEpoch(): Promise<bigint> {
+    let id = this.state.ledger.maxChainEpoch() + 1n;
+    for (;;) {
+      const s = await readEpoch(this.chain.client, id);
+      if (s.batchesPosted === 0 && !s.settled) return id;
+      id++;
+    }
+  }
+
+  /** Each run's and each deployment's stage shares of the model's parameters. */
+  private sharesOf(runIds: (string | null)[], deploymentIds: (string | null)[] = []): StageShares {
+    const shares: StageShares = {};
+    for (const id of new Set(deploymentIds)) {
+      const d = id === null ? undefined : this.state.deployments.get(id);
+      if (!d) continue;
+      const stages = this.state.deployments.stages(d.id);
+      try {
+        shares[d.id] = stageSharesOf(d.model, stages.map((s) => ({ from: s.fromPart, to: s.toPart })));
+      } catch {
+        shares[d.id] = stages.map(() => 1 / Math.max(1, stages.length));
+      }
+    }
+    for (const id of new Set(runIds)) {
+      if (id === null) continue;
+      const run = this.state.runs.get(id);
+      if (!run) continue;
+      const stages = this.state.runs.stages(id);
+      try {
+        shares[id] = stageSharesOf(run.model, stages.map((s) => ({ from: s.fromPart, to: s.toPart })));
+      } catch {
+        shares[id] = stages.map(() => 1 / Math.max(1, stages.length));
+      }
+    }
+    return shares;
+  }
+
+  /** Every stakeCheckMs: a live miner whose stake fell below the minimum (it unstaked, or was slashed) is evicted. */
+  private async checkStakes(): Promise<void> {
+    const min = this.chain.minStake ?? 0n;
+    if (min <= 0n || !this.chain.evict) return;
+    const now = this.now();
+    if (now - this.stakesCheckedAt < (this.chain.stakeCheckMs ?? 10_000)) return;
+    this.stakesCheckedAt = now;
+    for (const m of this.state.miners.list(true)) await this.evictIfBelowMinimum(m.id);
+  }
+
+  /** Evicts a live miner whose stake is below the minimum (checked again right after a slash). */
+  private async evictIfBelowMinimum(minerId: string): Promise<void> {
+    const min = this.chain.minStake ?? 0n;
+    const m = this.state.miners.get(minerId);
+    if (min <= 0n || !this.chain.evict || !m?.alive) return;
+    const { staked } = await readStake(this.chain.client, minerId as Address);
+    if (staked >= min) return;
+    const reason = `stake too low: ${m.id} has ${formatEther(staked)} NIM staked, this orchestrator requires ${formatEther(min)} NIM (nbcli stake add, then restart the miner)`;
+    this.log(`evicting ${m.name} (${m.id}): ${reason}`);
+    this.chain.evict(m.id, reason);
+  }
+
+  /** Refuses a join from an address whose stake is below the minimum. */
+  async checkStake(minerId: string): Promise<void> {
+    const min = this.chain.minStake ?? 0n;
+    if (min <= 0n) return;
+    const { staked } = await readStake(this.chain.client, minerId as Address);
+    if (staked < min) {
+      throw new NimbleError('stake_too_low', `stake too low: ${minerId} has ${formatEther(staked)} NIM staked, this orchestrator requires ${formatEther(min)} NIM (nbcli stake add)`, 403);
+    }
+  }
+}
