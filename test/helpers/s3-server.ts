@@ -23,6 +23,9 @@ server.run().then(({ port }) => console.log(JSON.stringify({ port })), (err) => 
 process.on('SIGTERM', () => server.close().finally(() => process.exit(0)));
 `;
 
+/** how long s3rver may take to listen (about 0.5 s) before it is stopped and startS3 rejects */
+const START_TIMEOUT_MS = 30_000;
+
 /** The credentials s3rver accepts. */
 export const S3RVER_CREDENTIALS = { accessKeyId: 'S3RVER', secretAccessKey: 'S3RVER' } as const;
 
@@ -48,19 +51,44 @@ export async function startS3(bucket: string = 'nimble-test'): Promise<TestS3> {
     env: { ...process.env, S3RVER_OPTIONS: JSON.stringify(options) },
     stdio: ['ignore', 'pipe', 'pipe'],
   });
-  const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()));
+  // a spawn error (no 'exit' follows it) ends it too
+  let spawnError: Error | null = null;
+  const exited = new Promise<void>((resolve) => {
+    child.once('exit', () => resolve());
+    child.once('error', (err) => {
+      spawnError = err;
+      resolve();
+    });
+  });
   let stderr = '';
   child.stderr!.on('data', (d: Buffer) => (stderr += d.toString()));
   const stop = async (): Promise<void> => {
-    if (child.exitCode === null && child.signalCode === null) child.kill('SIGTERM');
+    if (child.exitCode === null && child.signalCode === null && !spawnError) {
+      child.kill('SIGTERM');
+      // s3rver's close() that never ends does not hold the tests
+      const kill = setTimeout(() => child.kill('SIGKILL'), 5_000);
+      await exited;
+      clearTimeout(kill);
+    }
     await exited;
     await rm(directory, { recursive: true, force: true });
   };
   let port: number;
   try {
     port = await new Promise<number>((resolve, reject) => {
-      createInterface({ input: child.stdout! }).once('line', (line) => resolve((JSON.parse(line) as { port: number }).port));
-      void exited.then(() => reject(new Error(`s3rver exited before it listened: ${stderr}`)));
+      const timer = setTimeout(() => reject(new Error(`s3rver did not listen within ${START_TIMEOUT_MS} ms: ${stderr.trim() || 'no output'}`)), START_TIMEOUT_MS);
+      createInterface({ input: child.stdout! }).once('line', (line) => {
+        clearTimeout(timer);
+        try {
+          resolve((JSON.parse(line) as { port: number }).port);
+        } catch {
+          reject(new Error(`s3rver printed ${JSON.stringify(line)} instead of its port: ${stderr.trim()}`));
+        }
+      });
+      void exited.then(() => {
+        clearTimeout(timer);
+        reject(new Error(spawnError ? `s3rver did not start: ${spawnError.message}` : `s3rver exited before it listened: ${stderr}`));
+      });
     });
   } catch (err) {
     await stop();

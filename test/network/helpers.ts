@@ -41,7 +41,8 @@ export class Cluster {
   /** Runs an nbcli command to its end: its exit code, the JSON lines it printed, and its stderr. */
   async nbcli(args: string[], home: string): Promise<{ code: number | null; out: Record<string, unknown>[]; stderr: string }> {
     const p = this.spawnNbcli(args, home);
-    const code = await new Promise<number | null>((r) => (p.child.exitCode !== null ? r(p.child.exitCode) : p.child.once('exit', (c) => r(c))));
+    // a spawn error ends it too (no 'exit' follows one)
+    const code = await new Promise<number | null>((r) => (p.child.exitCode !== null ? r(p.child.exitCode) : (p.child.once('exit', (c) => r(c)), p.child.once('error', () => r(null)))));
     await new Promise((r) => setImmediate(r));
     const out: Record<string, unknown>[] = [];
     for (const line of p.lines.filter((l) => !l.startsWith('stderr: '))) {
@@ -82,6 +83,8 @@ export class Cluster {
       }
     });
     createInterface({ input: child.stderr! }).on('line', (line) => lines.push(`stderr: ${line}`));
+    // a process that cannot start (ENOENT, EACCES) is an error event, never an exit: kept as a line, and waitFor ends on it
+    child.on('error', (err) => lines.push(`stderr: could not start ${command}: ${err.message}`));
     const proc: Proc = {
       child,
       lines,
@@ -98,6 +101,7 @@ export class Cluster {
           const t = setTimeout(() => reject(new Error(`timed out; output:\n${lines.slice(-20).join('\n')}`)), timeoutMs);
           waiters.push({ pred, resolve: (v) => (clearTimeout(t), resolve(v)) });
           child.once('exit', (code) => reject(new Error(`process exited (${code}); output:\n${lines.slice(-20).join('\n')}`)));
+          child.once('error', (err) => reject(new Error(`process did not start: ${err.message}`)));
         }),
     };
     this.procs.push(proc);
