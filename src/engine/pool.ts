@@ -78,6 +78,8 @@ export class ThreadPool {
         new Promise<void>((resolve, reject) => {
           worker.once('message', () => resolve());
           worker.once('error', reject);
+          // a worker that exits before it says it is ready would leave the pool waiting for ever
+          worker.once('exit', (code) => reject(new Error(`engine: worker thread ${tid} exited (${code}) before it was ready`)));
         }),
       );
     }

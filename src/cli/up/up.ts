@@ -147,6 +147,8 @@ export function registerUp(program: Command): void {
         child.once('exit', (code, signal) => {
           if (!stopping) process.stderr.write(`${name} exited (${signal ?? code})\n`);
         });
+        // a miner that cannot be started (ENOENT, EACCES) is reported; stopAll copes with it
+        child.once('error', (err) => process.stderr.write(`${name} could not start: ${err.message}\n`));
         children.push(child);
         say({ event: 'miner', name, throttle, pid: child.pid }, `started ${name} (throttle ${throttle}, ${threads} thread${threads > 1 ? 's' : ''}, log ${join(root, 'logs', `${name}.log`)})`);
       }
@@ -170,6 +172,10 @@ export function registerUp(program: Command): void {
         say({ event: 'serving' }, 'the network keeps serving; Ctrl+C stops every process');
         await waitForSignal();
       }
+    } catch (err) {
+      // Ctrl+C closed the orchestrator under a request in flight: that is the stop, not an error
+      if (stopping) await new Promise<never>(() => {});
+      throw err;
     } finally {
       process.off('SIGINT', onSignal);
       if (!stopping) await stopAll();
