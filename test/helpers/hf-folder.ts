@@ -70,7 +70,7 @@ export function randomValues(n: number, seed: number, scale = 0.1): Float32Array
 const CORPUS = 'Call me Ishmael. Some years ago, never mind how long precisely, having little or no money in my purse, and nothing particular to interest me on shore. '.repeat(4);
 
 /** Writes a random-weight folder of `hfConfig` into `dir`; norms' weights near 1. */
-export function writeRandomFolder(dir: string, hfConfig: Record<string, unknown>, options: { dtype?: FloatDtype; maxShardBytes?: number; seed?: number } = {}): void {
+export function writeRandomFolder(dir: string, hfConfig: Record<string, unknown>, options: { dtype?: FloatDtype; maxShardBytes?: number; seed?: number; scale?: number } = {}): void {
   const config = decoderConfigFromHf(hfConfig);
   const tokenizer = byteLevelBpe(CORPUS, 100);
   let seed = options.seed ?? 1;
@@ -86,7 +86,7 @@ export function writeRandomFolder(dir: string, hfConfig: Record<string, unknown>
         shape: spec.shape,
         values: () => {
           const n = spec.shape.reduce((a, b) => a * b, 1);
-          const v = randomValues(n, s * 7919);
+          const v = randomValues(n, s * 7919, options.scale ?? 0.1);
           if (/norm|ln_/.test(spec.name) && spec.name.endsWith('weight')) for (let i = 0; i < n; i++) v[i] += 1;
           return v;
         },
