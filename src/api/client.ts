@@ -4,16 +4,18 @@
 // comes back as the server's NimbleError. What a developer does with runs
 // (create, cancel, download the checkpoint) is signed with the developer's
 // wallet key, for the network the orchestrator proves it runs (./network.ts).
+import { randomBytes } from 'node:crypto';
 import { Type, type Static } from '@sinclair/typebox';
 import type { Hex } from 'viem';
 import { JsonClient, SignedClient } from '../http/client.ts';
 import type { BaseUrls, Failover } from '../http/failover.ts';
 import { NimbleError } from '../protocol/errors.ts';
 import { parseJson } from '../protocol/messages.ts';
+import { verifySignature } from '../protocol/session-key.ts';
 import { RequestSigner } from '../protocol/signing.ts';
 import { RunMerges } from './merges.ts';
-import { findNetwork } from './network.ts';
-import { EpochList, EpochView, Health, MinerView, RunView, WorkTotal, type CreateRunRequest } from './schemas.ts';
+import { chainMessage, findNetwork, type Network } from './network.ts';
+import { ChainAnswer, EpochList, EpochView, Health, MinerView, RunView, WorkTotal, type ChainView, type CreateRunRequest } from './schemas.ts';
 
 /** A developer's command waits this long for an unreachable orchestrator before it says so. */
 const DEVELOPER_WAIT_MS = 3_000;
@@ -43,11 +45,14 @@ export interface OrchestratorClientOptions {
   timeoutMs?: number;
   /** the developer's wallet key: signs what a developer does with runs */
   wallet?: Hex;
+  /** the network, when the caller has already found it (a miner): otherwise asked for when needed */
+  network?: Network;
 }
 
 export class OrchestratorClient {
   readonly http: JsonClient;
   private developer: Promise<SignedClient> | null = null;
+  private network: Promise<Network> | null = null;
 
   constructor(
     /** the orchestrator: one URL, several of one network (src/http/failover.ts), or the Failover of other clients of it */
@@ -62,13 +67,41 @@ export class OrchestratorClient {
     return this.http.baseUrl.href.replace(/\/$/, '');
   }
 
+  /** The network the orchestrator proves it runs (its key, for a fresh challenge). */
+  private findNetwork(): Promise<Network> {
+    const known = this.options.network;
+    this.network ??= known ? Promise.resolve(known) : findNetwork(this.http.failover, () => false, DEVELOPER_WAIT_MS);
+    return this.network;
+  }
+
   /** The client that signs as the developer, for the network the orchestrator proved. */
   signed(): Promise<SignedClient> {
     const wallet = this.options.wallet;
     if (!wallet) return Promise.reject(new NimbleError('invalid', 'this needs a developer key (a wallet) to sign with'));
     const orchestrators = this.http.failover;
-    this.developer ??= findNetwork(orchestrators, () => false, DEVELOPER_WAIT_MS).then(({ domain }) => new SignedClient(orchestrators, new RequestSigner(wallet, { domain }), this.options.timeoutMs));
+    this.developer ??= this.findNetwork().then(({ domain }) => new SignedClient(orchestrators, new RequestSigner(wallet, { domain }), this.options.timeoutMs));
     return this.developer;
+  }
+
+  /**
+   * The chain the orchestrator pays on, signed with its network's key for a
+   * fresh challenge: null when the network is unpaid, undefined when the
+   * orchestrator is from before GET /chain (it does not say).
+   */
+  async chain(): Promise<ChainView | null | undefined> {
+    const { orchestratorKey } = await this.findNetwork();
+    const challenge = randomBytes(16).toString('hex');
+    let answer: ChainAnswer;
+    try {
+      answer = await this.http.get(`/chain?challenge=${challenge}`, ChainAnswer, 'chain');
+    } catch (err) {
+      if (err instanceof NimbleError && err.status === 404) return undefined;
+      throw err;
+    }
+    if (!answer.signature || !verifySignature(orchestratorKey, chainMessage(challenge, answer.chain), answer.signature)) {
+      throw new NimbleError('forbidden', `${this.url} named its chain without its network's signature: refused`);
+    }
+    return answer.chain;
   }
 
   health(): Promise<{ ok: true }> {

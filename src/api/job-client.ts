@@ -28,7 +28,7 @@ export const JobProgress = Type.Object({
 export type JobProgress = typeof JobProgress.static;
 
 export class JobClient {
-  constructor(private readonly api: OrchestratorClient) {}
+  constructor(readonly api: OrchestratorClient) {}
 
   /** Submits a job; on a paid network with the id of the escrow holding its budget (see `terms`, `check`). */
   async submit(spec: JobSpec, escrow?: string): Promise<JobView> {

@@ -7,7 +7,7 @@ import { JsonClient } from '../http/client.ts';
 import { showUrl, type BaseUrls, type Failover } from '../http/failover.ts';
 import { NimbleError } from '../protocol/errors.ts';
 import { NetworkInfo } from '../protocol/messages.ts';
-import { verifyNetwork } from '../protocol/network.ts';
+import { NETWORK_VERSION, verifyNetwork } from '../protocol/network.ts';
 
 export interface Network {
   domain: string;
@@ -42,4 +42,23 @@ export async function findNetwork(orchestrator: BaseUrls | Failover, stopped: ()
       await new Promise((r) => setTimeout(r, Math.min(2000, 100 * 2 ** attempt)));
     }
   }
+}
+
+/** JSON with every object's keys sorted: the same text for the same value on both sides of a signature. */
+function canonicalJson(value: unknown): string {
+  if (Array.isArray(value)) return `[${value.map(canonicalJson).join(',')}]`;
+  if (value !== null && typeof value === 'object') {
+    const entries = Object.entries(value as Record<string, unknown>).filter(([, v]) => v !== undefined).sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0));
+    return `{${entries.map(([k, v]) => `${JSON.stringify(k)}:${canonicalJson(v)}`).join(',')}}`;
+  }
+  return JSON.stringify(value);
+}
+
+/**
+ * What the orchestrator signs, with the network's key, to name its chain to
+ * the holder of `challenge` (GET /chain): a miner learns the chain it checks
+ * deployed models on from it, so the answer must be the network's and fresh.
+ */
+export function chainMessage(challenge: string, chain: unknown): string {
+  return `${NETWORK_VERSION}\nchain\n${challenge}\n${canonicalJson(chain)}`;
 }

@@ -4,7 +4,10 @@
 // what it receives with the same ones. Miners' messages are in
 // src/protocol/messages.ts.
 import { Type, type Static, type TSchema } from '@sinclair/typebox';
+import { DeploymentEntry } from '../chain/deploy.ts';
+import { HashString } from '../chain/schemas.ts';
 import { ActivationCodec, Aggregator } from '../protocol/messages.ts';
+import { SIGNATURE_PATTERN } from '../protocol/session-key.ts';
 
 const Count = Type.Integer({ minimum: 0, maximum: Number.MAX_SAFE_INTEGER });
 const Ms = Type.Integer({ minimum: 0, maximum: Number.MAX_SAFE_INTEGER });
@@ -216,3 +219,30 @@ export const EpochList = Type.Object({
 export type EpochList = Static<typeof EpochList>;
 
 export const Health = Type.Object({ ok: Type.Literal(true) });
+
+/**
+ * The chain an orchestrator pays on (GET /chain), so that a command or a
+ * miner acting for it uses that chain and no other (src/chain/identity.ts):
+ * its identity (chain id, genesis hash, the hash of the block its contracts
+ * were deployed in), the RPC URL it publishes (its local node's, on
+ * 127.0.0.1 and so only reachable on its machine; on another chain only
+ * what --public-chain-rpc names, null otherwise) and the contracts, as
+ * deployment.json records them.
+ */
+export const ChainView = Type.Object({
+  chainId: Type.Integer({ minimum: 1 }),
+  rpcUrl: Nullable(Type.String({ minLength: 1, maxLength: 2048 })),
+  /** the local anvil node of its data dir: its faucet mints test NIM, and gas is topped up there */
+  local: Type.Boolean(),
+  genesisHash: HashString,
+  deployBlockHash: HashString,
+  contracts: DeploymentEntry,
+});
+export type ChainView = Static<typeof ChainView>;
+
+/** GET /chain?challenge=HEX: the chain (null: the network is unpaid), signed with the network's key for the challenge (null without one). */
+export const ChainAnswer = Type.Object({
+  chain: Nullable(ChainView),
+  signature: Nullable(Type.String({ pattern: SIGNATURE_PATTERN })),
+});
+export type ChainAnswer = Static<typeof ChainAnswer>;

@@ -1,10 +1,10 @@
 // The anvil node process (Foundry's EVM dev node, shipped in the npm package
 // @foundry-rs/anvil): start it on a loopback port, load and dump its state,
 // stop it. src/chain/node.ts decides when; this file only knows how.
-import { spawn } from 'node:child_process';
+import { execFileSync, spawn } from 'node:child_process';
 import { closeSync, existsSync, openSync, readFileSync, renameSync, writeFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
-import { dirname, join } from 'node:path';
+import { basename, dirname, join } from 'node:path';
 import { gunzipSync } from 'node:zlib';
 import { Type, type Static, type TSchema } from '@sinclair/typebox';
 import { childEnv } from '../protocol/child-env.ts';
@@ -116,6 +116,28 @@ export function isAlive(pid: number): boolean {
   } catch (err) {
     return (err as NodeJS.ErrnoException).code === 'EPERM';
   }
+}
+
+/** The command line of process `pid` (Linux: /proc; elsewhere ps), or null when it cannot be read. */
+export function processArgs(pid: number): string[] | null {
+  try {
+    const raw = readFileSync(`/proc/${pid}/cmdline`, 'utf8');
+    return raw.split('\0').filter((a) => a !== '');
+  } catch {
+    // no /proc here (macOS), or the process is gone
+  }
+  try {
+    const line = execFileSync('ps', ['-o', 'args=', '-p', String(pid)], { encoding: 'utf8', stdio: ['ignore', 'pipe', 'ignore'] }).trim();
+    return line ? line.split(/\s+/) : null;
+  } catch {
+    return null;
+  }
+}
+
+/** Whether process `pid` runs an anvil binary (checked before stopping a pid read from a file: pids are reused). */
+export function isAnvilProcess(pid: number): boolean {
+  const args = processArgs(pid);
+  return args !== null && args.length > 0 && /^anvil(\.exe)?$/.test(basename(args[0]));
 }
 
 /** A JSON-RPC answer: a result or an error. */

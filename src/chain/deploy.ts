@@ -132,8 +132,8 @@ export function deploymentFile(dataDir: string): string {
   return join(chainDir(dataDir), 'deployment.json');
 }
 
-/** One entry of deployment.json (see Deployment in client.ts). */
-const DeploymentEntry = Type.Object({
+/** One entry of deployment.json (see Deployment in client.ts); also the contracts of an orchestrator's GET /chain. */
+export const DeploymentEntry = Type.Object({
   chainId: Type.Integer({ minimum: 1 }),
   nim: AddressString,
   staking: AddressString,

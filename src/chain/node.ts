@@ -6,12 +6,15 @@
 // node is never left half-written. A long-running process (the orchestrator,
 // later `nbcli up`) opens the node as persistent: it dumps the state every few
 // seconds and on close, and other commands reuse it through node.json while
-// its owner lives. A node whose owner died (crash, Ctrl-C) is adopted by the
-// next command, which dumps its state and stops it.
+// its owner lives. A node whose owner died (crash, kill -9) is adopted by the
+// next command, which dumps its state and stops it, or stopped by
+// `nbcli chain stop` (stopLocalNode: by the recorded pid, once it is checked
+// to be an anvil process).
 import { closeSync, existsSync, mkdirSync, openSync, readFileSync, renameSync, rmSync, statSync, writeSync } from 'node:fs';
 import { join } from 'node:path';
 import { Type } from '@sinclair/typebox';
-import { LOCAL_CHAIN_ID, dumpAnvilState, isAlive, rpc, startAnvil, stopPid } from './anvil.ts';
+import { NimbleError } from '../protocol/errors.ts';
+import { LOCAL_CHAIN_ID, dumpAnvilState, isAlive, isAnvilProcess, processArgs, rpc, startAnvil, stopPid } from './anvil.ts';
 import { HexQuantity, readJsonFile } from './schemas.ts';
 
 export interface LocalNodeFile {
@@ -39,6 +42,10 @@ const LocalNodeFileSchema = Type.Object({
 export interface LocalNode {
   rpcUrl: string;
   chainId: number;
+  /** the anvil process */
+  pid: number;
+  /** the process that will dump its state and stop it (this one when `owned`) */
+  ownerPid: number;
   /** true when this process started or adopted the node and will stop it on release */
   owned: boolean;
   /** Writes the chain state to disk now (owner only; a no-op otherwise). */
@@ -111,6 +118,8 @@ function borrowed(info: LocalNodeFile): LocalNode {
   return {
     rpcUrl: info.rpcUrl,
     chainId: info.chainId,
+    pid: info.pid,
+    ownerPid: info.ownerPid,
     owned: false,
     dump: async () => {},
     release: async () => {},
@@ -138,6 +147,8 @@ function owned(
   return {
     rpcUrl: info.rpcUrl,
     chainId: info.chainId,
+    pid: info.pid,
+    ownerPid: info.ownerPid,
     owned: true,
     dump,
     async release(): Promise<void> {
@@ -223,4 +234,75 @@ export function writeJsonAtomic(file: string, value: unknown): void {
   writeSync(fd, JSON.stringify(value, null, 2) + '\n');
   closeSync(fd);
   renameSync(tmp, file);
+}
+
+/** What `nbcli chain status` shows of a data dir's local node. */
+export type LocalNodeStatus =
+  | { running: false; stateFile: string; hasState: boolean; staleFile: boolean }
+  | (LocalNodeFile & { running: true; stateFile: string; ownerAlive: boolean; anvil: boolean; answering: boolean });
+
+/** node.json as written, or undefined when there is none (or it is not what this code writes); reads only. */
+function readNodeFile(file: string): LocalNodeFile | undefined {
+  if (!existsSync(file)) return undefined;
+  try {
+    return readJsonFile(LocalNodeFileSchema, file, 'local node file');
+  } catch {
+    return undefined;
+  }
+}
+
+/** The data dir's local node as node.json records it, checked against the process table and its RPC; changes nothing. */
+export async function localNodeStatus(dataDir: string): Promise<LocalNodeStatus> {
+  const paths = localNodePaths(dataDir);
+  const info = readNodeFile(paths.node);
+  if (!info || !isAlive(info.pid)) return { running: false, stateFile: paths.state, hasState: existsSync(paths.state), staleFile: existsSync(paths.node) };
+  let answering = false;
+  try {
+    answering = Number(await rpc(info.rpcUrl, 'eth_chainId', [], HexQuantity, 3_000)) === info.chainId;
+  } catch {
+    // not answering
+  }
+  return { ...info, running: true, stateFile: paths.state, ownerAlive: isAlive(info.ownerPid), anvil: isAnvilProcess(info.pid), answering };
+}
+
+export interface StoppedNode {
+  /** the anvil process stopped (null: none was running) */
+  pid: number | null;
+  /** its state was written to state.json first */
+  saved: boolean;
+  stateFile: string;
+}
+
+/**
+ * `nbcli chain stop`: stops the data dir's local node, by the pid node.json
+ * records, once that pid is checked to be an anvil process (never a process
+ * the pid was reused for) and no live process keeps the node (an orchestrator
+ * stops its own node, saving it, when it stops). The state is saved first.
+ * Waits for a command using the node to finish (the lock).
+ */
+export async function stopLocalNode(dataDir: string, lockTimeoutMs = 30_000): Promise<StoppedNode> {
+  const paths = localNodePaths(dataDir);
+  if (!existsSync(paths.dir)) return { pid: null, saved: false, stateFile: paths.state };
+  await acquireLock(paths.lock, lockTimeoutMs);
+  try {
+    const info = readNodeFile(paths.node);
+    if (!info || !isAlive(info.pid)) {
+      rmSync(paths.node, { force: true });
+      return { pid: null, saved: false, stateFile: paths.state };
+    }
+    if (!isAnvilProcess(info.pid)) {
+      const args = processArgs(info.pid);
+      throw new NimbleError('conflict', `process ${info.pid} that ${paths.node} names is not an anvil node (${args ? `it runs '${args.join(' ').slice(0, 120)}'` : 'its command line cannot be read'}): not stopped; if the file is stale, remove it`);
+    }
+    if (info.ownerPid !== process.pid && isAlive(info.ownerPid)) {
+      throw new NimbleError('conflict', `the local chain node (anvil pid ${info.pid}, ${info.rpcUrl}) is kept by process ${info.ownerPid}, which still runs (an orchestrator or nbcli up of this data dir): stop that process, and it saves and stops its node`);
+    }
+    let saved = true;
+    await dumpAnvilState(info.rpcUrl, paths.state).catch(() => (saved = false));
+    await stopPid(info.pid);
+    rmSync(paths.node, { force: true });
+    return { pid: info.pid, saved, stateFile: paths.state };
+  } finally {
+    rmSync(paths.lock, { force: true });
+  }
 }

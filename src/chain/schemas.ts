@@ -12,6 +12,9 @@ export const AddressString = Type.Unsafe<Address>(Type.String({ pattern: '^0x[0-
 /** 0x-prefixed hex of whole bytes; typed as viem's Hex. */
 export const HexString = Type.Unsafe<Hex>(Type.String({ pattern: '^0x([0-9a-fA-F]{2})*$' }));
 
+/** A 32-byte hash (a block's), 0x-prefixed; typed as viem's Hex. */
+export const HashString = Type.Unsafe<Hex>(Type.String({ pattern: '^0x[0-9a-fA-F]{64}$' }));
+
 /** 0x-prefixed hex quantity (a JSON-RPC number such as eth_chainId's answer). */
 export const HexQuantity = Type.Unsafe<Hex>(Type.String({ pattern: '^0x[0-9a-fA-F]+$' }));
 

@@ -1,10 +1,11 @@
 // Opening the chain for one command: the local anvil node of the data dir
 // (started, deployed to once, stopped after) or any RPC endpoint given with
 // --chain-rpc, whose contract addresses must be in deployment.json.
+import { randomBytes } from 'node:crypto';
 import type { Account, Address } from 'viem';
 import { privateKeyToAccount } from 'viem/accounts';
 import { NimbleError } from '../protocol/errors.ts';
-import { LOCAL_CHAIN_ID } from './anvil.ts';
+import { LOCAL_CHAIN_ID, rpc, RPC_ANY } from './anvil.ts';
 import { createChainPublicClient, chainDefinition, makeChainClient, signerFor, type ChainClient } from './client.ts';
 import { deployContracts, deploymentFile, LOCAL_DEPLOYMENT_KEY, readDeployments, saveDeployment, upgradeDeployment } from './deploy.ts';
 import { openLocalNode, type LocalNode } from './node.ts';
@@ -66,6 +67,9 @@ async function ensureLocalDeployment(opts: OpenChainOptions, node: LocalNode): P
   }
   const cooldown = opts.unstakeCooldownSeconds ?? Number(process.env.NIMBLE_UNSTAKE_COOLDOWN ?? 0);
   if (!Number.isInteger(cooldown) || cooldown < 0) throw new NimbleError('invalid', `unstake cooldown must be a whole number of seconds, got ${cooldown}`);
+  // Two nodes started in the same second have the same genesis, and the same deployment makes the same blocks:
+  // 1 wei to a random address makes the contracts' block, and so this chain's identity, this data dir's own (./identity.ts)
+  await rpc(node.rpcUrl, 'anvil_setBalance', [`0x${randomBytes(20).toString('hex')}`, '0x1'], RPC_ANY);
   const deployment = await deployContracts({ chainId: LOCAL_CHAIN_ID, chain, local: true, public: pub }, signerFor({ chain, local: true }, operator), {
     orchestrator: operator.address,
     faucet: operator.address,

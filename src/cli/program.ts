@@ -20,6 +20,7 @@ const COMMANDS: readonly (readonly [name: string, load: () => Promise<Register>]
   ['miner', async () => (await import('./node/miner.ts')).registerMiner],
   ['up', async () => (await import('./up/up.ts')).registerUp],
   ['rewards', async () => (await import('./chain/rewards.ts')).registerRewards],
+  ['chain', async () => (await import('./chain/chain.ts')).registerChain],
   ['run', async () => (await import('./run/run.ts')).registerRun],
   ['job', async () => (await import('./job/job.ts')).registerJob],
   ['checkpoint', async () => (await import('./job/checkpoint.ts')).registerCheckpoint],

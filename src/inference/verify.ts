@@ -1,9 +1,10 @@
 // What a miner checks before it serves a deployed model's weights
 // (docs/inference.md, "Deploy"): the file it downloaded has the sha256 the
 // deployment names, and, on a paid network, that sha256 is a model published
-// on the ModelRegistry, read on the miner's own chain (its --chain-rpc, or the
-// local node of its data dir): the orchestrator's word alone cannot make a
-// miner serve weights nobody published. On an unpaid network (no chain) the
+// on the ModelRegistry, read on the chain the orchestrator names, which the
+// miner checks is that chain (src/miner/chain.ts; its --chain-rpc must be the
+// same chain): the orchestrator's word alone cannot make a miner serve
+// weights nobody published on it. On an unpaid network (no chain) the
 // only check is the orchestrator's sha256, and the miner says so.
 import type { Hex } from 'viem';
 import { LOCAL_DEPLOYMENT_KEY, readDeployments } from '../chain/deploy.ts';
@@ -53,7 +54,8 @@ export async function checkModelFile(fileSha256: string, assignment: Pick<Deploy
 }
 
 /**
- * The miner's registry lookup: on the chain at `rpcUrl` (addresses from
+ * A registry lookup on a chain of the miner's own (for an orchestrator that
+ * does not name its chain, and for tests): on the chain at `rpcUrl` (addresses from
  * <dataDir>/chain/deployment.json), else on the local node of `dataDir` when
  * a local chain was deployed there (the miner shares its data dir with the
  * orchestrator, as `nbcli up`'s miners do); null when the miner has no chain.

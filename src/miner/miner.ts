@@ -36,6 +36,7 @@ import { DeploymentServing } from './deployment.ts';
 import { ModelClient } from '../api/model-client.ts';
 import { OrchestratorClient } from '../api/client.ts';
 import type { RegistryLookup } from '../inference/verify.ts';
+import { learnedRegistryLookup } from './chain.ts';
 import { ForwardRecords } from './forward-records.ts';
 import { measureHardware } from './hardware.ts';
 import { httpMergeTransport, MergeRounds } from './merge-round.ts';
@@ -79,8 +80,13 @@ export interface MinerOptions {
   serve?: ServeSetting;
   /** where its GPT stages run (`--backend`; default wasm): src/engine/engine.ts */
   backend?: BackendChoice;
-  /** the ModelRegistry on the miner's own chain, to check deployed models' weights against (null or absent: no chain) */
+  /**
+   * the ModelRegistry to check deployed models' weights against (null: none, so a paid network's are refused);
+   * absent: the one of the chain the orchestrator names, checked on `chain.rpcUrl` or the orchestrator's RPC (./chain.ts)
+   */
   registryLookup?: RegistryLookup | null;
+  /** where the chain the orchestrator names is checked: --chain-rpc, and the data dir whose deployment.json must agree (default: options.dataDir) */
+  chain?: { rpcUrl?: string; dataDir?: string };
 }
 
 /** A microbatch held longer than this is let go (its gradient is not coming). */
@@ -127,6 +133,8 @@ export class Miner {
   /** background sends (activations, gradients, check bundles), awaited on stop */
   private readonly sends = new Set<Promise<unknown>>();
   private readonly log: (line: string) => void;
+  /** says which chain deployed models are checked on, once joined (none: the lookup was given, or it trains only) */
+  private readonly checkChain: () => Promise<void> = async () => {};
 
   private constructor(
     private readonly options: MinerOptions,
@@ -143,13 +151,20 @@ export class Miner {
     this.client = new SignedClient(orchestrators, new RequestSigner({ session: this.sessionKey, address: this.address as Address }, { domain }));
     this.log = options.log ?? (() => {});
     this.datasets = new DatasetCache(join(options.dataDir, 'datasets'), blobFetch(this.client), this.log);
-    const models = new ModelClient(new OrchestratorClient(orchestrators));
+    const api = new OrchestratorClient(orchestrators, { network });
+    const models = new ModelClient(api);
+    let lookup = options.registryLookup;
+    if (lookup === undefined && options.serve !== 'training') {
+      const learned = learnedRegistryLookup({ api, rpcUrl: options.chain?.rpcUrl, dataDir: options.chain?.dataDir ?? options.dataDir, log: this.log });
+      lookup = learned.lookup;
+      this.checkChain = learned.check;
+    }
     this.serving = new DeploymentServing({
       engine,
       dir: join(options.dataDir, 'models'),
       address: this.address,
       open: (sha256, offset, signal) => models.openFile(sha256, offset, signal),
-      lookup: options.registryLookup ?? null,
+      lookup: lookup ?? null,
       log: this.log,
     });
     this.checks = new CheckAnswers(this.records, (runId, id, body) => this.client.request('POST', `/runs/${runId}/checks/${id}`, body), this.log);
@@ -212,6 +227,7 @@ export class Miner {
       await miner.stop();
       throw err;
     }
+    void miner.checkChain();
     miner.schedule(0);
     return miner;
   }

@@ -67,7 +67,7 @@ export function buildApi(
     },
     onFailure: (req, err) => console.error(`orchestrator: ${req.method} ${req.url}:`, err.cause ?? err),
   });
-  publicRoutes(app, coordinator, epochs !== null);
+  publicRoutes(app, coordinator, epochs?.chain ?? null);
   minerRoutes(app, coordinator, epochs);
   if (jobs) jobRoutes(app, coordinator, jobs, epochs?.jobPayments ?? null);
   modelRoutes(app, coordinator, epochs?.chain ?? null);

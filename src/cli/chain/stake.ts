@@ -4,7 +4,7 @@ import type { Command } from 'commander';
 import { formatNim, showNim, parseNim } from '../../chain/amounts.ts';
 import { nimBalance } from '../../chain/token.ts';
 import { addStake, readStake, removeStake, withdrawIfReady } from '../../chain/staking.ts';
-import { onChain, unlock, withChainOption, withWalletName, type ChainCommandOptions } from '../chain-options.ts';
+import { onChain, unlock, withChainOption, withOrchestratorChain, withWalletName, type ChainCommandOptions } from '../chain-options.ts';
 import { emit, withCommonOptions } from '../common.ts';
 
 interface StakeOptions extends ChainCommandOptions {
@@ -14,7 +14,7 @@ interface StakeOptions extends ChainCommandOptions {
 export function registerStake(program: Command): void {
   const stake = program.command('stake').description('stake NIM to mine; take it out again');
 
-  withChainOption(withWalletName(withCommonOptions(stake.command('add'))))
+  withOrchestratorChain(withChainOption(withWalletName(withCommonOptions(stake.command('add')))))
     .description('stake free NIM from a wallet')
     .option('--amount <nim>', 'how many NIM')
     .action(async (opts: StakeOptions) => {
@@ -23,7 +23,7 @@ export function registerStake(program: Command): void {
       const out = await onChain(opts, async (client) => {
         const txs = await addStake(client, sign(client), amount);
         return { txs, position: await readStake(client, info.address), free: await nimBalance(client, info.address) };
-      });
+      }, { orchestrator: opts.orchestrator });
       emit(
         opts,
         {
@@ -37,7 +37,7 @@ export function registerStake(program: Command): void {
       );
     });
 
-  withChainOption(withWalletName(withCommonOptions(stake.command('remove'))))
+  withOrchestratorChain(withChainOption(withWalletName(withCommonOptions(stake.command('remove')))))
     .description('unstake (all of it without --amount) and withdraw once the cooldown is over')
     .option('--amount <nim>', 'how many NIM (default: the whole stake)')
     .action(async (opts: StakeOptions) => {
@@ -46,7 +46,7 @@ export function registerStake(program: Command): void {
       const out = await onChain(opts, async (client) => {
         const r = await removeStake(client, sign(client), amount);
         return { ...r, free: await nimBalance(client, info.address) };
-      });
+      }, { orchestrator: opts.orchestrator });
       const pending = out.position.unstaking > 0n ? new Date(out.position.releaseAt * 1000).toISOString() : null;
       emit(
         opts,
@@ -71,7 +71,7 @@ export function registerStake(program: Command): void {
       );
     });
 
-  withChainOption(withWalletName(withCommonOptions(stake.command('withdraw'))))
+  withOrchestratorChain(withChainOption(withWalletName(withCommonOptions(stake.command('withdraw')))))
     .description('move unstaked NIM back to the wallet after the cooldown')
     .action(async (opts: StakeOptions) => {
       const { info, sign } = await unlock(opts);
@@ -80,7 +80,7 @@ export function registerStake(program: Command): void {
         if (before.unstaking === 0n) throw new NimbleError('invalid', `nothing is unstaking in ${info.address}`);
         const r = await withdrawIfReady(client, sign(client));
         return { ...r, before, free: await nimBalance(client, info.address) };
-      });
+      }, { orchestrator: opts.orchestrator });
       if (out.withdrawn === 0n) {
         throw new NimbleError('invalid', `${showNim(out.before.unstaking)} NIM is unstaking until ${new Date(out.before.releaseAt * 1000).toISOString()}: not yet`);
       }

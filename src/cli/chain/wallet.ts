@@ -8,7 +8,7 @@ import { formatNim, showNim, parseNim } from '../../chain/amounts.ts';
 import { faucet, nimBalance, transferNim } from '../../chain/token.ts';
 import { checkWalletName, listWallets, loadWalletFile, privateKeyFromSecret, saveWallet } from '../../chain/wallets.ts';
 import { readBalanceView, type BalanceView } from '../../chain/balance-view.ts';
-import { chainRpcOf, onChain, parseAddress, unlock, withChainOption, withWalletName, type ChainCommandOptions } from '../chain-options.ts';
+import { chainRpcOf, onChain, parseAddress, unlock, withChainOption, withOrchestratorChain, withWalletName, type ChainCommandOptions } from '../chain-options.ts';
 import { emit, resolveDataDir, withCommonOptions } from '../common.ts';
 import { readPassword, readSecret } from '../prompt.ts';
 
@@ -66,7 +66,7 @@ export function registerWallet(program: Command): void {
       );
     });
 
-  withChainOption(withWalletName(withCommonOptions(wallet.command('balance'))))
+  withOrchestratorChain(withChainOption(withWalletName(withCommonOptions(wallet.command('balance')))))
     .description('free NIM, staked, unstaking, and rewards earned per epoch')
     .option('--address <address>', 'show any address instead of a wallet')
     .action(async (opts: WalletOptions) => {
@@ -79,11 +79,11 @@ export function registerWallet(program: Command): void {
         name = info.name;
         address = info.address;
       }
-      const view = await onChain(opts, (client) => readBalanceView(client, address));
+      const view = await onChain(opts, (client) => readBalanceView(client, address), { orchestrator: opts.orchestrator });
       emit(opts, { name: name ?? null, ...view }, () => humanBalance(name, view));
     });
 
-  withChainOption(withWalletName(withCommonOptions(wallet.command('transfer'))))
+  withOrchestratorChain(withChainOption(withWalletName(withCommonOptions(wallet.command('transfer')))))
     .description('send free NIM to an address')
     .option('--to <address>', 'recipient address')
     .option('--amount <nim>', 'how many NIM, e.g. 2.5')
@@ -94,7 +94,7 @@ export function registerWallet(program: Command): void {
       const result = await onChain(opts, async (client) => {
         const tx = await transferNim(client, sign(client), to, amount);
         return { tx, free: await nimBalance(client, info.address) };
-      });
+      }, { orchestrator: opts.orchestrator });
       emit(
         opts,
         { from: info.address, to, amount: formatNim(amount), tx: result.tx.hash, free: formatNim(result.free) },
@@ -102,11 +102,11 @@ export function registerWallet(program: Command): void {
       );
     });
 
-  withChainOption(withWalletName(withCommonOptions(wallet.command('faucet'))))
-    .description('mint test NIM to a wallet (local chain only)')
+  withOrchestratorChain(withChainOption(withWalletName(withCommonOptions(wallet.command('faucet')))))
+    .description("mint test NIM to a wallet (local chain only: the data dir's, or with --orchestrator that orchestrator's local node)")
     .option('--amount <nim>', 'how many NIM', '1000')
     .action(async (opts: WalletOptions) => {
-      if (chainRpcOf(opts)) {
+      if (chainRpcOf(opts) && !opts.orchestrator) {
         throw new NimbleError('invalid', 'the faucet only exists on the local chain nbcli runs itself; it is refused with --chain-rpc');
       }
       const amount = parseNim(opts.amount);
@@ -114,7 +114,7 @@ export function registerWallet(program: Command): void {
       const result = await onChain(opts, async (client) => {
         const tx = await faucet(client, info.address, amount);
         return { tx, free: await nimBalance(client, info.address) };
-      });
+      }, { orchestrator: opts.orchestrator });
       emit(opts, { name: info.name, address: info.address, amount: formatNim(amount), tx: result.tx.hash, free: formatNim(result.free) }, () =>
         `faucet: ${showNim(amount)} NIM to ${info.name} (${info.address}); ${showNim(result.free)} NIM free`,
       );

@@ -57,7 +57,7 @@ export function registerCredit(program: Command): void {
     await onChain(flags, async (chain) => {
       checkChain(chain, payment);
       await openEscrow(chain, signerFor(chain, privateKeyToAccount(key)), escrowId, amount);
-    });
+    }, { orchestrator: api });
     let view: CreditView;
     try {
       view = await credits.add(escrowId);

@@ -1,6 +1,7 @@
 // Paying for a job from the command line (docs/jobs.md "Payment"): the spec is
 // checked by the orchestrator first (nothing is escrowed for a job it would
-// refuse), then the budget is escrowed on its chain's JobEscrow from the
+// refuse), then the budget is escrowed on its chain's JobEscrow (the chain
+// it names, checked: ../chain-options.ts onChain) from the
 // developer's key (a clear error, before anything is sent, when the NIM is
 // not there), then the job is submitted with the escrow's id. A submission
 // that fails after the escrow was opened gets the escrow released (refunded)
@@ -38,7 +39,7 @@ export async function submitJob(flags: ChainCommandOptions, jobs: JobClient, spe
     const developer = signerFor(client, privateKeyToAccount(key));
     if (opts.faucet) await faucet(client, developer.account.address, amount);
     await openEscrow(client, developer, escrowId, amount);
-  });
+  }, { orchestrator: jobs.api });
   opts.log?.(`escrowed ${showNim(amount)} NIM for ${spec.name} in ${escrowId}`);
   try {
     return await jobs.submit(spec, escrowId);
@@ -62,7 +63,7 @@ export async function keepCheckpoints(flags: ChainCommandOptions, jobs: JobClien
   const tx = await onChain(flags, async (client) => {
     checkChain(client, payment);
     return transferNim(client, signerFor(client, privateKeyToAccount(key)), payee, price);
-  });
+  }, { orchestrator: jobs.api });
   return { list: await jobs.keep(id, days, tx.hash), paid: price };
 }
 

@@ -46,7 +46,9 @@ export function registerModelDeploy(group: Command, common: (cmd: Command) => Co
     if (!(idleLimitMs >= MIN_IDLE_LIMIT_MS && idleLimitMs <= MAX_IDLE_LIMIT_MS)) throw new NimbleError('invalid', `--idle-hours must be between ${MIN_IDLE_LIMIT_MS / 3_600_000} and ${MAX_IDLE_LIMIT_MS / 3_600_000}, got '${flags.idleHours}'`);
     const { sha256, client } = await resolve(ref, flags);
     let d = await client.deploy(sha256, { replicas, ...(stages === undefined ? {} : { stages }), idleLimitMs });
-    if (flags.wait) d = await waitServing(new ModelClient(new OrchestratorClient(flags.orchestrator)), sha256, d, Number(flags.timeout) * 1000, (line) => !flags.json && process.stderr.write(`${line}\n`), true);
+    // progress (and each miner's reason for refusing a stage) on stderr, or as JSON lines beside the result
+    const progress = (line: string): void => void (flags.json ? process.stdout.write(JSON.stringify({ event: 'deploying', line }) + '\n') : process.stderr.write(`${line}\n`));
+    if (flags.wait) d = await waitServing(new ModelClient(new OrchestratorClient(flags.orchestrator)), sha256, d, Number(flags.timeout) * 1000, progress, true);
     emit(flags, { event: 'deployed', deployment: d }, () => deploymentLines(d).join('\n'));
   });
 
@@ -70,14 +72,16 @@ async function resolve(ref: string, flags: Flags): Promise<{ sha256: string; cli
   const dataDir = resolveDataDir(flags);
   loadWalletFile(dataDir, name); // an unknown wallet fails before the prompt
   const owner = flags.owner === undefined ? undefined : parseAddress(flags.owner, '--owner');
-  const m = await onChain(flags, (chain) => resolvePublished(chain, ref, owner));
+  const m = await onChain(flags, (chain) => resolvePublished(chain, ref, owner), { orchestrator: flags.orchestrator });
   const { privateKey } = unlockWallet(dataDir, name, await readPassword(`Password for wallet '${name}': `));
   return { sha256: m.checkpointSha256.slice(2), client: new DeploymentClient(new OrchestratorClient(flags.orchestrator, { wallet: privateKey })) };
 }
 
 /**
  * Polls the model until its deployment serves (or ends, or the timeout
- * passes), telling `progress` each change. With `once`, a deployment that
+ * passes), telling `progress` each change, and each miner's reason for
+ * refusing a stage once (a miner that cannot check the weights on its chain
+ * says why; the timeout's error repeats them). With `once`, a deployment that
  * served and then lost a replica (a miner gone or evicted between two polls)
  * is returned as it stands, deploying again, rather than waited on until a
  * new miner comes: what `nbcli model deploy --wait` promises is that it
@@ -87,17 +91,32 @@ export async function waitServing(models: ModelClient, sha256: string, first: De
   const end = Date.now() + (timeoutMs > 0 ? timeoutMs : 600_000);
   let d = first;
   let said = '';
+  // a miner's reasons for refusing a stage (it could not check the weights on its chain, the file did not load...), each said once
+  const refusals = new Set<string>();
   for (;;) {
     const line = progressLine(d);
     if (line !== said) progress(line);
     said = line;
+    for (const r of d.refused) {
+      const refusal = refusalLine(r);
+      if (!refusals.has(refusal)) progress(`  ${refusal}`);
+      refusals.add(refusal);
+    }
     if (d.status !== 'deploying' || (once && d.servingAt !== null)) return d;
-    if (Date.now() > end) throw new NimbleError('timeout', `deployment ${d.id} is not serving after ${Math.round(timeoutMs / 1000)} s: ${line}`, 504);
+    if (Date.now() > end) {
+      const why = d.refused.length ? `; ${d.refused.map(refusalLine).join('; ')}` : '';
+      throw new NimbleError('timeout', `deployment ${d.id} is not serving after ${Math.round(timeoutMs / 1000)} s: ${line}${why}`, 504);
+    }
     await new Promise((r) => setTimeout(r, 500));
     const now = (await models.get(sha256)).deployment;
     if (!now || now.id !== d.id) throw new NimbleError('conflict', `deployment ${d.id} is gone from the orchestrator`);
     d = now;
   }
+}
+
+/** A miner's refusal of a stage, in its own words. */
+function refusalLine(r: DeploymentView['refused'][number]): string {
+  return `refused by ${r.id}: ${r.detail}`;
 }
 
 function progressLine(d: DeploymentView): string {
@@ -114,6 +133,6 @@ export function deploymentLines(d: DeploymentView): string[] {
     const miners = s.miners.map((m) => `${m.name ?? m.id} ${m.state}${m.verifiedBy ? ` (checked against ${m.verifiedBy === 'chain' ? 'the chain' : 'the sha256 only'})` : ''}${m.alive ? '' : ' [gone]'}`);
     lines.push(`  stage ${s.stage} parts [${s.parts[0]}, ${s.parts[1]}), ${(s.memoryBytes / 1e6).toFixed(1)} MB per replica: ${miners.join(', ') || 'no miner'}`);
   }
-  for (const r of d.refused) lines.push(`  refused by ${r.id}: ${r.detail}`);
+  for (const r of d.refused) lines.push(`  ${refusalLine(r)}`);
   return lines;
 }

@@ -60,7 +60,7 @@ export function registerModel(program: Command): void {
     if (!walletName) throw new NimbleError('invalid', '--wallet.name is required: the wallet that owns and publishes the model');
     loadWalletFile(dataDir, walletName); // an unknown wallet fails before the prompt
     const { account, privateKey } = unlockWallet(dataDir, walletName, await readPassword(`Password for wallet '${walletName}': `));
-    const r = await onChain(flags, (client) => publish(client, models(flags, privateKey), account, source, terms));
+    const r = await onChain(flags, (client) => publish(client, models(flags, privateKey), account, source, terms), { orchestrator: flags.orchestrator });
     const m = r.ticket.model;
     emit(
       flags,
@@ -71,7 +71,7 @@ export function registerModel(program: Command): void {
 
   common(group.command('list').description("the models published on the chain, with the orchestrator's deployments of them").option('--owner <address>', 'only those of this owner')).action(async (flags: Flags) => {
     const owner = flags.owner === undefined ? undefined : parseAddress(flags.owner, '--owner');
-    const list = (await onChain(flags, allPublished)).filter((m) => !owner || m.owner.toLowerCase() === owner.toLowerCase());
+    const list = (await onChain(flags, allPublished, { orchestrator: flags.orchestrator, fallback: true })).filter((m) => !owner || m.owner.toLowerCase() === owner.toLowerCase());
     const deployments = await liveDeployments(flags);
     const of = (m: PublishedModel): DeploymentView | null => deployments.get(m.checkpointSha256.slice(2).toLowerCase()) ?? null;
     emit(
@@ -139,7 +139,7 @@ function deploymentSummary(d: DeploymentView | null): string {
 
 function find(flags: Flags, ref: string): Promise<PublishedModel> {
   const owner = flags.owner === undefined ? undefined : parseAddress(flags.owner, '--owner');
-  return onChain(flags, (client) => resolvePublished(client, ref, owner));
+  return onChain(flags, (client) => resolvePublished(client, ref, owner), { orchestrator: flags.orchestrator, fallback: true });
 }
 
 function sourceOf(flags: Flags): ModelSource {

@@ -1,13 +1,13 @@
 // nbcli miner start: join a network and train the stage it assigns, or serve a
 // stage of a deployed model (--serve inference|training|both). A deployed
-// model's weights are checked against the ModelRegistry of the miner's chain:
-// --chain-rpc, or the local node of its data dir. --orchestrator may name
+// model's weights are checked against the ModelRegistry of the chain the
+// orchestrator names, checked on its RPC or on --chain-rpc (src/miner/chain.ts).
+// --orchestrator may name
 // several orchestrators of one network (URL,URL... or the flag repeated): the
 // miner moves to the next when the one it talks to stops answering.
 import { NimbleError } from '../../protocol/errors.ts';
 import { join } from 'node:path';
 import type { Command } from 'commander';
-import { chainRegistryLookup } from '../../inference/verify.ts';
 import { BACKEND_CHOICES, type BackendChoice } from '../../engine/engine.ts';
 import { Miner } from '../../miner/miner.ts';
 import type { ServeSetting } from '../../protocol/messages.ts';
@@ -106,10 +106,11 @@ export function registerMiner(program: Command): void {
     const serve = flags.serve as ServeSetting;
     if (!(BACKEND_CHOICES as readonly string[]).includes(flags.backend)) throw new NimbleError('invalid', `--backend must be ${BACKEND_CHOICES.join(', ')}, got '${flags.backend}'`);
     const backend = flags.backend as BackendChoice;
-    const registryLookup = serve === 'training' ? null : chainRegistryLookup(resolveDataDir(flags), chainRpcOf(flags));
+    // a miner that serves checks deployed models on the chain its orchestrator names (src/miner/chain.ts)
+    const chain = { rpcUrl: chainRpcOf(flags), dataDir: resolveDataDir(flags) };
     const privateKey = await signingKey(flags, 'miner-key.json', dataDir);
-    const miner = await Miner.start({ orchestrator, dataDir, name: flags.name, threads, throttle, host: flags.host, port, slots, log, mergeDelayMs, privateKey, memoryBytes, gpuMemoryBytes, serve, registryLookup, backend });
-    emit(flags, { event: 'started', address: miner.address, url: miner.url, serve, backend: miner.backend, chain: registryLookup !== null }, () => `miner ${miner.address} serving peers on ${miner.url} (offers ${serve === 'both' ? 'training and inference' : serve}, trains on ${miner.backend}${serve !== 'training' && !registryLookup ? "; no chain: deployed models of a paid network are refused, see --chain-rpc" : ''})`);
+    const miner = await Miner.start({ orchestrator, dataDir, name: flags.name, threads, throttle, host: flags.host, port, slots, log, mergeDelayMs, privateKey, memoryBytes, gpuMemoryBytes, serve, chain, backend });
+    emit(flags, { event: 'started', address: miner.address, url: miner.url, serve, backend: miner.backend, chain: serve !== 'training' }, () => `miner ${miner.address} serving peers on ${miner.url} (offers ${serve === 'both' ? 'training and inference' : serve}, trains on ${miner.backend})`);
     await waitForSignal();
     await miner.stop();
     emit(flags, { event: 'stopped', stats: miner.stats }, () => `miner stopped: ${miner.stats.forward} forward, ${miner.stats.backward} backward, ${miner.stats.merges} partitions merged`);

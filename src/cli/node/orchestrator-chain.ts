@@ -1,9 +1,12 @@
 // The orchestrator's chain options (orchestrator start, up): which chain, the
-// key that settles epochs, emission, epoch length and minimum stake.
+// RPC URL it publishes for it (GET /chain), the key that settles epochs,
+// emission, epoch length and minimum stake.
 import { NimbleError } from '../../protocol/errors.ts';
+import { join } from 'node:path';
 import type { Command } from 'commander';
 import { parseEther } from 'viem';
 import { signerFor } from '../../chain/client.ts';
+import type { LocalNode } from '../../chain/node.ts';
 import { localOperatorAccount, openChain } from '../../chain/session.ts';
 import { DEFAULT_EPOCH_ROUNDS, type ChainOptions } from '../../orchestrator/rewards/epochs.ts';
 import { parsePositiveInt, resolveDataDir } from '../common.ts';
@@ -17,6 +20,12 @@ export interface OrchestratorChainFlags extends ChainCommandOptions {
   emission?: string;
   minStake?: string;
   price?: string;
+  publicChainRpc?: string;
+}
+
+/** The chain an orchestrator pays on, and the local node it runs there (none with --chain-rpc). */
+export interface OrchestratorChain extends ChainOptions {
+  node?: LocalNode;
 }
 
 export function withOrchestratorChainOptions(cmd: Command): Command {
@@ -24,6 +33,7 @@ export function withOrchestratorChainOptions(cmd: Command): Command {
     .option('--no-chain', 'run without paying miners (no chain at all)')
     .option('--chain-rpc <url>', 'settle on the chain at this RPC URL (addresses from <data-dir>/chain/deployment.json) instead of the local node ($NIMBLE_CHAIN_RPC)')
     .option('--wallet.name <name>', 'with --chain-rpc: the wallet holding the orchestrator role that settles epochs')
+    .option('--public-chain-rpc <url>', "the chain's RPC URL GET /chain gives developers' commands and miners, which pay and check on that chain (default: the local node's, on 127.0.0.1, so only on this machine; with --chain-rpc none is published unless given, as that URL may hold a key)")
     .option('--epoch-rounds <n>', 'completed merge rounds of a run per epoch', String(DEFAULT_EPOCH_ROUNDS))
     .option('--epoch-minutes <m>', 'also close an epoch this many minutes after it opened')
     .option('--emission <nim>', 'NIM paid per epoch, split by score', '100')
@@ -38,8 +48,12 @@ function parseNimOrZero(flag: string, value: string | undefined): bigint {
 }
 
 /** Opens the chain for an orchestrator (the local node stays up while it runs); null with --no-chain. */
-export async function orchestratorChain(flags: OrchestratorChainFlags, log: (line: string) => void): Promise<ChainOptions | null> {
-  if (flags.chain === false) return null;
+export async function orchestratorChain(flags: OrchestratorChainFlags, log: (line: string) => void): Promise<OrchestratorChain | null> {
+  if (flags.chain === false) {
+    if (flags.publicChainRpc !== undefined) throw new NimbleError('invalid', '--public-chain-rpc names the chain of a paid network: it goes without --no-chain');
+    return null;
+  }
+  const publicRpcUrl = flags.publicChainRpc === undefined ? undefined : checkedRpcUrl(flags.publicChainRpc);
   const emission = parseNimOrZero('--emission', flags.emission ?? '100');
   const minStake = parseNimOrZero('--min-stake', flags.minStake);
   const nimPerPetaflop = Number(flags.price ?? DEFAULT_PRICING.nimPerPetaflop);
@@ -61,7 +75,31 @@ export async function orchestratorChain(flags: OrchestratorChainFlags, log: (lin
   const signer = wallet ? wallet.sign(session.client) : signerFor(session.client, localOperatorAccount());
   const pause = Number(process.env.NIMBLE_TEST_SETTLE_PAUSE_MS ?? 0); // fault injection for the kill -9 test
   return {
-    client: session.client, signer, emission, nimPerPetaflop, epochRounds, epochMs, minStake, close: () => session.close(), log, local: !rpcUrl,
+    client: session.client, signer, emission, nimPerPetaflop, epochRounds, epochMs, minStake, close: () => session.close(), log, local: !rpcUrl, publicRpcUrl, node: session.node,
     ...(pause > 0 ? { pauseAfterSettleMs: pause } : {}),
   };
+}
+
+/** An http(s) URL without credentials, for --public-chain-rpc. */
+function checkedRpcUrl(value: string): string {
+  let url: URL;
+  try {
+    url = new URL(value);
+  } catch {
+    throw new NimbleError('invalid', `--public-chain-rpc must be an http(s) URL, got '${value}'`);
+  }
+  if ((url.protocol !== 'http:' && url.protocol !== 'https:') || url.username || url.password) throw new NimbleError('invalid', `--public-chain-rpc must be an http(s) URL without user or password, got '${value}'`);
+  return value;
+}
+
+/**
+ * What became of the local node when the orchestrator stopped, in one line
+ * (null: it ran on another chain). Its own node it saved and stopped; a node
+ * another live process of the data dir keeps (it was there first) runs on.
+ */
+export function nodeOnStop(chain: OrchestratorChain | null, dataDir: string): string | null {
+  const node = chain?.node;
+  if (!node) return null;
+  if (node.owned) return `stopped the local chain node (anvil pid ${node.pid}, ${node.rpcUrl}); its state is saved in ${join(dataDir, 'chain', 'state.json')}`;
+  return `the local chain node (anvil pid ${node.pid}, ${node.rpcUrl}) keeps running for process ${node.ownerPid}, which started it and stops it when it ends; once that process is gone, nbcli chain stop --data-dir ${dataDir} stops it`;
 }

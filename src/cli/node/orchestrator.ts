@@ -13,7 +13,7 @@ import { joinCluster } from '../../orchestrator/cluster/member.ts';
 import { DEFAULT_LEASE_TTL_MS } from '../../orchestrator/cluster/lease.ts';
 import { MAX_SYNTHETIC_RATE } from '../../orchestrator/serving/synthetic-prompts.ts';
 import { emit, parsePositiveInt, resolveDataDir, waitForSignal, withCommonOptions } from '../common.ts';
-import { orchestratorChain, withOrchestratorChainOptions, type OrchestratorChainFlags } from './orchestrator-chain.ts';
+import { nodeOnStop, orchestratorChain, withOrchestratorChainOptions, type OrchestratorChainFlags } from './orchestrator-chain.ts';
 
 interface Flags extends OrchestratorChainFlags {
   host: string;
@@ -140,6 +140,8 @@ export function registerOrchestrator(program: Command): void {
       await waitForSignal();
       await member.close();
       await chain?.close?.();
+      const stopped = nodeOnStop(chain, resolveDataDir(flags));
+      if (stopped) log(stopped);
       return;
     }
     let orch;
@@ -152,6 +154,8 @@ export function registerOrchestrator(program: Command): void {
     emit(flags, listening(orch.url, { dashboard: `${orch.url}/`, login: orch.loginUrl }), () => `orchestrator listening on ${orch.url} (${where})\ndashboard: ${orch.url}/ (to act as the operator, log in once with ${orch.loginUrl})`);
     await waitForSignal();
     await orch.close();
+    const stopped = nodeOnStop(chain, resolveDataDir(flags));
+    if (stopped) log(stopped);
   });
 }
 

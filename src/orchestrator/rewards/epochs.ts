@@ -72,6 +72,8 @@ export interface ChainOptions {
   close?: () => Promise<void>;
   /** the signer may raise the Staking cooldown (it is the local chain's admin) */
   local?: boolean;
+  /** the RPC URL GET /chain publishes (default: the local node's; none for another chain, whose URL may hold a key) */
+  publicRpcUrl?: string;
   log?: (line: string) => void;
 }
 

@@ -2,6 +2,8 @@
 // served, also when a replica was lost before the next poll (CI saw the
 // cheat of inference-checks.test.ts evicted between two polls, and the wait
 // ran out); `npm start`'s serve step (once = false) waits for serving now.
+// While it waits it says each miner's reason for refusing a stage, once, and
+// the timeout's error repeats them.
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import type { DeploymentView } from '../../../src/api/deployments.ts';
@@ -47,4 +49,16 @@ test('a deployment that never served is waited on with once too', async () => {
   assert.equal(d.status, 'serving');
   assert.equal(polls(), 2);
   assert.doesNotMatch(deploymentLines(d)[0], /lost a replica/);
+});
+
+test("while it waits, each miner's reason for refusing a stage is said once, and the timeout repeats them", async () => {
+  const refusal = { id: '0x' + '22'.repeat(20) as DeploymentView['owner'], detail: "refused the orchestrator's chain: the orchestrator says it pays on rpc http://127.0.0.1:1, genesis 0x12345678…9abc", at: 5 };
+  const refused = { ...view('deploying', null), refused: [refusal] };
+  const { client } = polled([view('deploying', null), refused, refused]);
+  const lines: string[] = [];
+  await assert.rejects(waitServing(client, SHA, view('deploying', null), 1_600, (l) => lines.push(l), true), (err: Error) => {
+    assert.match(err.message, /is not serving after 2 s: dep-1 deploying: waiting for miners: stage 0 has 0 of 1 replicas; refused by 0x2{40}: refused the orchestrator's chain/);
+    return true;
+  });
+  assert.deepEqual(lines.filter((l) => l.includes('refused by')), [`  refused by ${refusal.id}: ${refusal.detail}`]);
 });
