@@ -13,6 +13,12 @@ import {Staking} from "./Staking.sol";
 /// the way the RewardDistributor pays epoch rewards; the orchestrator closes it
 /// (the rest goes back to the developer), or the developer does after
 /// `refundAfter` if the orchestrator is gone.
+/// While the escrow pays for work (a job accepted, a wallet's inference
+/// credit), the orchestrator holds a lock on it (`lock`, renewed as it goes):
+/// its owner cannot close it before `lockedUntil`, so work done is never left
+/// unpaid by an owner's refund. The orchestrator's own close releases it; an
+/// orchestrator that vanished stops renewing, and the lock lapses by itself
+/// `lockTimeout` after its last renewal, so NIM is never locked for good.
 /// Invariant: token.balanceOf(this) == totalHeld == Σ (amount - paid) over open escrows.
 contract JobEscrow is AccessControl {
     using SafeERC20 for IERC20;
@@ -24,6 +30,8 @@ contract JobEscrow is AccessControl {
         /// unix seconds from which the owner may close the escrow itself
         uint64 refundAfter;
         bool closed;
+        /// unix seconds until which the orchestrator holds it: its owner may not close it before (0: never locked)
+        uint64 lockedUntil;
         uint256 amount;
         uint256 paid;
         uint256 refunded;
@@ -33,6 +41,8 @@ contract JobEscrow is AccessControl {
     Staking public immutable staking;
     /// seconds between open and the owner's own refund
     uint64 public immutable refundDelay;
+    /// seconds a lock holds from the orchestrator's last `lock` of an escrow
+    uint64 public immutable lockTimeout;
     mapping(bytes32 => Escrow) private _escrows;
     /// job id => epoch => keccak256(abi.encode(miners, amounts)) of its payment (0: not paid)
     mapping(bytes32 => mapping(uint64 => bytes32)) private _paidDigest;
@@ -43,6 +53,7 @@ contract JobEscrow is AccessControl {
     event Paid(bytes32 indexed jobId, uint64 indexed epoch, address indexed miner, uint256 amount);
     event EpochPaid(bytes32 indexed jobId, uint64 indexed epoch, uint256 miners, uint256 total, bytes32 digest);
     event Closed(bytes32 indexed jobId, address indexed by, uint256 refunded);
+    event Locked(bytes32 indexed jobId, uint64 lockedUntil);
 
     error ZeroJobId();
     error ZeroAmount();
@@ -55,12 +66,14 @@ contract JobEscrow is AccessControl {
     error EpochAlreadyPaid(bytes32 jobId, uint64 epoch, bytes32 digest);
     error InsufficientEscrow(bytes32 jobId, uint256 remaining, uint256 requested);
     error RefundNotYet(bytes32 jobId, uint64 refundAfter);
+    error EscrowLocked(bytes32 jobId, uint64 lockedUntil);
     error NotAllowed(address caller);
 
-    constructor(NIM token_, Staking staking_, address admin, address orchestrator, uint64 refundDelay_) {
+    constructor(NIM token_, Staking staking_, address admin, address orchestrator, uint64 refundDelay_, uint64 lockTimeout_) {
         token = token_;
         staking = staking_;
         refundDelay = refundDelay_;
+        lockTimeout = lockTimeout_;
         _grantRole(DEFAULT_ADMIN_ROLE, admin);
         _grantRole(ORCHESTRATOR_ROLE, orchestrator);
     }
@@ -124,8 +137,22 @@ contract JobEscrow is AccessControl {
         emit EpochPaid(jobId, epoch, n, sum, digest);
     }
 
+    /// Locks job `jobId`'s escrow until `lockTimeout` from now (a later call
+    /// renews it): until then its owner cannot close it. Orchestrator only, on
+    /// an open escrow. Returns the new `lockedUntil`.
+    function lock(bytes32 jobId) external onlyRole(ORCHESTRATOR_ROLE) returns (uint64 lockedUntil) {
+        Escrow storage e = _escrows[jobId];
+        if (e.owner == address(0)) revert UnknownJob(jobId);
+        if (e.closed) revert JobClosed(jobId);
+        lockedUntil = uint64(block.timestamp) + lockTimeout;
+        if (lockedUntil < e.lockedUntil) lockedUntil = e.lockedUntil;
+        e.lockedUntil = lockedUntil;
+        emit Locked(jobId, lockedUntil);
+    }
+
     /// Closes job `jobId` and sends what was not paid back to its owner. The
-    /// orchestrator may close at any time, the owner from `refundAfter` on. Once.
+    /// orchestrator may close at any time (which ends its lock); the owner from
+    /// `refundAfter` on, and not while the orchestrator's lock holds. Once.
     function close(bytes32 jobId) external returns (uint256 refunded) {
         Escrow storage e = _escrows[jobId];
         address owner = e.owner;
@@ -134,6 +161,7 @@ contract JobEscrow is AccessControl {
         if (!hasRole(ORCHESTRATOR_ROLE, msg.sender)) {
             if (msg.sender != owner) revert NotAllowed(msg.sender);
             if (block.timestamp < e.refundAfter) revert RefundNotYet(jobId, e.refundAfter);
+            if (block.timestamp < e.lockedUntil) revert EscrowLocked(jobId, e.lockedUntil);
         }
         refunded = e.amount - e.paid;
         e.closed = true;

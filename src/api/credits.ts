@@ -65,6 +65,12 @@ export const CreditEscrowView = Type.Object({
   /** from then its owner could close it on chain alone: it stops counting in the balance a day before */
   refundAfter: Ms,
   error: Nullable(Type.String()),
+  /** ms until which the orchestrator's lock on chain holds it: its owner cannot close it alone before (null: closed, or not locked) */
+  lockedUntil: Type.Optional(Nullable(Ms)),
+  /** failed tries of its failing chain call (a payment, its lock, its close), retried with backoff */
+  attempts: Type.Optional(Type.Integer({ minimum: 0 })),
+  /** ms of that call's next try (null: none pending) */
+  retryAt: Type.Optional(Nullable(Ms)),
 });
 export type CreditEscrowView = Static<typeof CreditEscrowView>;
 

@@ -80,6 +80,23 @@ export const JobPaymentView = Type.Object({
   nimPerPetaflop: Type.Number({ minimum: 0 }),
   /** the budget ran out: the job was stopped */
   spent: Type.Boolean(),
+  /** ms until which the orchestrator's lock on chain holds the escrow: its owner cannot close it before (null: closed, or not locked) */
+  lockedUntil: Type.Optional(Nullable(Ms)),
+  /** wei of its miners' work that will never be paid: the escrow was closed on chain before (its owner's close after the lock lapsed) */
+  unpaid: Type.Optional(Wei),
+  /** a payment or escrow call failing now, retried with backoff (null: none) */
+  failing: Type.Optional(
+    Nullable(
+      Type.Object({
+        /** `epoch N` (a payment), or `escrow` (renewing its lock, closing it) */
+        what: Type.String(),
+        error: Type.String(),
+        attempts: Count,
+        /** ms of the next try */
+        retryAt: Nullable(Ms),
+      }),
+    ),
+  ),
 });
 export type JobPaymentView = Static<typeof JobPaymentView>;
 

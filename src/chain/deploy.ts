@@ -3,7 +3,8 @@
 // "local" is the node nbcli runs itself; any other chain is found by its chain
 // id (so a remote anvil with the same chain id 31337 does not clash).
 // A deployment recorded before JobEscrow existed has no `jobEscrow`:
-// `upgradeDeployment` adds it (and the attested ModelRegistry) with the admin key.
+// `upgradeDeployment` adds it (and the attested ModelRegistry) with the admin key;
+// one whose JobEscrow predates the orchestrator's lock gets a new JobEscrow.
 import { existsSync, mkdirSync } from 'node:fs';
 import { join } from 'node:path';
 import { Type } from '@sinclair/typebox';
@@ -27,10 +28,19 @@ export interface DeployOptions {
   unstakeCooldownSeconds: number;
   /** seconds after opening from which a job's owner may close its escrow itself (default 30 days) */
   escrowRefundDelaySeconds?: number;
+  /** seconds the orchestrator's lock on an escrow holds after its last renewal (default 14 days) */
+  escrowLockSeconds?: number;
 }
 
 /** Default `JobEscrow.refundDelay`: a developer gets an unfinished job's NIM back alone after 30 days. */
 export const DEFAULT_ESCROW_REFUND_DELAY_SECONDS = 30 * 24 * 3600;
+/**
+ * Default `JobEscrow.lockTimeout`: an escrow that pays for work stays locked
+ * this long after the orchestrator last renewed its lock (14 days: twice the
+ * longest job, MAX_JOB_TIMEOUT); after an orchestrator vanished, its owner
+ * closes it alone once that has passed.
+ */
+export const DEFAULT_ESCROW_LOCK_SECONDS = 14 * 24 * 3600;
 
 type DeployTarget = Pick<ChainClient, 'chainId' | 'chain' | 'local'> & { public: PublicClient<Transport, Chain> };
 
@@ -66,7 +76,7 @@ export async function deployContracts(target: DeployTarget, deployer: SigningCli
   await grantMinter(rewardDistributor);
   if (opts.faucet) await grantMinter(opts.faucet);
   await sendContractTx(target, deployer, { address: staking, abi: stakingAbi, functionName: 'grantRole', args: [DISTRIBUTOR_ROLE, rewardDistributor] });
-  const jobEscrow = await deployJobEscrow(target, deployer, { nim, staking, orchestrator: opts.orchestrator }, opts.escrowRefundDelaySeconds);
+  const jobEscrow = await deployJobEscrow(target, deployer, { nim, staking, orchestrator: opts.orchestrator }, opts);
 
   return {
     chainId: target.chainId,
@@ -98,33 +108,53 @@ async function deployJobEscrow(
   target: DeployTarget,
   deployer: SigningClient,
   at: Pick<Deployment, 'nim' | 'staking' | 'orchestrator'>,
-  refundDelaySeconds: number = DEFAULT_ESCROW_REFUND_DELAY_SECONDS,
+  opts: Pick<DeployOptions, 'escrowRefundDelaySeconds' | 'escrowLockSeconds'> = {},
 ): Promise<Address> {
+  const refundDelaySeconds = opts.escrowRefundDelaySeconds ?? DEFAULT_ESCROW_REFUND_DELAY_SECONDS;
+  const lockSeconds = opts.escrowLockSeconds ?? DEFAULT_ESCROW_LOCK_SECONDS;
   if (!Number.isInteger(refundDelaySeconds) || refundDelaySeconds < 0) throw new Error(`invalid escrow refund delay ${refundDelaySeconds}`);
+  if (!Number.isInteger(lockSeconds) || lockSeconds < 1) throw new Error(`invalid escrow lock timeout ${lockSeconds}`);
   const hash = await deployer.deployContract({
     abi: jobEscrowAbi,
     bytecode: bytecodeOf('JobEscrow'),
-    args: [at.nim, at.staking, deployer.account.address, at.orchestrator, BigInt(refundDelaySeconds)],
+    args: [at.nim, at.staking, deployer.account.address, at.orchestrator, BigInt(refundDelaySeconds), BigInt(lockSeconds)],
   });
   const jobEscrow = await deployedAt(target, 'JobEscrow', hash);
   await sendContractTx(target, deployer, { address: at.staking, abi: stakingAbi, functionName: 'grantRole', args: [DISTRIBUTOR_ROLE, jobEscrow] });
   return jobEscrow;
 }
 
+/** Whether the JobEscrow at `address` has the orchestrator's lock (`lockTimeout`): one deployed before it has not. */
+export async function escrowHasLock(pub: PublicClient<Transport, Chain>, address: Address): Promise<boolean> {
+  try {
+    await pub.readContract({ address, abi: jobEscrowAbi, functionName: 'lockTimeout' });
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+/** Whether `deployment` is up to date: a JobEscrow that has the orchestrator's lock. */
+export async function deploymentIsCurrent(target: DeployTarget, deployment: Deployment): Promise<boolean> {
+  return deployment.jobEscrow !== undefined && (await escrowHasLock(target.public, deployment.jobEscrow));
+}
+
 /**
  * Brings a deployment recorded before JobEscrow up to date, with the admin
  * key (`deployer`): deploys JobEscrow, and a new ModelRegistry, since the old
  * one's `publish` took no orchestrator attestation (models published on the
- * old registry stay there but are no longer listed). Returns the deployment
- * unchanged when it already has a JobEscrow.
+ * old registry stay there but are no longer listed). A deployment whose
+ * JobEscrow predates the orchestrator's lock gets a new JobEscrow (escrows
+ * open on the old one stay there: their owners close them from their refund
+ * time on). Returns the deployment unchanged when it is current.
  */
-export async function upgradeDeployment(target: DeployTarget, deployer: SigningClient, deployment: Deployment): Promise<Deployment> {
-  if (deployment.jobEscrow) return deployment;
+export async function upgradeDeployment(target: DeployTarget, deployer: SigningClient, deployment: Deployment, opts: Pick<DeployOptions, 'escrowRefundDelaySeconds' | 'escrowLockSeconds'> = {}): Promise<Deployment> {
+  if (await deploymentIsCurrent(target, deployment)) return deployment;
   if (getAddress(deployer.account.address) !== getAddress(deployment.deployer)) {
     throw new Error(`upgrading the deployment on chain ${deployment.chainId} needs its admin ${deployment.deployer}, not ${deployer.account.address}`);
   }
-  const modelRegistry = await deployModelRegistry(target, deployer, deployment.orchestrator);
-  const jobEscrow = await deployJobEscrow(target, deployer, deployment);
+  const modelRegistry = deployment.jobEscrow ? deployment.modelRegistry : await deployModelRegistry(target, deployer, deployment.orchestrator);
+  const jobEscrow = await deployJobEscrow(target, deployer, deployment, opts);
   return { ...deployment, modelRegistry, jobEscrow };
 }
 

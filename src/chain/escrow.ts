@@ -2,11 +2,14 @@
 // escrow. The developer opens it (approve + open, refused before anything is
 // sent when its NIM is short), the orchestrator pays the job's miners once per
 // (job, epoch) as stake and closes it (the rest goes back to the developer),
-// or the developer closes it after its refund time. Paying and closing are
+// or the developer closes it after its refund time, and not while the
+// orchestrator holds its lock (taken when the escrow starts paying for work,
+// renewed while it does, lapsing by itself `lockTimeout` after the last
+// renewal if the orchestrator vanished). Paying and closing are
 // idempotent here: a call the chain already took returns `alreadyPaid` /
 // `alreadyClosed` instead of failing, so an orchestrator that crashed
 // mid-settlement simply calls again. Reads: one escrow, one (job, epoch)
-// payment, a miner's job earnings.
+// payment, a miner's job earnings, the chain's clock.
 import { isHex, keccak256, toHex, type Address, type Hex } from 'viem';
 import { NimbleError } from '../protocol/errors.ts';
 import { jobEscrowAbi, nimAbi } from './abis.ts';
@@ -41,8 +44,10 @@ export interface JobEscrowState {
   /** still held: amount − paid while open, 0 once closed */
   remaining: bigint;
   closed: boolean;
-  /** unix seconds from which the owner may close it itself */
+  /** unix seconds from which the owner may close it itself (and not before `lockedUntil`) */
   refundAfter: number;
+  /** unix seconds until which the orchestrator's lock holds it (0: never locked) */
+  lockedUntil: number;
 }
 
 /** A job id for the contract from any string id (keccak256 of its UTF-8 bytes); a 32-byte hex id is used as is. */
@@ -82,7 +87,28 @@ export async function readEscrow(client: ChainClient, jobId: Hex): Promise<JobEs
     remaining: e.closed ? 0n : e.amount - e.paid,
     closed: e.closed,
     refundAfter: Number(e.refundAfter),
+    lockedUntil: Number(e.lockedUntil),
   };
+}
+
+/** Unix seconds from which the owner of `e` may close it alone: its refund time, or the end of the orchestrator's lock if later. */
+export function ownerMayCloseFrom(e: Pick<JobEscrowState, 'refundAfter' | 'lockedUntil'>): number {
+  return Math.max(e.refundAfter, e.lockedUntil);
+}
+
+/** Seconds a lock holds after the orchestrator's last `lock` of an escrow (JobEscrow.lockTimeout). */
+export async function escrowLockTimeout(client: ChainClient): Promise<number> {
+  return Number(await client.public.readContract({ address: escrowAddress(client), abi: jobEscrowAbi, functionName: 'lockTimeout' }));
+}
+
+/**
+ * The chain's clock (unix seconds) as its contracts will see it, never below
+ * this machine's: the latest block's timestamp, or now if that is older (a
+ * node mines no block while idle). What refund times and locks are measured by.
+ */
+export async function chainTime(client: ChainClient): Promise<number> {
+  const block = await client.public.getBlock({ blockTag: 'latest' });
+  return Math.max(Number(block.timestamp), Math.floor(Date.now() / 1000));
 }
 
 /** NIM the contract holds for open escrows (equal to its NIM balance). */
@@ -246,6 +272,28 @@ function alreadyPaid(base: Omit<PayJobResult, 'alreadyPaid' | 'tx'>, onChain: He
   return { ...base, alreadyPaid: true };
 }
 
+export interface LockEscrowResult {
+  jobId: Hex;
+  /** unix seconds until which the lock now holds */
+  lockedUntil: number;
+  tx: SentTx;
+}
+
+/**
+ * Locks (or renews the lock of) job `jobId`'s escrow for the contract's
+ * `lockTimeout` from now: until then its owner cannot close it. Refused
+ * before sending when the escrow is unknown or closed. `orchestrator` must
+ * hold ORCHESTRATOR_ROLE.
+ */
+export async function lockEscrow(client: ChainClient, orchestrator: SigningClient, jobId: Hex): Promise<LockEscrowResult> {
+  const escrow = await readEscrow(client, jobId);
+  if (!escrow) throw new NimbleError('not_found', `no escrow for job ${jobId}`);
+  if (escrow.closed) throw new NimbleError('conflict', `escrow ${jobId} is closed: there is nothing to lock`);
+  const tx = await sendContractTx(client, orchestrator, { address: escrowAddress(client), abi: jobEscrowAbi, functionName: 'lock', args: [jobId] });
+  const locked = await readEscrow(client, jobId);
+  return { jobId, lockedUntil: locked?.lockedUntil ?? 0, tx };
+}
+
 export interface CloseEscrowResult {
   jobId: Hex;
   /** the escrow was already closed: nothing was sent */
@@ -258,8 +306,9 @@ export interface CloseEscrowResult {
 /**
  * Closes job `jobId`'s escrow and refunds what remains to its owner. The
  * orchestrator may close at any time; the owner from `refundAfter` on (before,
- * a ChainTxError 'RefundNotYet' saying when, nothing sent). Idempotent: an
- * escrow already closed returns `alreadyClosed` with what was refunded.
+ * a ChainTxError 'RefundNotYet' saying when, nothing sent), and not while the
+ * orchestrator's lock holds (a ChainTxError 'EscrowLocked' saying until when).
+ * Idempotent: an escrow already closed returns `alreadyClosed` with what was refunded.
  */
 export async function closeEscrow(client: ChainClient, signer: SigningClient, jobId: Hex): Promise<CloseEscrowResult> {
   const escrow = await readEscrow(client, jobId);
@@ -276,10 +325,14 @@ export async function closeEscrow(client: ChainClient, signer: SigningClient, jo
       const closed = await readEscrow(client, jobId);
       return { jobId, alreadyClosed: true, refunded: closed?.refunded ?? 0n };
     }
-    if (err.errorName === 'RefundNotYet') {
+    if (err.errorName === 'RefundNotYet' || err.errorName === 'EscrowLocked') {
+      const now = await readEscrow(client, jobId);
+      const from = new Date(ownerMayCloseFrom(now ?? escrow) * 1000).toISOString();
       throw new ChainTxError(
-        `job ${jobId}'s escrow can be closed by its owner from ${new Date(escrow.refundAfter * 1000).toISOString()}; until then only the orchestrator closes it`,
-        'RefundNotYet',
+        err.errorName === 'EscrowLocked'
+          ? `escrow ${jobId} is locked by the orchestrator until ${new Date((now ?? escrow).lockedUntil * 1000).toISOString()}: it pays for work that runs or is not paid yet. The orchestrator refunds what it does not pay when that work is settled; if the orchestrator is gone, its owner can close it from ${from}`
+          : `job ${jobId}'s escrow can be closed by its owner from ${from}; until then only the orchestrator closes it`,
+        err.errorName,
       );
     }
     throw err;

@@ -7,7 +7,7 @@ import { privateKeyToAccount } from 'viem/accounts';
 import { NimbleError } from '../protocol/errors.ts';
 import { LOCAL_CHAIN_ID, rpc, RPC_ANY } from './anvil.ts';
 import { createChainPublicClient, chainDefinition, makeChainClient, signerFor, type ChainClient } from './client.ts';
-import { deployContracts, deploymentFile, LOCAL_DEPLOYMENT_KEY, readDeployments, saveDeployment, upgradeDeployment } from './deploy.ts';
+import { deployContracts, deploymentFile, deploymentIsCurrent, LOCAL_DEPLOYMENT_KEY, readDeployments, saveDeployment, upgradeDeployment, type DeployOptions } from './deploy.ts';
 import { openLocalNode, type LocalNode } from './node.ts';
 
 /**
@@ -57,10 +57,11 @@ async function ensureLocalDeployment(opts: OpenChainOptions, node: LocalNode): P
   const chain = chainDefinition(LOCAL_CHAIN_ID, node.rpcUrl, true);
   const pub = createChainPublicClient(chain, true);
   const operator = localOperatorAccount();
+  const target = { chainId: LOCAL_CHAIN_ID, chain, local: true, public: pub };
   if (known && (await hasCode(pub, known.nim))) {
-    if (known.jobEscrow) return makeChainClient(node.rpcUrl, LOCAL_CHAIN_ID, true, known);
-    // deployed before JobEscrow existed: add it (and the attested ModelRegistry), keep every balance
-    const upgraded = await upgradeDeployment({ chainId: LOCAL_CHAIN_ID, chain, local: true, public: pub }, signerFor({ chain, local: true }, operator), known);
+    if (await deploymentIsCurrent(target, known)) return makeChainClient(node.rpcUrl, LOCAL_CHAIN_ID, true, known);
+    // deployed before JobEscrow (or its lock) existed: add it (and the attested ModelRegistry), keep every balance
+    const upgraded = await upgradeDeployment(target, signerFor({ chain, local: true }, operator), known, escrowTimesFromEnv());
     saveDeployment(opts.dataDir, upgraded, LOCAL_DEPLOYMENT_KEY);
     await node.dump();
     return makeChainClient(node.rpcUrl, LOCAL_CHAIN_ID, true, upgraded);
@@ -70,14 +71,31 @@ async function ensureLocalDeployment(opts: OpenChainOptions, node: LocalNode): P
   // Two nodes started in the same second have the same genesis, and the same deployment makes the same blocks:
   // 1 wei to a random address makes the contracts' block, and so this chain's identity, this data dir's own (./identity.ts)
   await rpc(node.rpcUrl, 'anvil_setBalance', [`0x${randomBytes(20).toString('hex')}`, '0x1'], RPC_ANY);
-  const deployment = await deployContracts({ chainId: LOCAL_CHAIN_ID, chain, local: true, public: pub }, signerFor({ chain, local: true }, operator), {
+  const deployment = await deployContracts(target, signerFor({ chain, local: true }, operator), {
     orchestrator: operator.address,
     faucet: operator.address,
     unstakeCooldownSeconds: cooldown,
+    ...escrowTimesFromEnv(),
   });
   saveDeployment(opts.dataDir, deployment, LOCAL_DEPLOYMENT_KEY);
   await node.dump();
   return makeChainClient(node.rpcUrl, LOCAL_CHAIN_ID, true, deployment);
+}
+
+/**
+ * JobEscrow's refund delay and lock timeout for a local chain deployed now:
+ * the defaults, or $NIMBLE_ESCROW_REFUND_DELAY / $NIMBLE_ESCROW_LOCK_SECONDS
+ * (whole seconds; tests shorten them to see a refund time or a lapsed lock).
+ */
+function escrowTimesFromEnv(): Pick<DeployOptions, 'escrowRefundDelaySeconds' | 'escrowLockSeconds'> {
+  const read = (name: string): number | undefined => {
+    const raw = process.env[name];
+    if (raw === undefined || raw === '') return undefined;
+    const n = Number(raw);
+    if (!Number.isInteger(n) || n < 1) throw new NimbleError('invalid', `$${name} must be a whole number of seconds (at least 1), got '${raw}'`);
+    return n;
+  };
+  return { escrowRefundDelaySeconds: read('NIMBLE_ESCROW_REFUND_DELAY'), escrowLockSeconds: read('NIMBLE_ESCROW_LOCK_SECONDS') };
 }
 
 async function connectRemote(dataDir: string, rpcUrl: string): Promise<ChainClient> {

@@ -96,6 +96,13 @@ export const NAMED_DATA_SETS = ['moby-dick', 'spam-assassin'] as const;
 const DATA_FOR: Record<'gpt' | 'mlp', readonly string[]> = { gpt: ['moby-dick'], mlp: ['spam-assassin'] };
 
 export const DEFAULT_TIMEOUT = '24h';
+/**
+ * The longest `limits.timeout` (7 days): a paid job's escrow must stay locked
+ * for its owner until the job has run and its work is paid
+ * (src/orchestrator/jobs/job-payments.ts), so a job cannot run unbounded.
+ */
+export const MAX_TIMEOUT = '7d';
+export const MAX_TIMEOUT_MS = parseDuration(MAX_TIMEOUT);
 export const DEFAULT_IDLE_TIMEOUT = '10m';
 export const DEFAULT_BATCH_SIZE = 12;
 export const DEFAULT_LEARNING_RATE = 1e-3;
@@ -290,5 +297,7 @@ function semanticProblems(spec: JobSpec): SpecProblem[] {
   for (const [key, value] of Object.entries(spec.limits ?? {})) {
     if (value !== undefined && parseDuration(value) < 1000) add(`/limits/${key}`, `at least 1s, got "${value}"`);
   }
+  const timeout = spec.limits?.timeout;
+  if (timeout !== undefined && parseDuration(timeout) > MAX_TIMEOUT_MS) add('/limits/timeout', `at most ${MAX_TIMEOUT} (a job's escrow stays locked while it runs, so a job's run is bounded), got "${timeout}"`);
   return problems;
 }

@@ -132,6 +132,7 @@ export function epochView(state: OrchestratorState, e: EpochRecord): EpochView {
 function inferencePaymentsOf(state: OrchestratorState, epoch: number): EpochView['inferencePayments'] {
   const byKey = new Map<string, { payee: string; role: 'miner' | 'owner'; wei: bigint; pending: boolean }>();
   for (const s of state.credits.shares(epoch)) {
+    if (s.status === 'unpaid') continue; // its escrow was closed on chain first: never paid (its credit escrow says so)
     const key = `${s.payee}/${s.role}`;
     const hit = byKey.get(key) ?? { payee: s.payee, role: s.role, wei: 0n, pending: false };
     hit.wei += BigInt(s.amount);

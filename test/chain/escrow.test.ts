@@ -1,20 +1,25 @@
 // JobEscrow against a real anvil node: a developer's job budget opened,
 // paid to miners per (job, epoch) as stake, closed with a refund; who may do
-// what; replays after a crash; NIM conserved throughout.
+// what; replays after a crash; the orchestrator's lock (its owner cannot
+// close an escrow that pays for work, even past its refund time, until the
+// lock lapses); NIM conserved throughout.
 import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
 import { parseEventLogs, parseUnits, type Abi, type Address, type Hex } from 'viem';
 import { jobEscrowAbi, nimAbi } from '../../src/chain/abis.ts';
 import type { SigningClient } from '../../src/chain/client.ts';
-import { DEFAULT_ESCROW_REFUND_DELAY_SECONDS } from '../../src/chain/deploy.ts';
+import { DEFAULT_ESCROW_LOCK_SECONDS, DEFAULT_ESCROW_REFUND_DELAY_SECONDS } from '../../src/chain/deploy.ts';
 import {
+  chainTime,
   closeEscrow,
   escrowAddress,
+  escrowLockTimeout,
   escrowTotalHeld,
   jobEarnings,
   jobEpochPaid,
   jobEscrowCallAbi,
   jobIdOf,
+  lockEscrow,
   openEscrow,
   payJob,
   readEscrow,
@@ -104,7 +109,7 @@ test('open, pay miners as stake, close: the rest goes back to the developer', as
   assert.equal(BigInt(opened.escrow.refundAfter), now + BigInt(DEFAULT_ESCROW_REFUND_DELAY_SECONDS));
   assert.deepEqual(
     { ...opened.escrow, refundAfter: 0 },
-    { jobId, owner: dev.account.address, amount: NIM(80), paid: 0n, refunded: 0n, remaining: NIM(80), closed: false, refundAfter: 0 },
+    { jobId, owner: dev.account.address, amount: NIM(80), paid: 0n, refunded: 0n, remaining: NIM(80), closed: false, refundAfter: 0, lockedUntil: 0 },
   );
   assert.equal(await nimBalance(t.client, dev.account.address), NIM(20));
   // a retry of the same open sends nothing
@@ -309,6 +314,62 @@ test('the owner closes its own escrow only after refundAfter, and gets all that 
   assert.equal(await nimBalance(t.client, dev.account.address), free + NIM(25));
   assert.equal((await closeEscrow(t.client, dev, jobId)).alreadyClosed, true);
   await assert.rejects(payJob(t.client, t.operator, jobId, 2n, [{ address: miner, amount: 1n }]), /is closed/);
+});
+
+test("the orchestrator's lock: its owner cannot close an escrow that pays for work, even past its refund time, until the orchestrator closes it or the lock lapses", async () => {
+  const dev = t.signer(7);
+  const miner = t.signer(6).account.address;
+  const [jobId, other] = [newJob('job-locked'), newJob('job-locked-released')];
+  await mint(dev.account.address, NIM(20));
+  await openEscrow(t.client, dev, jobId, NIM(10));
+  await openEscrow(t.client, dev, other, NIM(10));
+  assert.equal(await escrowLockTimeout(t.client), DEFAULT_ESCROW_LOCK_SECONDS);
+  assert.equal((await readEscrow(t.client, jobId))?.lockedUntil, 0, 'not locked until the orchestrator locks it');
+
+  // only the orchestrator locks, and only an open escrow
+  await rejectsWith(escrowCall(dev, 'lock', [jobId]), 'AccessControlUnauthorizedAccount');
+  await rejectsWith(escrowCall(t.operator, 'lock', [jobIdOf('never opened')]), 'UnknownJob');
+  const locked = await lockEscrow(t.client, t.operator, jobId);
+  const [ev] = parseEventLogs({ abi: jobEscrowAbi, logs: locked.tx.receipt.logs, eventName: 'Locked' });
+  assert.equal(Number(ev.args.lockedUntil), locked.lockedUntil);
+  assert.ok(Math.abs(locked.lockedUntil - ((await chainTime(t.client)) + DEFAULT_ESCROW_LOCK_SECONDS)) < 60, `locked until ${locked.lockedUntil}`);
+  await lockEscrow(t.client, t.operator, other);
+  await rejectsWith(closeEscrow(t.client, dev, other), 'RefundNotYet');
+
+  // the lock holds lockTimeout from its last renewal: renewed, it outlasts the refund time
+  await advanceTime(t.client, DEFAULT_ESCROW_REFUND_DELAY_SECONDS - DEFAULT_ESCROW_LOCK_SECONDS + 3600);
+  await rejectsWith(closeEscrow(t.client, dev, jobId), 'RefundNotYet');
+  const renewed = await lockEscrow(t.client, t.operator, jobId);
+  assert.ok(renewed.lockedUntil > locked.lockedUntil, 'renewed from now');
+  assert.ok(renewed.lockedUntil > (await readEscrow(t.client, jobId))!.refundAfter);
+
+  // the attack: past its refund time, after the miners worked, the owner takes it all back; refused while locked
+  await advanceTime(t.client, DEFAULT_ESCROW_LOCK_SECONDS - 3600 + 1);
+  assert.ok((await chainTime(t.client)) > (await readEscrow(t.client, jobId))!.refundAfter, 'past its refund time');
+  await payJob(t.client, t.operator, jobId, 1n, [{ address: miner, amount: NIM(3) }]);
+  await assert.rejects(closeEscrow(t.client, dev, jobId), (err: unknown) => {
+    assert.ok(err instanceof ChainTxError && err.errorName === 'EscrowLocked', String(err));
+    assert.match(err.message, /is locked by the orchestrator until \d{4}-.*if the orchestrator is gone, its owner can close it from \d{4}-/);
+    return true;
+  });
+  await rejectsWith(escrowCall(dev, 'close', [jobId]), 'EscrowLocked');
+  assert.equal((await readEscrow(t.client, jobId))?.closed, false);
+  // the work keeps being paid while the lock holds
+  await payJob(t.client, t.operator, jobId, 2n, [{ address: miner, amount: NIM(2) }]);
+
+  // the orchestrator's close ends the lock: the rest goes back to the owner
+  assert.equal((await closeEscrow(t.client, t.operator, other)).refunded, NIM(10));
+  await rejectsWith(escrowCall(t.operator, 'lock', [other]), 'JobClosed');
+
+  // an orchestrator that vanished renews nothing: the lock lapses by itself and the owner closes
+  await advanceTime(t.client, renewed.lockedUntil - (await chainTime(t.client)) - 120);
+  await rejectsWith(closeEscrow(t.client, dev, jobId), 'EscrowLocked');
+  await advanceTime(t.client, 121);
+  const free = await nimBalance(t.client, dev.account.address);
+  const closed = await closeEscrow(t.client, dev, jobId);
+  assert.equal(closed.refunded, NIM(5), 'all that was not paid');
+  assert.equal(await nimBalance(t.client, dev.account.address), free + NIM(5));
+  await checkConservation('after the locked escrows closed');
 });
 
 test('a developer short of NIM or of allowance gets a clear error and nothing changes', async () => {

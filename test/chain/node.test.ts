@@ -11,8 +11,8 @@ import { fileURLToPath } from 'node:url';
 import { parseUnits } from 'viem';
 import { isAlive, stopPid } from '../../src/chain/anvil.ts';
 import { stakingAbi } from '../../src/chain/abis.ts';
-import { DISTRIBUTOR_ROLE, LOCAL_DEPLOYMENT_KEY, readDeployments, saveDeployment } from '../../src/chain/deploy.ts';
-import { escrowTotalHeld } from '../../src/chain/escrow.ts';
+import { DEFAULT_ESCROW_LOCK_SECONDS, DISTRIBUTOR_ROLE, LOCAL_DEPLOYMENT_KEY, readDeployments, saveDeployment } from '../../src/chain/deploy.ts';
+import { escrowLockTimeout, escrowTotalHeld } from '../../src/chain/escrow.ts';
 import { localNodePaths, openLocalNode, type LocalNodeFile } from '../../src/chain/node.ts';
 import { openChain, withChain } from '../../src/chain/session.ts';
 import { faucet, nimBalance } from '../../src/chain/token.ts';
@@ -132,4 +132,24 @@ test('a local deployment recorded before JobEscrow gets it (and the attested reg
   });
   assert.deepEqual(readDeployments(dataDir).local, upgraded, 'recorded');
   await withChain({ dataDir }, async (client) => assert.deepEqual(client.deployment, upgraded, 'upgraded once'));
+});
+
+test("a local deployment whose JobEscrow predates the orchestrator's lock gets a new JobEscrow in place, the rest kept", async () => {
+  const dataDir = newDataDir();
+  const first = await openChain({ dataDir });
+  const current = first.client.deployment;
+  await first.close();
+  // a contract without lockTimeout stands for the JobEscrow an older nbcli deployed
+  saveDeployment(dataDir, { ...current, jobEscrow: current.nim }, LOCAL_DEPLOYMENT_KEY);
+
+  const upgraded = await withChain({ dataDir }, async (client) => {
+    const escrow = client.deployment.jobEscrow;
+    assert.ok(escrow && escrow !== current.nim && escrow !== current.jobEscrow, 'a new JobEscrow');
+    assert.equal(client.deployment.modelRegistry, current.modelRegistry, 'the registry is kept');
+    assert.equal(await escrowLockTimeout(client), DEFAULT_ESCROW_LOCK_SECONDS);
+    const canCredit = await client.public.readContract({ address: client.deployment.staking, abi: stakingAbi, functionName: 'hasRole', args: [DISTRIBUTOR_ROLE, escrow] });
+    assert.equal(canCredit, true, 'job payments can land as stake');
+    return client.deployment;
+  });
+  assert.deepEqual(readDeployments(dataDir).local, upgraded, 'recorded');
 });

@@ -43,6 +43,10 @@ test('fields that depend on each other: heads divide channels, data fits the mod
   assert.deepEqual(paths({ ...ok, training: { steps: 1, tokens: 1 } }), ['/training']);
   assert.deepEqual(paths({ ...ok, model: { type: 'cnn' } }), ['/model/type']);
   assert.deepEqual(paths({ ...ok, limits: { idleTimeout: '10ms' } }), ['/limits/idleTimeout']);
+  // a paid job's escrow stays locked while it runs: its timeout is bounded
+  assert.deepEqual(paths({ ...ok, limits: { timeout: '7d' } }), []);
+  assert.deepEqual(paths({ ...ok, limits: { timeout: '7.5d' } }), ['/limits/timeout']);
+  assert.match(jobSpecProblems({ ...ok, limits: { timeout: '30d' } })[0].message, /at most 7d .*got "30d"/);
   assert.deepEqual(paths([]), ['']);
 });
 

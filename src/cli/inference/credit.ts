@@ -97,6 +97,10 @@ export function registerCredit(program: Command): void {
 
 export function describeCredit(v: CreditView): string {
   const head = `${v.owner}: balance ${nim(v.balance)} NIM, reserved ${nim(v.reserved)} NIM, owed ${nim(v.owed)} NIM, spent ${nim(v.spent)} NIM`;
-  const rows = v.escrows.map((e) => `  ${e.escrowId}  ${e.status}  ${nim(e.amount)} NIM, drawn ${nim(e.committed)}${e.refunded !== null ? `, refunded ${nim(e.refunded)}` : ''}${e.error ? `  (last error: ${e.error})` : ''}`);
+  const rows = v.escrows.map((e) => {
+    const lock = e.lockedUntil ? `, locked until ${new Date(e.lockedUntil).toISOString()}` : '';
+    const retry = e.error && e.attempts ? ` after ${e.attempts} attempt(s)${e.retryAt ? `, next try ${new Date(e.retryAt).toISOString()}` : ''}` : '';
+    return `  ${e.escrowId}  ${e.status}  ${nim(e.amount)} NIM, drawn ${nim(e.committed)}${e.refunded !== null ? `, refunded ${nim(e.refunded)}` : ''}${lock}${e.error ? `  (last error${retry}: ${e.error})` : ''}`;
+  });
   return [head, ...rows].join('\n');
 }

@@ -7,7 +7,11 @@
 // that fails after the escrow was opened gets the escrow released (refunded)
 // at once (nbcli credit add opens a wallet's inference credit the same way,
 // ../inference/credit.ts). Keeping checkpoints longer is paid by a NIM transfer to the
-// orchestrator, whose hash goes with the request.
+// orchestrator, whose hash goes with the request. `nbcli job refund` closes
+// one of the developer's escrows on chain itself, for when the orchestrator
+// is gone: the contract allows it from the escrow's refund time on, and not
+// while the orchestrator's lock holds it (it pays for a job that runs or
+// for work not paid yet).
 import { randomBytes } from 'node:crypto';
 import { getAddress, type Address, type Hex } from 'viem';
 import { privateKeyToAccount } from 'viem/accounts';
@@ -15,7 +19,7 @@ import type { JobClient } from '../../api/job-client.ts';
 import type { CheckpointView, JobView, PaymentTermsView } from '../../api/jobs.ts';
 import { showNim } from '../../chain/amounts.ts';
 import { signerFor, type ChainClient } from '../../chain/client.ts';
-import { openEscrow } from '../../chain/escrow.ts';
+import { closeEscrow, openEscrow, readEscrow, type JobEscrowState } from '../../chain/escrow.ts';
 import { faucet, transferNim } from '../../chain/token.ts';
 import type { JobSpec } from '../../jobs/spec.ts';
 import { NimbleError } from '../../protocol/errors.ts';
@@ -65,6 +69,34 @@ export async function keepCheckpoints(flags: ChainCommandOptions, jobs: JobClien
     return transferNim(client, signerFor(client, privateKeyToAccount(key)), payee, price);
   }, { orchestrator: jobs.api });
   return { list: await jobs.keep(id, days, tx.hash), paid: price };
+}
+
+export interface RefundResult {
+  escrow: JobEscrowState;
+  alreadyClosed: boolean;
+  /** wei sent back (by this command, or the close before it) */
+  refunded: bigint;
+  tx: Hex | null;
+}
+
+/**
+ * Closes escrow `escrowId` of the developer whose key is `key` on chain (the
+ * owner's own close): what it did not pay goes back to the developer. The
+ * contract refuses it before the escrow's refund time (RefundNotYet) and
+ * while the orchestrator's lock holds it (EscrowLocked), each with the time
+ * from which it would take it.
+ */
+export async function refundEscrow(flags: ChainCommandOptions, escrowId: string, key: Hex): Promise<RefundResult> {
+  if (!/^0x[0-9a-fA-F]{64}$/.test(escrowId)) throw new NimbleError('invalid', `an escrow id is 32 bytes of hex (0x and 64 digits, as nbcli job status shows it), got '${escrowId.slice(0, 80)}'`);
+  const id = escrowId.toLowerCase() as Hex;
+  return onChain(flags, async (client) => {
+    const developer = signerFor(client, privateKeyToAccount(key));
+    const before = await readEscrow(client, id);
+    if (!before) throw new NimbleError('not_found', `no escrow ${id} on JobEscrow ${client.deployment.jobEscrow ?? '(none)'} (chain ${client.chainId})`);
+    if (getAddress(before.owner) !== getAddress(developer.account.address)) throw new NimbleError('forbidden', `escrow ${id} is ${before.owner}'s, not ${developer.account.address}'s`);
+    const r = await closeEscrow(client, developer, id);
+    return { escrow: (await readEscrow(client, id)) ?? before, alreadyClosed: r.alreadyClosed, refunded: r.refunded, tx: r.tx?.hash ?? null };
+  });
 }
 
 /** The chain this command opened must be the orchestrator's, or the NIM would go somewhere it never looks. */

@@ -25,7 +25,10 @@ export function describeHeldout(c: Pick<CheckpointView, 'heldoutLoss' | 'heldout
 /** A job's escrow in one line: budget, paid so far, refunded. */
 export function describePayment(p: NonNullable<JobView['payment']>): string {
   const refund = p.refunded === null ? '' : `, ${showNim(BigInt(p.refunded))} NIM refunded`;
-  return `paid from escrow ${p.escrowId.slice(0, 10)}…: budget ${showNim(BigInt(p.budget))} NIM at ${p.nimPerPetaflop} NIM per PFLOP, ${showNim(BigInt(p.committed))} NIM to its miners${refund} (${p.spent ? 'budget spent, ' : ''}${p.status})`;
+  const lock = p.lockedUntil ? `, locked until ${new Date(p.lockedUntil).toISOString()}` : '';
+  const unpaid = p.unpaid && p.unpaid !== '0' ? `, ${showNim(BigInt(p.unpaid))} NIM unpaid` : '';
+  const failing = p.failing ? `; ${p.failing.what} failing after ${p.failing.attempts} attempt(s)${p.failing.retryAt ? `, next try ${new Date(p.failing.retryAt).toISOString()}` : ''}: ${p.failing.error}` : '';
+  return `paid from escrow ${p.escrowId.slice(0, 10)}…: budget ${showNim(BigInt(p.budget))} NIM at ${p.nimPerPetaflop} NIM per PFLOP, ${showNim(BigInt(p.committed))} NIM to its miners${refund}${unpaid} (${p.spent ? 'budget spent, ' : ''}${p.status}${lock})${failing}`;
 }
 
 /**

@@ -15,7 +15,8 @@ import { DEFAULT_ORCHESTRATOR, emit, withCommonOptions, type CommonOptions } fro
 import { describeHeldout, describeJob, describePayment, followJob } from './job-follow.ts';
 import { registerJobPlan } from './job-plan.ts';
 import { readJobSpec } from './job-spec-file.ts';
-import { submitJob } from './job-escrow.ts';
+import { refundEscrow, submitJob } from './job-escrow.ts';
+import { showNim } from '../../chain/amounts.ts';
 import { uploadJobData } from './job-data.ts';
 import { runJobLocally } from './job-local.ts';
 import { DEVELOPER_KEY_FILE, signingKey } from '../keys.ts';
@@ -120,6 +121,20 @@ export function registerJob(program: Command): void {
   common(group.command('cancel <id>').description('end one of your jobs; its last checkpoint is kept')).action(async (id: string, flags: Flags) => {
     const job = await new JobClient(await api(flags)).cancel(id);
     emit(flags, job, () => describeJob(job));
+  });
+
+  withChainOption(withCommonOptions(
+    group
+      .command('refund <escrow-id>')
+      .description("close one of your escrows on chain yourself and get back what it did not pay, for when the orchestrator is gone: from its refund time on, never while the orchestrator's lock holds it for a job or credit it pays")
+      .option('--wallet.name <name>', 'sign as this wallet (default: <data-dir>/developer-key.json)'),
+  )).action(async (escrowId: string, flags: Flags) => {
+    const r = await refundEscrow(flags, escrowId, await signingKey(flags, DEVELOPER_KEY_FILE));
+    emit(
+      flags,
+      { event: 'refunded', escrowId: r.escrow.jobId, alreadyClosed: r.alreadyClosed, refunded: r.refunded.toString(), paid: r.escrow.paid.toString(), tx: r.tx },
+      () => `escrow ${r.escrow.jobId}: ${r.alreadyClosed ? 'was already closed' : 'closed'}, ${showNim(r.refunded)} NIM refunded (${showNim(r.escrow.paid)} NIM paid to miners)`,
+    );
   });
 }
 

@@ -22,9 +22,28 @@
 //      the contract keeps the digest of the list it took);
 //   3. an ended job's escrow is closed once every epoch holding its work is
 //      closed and paid: closeEscrow (idempotent) refunds amount − paid.
+//
+// An escrow that pays for work is never its owner's to close while it does
+// (the attack: wait past its refund time, have the job accepted, close it for
+// a full refund after the miners worked). So: a job's timeout is bounded
+// (MAX_JOB_TIMEOUT, src/jobs/spec.ts); an escrow whose refund time comes
+// before the job's timeout plus SETTLEMENT_MARGIN_MS is refused; and when the
+// job is accepted the orchestrator takes JobEscrow's lock on it (`lock`),
+// renewed while the escrow is not closed, half a lockTimeout ahead: its owner
+// cannot close it before the lock ends. The orchestrator's close releases
+// it; if the orchestrator vanishes, the lock lapses by itself. Wallets'
+// inference credit (../serving/credits.ts) is locked the same way.
+//
+// A failing chain call (a payment, a lock renewal, a close) is retried with
+// exponential backoff (retryDelayMs: 1 s doubling to 10 min), its attempts,
+// next try and error recorded on its row, shown in the job's `payment` and
+// noted in the job's events; never in a tight loop. An escrow found closed on
+// chain with payments pending (its owner's close after the lock lapsed) marks
+// them unpaid, for good, and says so.
 import { getAddress, parseEventLogs, type Address, type Hex } from 'viem';
 import type { ChainClient, SigningClient } from '../../chain/client.ts';
-import { closeEscrow, escrowAddress, payJob, readEscrow, type JobEscrowState } from '../../chain/escrow.ts';
+import { chainTime, closeEscrow, escrowAddress, escrowLockTimeout, lockEscrow, payJob, readEscrow, type JobEscrowState } from '../../chain/escrow.ts';
+import { formatDuration } from '../../jobs/duration.ts';
 import { formatNim } from '../../chain/amounts.ts';
 import { nimAbi } from '../../chain/abis.ts';
 import { DEFAULT_PRICING, STORAGE_NIM_PER_GB_DAY } from '../../jobs/plan-constants.ts';
@@ -36,6 +55,27 @@ import type { OrchestratorState } from '../state/index.ts';
 import type { WorkRecord } from '../state/ledger.ts';
 import type { EscrowRecord } from '../state/escrows.ts';
 
+/**
+ * What an escrow must hold beyond a job's timeout before its owner may close
+ * it alone (1 day): the ended job's last epochs close and are paid well within.
+ */
+export const SETTLEMENT_MARGIN_MS = 86_400_000;
+/** The first retry of a failed chain call comes this long after it (1 s)… */
+export const RETRY_BASE_MS = 1_000;
+/** …each next one twice as long after the last, never longer than this (10 min). */
+export const RETRY_MAX_MS = 600_000;
+/** How often the locks of escrows that pay for work are checked against the chain's clock. */
+const LOCK_CHECK_MS = 5_000;
+
+/** How long after its `attempts`-th failed try a chain call is tried again. */
+export function retryDelayMs(attempts: number): number {
+  return Math.min(RETRY_MAX_MS, RETRY_BASE_MS * 2 ** Math.max(0, Math.min(30, attempts - 1)));
+}
+
+/** One line of an error. */
+function firstLine(err: unknown): string {
+  return (err as Error).message.split('\n')[0];
+}
 
 /** What a developer needs in order to pay: where, to whom, at what price. */
 export interface PaymentTerms {
@@ -62,11 +102,27 @@ export interface CheckedEscrow {
   amount: bigint;
 }
 
+/** An escrow checked and locked on chain: the job it pays for may be recorded. */
+export interface AcceptedEscrow extends CheckedEscrow {
+  /** ms until which the orchestrator's lock holds it */
+  lockedUntil: number;
+}
+
+/** The chain's clock for one pass over the locks. */
+export interface LockClock {
+  /** unix seconds, as the contract sees them */
+  nowS: number;
+  /** JobEscrow.lockTimeout */
+  lockTimeoutS: number;
+}
+
 export class JobPayments {
   readonly nimPerPetaflop: number;
   private readonly log: (line: string) => void;
   /** escrow ids being checked, bound or released: one at a time each */
   private readonly locks = new Map<string, Promise<unknown>>();
+  private lockTimeoutS: number | null = null;
+  private locksCheckedAt = new Map<string, number>();
 
   constructor(
     private readonly state: OrchestratorState,
@@ -102,12 +158,56 @@ export class JobPayments {
 
   /**
    * Checks on chain that `escrowId` holds exactly `budget` of `owner`'s NIM,
-   * open, untouched, and pays for no job or credit here. Call under `locked`.
+   * open, untouched, pays for no job or credit here, and cannot be refunded
+   * to its owner before a job of `timeoutMs` has run and been paid (its
+   * timeout plus SETTLEMENT_MARGIN_MS). Call under `locked`.
    */
-  async checkEscrow(escrowId: string, owner: string, budget: bigint): Promise<CheckedEscrow> {
+  async checkEscrow(escrowId: string, owner: string, budget: bigint, timeoutMs: number): Promise<CheckedEscrow> {
     const e = await this.checkFreshEscrow(escrowId, owner);
     if (e.amount !== budget) throw new NimbleError('invalid', `escrow ${e.jobId} holds ${formatNim(e.amount)} NIM; the job's budget is ${formatNim(budget)} NIM: they must be equal`);
+    const nowS = await chainTime(this.chain.client);
+    const neededS = nowS + Math.ceil((timeoutMs + SETTLEMENT_MARGIN_MS) / 1000);
+    if (e.refundAfter < neededS) {
+      throw new NimbleError(
+        'invalid',
+        `escrow ${e.jobId} can be refunded to its owner from ${iso(e.refundAfter)}; a job with a timeout of ${formatDuration(timeoutMs)} needs its escrow held until ${iso(neededS)} (its timeout plus ${formatDuration(SETTLEMENT_MARGIN_MS)} to settle): open a new escrow (nbcli job submit does), or give the job a shorter limits.timeout`,
+      );
+    }
     return { escrowId: e.jobId, amount: e.amount };
+  }
+
+  /**
+   * checkEscrow, then JobEscrow's lock on it: from here its owner cannot close
+   * it while the orchestrator holds the lock. Call under `locked`, then record
+   * the job (a job that is not recorded leaves the escrow to `release`).
+   */
+  async acceptEscrow(escrowId: string, owner: string, budget: bigint, timeoutMs: number): Promise<AcceptedEscrow> {
+    const checked = await this.checkEscrow(escrowId, owner, budget, timeoutMs);
+    const lockedUntil = await this.lock(checked.escrowId);
+    return { ...checked, lockedUntil };
+  }
+
+  /** Takes (or renews) JobEscrow's lock on `escrowId`: ms until which it holds. */
+  async lock(escrowId: Hex): Promise<number> {
+    const r = await lockEscrow(this.chain.client, this.chain.signer, escrowId);
+    return r.lockedUntil * 1000;
+  }
+
+  /**
+   * The chain's clock for a pass over the locks of `what` (job escrows,
+   * credits), at most every LOCK_CHECK_MS each; null between passes.
+   */
+  async lockClock(what: 'jobs' | 'credits'): Promise<LockClock | null> {
+    const now = this.now();
+    if (now - (this.locksCheckedAt.get(what) ?? -Infinity) < LOCK_CHECK_MS) return null;
+    this.locksCheckedAt.set(what, now);
+    this.lockTimeoutS ??= await escrowLockTimeout(this.chain.client);
+    return { nowS: await chainTime(this.chain.client), lockTimeoutS: this.lockTimeoutS };
+  }
+
+  /** Whether a lock holding until `lockedUntil` (ms; null: none) must be renewed now: less than half a lockTimeout is left. */
+  static lockDue(lockedUntil: number | null, clock: LockClock): boolean {
+    return (lockedUntil ?? 0) / 1000 - clock.nowS < clock.lockTimeoutS / 2;
   }
 
   /**
@@ -209,9 +309,15 @@ export class JobPayments {
     return flops;
   }
 
-  /** Sends pending payments, then closes the escrows of ended jobs whose work is all paid. Errors are recorded and retried. */
+  /**
+   * Sends pending payments that are due, renews the locks of escrows that
+   * pay for work, then closes the escrows of ended jobs whose work is all
+   * paid. A failed call is recorded and tried again after its backoff.
+   */
   async reconcile(): Promise<void> {
+    const now = this.now();
     for (const p of this.state.escrows.payments({ status: 'pending' })) {
+      if (p.retryAt !== null && p.retryAt > now) continue;
       const e = this.state.escrows.get(p.jobId);
       if (!e) continue;
       const list = this.state.escrows.shares(p.epoch, p.jobId).map((s) => ({ address: s.miner as Address, amount: BigInt(s.amount) }));
@@ -219,26 +325,83 @@ export class JobPayments {
         const r = await payJob(this.chain.client, this.chain.signer, e.escrowId as Hex, BigInt(p.epoch), list);
         this.state.escrows.markPaid(p.epoch, p.jobId, r.tx?.hash ?? null);
         if (!r.alreadyPaid && r.total > 0n) this.log(`job ${p.jobId}: paid ${formatNim(r.total)} NIM from its escrow to ${r.miners} miner(s) for epoch ${p.epoch}`);
+        if (p.attempts > 0) this.state.jobs.note(p.jobId, `its miners were paid ${formatNim(BigInt(p.total))} NIM for epoch ${p.epoch} after ${p.attempts + 1} attempts`, this.now());
       } catch (err) {
-        const message = (err as Error).message.split('\n')[0];
-        this.state.escrows.setPaymentError(p.epoch, p.jobId, message);
-        this.log(`job ${p.jobId}: paying epoch ${p.epoch} failed, will retry: ${message}`);
+        if (await this.closedBehindUs(e)) continue;
+        const message = firstLine(err);
+        const attempts = p.attempts + 1;
+        const wait = retryDelayMs(attempts);
+        this.state.escrows.setPaymentError(p.epoch, p.jobId, message, attempts, this.now() + wait);
+        this.log(`job ${p.jobId}: paying epoch ${p.epoch} failed (attempt ${attempts}), retrying in ${formatDuration(wait)}: ${message}`);
+        if (attempts === 1 || message !== p.error) this.state.jobs.note(p.jobId, `paying its miners ${formatNim(BigInt(p.total))} NIM for epoch ${p.epoch} failed (attempt ${attempts}): ${message}; it is retried with a growing wait (next in ${formatDuration(wait)})`, this.now());
       }
     }
+    await this.keepLocks();
     const open = this.state.ledger.openEpoch(this.now());
     for (const e of this.state.escrows.list('ending')) {
       // the work it pays for must all be in closed epochs, and those paid
       if ((e.endedLog ?? 0) > open.fromLog || this.state.escrows.countPending(e.jobId) > 0) continue;
+      if (e.retryAt !== null && e.retryAt > this.now()) continue;
       try {
         const r = await closeEscrow(this.chain.client, this.chain.signer, e.escrowId as Hex);
         this.state.escrows.markClosed(e.jobId, r.refunded, r.tx?.hash ?? null, this.now());
         this.log(`job ${e.jobId}: escrow closed, ${formatNim(r.refunded)} NIM refunded to ${e.owner}`);
       } catch (err) {
-        const message = (err as Error).message.split('\n')[0];
-        this.state.escrows.setError(e.jobId, message);
-        this.log(`job ${e.jobId}: closing its escrow failed, will retry: ${message}`);
+        this.escrowCallFailed(e, 'closing its escrow', err);
       }
     }
+  }
+
+  /** Renews the lock of every escrow that pays for a job and is not closed once less than half a lockTimeout is left of it. */
+  private async keepLocks(): Promise<void> {
+    const bound = [...this.state.escrows.list('open'), ...this.state.escrows.list('ending')];
+    if (bound.length === 0) return;
+    const clock = await this.lockClock('jobs').catch((err: unknown) => {
+      this.log(`escrow locks: cannot read the chain's clock: ${firstLine(err)}`);
+      return null;
+    });
+    if (!clock) return;
+    for (const e of bound) {
+      if (!JobPayments.lockDue(e.lockedUntil, clock) || (e.retryAt !== null && e.retryAt > this.now())) continue;
+      try {
+        const until = await this.locked(e.escrowId, () => this.lock(e.escrowId as Hex));
+        this.state.escrows.setLock(e.jobId, until);
+        this.log(`job ${e.jobId}: its escrow is locked until ${new Date(until).toISOString()}`);
+      } catch (err) {
+        if (await this.closedBehindUs(e)) continue;
+        this.escrowCallFailed(e, 'renewing the lock on its escrow', err);
+      }
+    }
+  }
+
+  private escrowCallFailed(e: EscrowRecord, what: string, err: unknown): void {
+    const message = firstLine(err);
+    const attempts = e.attempts + 1;
+    const wait = retryDelayMs(attempts);
+    this.state.escrows.setError(e.jobId, message, attempts, this.now() + wait);
+    this.log(`job ${e.jobId}: ${what} failed (attempt ${attempts}), retrying in ${formatDuration(wait)}: ${message}`);
+    if (attempts === 1 || message !== e.error) this.state.jobs.note(e.jobId, `${what} failed (attempt ${attempts}): ${message}; it is retried with a growing wait (next in ${formatDuration(wait)})`, this.now());
+  }
+
+  /**
+   * Whether job escrow `e` was closed on chain by someone else (its owner,
+   * once the lock had lapsed): then it is recorded closed, what it still
+   * owed is unpaid for good, and the job is told. False when the escrow is
+   * open or cannot be read.
+   */
+  private async closedBehindUs(e: EscrowRecord): Promise<boolean> {
+    const onChain = await readEscrow(this.chain.client, e.escrowId as Hex).catch(() => null);
+    if (!onChain?.closed) return false;
+    const pending = this.state.escrows.payments({ status: 'pending', jobId: e.jobId });
+    const unpaid = pending.reduce((a, p) => a + BigInt(p.total), 0n);
+    const why = `its escrow was closed on chain by someone other than this orchestrator (its owner, once the lock had lapsed), ${formatNim(onChain.refunded)} NIM refunded: ${formatNim(unpaid)} NIM of its miners' work ${pending.length ? `(epochs ${pending.map((p) => p.epoch).join(', ')}) ` : ''}is unpaid`;
+    this.state.tx(() => {
+      for (const p of pending) this.state.escrows.markUnpaid(p.epoch, p.jobId, why);
+      this.state.escrows.markClosed(e.jobId, onChain.refunded, null, this.now(), why);
+      this.state.jobs.note(e.jobId, why, this.now());
+    });
+    this.log(`job ${e.jobId}: ${why}`);
+    return true;
   }
 
   /** The NIM keeping `bytes` of checkpoints `days` more days costs (wei, rounded up). */
@@ -262,6 +425,10 @@ export class JobPayments {
     const fresh = this.state.escrows.addStoragePayment({ txHash, jobId: record.jobId, payer, amount: paid.toString(), days: record.days, at: this.now() });
     if (!fresh) throw new NimbleError('conflict', `transaction ${txHash} has paid for a keep already`);
   }
+}
+
+function iso(unixSeconds: number): string {
+  return new Date(unixSeconds * 1000).toISOString();
 }
 
 /** Wei of `flops` at `nimPerPetaflop` (flops / 1e15 × price NIM), rounded up. */

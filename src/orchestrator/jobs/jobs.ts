@@ -43,6 +43,8 @@ export interface JobEscrowTerms {
   amount: bigint;
   /** what its work is paid at */
   nimPerPetaflop: number;
+  /** ms until which the orchestrator's lock on chain holds the escrow */
+  lockedUntil?: number;
 }
 
 /** Jobs one developer may have that have not ended. */
@@ -122,7 +124,7 @@ export class JobService {
         now,
       );
       if (escrow) {
-        this.state.escrows.insert({ jobId: id, escrowId: escrow.escrowId, owner, amount: escrow.amount, price: escrow.nimPerPetaflop }, now);
+        this.state.escrows.insert({ jobId: id, escrowId: escrow.escrowId, owner, amount: escrow.amount, price: escrow.nimPerPetaflop, lockedUntil: escrow.lockedUntil }, now);
         this.state.jobs.note(id, `paid from escrow ${escrow.escrowId}: ${formatNim(escrow.amount)} NIM at ${escrow.nimPerPetaflop} NIM per PFLOP`, now);
       }
     });
@@ -297,6 +299,10 @@ export class JobService {
     const escrow = this.state.escrows.get(job.id);
     if (escrow?.spent) {
       this.end(fresh, 'failed', `its budget of ${formatNim(BigInt(escrow.amount))} NIM is spent, at step ${fresh.step} of ${fresh.steps}; its last checkpoint is kept`);
+      return;
+    }
+    if (escrow?.status === 'closed') {
+      this.end(fresh, 'failed', `its escrow ${escrow.escrowId} was closed on chain, nothing pays for more work: stopped at step ${fresh.step} of ${fresh.steps}; its last checkpoint is kept`);
       return;
     }
     if (now >= fresh.timeoutAt) {

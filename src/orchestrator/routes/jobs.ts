@@ -27,7 +27,7 @@ import { NimbleError } from '../../protocol/errors.ts';
 import type { Coordinator } from '../training/coordinator.ts';
 import type { JobPayments } from '../jobs/job-payments.ts';
 import type { JobService } from '../jobs/jobs.ts';
-import type { EscrowRecord } from '../state/escrows.ts';
+import type { EscrowRecord, JobPaymentRecord } from '../state/escrows.ts';
 import { formatNim } from '../../chain/amounts.ts';
 import type { JobCheckpointRecord, JobRecord } from '../state/jobs.ts';
 
@@ -77,13 +77,37 @@ export function jobView(c: Coordinator, job: JobRecord): JobView {
     idleTimeoutMs: job.idleTimeoutMs,
     upgrade: job.upgrade,
     checkpoints: c.state.jobs.checkpoints(job.id).map(checkpointView),
-    payment: paymentView(c.state.escrows.get(job.id)),
+    payment: paymentView(c.state.escrows.get(job.id), c.state.escrows.payments({ jobId: job.id })),
   };
 }
 
-function paymentView(e: EscrowRecord | undefined): JobPaymentView | null {
+function paymentView(e: EscrowRecord | undefined, payments: readonly JobPaymentRecord[]): JobPaymentView | null {
   if (!e) return null;
-  return { escrowId: e.escrowId, budget: e.amount, committed: e.committed, refunded: e.refunded, status: e.status, nimPerPetaflop: e.price, spent: e.spent === 1 };
+  return {
+    escrowId: e.escrowId,
+    budget: e.amount,
+    committed: e.committed,
+    refunded: e.refunded,
+    status: e.status,
+    nimPerPetaflop: e.price,
+    spent: e.spent === 1,
+    ...paymentHealth(e, payments),
+  };
+}
+
+/** How the escrow's chain calls go: its lock, and the payment or call failing now (with its backoff), if any. */
+function paymentHealth(e: EscrowRecord, payments: readonly JobPaymentRecord[]): Pick<JobPaymentView, 'lockedUntil' | 'unpaid' | 'failing'> {
+  const unpaid = payments.filter((p) => p.status === 'unpaid').reduce((a, p) => a + BigInt(p.total), 0n);
+  const failing = payments.find((p) => p.status === 'pending' && p.error !== null);
+  return {
+    lockedUntil: e.status === 'closed' ? null : e.lockedUntil,
+    unpaid: unpaid.toString(),
+    failing: failing
+      ? { what: `epoch ${failing.epoch}`, error: failing.error!, attempts: failing.attempts, retryAt: failing.retryAt }
+      : e.status !== 'closed' && e.error !== null
+        ? { what: 'escrow', error: e.error, attempts: e.attempts, retryAt: e.retryAt }
+        : null,
+  };
 }
 
 /** What keeping an ended job's checkpoints until `days` after it ended adds (GB-days beyond their current expiry) and costs. */
@@ -113,7 +137,7 @@ export function jobRoutes(app: HttpServer, c: Coordinator, jobs: JobService, pay
   app.post('/jobs', { config: developer, schema: { body: SubmitJobRequest, response: { 201: JobView } } }, async (req, reply) => {
     const owner = signerOf(req);
     const { spec, escrow } = req.body;
-    const { budgetWei: budget, offer } = jobs.check(spec, owner);
+    const { budgetWei: budget, offer, timeoutMs } = jobs.check(spec, owner);
     let job: JobRecord;
     if (!payments || budget === null) {
       if (escrow) throw new NimbleError('invalid', payments ? 'the spec has no budget, so no escrow pays for it: drop the escrow or give a budget' : 'this network is not paid: submit without an escrow');
@@ -124,7 +148,8 @@ export function jobRoutes(app: HttpServer, c: Coordinator, jobs: JobService, pay
         throw new NimbleError('payment_required', `this network is paid: escrow the job's budget of ${formatNim(budget)} NIM on JobEscrow ${t.jobEscrow} (chain ${t.chainId}) and submit with its id (nbcli job submit does both)`, 402);
       }
       job = await payments.locked(escrow, async () => {
-        const checked = await payments.checkEscrow(escrow, owner, budget);
+        // checked on chain and locked there: from now its owner cannot close it while the job runs or its work is unpaid
+        const checked = await payments.acceptEscrow(escrow, owner, budget, timeoutMs);
         // its work is paid at what it offers, never below the network's price
         return jobs.submit(spec, owner, { ...checked, nimPerPetaflop: Math.max(payments.nimPerPetaflop, offer ?? 0) });
       });

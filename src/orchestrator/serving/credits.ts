@@ -22,16 +22,23 @@
 // (from then on its owner could close it on chain alone, and a balance backed
 // by it would be backed by nothing). An ending escrow is closed (the rest
 // refunded) once nothing it may still owe is pending.
+//
+// A registered escrow is locked on chain (JobEscrow.lock, as a job's is,
+// ../jobs/job-payments.ts) and the lock renewed until the orchestrator closes
+// it: its owner cannot close it alone while what it was charged is unpaid.
+// Failed payments, renewals and closes are retried with backoff and
+// recorded on the escrow's row (shown by nbcli credit balance).
 import type { Address, Hex } from 'viem';
 import type { CreditEscrowView, CreditView } from '../../api/credits.ts';
 import { formatNim } from '../../chain/amounts.ts';
-import { closeEscrow, payJob } from '../../chain/escrow.ts';
+import { closeEscrow, payJob, readEscrow } from '../../chain/escrow.ts';
+import { formatDuration } from '../../jobs/duration.ts';
 import { normalizeRewards } from '../../chain/rewards.ts';
 import { NimbleError } from '../../protocol/errors.ts';
-import type { JobPayments, JobPaymentsOptions } from '../jobs/job-payments.ts';
+import { JobPayments, retryDelayMs, type JobPaymentsOptions } from '../jobs/job-payments.ts';
 import { splitEmission, unitWeight, type StageShares } from '../rewards/scoring.ts';
 import type { OrchestratorState } from '../state/index.ts';
-import type { CreditRecord, CreditShare } from '../state/credits.ts';
+import type { CreditPaymentRecord, CreditRecord, CreditShare } from '../state/credits.ts';
 
 /** The serving miners' share of what a request pays, in basis points (80 %); the model's owner receives the rest. */
 export const MINERS_SHARE_BPS = 8_000n;
@@ -59,7 +66,9 @@ export class CreditService {
       if (refundAfter - this.now() <= CREDIT_END_MARGIN_MS) {
         throw new NimbleError('invalid', `escrow ${e.jobId} can be refunded to its owner from ${new Date(refundAfter).toISOString()}: credit needs more than a day before that`);
       }
-      this.state.credits.insert({ escrowId: e.jobId, owner, amount: e.amount, refundAfter }, this.now());
+      // locked on chain before it counts: its owner cannot close it under what it is charged
+      const lockedUntil = await this.payments.lock(e.jobId);
+      this.state.credits.insert({ escrowId: e.jobId, owner, amount: e.amount, refundAfter, lockedUntil }, this.now());
       this.log(`credit: ${owner} added escrow ${e.jobId} of ${formatNim(e.amount)} NIM`);
       return this.view(owner);
     });
@@ -100,7 +109,7 @@ export class CreditService {
       reserved: this.state.inferenceRequests.reservedOf(owner).toString(),
       owed: this.state.inferenceRequests.unallocatedOf(owner).toString(),
       spent: this.state.inferenceRequests.spentOf(owner).toString(),
-      escrows: this.state.credits.of(owner).map(escrowView),
+      escrows: this.state.credits.of(owner).map((c) => escrowView(c, this.state.credits.payments({ status: 'pending', escrowId: c.escrowId }).find((p) => p.error !== null))),
     };
   }
 
@@ -154,25 +163,83 @@ export class CreditService {
     if (short > 0n) this.log(`credit: ${owner}'s escrows lack ${formatNim(short)} NIM of what epoch ${epochId} owes (an escrow closed behind the orchestrator's back?)`);
   }
 
-  /** Sends pending payments, ends credits near their refund time, closes ending ones that owe nothing. Errors are recorded and retried. */
+  /**
+   * Sends pending payments that are due, renews the locks of credit escrows
+   * not closed, ends credits near their refund time, closes ending ones that
+   * owe nothing. A failed call is recorded and tried again after its backoff.
+   */
   async reconcile(): Promise<void> {
     for (const p of this.state.credits.payments({ status: 'pending' })) {
+      if (p.retryAt !== null && p.retryAt > this.now()) continue;
       const list = normalizeRewards(this.state.credits.shares(p.epoch, p.escrowId).map((s) => ({ address: s.payee as Address, amount: BigInt(s.amount) })));
       try {
         const r = await payJob(this.chain.client, this.chain.signer, p.escrowId as Hex, BigInt(p.epoch), list);
         this.state.credits.markPaid(p.epoch, p.escrowId, r.tx?.hash ?? null);
-        if (!r.alreadyPaid && r.total > 0n) this.log(`credit: paid ${formatNim(r.total)} NIM of inference from escrow ${p.escrowId} to ${r.miners} payee(s) for epoch ${p.epoch}`);
+        if (!r.alreadyPaid && r.total > 0n) this.log(`credit: paid ${formatNim(r.total)} NIM of inference from escrow ${p.escrowId} to ${r.miners} payee(s) for epoch ${p.epoch}${p.attempts > 0 ? ` after ${p.attempts + 1} attempts` : ''}`);
       } catch (err) {
+        if (await this.closedBehindUs(p.escrowId)) continue;
         const message = (err as Error).message.split('\n')[0];
-        this.state.credits.setPaymentError(p.epoch, p.escrowId, message);
-        this.log(`credit: paying epoch ${p.epoch} from escrow ${p.escrowId} failed, will retry: ${message}`);
+        const attempts = p.attempts + 1;
+        const wait = retryDelayMs(attempts);
+        this.state.credits.setPaymentError(p.epoch, p.escrowId, message, attempts, this.now() + wait);
+        this.log(`credit: paying epoch ${p.epoch} from escrow ${p.escrowId} failed (attempt ${attempts}), retrying in ${formatDuration(wait)}: ${message}`);
       }
     }
+    await this.keepLocks();
     const now = this.now();
     for (const c of this.state.credits.list('open')) {
       if (c.refundAfter - now <= CREDIT_END_MARGIN_MS && this.state.credits.end(c.escrowId)) this.log(`credit: escrow ${c.escrowId} of ${c.owner} nears its refund time: it pays what is owed, then closes`);
     }
     for (const c of this.closable()) await this.close(c);
+  }
+
+  /** Renews the lock of every credit escrow not closed once less than half a lockTimeout is left of it. */
+  private async keepLocks(): Promise<void> {
+    const held = (['open', 'ending', 'closing'] as const).flatMap((status) => this.state.credits.list(status));
+    if (held.length === 0) return;
+    const clock = await this.payments.lockClock('credits').catch((err: unknown) => {
+      this.log(`credit: cannot read the chain's clock: ${(err as Error).message.split('\n')[0]}`);
+      return null;
+    });
+    if (!clock) return;
+    for (const c of held) {
+      if (!JobPayments.lockDue(c.lockedUntil, clock) || (c.retryAt !== null && c.retryAt > this.now())) continue;
+      try {
+        const until = await this.payments.locked(c.escrowId, () => this.payments.lock(c.escrowId as Hex));
+        this.state.credits.setLock(c.escrowId, until);
+        this.log(`credit: escrow ${c.escrowId} of ${c.owner} is locked until ${new Date(until).toISOString()}`);
+      } catch (err) {
+        if (await this.closedBehindUs(c.escrowId)) continue;
+        this.callFailed(c, 'renewing its lock', err);
+      }
+    }
+  }
+
+  private callFailed(c: CreditRecord, what: string, err: unknown): void {
+    const message = (err as Error).message.split('\n')[0];
+    const attempts = c.attempts + 1;
+    const wait = retryDelayMs(attempts);
+    this.state.credits.setError(c.escrowId, message, attempts, this.now() + wait);
+    this.log(`credit: ${what} of escrow ${c.escrowId} failed (attempt ${attempts}), retrying in ${formatDuration(wait)}: ${message}`);
+  }
+
+  /**
+   * Whether credit escrow `escrowId` was closed on chain by someone else (its
+   * owner, once the lock had lapsed): then it is recorded closed and what it
+   * still owed unpaid, for good. False when it is open or cannot be read.
+   */
+  private async closedBehindUs(escrowId: string): Promise<boolean> {
+    const onChain = await readEscrow(this.chain.client, escrowId as Hex).catch(() => null);
+    if (!onChain?.closed) return false;
+    const pending = this.state.credits.payments({ status: 'pending', escrowId });
+    const unpaid = pending.reduce((a, p) => a + BigInt(p.total), 0n);
+    const why = `closed on chain by someone other than this orchestrator (its owner, once the lock had lapsed), ${formatNim(onChain.refunded)} NIM refunded: ${formatNim(unpaid)} NIM it was charged is unpaid`;
+    this.state.tx(() => {
+      for (const p of pending) this.state.credits.markUnpaid(p.epoch, escrowId, why);
+      this.state.credits.markClosed(escrowId, onChain.refunded, null, this.now(), why);
+    });
+    this.log(`credit: escrow ${escrowId} ${why}`);
+    return true;
   }
 
   /** Ending escrows nothing is pending on whose wallet's open escrows cover what it still owes; marked closing here (no await in between). */
@@ -185,7 +252,8 @@ export class CreditService {
       this.state.credits.startClosing(c.escrowId);
       out.push(c);
     }
-    return [...out, ...this.state.credits.list('closing').filter((c) => !out.some((o) => o.escrowId === c.escrowId))];
+    const closing = [...out, ...this.state.credits.list('closing').filter((c) => !out.some((o) => o.escrowId === c.escrowId))];
+    return closing.filter((c) => c.retryAt === null || c.retryAt <= this.now());
   }
 
   private async close(c: CreditRecord): Promise<void> {
@@ -194,13 +262,24 @@ export class CreditService {
       this.state.credits.markClosed(c.escrowId, r.refunded, r.tx?.hash ?? null, this.now());
       this.log(`credit: escrow ${c.escrowId} closed, ${formatNim(r.refunded)} NIM refunded to ${c.owner}`);
     } catch (err) {
-      const message = (err as Error).message.split('\n')[0];
-      this.state.credits.setError(c.escrowId, message);
-      this.log(`credit: closing escrow ${c.escrowId} failed, will retry: ${message}`);
+      this.callFailed(c, 'closing', err);
     }
   }
 }
 
-function escrowView(c: CreditRecord): CreditEscrowView {
-  return { escrowId: c.escrowId, amount: c.amount, committed: c.committed, status: c.status, refunded: c.refunded, refundAfter: c.refundAfter, error: c.error };
+/** A credit escrow as its owner sees it; a failing payment of it (if any) shows as its error, with its backoff. */
+function escrowView(c: CreditRecord, failing?: CreditPaymentRecord): CreditEscrowView {
+  if (failing) return { ...escrowView(c), error: `paying epoch ${failing.epoch}: ${failing.error}`, attempts: failing.attempts, retryAt: failing.retryAt };
+  return {
+    escrowId: c.escrowId,
+    amount: c.amount,
+    committed: c.committed,
+    status: c.status,
+    refunded: c.refunded,
+    refundAfter: c.refundAfter,
+    error: c.error,
+    lockedUntil: c.status === 'closed' ? null : c.lockedUntil,
+    attempts: c.attempts,
+    retryAt: c.retryAt,
+  };
 }

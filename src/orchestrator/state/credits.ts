@@ -7,7 +7,10 @@
 // or its refund time nears: it still pays what was charged before) → closing
 // (nothing more is drawn from it; the close is being sent) → closed (the rest
 // refunded on chain). Payment: pending (allocated in the epoch's
-// transaction) → paid (on chain, JobEscrow.pay once per escrow and epoch).
+// transaction) → paid (on chain, JobEscrow.pay once per escrow and epoch), or
+// unpaid (the escrow was closed on chain before it was sent). A failed chain
+// call is retried at `retryAt` (backoff, ../jobs/job-payments.ts); an
+// escrow's own calls (renewing its lock, closing it) share its row's.
 // Wei exceed SQLite's 64-bit integers: amounts are text, summed in BigInt.
 import { Type, type Static } from '@sinclair/typebox';
 import { all, one, rowReader, scalar, type Migrations, type StateDb } from './db.ts';
@@ -31,6 +34,12 @@ export const CREDIT_MIGRATIONS: Migrations = {
       epoch INTEGER NOT NULL, escrow_id TEXT NOT NULL, payee TEXT NOT NULL, role TEXT NOT NULL, amount TEXT NOT NULL,
       PRIMARY KEY (epoch, escrow_id, payee, role)
     )`,
+    // the orchestrator's lock on the escrow (JobEscrow.lock) and the backoff of failed chain calls
+    `ALTER TABLE credit_escrows ADD COLUMN locked_until INTEGER;
+    ALTER TABLE credit_escrows ADD COLUMN attempts INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE credit_escrows ADD COLUMN retry_at INTEGER;
+    ALTER TABLE credit_payments ADD COLUMN attempts INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE credit_payments ADD COLUMN retry_at INTEGER`,
   ],
 };
 
@@ -58,17 +67,24 @@ const CreditRow = Type.Object({
   error: NullableText,
   createdAt: Int,
   closedAt: Type.Union([Int, Type.Null()]),
+  /** ms until which the orchestrator's lock on chain holds it (null: not locked) */
+  lockedUntil: Type.Union([Int, Type.Null()]),
+  /** failed tries of its last chain call (a lock renewal or its close) */
+  attempts: Int,
+  /** ms from which that call is tried again (null: when due) */
+  retryAt: Type.Union([Int, Type.Null()]),
 });
 export type CreditRecord = Static<typeof CreditRow>;
 const CREDIT_COLUMNS = `escrow_id AS escrowId, owner, amount, committed, status, refund_after AS refundAfter, refunded, close_tx AS closeTx,
-  error, created_at AS createdAt, closed_at AS closedAt`;
+  error, created_at AS createdAt, closed_at AS closedAt, locked_until AS lockedUntil, attempts, retry_at AS retryAt`;
 const decodeCredit = rowReader(CreditRow, 'credit escrow');
 
 export const PayeeRole = Type.Union([Type.Literal('miner'), Type.Literal('owner')]);
 export type PayeeRole = Static<typeof PayeeRole>;
-const PaymentStatus = Type.Union([Type.Literal('pending'), Type.Literal('paid')]);
+const PaymentStatus = Type.Union([Type.Literal('pending'), Type.Literal('paid'), Type.Literal('unpaid')]);
+export type CreditPaymentStatus = Static<typeof PaymentStatus>;
 
-const PaymentRow = Type.Object({ epoch: Int, escrowId: Type.String(), total: Wei, status: PaymentStatus, txHash: NullableText, error: NullableText });
+const PaymentRow = Type.Object({ epoch: Int, escrowId: Type.String(), total: Wei, status: PaymentStatus, txHash: NullableText, error: NullableText, attempts: Int, retryAt: Type.Union([Int, Type.Null()]) });
 export type CreditPaymentRecord = Static<typeof PaymentRow>;
 const decodePayment = rowReader(PaymentRow, 'credit payment');
 
@@ -86,14 +102,15 @@ export interface CreditShare {
 export class CreditStore {
   constructor(private readonly db: StateDb) {}
 
-  insert(c: { escrowId: string; owner: string; amount: bigint; refundAfter: number }, now: number): void {
+  insert(c: { escrowId: string; owner: string; amount: bigint; refundAfter: number; lockedUntil?: number }, now: number): void {
     this.db.run(
-      "INSERT INTO credit_escrows (escrow_id, owner, amount, status, refund_after, created_at) VALUES (?, ?, ?, 'open', ?, ?)",
+      "INSERT INTO credit_escrows (escrow_id, owner, amount, status, refund_after, created_at, locked_until) VALUES (?, ?, ?, 'open', ?, ?, ?)",
       c.escrowId.toLowerCase(),
       c.owner,
       c.amount.toString(),
       c.refundAfter,
       now,
+      c.lockedUntil ?? null,
     );
   }
 
@@ -122,12 +139,26 @@ export class CreditStore {
     this.db.run("UPDATE credit_escrows SET status = 'closing' WHERE escrow_id = ? AND status = 'ending'", escrowId.toLowerCase());
   }
 
-  markClosed(escrowId: string, refunded: bigint, txHash: string | null, now: number): void {
-    this.db.run("UPDATE credit_escrows SET status = 'closed', refunded = ?, close_tx = ?, error = NULL, closed_at = ? WHERE escrow_id = ?", refunded.toString(), txHash, now, escrowId.toLowerCase());
+  /** Closed on chain; `error` says why when it was not the orchestrator's close. */
+  markClosed(escrowId: string, refunded: bigint, txHash: string | null, now: number, error: string | null = null): void {
+    this.db.run(
+      "UPDATE credit_escrows SET status = 'closed', refunded = ?, close_tx = ?, error = ?, attempts = 0, retry_at = NULL, closed_at = ? WHERE escrow_id = ?",
+      refunded.toString(),
+      txHash,
+      error === null ? null : error.slice(0, 500),
+      now,
+      escrowId.toLowerCase(),
+    );
   }
 
-  setError(escrowId: string, message: string): void {
-    this.db.run('UPDATE credit_escrows SET error = ? WHERE escrow_id = ?', message.slice(0, 500), escrowId.toLowerCase());
+  /** The orchestrator's lock on chain now holds until `lockedUntil` (ms); a failed call before it is forgotten. */
+  setLock(escrowId: string, lockedUntil: number): void {
+    this.db.run('UPDATE credit_escrows SET locked_until = ?, attempts = 0, retry_at = NULL, error = NULL WHERE escrow_id = ?', lockedUntil, escrowId.toLowerCase());
+  }
+
+  /** A chain call for the escrow failed (its `attempts`-th try): tried again from `retryAt`. */
+  setError(escrowId: string, message: string, attempts: number, retryAt: number): void {
+    this.db.run('UPDATE credit_escrows SET error = ?, attempts = ?, retry_at = ? WHERE escrow_id = ?', message.slice(0, 500), attempts, retryAt, escrowId.toLowerCase());
   }
 
   // ---- payments per epoch ------------------------------------------------------------
@@ -157,10 +188,10 @@ export class CreditStore {
   }
 
   /** Payments, oldest epoch first: all pending ones, or those of one escrow. */
-  payments(q: { status?: 'pending' | 'paid'; escrowId?: string } = {}): CreditPaymentRecord[] {
+  payments(q: { status?: CreditPaymentStatus; escrowId?: string } = {}): CreditPaymentRecord[] {
     const where = ([['status', q.status], ['escrow_id', q.escrowId?.toLowerCase()]] as const).filter((w) => w[1] !== undefined);
     const clause = where.length ? `WHERE ${where.map(([col]) => `${col} = ?`).join(' AND ')}` : '';
-    return all(this.db, decodePayment, `SELECT epoch, escrow_id AS escrowId, total, status, tx_hash AS txHash, error FROM credit_payments ${clause} ORDER BY epoch, escrow_id`, ...where.map(([, v]) => v!));
+    return all(this.db, decodePayment, `SELECT epoch, escrow_id AS escrowId, total, status, tx_hash AS txHash, error, attempts, retry_at AS retryAt FROM credit_payments ${clause} ORDER BY epoch, escrow_id`, ...where.map(([, v]) => v!));
   }
 
   /** The shares of one payment, or of every payment of an epoch (with their payment's status). */
@@ -176,11 +207,17 @@ export class CreditStore {
   }
 
   markPaid(epoch: number, escrowId: string, txHash: string | null): void {
-    this.db.run("UPDATE credit_payments SET status = 'paid', tx_hash = ?, error = NULL WHERE epoch = ? AND escrow_id = ?", txHash, epoch, escrowId.toLowerCase());
+    this.db.run("UPDATE credit_payments SET status = 'paid', tx_hash = ?, error = NULL, retry_at = NULL WHERE epoch = ? AND escrow_id = ?", txHash, epoch, escrowId.toLowerCase());
   }
 
-  setPaymentError(epoch: number, escrowId: string, message: string): void {
-    this.db.run('UPDATE credit_payments SET error = ? WHERE epoch = ? AND escrow_id = ?', message.slice(0, 500), epoch, escrowId.toLowerCase());
+  /** The escrow was closed on chain before this payment was sent: it is never paid (`why` says so). */
+  markUnpaid(epoch: number, escrowId: string, why: string): void {
+    this.db.run("UPDATE credit_payments SET status = 'unpaid', error = ?, retry_at = NULL WHERE epoch = ? AND escrow_id = ? AND status = 'pending'", why.slice(0, 500), epoch, escrowId.toLowerCase());
+  }
+
+  /** Sending it failed (its `attempts`-th try): tried again from `retryAt`. */
+  setPaymentError(epoch: number, escrowId: string, message: string, attempts: number, retryAt: number): void {
+    this.db.run('UPDATE credit_payments SET error = ?, attempts = ?, retry_at = ? WHERE epoch = ? AND escrow_id = ?', message.slice(0, 500), attempts, retryAt, epoch, escrowId.toLowerCase());
   }
 
   countPending(escrowId: string): number {

@@ -5,7 +5,11 @@
 //
 // Escrow: open (paying) → ending (the job ended; work logged up to `endedLog`
 // is still paid) → closed (the rest refunded on chain). Payment: pending
-// (allocated in the epoch's transaction) → paid (on chain).
+// (allocated in the epoch's transaction) → paid (on chain), or unpaid (its
+// escrow was closed on chain before it was sent: it never will be).
+// A failed chain call is retried at `retryAt` (exponential backoff, capped:
+// ../jobs/job-payments.ts), `attempts` and `error` saying how it goes; an
+// escrow's own calls (renewing its lock, closing it) share its row's.
 import { Type, type Static } from '@sinclair/typebox';
 import { all, one, rowReader, scalar, type Migrations, type StateDb } from './db.ts';
 
@@ -30,6 +34,12 @@ export const ESCROW_MIGRATIONS: Migrations = {
     CREATE TABLE storage_payments (
       tx_hash TEXT PRIMARY KEY, job_id TEXT NOT NULL, payer TEXT NOT NULL, amount TEXT NOT NULL, days INTEGER NOT NULL, at INTEGER NOT NULL
     )`,
+    // the orchestrator's lock on the escrow (JobEscrow.lock) and the backoff of failed chain calls
+    `ALTER TABLE job_escrows ADD COLUMN locked_until INTEGER;
+    ALTER TABLE job_escrows ADD COLUMN attempts INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE job_escrows ADD COLUMN retry_at INTEGER;
+    ALTER TABLE job_payments ADD COLUMN attempts INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE job_payments ADD COLUMN retry_at INTEGER`,
   ],
 };
 
@@ -63,10 +73,16 @@ const EscrowRow = Type.Object({
   error: NullableText,
   createdAt: Int,
   closedAt: Type.Union([Int, Type.Null()]),
+  /** ms until which the orchestrator's lock on chain holds it (its owner cannot close it before; null: not locked) */
+  lockedUntil: Type.Union([Int, Type.Null()]),
+  /** failed tries of its last chain call (a lock renewal or its close) */
+  attempts: Int,
+  /** ms from which that call is tried again (null: when due) */
+  retryAt: Type.Union([Int, Type.Null()]),
 });
 export type EscrowRecord = Static<typeof EscrowRow>;
 const ESCROW_COLUMNS = `job_id AS jobId, escrow_id AS escrowId, owner, amount, price, committed, status, spent, ended_log AS endedLog,
-  refunded, close_tx AS closeTx, error, created_at AS createdAt, closed_at AS closedAt`;
+  refunded, close_tx AS closeTx, error, created_at AS createdAt, closed_at AS closedAt, locked_until AS lockedUntil, attempts, retry_at AS retryAt`;
 const decodeEscrow = rowReader(EscrowRow, 'job escrow');
 
 const PaymentRow = Type.Object({
@@ -76,11 +92,16 @@ const PaymentRow = Type.Object({
   total: Wei,
   /** the training FLOPs it pays for */
   flops: Type.Number({ minimum: 0 }),
-  status: Type.Union([Type.Literal('pending'), Type.Literal('paid')]),
+  status: Type.Union([Type.Literal('pending'), Type.Literal('paid'), Type.Literal('unpaid')]),
   txHash: NullableText,
   error: NullableText,
+  /** failed tries to send it */
+  attempts: Int,
+  /** ms from which it is tried again (null: when due) */
+  retryAt: Type.Union([Int, Type.Null()]),
 });
 export type JobPaymentRecord = Static<typeof PaymentRow>;
+export type JobPaymentStatus = JobPaymentRecord['status'];
 const decodePayment = rowReader(PaymentRow, 'job payment');
 
 const ShareRow = Type.Object({ miner: Type.String(), score: Type.Number(), amount: Wei });
@@ -105,6 +126,8 @@ export interface NewEscrow {
   owner: string;
   amount: bigint;
   price: number;
+  /** ms until which the orchestrator's lock holds it */
+  lockedUntil?: number;
 }
 
 export class EscrowStore {
@@ -112,13 +135,14 @@ export class EscrowStore {
 
   insert(e: NewEscrow, now: number): void {
     this.db.run(
-      "INSERT INTO job_escrows (job_id, escrow_id, owner, amount, price, status, created_at) VALUES (?, ?, ?, ?, ?, 'open', ?)",
+      "INSERT INTO job_escrows (job_id, escrow_id, owner, amount, price, status, created_at, locked_until) VALUES (?, ?, ?, ?, ?, 'open', ?, ?)",
       e.jobId,
       e.escrowId.toLowerCase(),
       e.owner,
       e.amount.toString(),
       e.price,
       now,
+      e.lockedUntil ?? null,
     );
   }
 
@@ -142,12 +166,26 @@ export class EscrowStore {
     this.db.run("UPDATE job_escrows SET status = 'ending', ended_log = ? WHERE job_id = ? AND status = 'open'", lastLog, jobId);
   }
 
-  markClosed(jobId: string, refunded: bigint, txHash: string | null, now: number): void {
-    this.db.run("UPDATE job_escrows SET status = 'closed', refunded = ?, close_tx = ?, error = NULL, closed_at = ? WHERE job_id = ?", refunded.toString(), txHash, now, jobId);
+  /** Closed on chain; `error` says why when it was not the orchestrator's close (its owner's, after the lock lapsed). */
+  markClosed(jobId: string, refunded: bigint, txHash: string | null, now: number, error: string | null = null): void {
+    this.db.run(
+      "UPDATE job_escrows SET status = 'closed', refunded = ?, close_tx = ?, error = ?, attempts = 0, retry_at = NULL, closed_at = ? WHERE job_id = ?",
+      refunded.toString(),
+      txHash,
+      error === null ? null : error.slice(0, 500),
+      now,
+      jobId,
+    );
   }
 
-  setError(jobId: string, message: string): void {
-    this.db.run('UPDATE job_escrows SET error = ? WHERE job_id = ?', message.slice(0, 500), jobId);
+  /** The orchestrator's lock on chain now holds until `lockedUntil` (ms); a failed call before it is forgotten. */
+  setLock(jobId: string, lockedUntil: number): void {
+    this.db.run('UPDATE job_escrows SET locked_until = ?, attempts = 0, retry_at = NULL, error = NULL WHERE job_id = ?', lockedUntil, jobId);
+  }
+
+  /** A chain call for the escrow failed (its `attempts`-th try): tried again from `retryAt`. */
+  setError(jobId: string, message: string, attempts: number, retryAt: number): void {
+    this.db.run('UPDATE job_escrows SET error = ?, attempts = ?, retry_at = ? WHERE job_id = ?', message.slice(0, 500), attempts, retryAt, jobId);
   }
 
   // ---- payments per epoch ------------------------------------------------------------
@@ -169,7 +207,7 @@ export class EscrowStore {
   }
 
   /** Payments in `status`, oldest epoch first (of one job when given). */
-  payments(q: { status?: 'pending' | 'paid'; jobId?: string } = {}): JobPaymentRecord[] {
+  payments(q: { status?: JobPaymentStatus; jobId?: string } = {}): JobPaymentRecord[] {
     const where: string[] = [];
     const params: string[] = [];
     if (q.status) {
@@ -183,7 +221,7 @@ export class EscrowStore {
     return all(
       this.db,
       decodePayment,
-      `SELECT epoch, job_id AS jobId, total, flops, status, tx_hash AS txHash, error FROM job_payments ${where.length ? `WHERE ${where.join(' AND ')}` : ''} ORDER BY epoch, job_id`,
+      `SELECT epoch, job_id AS jobId, total, flops, status, tx_hash AS txHash, error, attempts, retry_at AS retryAt FROM job_payments ${where.length ? `WHERE ${where.join(' AND ')}` : ''} ORDER BY epoch, job_id`,
       ...params,
     );
   }
@@ -193,11 +231,17 @@ export class EscrowStore {
   }
 
   markPaid(epoch: number, jobId: string, txHash: string | null): void {
-    this.db.run("UPDATE job_payments SET status = 'paid', tx_hash = ?, error = NULL WHERE epoch = ? AND job_id = ?", txHash, epoch, jobId);
+    this.db.run("UPDATE job_payments SET status = 'paid', tx_hash = ?, error = NULL, retry_at = NULL WHERE epoch = ? AND job_id = ?", txHash, epoch, jobId);
   }
 
-  setPaymentError(epoch: number, jobId: string, message: string): void {
-    this.db.run('UPDATE job_payments SET error = ? WHERE epoch = ? AND job_id = ?', message.slice(0, 500), epoch, jobId);
+  /** Its escrow was closed on chain before it was sent: it is never paid (`why` says so). */
+  markUnpaid(epoch: number, jobId: string, why: string): void {
+    this.db.run("UPDATE job_payments SET status = 'unpaid', error = ?, retry_at = NULL WHERE epoch = ? AND job_id = ? AND status = 'pending'", why.slice(0, 500), epoch, jobId);
+  }
+
+  /** Sending it failed (its `attempts`-th try): tried again from `retryAt`. */
+  setPaymentError(epoch: number, jobId: string, message: string, attempts: number, retryAt: number): void {
+    this.db.run('UPDATE job_payments SET error = ?, attempts = ?, retry_at = ? WHERE epoch = ? AND job_id = ?', message.slice(0, 500), attempts, retryAt, epoch, jobId);
   }
 
   countPending(jobId: string): number {

@@ -221,7 +221,7 @@ test('a withdrawn credit stops counting at once while what is reserved is still 
 test('an escrow that is a credit can neither pay for a job nor be released, and a job\'s escrow cannot become credit', async () => {
   const w = world();
   const credit = deposit(w, ALICE, NIM, 1);
-  await rejectsWith(w.payments.checkEscrow(credit, ALICE, NIM), 409, 'conflict', /inference credit/);
+  await rejectsWith(w.payments.checkEscrow(credit, ALICE, NIM, 3_600_000), 409, 'conflict', /inference credit/);
   await rejectsWith(w.payments.release(credit, ALICE), 409, 'conflict', /inference credit/);
   await rejectsWith(w.credits.register(credit, ALICE), 409, 'conflict', /inference credit/);
   const jobEscrow = `0x${'7'.repeat(64)}`;
