@@ -189,8 +189,9 @@ export class Kernels {
     this.pool.run(OP.embeddingBackward, [dwte, dwpe, dout, tokens, B, T, C]);
   }
 
-  layernormForward(out: number, mean: number, rstd: number, inp: number, w: number, b: number, N: number, C: number): void {
-    this.pool.run(OP.layernormForward, [out, mean, rstd, inp, w, b, N, C]);
+  /** rstd = 1 / √(var + eps); eps defaults to GPT-2's 1e-5 (layer_norm_epsilon) */
+  layernormForward(out: number, mean: number, rstd: number, inp: number, w: number, b: number, N: number, C: number, eps = 1e-5): void {
+    this.pool.run(OP.layernormForward, [out, mean, rstd, inp, w, b, N, C, eps]);
   }
 
   /** dinp += input gradient of layer norm */
