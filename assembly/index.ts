@@ -11,6 +11,9 @@ export {
 } from './rows';
 export { attentionForward, attentionBackward, attentionScratchFloats } from './attention';
 export { kvCacheStore, attentionCached } from './attention-cached';
+export {
+  rmsnormForward, rmsnormBackwardInput, rmsnormBackwardParams, ropeForward, ropeBackward, swigluForward, swigluBackward,
+} from './decoder';
 
 /** First byte after the module's static data: the engine allocates from here. */
 export function heapBase(): usize {

@@ -28,6 +28,13 @@ export const KERNEL_NAMES = [
   'adamPredict',
   'kvCacheStore',
   'attentionCached',
+  'rmsnormForward',
+  'rmsnormBackwardInput',
+  'rmsnormBackwardParams',
+  'ropeForward',
+  'ropeBackward',
+  'swigluForward',
+  'swigluBackward',
 ] as const;
 type KernelName = (typeof KERNEL_NAMES)[number];
 const OP = Object.fromEntries(KERNEL_NAMES.map((n, i) => [n, i])) as Record<KernelName, number>;
@@ -245,6 +252,51 @@ export class Kernels {
     this.pool.run(OP.attentionCached, [out, qkv, table, rows, kOffset, vOffset, C, NH, T, scratch]);
   }
 
+  // ---- Llama-family decoders (assembly/decoder.ts) ----
+
+  /** out = inp · rstd · w per row (N×C), rstd = 1 / √(mean(inp²) + eps), saved (N floats) */
+  rmsnormForward(out: number, rstd: number, inp: number, w: number, eps: number, N: number, C: number): void {
+    this.pool.run(OP.rmsnormForward, [out, rstd, inp, w, eps, N, C]);
+  }
+
+  /** dinp += input gradient of RMSNorm */
+  rmsnormBackwardInput(dinp: number, dout: number, inp: number, w: number, rstd: number, N: number, C: number): void {
+    this.pool.run(OP.rmsnormBackwardInput, [dinp, dout, inp, w, rstd, N, C]);
+  }
+
+  /** dw += weight gradient of RMSNorm */
+  rmsnormBackwardParams(dw: number, dout: number, inp: number, rstd: number, N: number, C: number): void {
+    this.pool.run(OP.rmsnormBackwardParams, [dw, dout, inp, rstd, N, C]);
+  }
+
+  /**
+   * Rotary embeddings on the first `heads` heads (headDim floats each, even)
+   * of `rows` rows `stride` floats apart: row r turns by the position held in
+   * the int32 at positions + 4·r·posStride, with cos/sin from `table`
+   * (positions × headDim floats: per position, cos of the headDim/2 angles,
+   * then their sin; src/model/rope.ts). out may be inp.
+   */
+  ropeForward(out: number, inp: number, rows: number, heads: number, headDim: number, stride: number, positions: number, posStride: number, table: number): void {
+    checkEven(headDim);
+    this.pool.run(OP.ropeForward, [out, inp, rows, heads, headDim, stride, positions, posStride, table]);
+  }
+
+  /** dinp = the inverse rotation of dout (written; dinp may be dout); arguments as ropeForward */
+  ropeBackward(dinp: number, dout: number, rows: number, heads: number, headDim: number, stride: number, positions: number, posStride: number, table: number): void {
+    checkEven(headDim);
+    this.pool.run(OP.ropeBackward, [dinp, dout, rows, heads, headDim, stride, positions, posStride, table]);
+  }
+
+  /** out (N×I) = silu(gate) · up, from inp (N×2I: [gate | up] per row) */
+  swigluForward(out: number, inp: number, N: number, I: number): void {
+    this.pool.run(OP.swigluForward, [out, inp, N, I]);
+  }
+
+  /** dinp (N×2I) = gradient of swigluForward (written) */
+  swigluBackward(dinp: number, inp: number, dout: number, N: number, I: number): void {
+    this.pool.run(OP.swigluBackward, [dinp, inp, dout, N, I]);
+  }
+
   /** Bytes of attention scratch for every thread. */
   private attentionScratchBytes(T: number, hs: number): number {
     return this.sizes.attentionScratchFloats(T, hs) * 4 * this.threads;
@@ -263,4 +315,8 @@ export class Kernels {
     }
     return this.scratch;
   }
+}
+
+function checkEven(headDim: number): void {
+  if (!(Number.isInteger(headDim) && headDim > 0 && headDim % 2 === 0)) throw new RangeError(`rope: headDim ${headDim} must be a positive even integer`);
 }
