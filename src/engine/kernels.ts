@@ -35,6 +35,10 @@ export const KERNEL_NAMES = [
   'ropeBackward',
   'swigluForward',
   'swigluBackward',
+  'gqaAttentionForward',
+  'gqaAttentionBackward',
+  'gqaCacheStore',
+  'gqaAttentionCached',
 ] as const;
 type KernelName = (typeof KERNEL_NAMES)[number];
 const OP = Object.fromEntries(KERNEL_NAMES.map((n, i) => [n, i])) as Record<KernelName, number>;
@@ -252,7 +256,7 @@ export class Kernels {
     this.pool.run(OP.attentionCached, [out, qkv, table, rows, kOffset, vOffset, C, NH, T, scratch]);
   }
 
-  // ---- Llama-family decoders (assembly/decoder.ts) ----
+  // ---- Llama-family decoders (assembly/decoder.ts, assembly/attention-gqa.ts) ----
 
   /** out = inp · rstd · w per row (N×C), rstd = 1 / √(mean(inp²) + eps), saved (N floats) */
   rmsnormForward(out: number, rstd: number, inp: number, w: number, eps: number, N: number, C: number): void {
@@ -297,6 +301,39 @@ export class Kernels {
     this.pool.run(OP.swigluBackward, [dinp, inp, dout, N, I]);
   }
 
+  /**
+   * Grouped-query causal attention: out (B·T × H·D) from qkv (B·T × (H + 2KV)·D:
+   * q heads, k heads, v heads); att (B × H × T × T) keeps the probabilities.
+   */
+  gqaAttentionForward(out: number, att: number, qkv: number, B: number, T: number, H: number, KV: number, D: number): void {
+    checkHeads(H, KV, D);
+    const scratch = this.ensureScratch(this.attentionScratchBytes(T, D));
+    this.pool.run(OP.gqaAttentionForward, [out, att, qkv, B, T, H, KV, D, scratch]);
+  }
+
+  /** dqkv = gradient of gqaAttentionForward (q, k and v parts written, not accumulated) */
+  gqaAttentionBackward(dqkv: number, dout: number, qkv: number, att: number, B: number, T: number, H: number, KV: number, D: number): void {
+    checkHeads(H, KV, D);
+    const scratch = this.ensureScratch(this.attentionScratchBytes(T, D));
+    this.pool.run(OP.gqaAttentionBackward, [dqkv, dout, qkv, att, B, T, H, KV, D, scratch]);
+  }
+
+  /**
+   * Writes the keys and values of `rows` qkv rows into their sessions' caches
+   * of KV·D channels (assembly/attention-gqa.ts; the row table as kvCacheStore's).
+   */
+  gqaCacheStore(qkv: number, table: number, rows: number, kOffset: number, vOffset: number, H: number, KV: number, D: number, T: number): void {
+    checkHeads(H, KV, D);
+    this.pool.run(OP.gqaCacheStore, [qkv, table, rows, kOffset, vOffset, H, KV, D, T]);
+  }
+
+  /** out (rows × H·D) = each row's grouped-query attention over its session's cache at positions 0..pos */
+  gqaAttentionCached(out: number, qkv: number, table: number, rows: number, kOffset: number, vOffset: number, H: number, KV: number, D: number, T: number): void {
+    checkHeads(H, KV, D);
+    const scratch = this.ensureScratch(this.attentionScratchBytes(T, D));
+    this.pool.run(OP.gqaAttentionCached, [out, qkv, table, rows, kOffset, vOffset, H, KV, D, T, scratch]);
+  }
+
   /** Bytes of attention scratch for every thread. */
   private attentionScratchBytes(T: number, hs: number): number {
     return this.sizes.attentionScratchFloats(T, hs) * 4 * this.threads;
@@ -319,4 +356,10 @@ export class Kernels {
 
 function checkEven(headDim: number): void {
   if (!(Number.isInteger(headDim) && headDim > 0 && headDim % 2 === 0)) throw new RangeError(`rope: headDim ${headDim} must be a positive even integer`);
+}
+
+/** The attention kernels' shape rules: heads a multiple of kvHeads, headDim a multiple of 4 (whole vectors). */
+function checkHeads(H: number, KV: number, D: number): void {
+  if (!(Number.isInteger(H) && Number.isInteger(KV) && KV > 0 && H > 0 && H % KV === 0)) throw new RangeError(`attention: heads ${H} must be a positive multiple of kvHeads ${KV}`);
+  if (!(Number.isInteger(D) && D > 0 && D % 4 === 0)) throw new RangeError(`attention: headDim ${D} must be a positive multiple of 4`);
 }

@@ -102,3 +102,55 @@ export function swigluForward(k: Kernels, out: Tensor, inp: Tensor, N: number, I
 export function swigluBackward(k: Kernels, dinp: Tensor, inp: Tensor, dout: Tensor, N: number, I: number): void {
   k.swigluBackward(dinp.ptr, inp.ptr, dout.ptr, N, I);
 }
+
+// ---- grouped-query causal attention ---------------------------------------
+
+/** out (N × H·D) from qkv (N × (H + 2KV)·D, RoPE applied); att (B × H × T × T) keeps the probabilities for backward. */
+export function gqaAttentionForward(k: Kernels, out: Tensor, att: Tensor, qkv: Tensor, B: number, T: number, s: HeadShape): void {
+  k.gqaAttentionForward(out.ptr, att.ptr, qkv.ptr, B, T, s.heads, s.kvHeads, s.headDim);
+}
+
+/** dqkv = (written: q, k and v parts; dk and dv summed over each kv head's query heads) */
+export function gqaAttentionBackward(k: Kernels, dqkv: Tensor, dout: Tensor, qkv: Tensor, att: Tensor, B: number, T: number, s: HeadShape): void {
+  k.gqaAttentionBackward(dqkv.ptr, dout.ptr, qkv.ptr, att.ptr, B, T, s.heads, s.kvHeads, s.headDim);
+}
+
+// ---- over a KV cache (inference) --------------------------------------------
+
+/** T rounded up to a multiple of 4 (the cached keys' row stride). */
+function pad4(n: number): number {
+  return (n + 3) & ~3;
+}
+
+/** Floats one layer of a session's cache takes for a context of T: keys KV·D × pad4(T), values T × KV·D. */
+export function gqaKvLayerFloats(s: HeadShape, T: number): number {
+  const KD = s.kvHeads * s.headDim;
+  return KD * pad4(T) + T * KD;
+}
+
+/** Where layer `layer` keeps its keys and values, in bytes from the start of a session's cache of gqaKvLayerFloats per layer. */
+export function gqaKvLayerOffsets(s: HeadShape, T: number, layer: number): { keys: number; values: number } {
+  const keys = layer * gqaKvLayerFloats(s, T) * 4;
+  return { keys, values: keys + s.kvHeads * s.headDim * pad4(T) * 4 };
+}
+
+/**
+ * One layer's attention for new rows of sessions over their KV caches:
+ * RoPE on the rows' q and k (in place, at the table's positions), their keys
+ * and values stored at those positions, then out (rows × H·D) = each row's
+ * attention over its session's positions 0..pos. `table` is the row table
+ * (rows × 2 int32: the session's cache base in bytes, the row's position);
+ * `rope` null for a model without rotary embeddings.
+ */
+export function gqaAttentionCached(
+  k: Kernels, out: Tensor, qkv: Tensor, table: IntBuffer, rows: number, layer: { keys: number; values: number }, s: HeadShape, T: number,
+  rope: RopeTable | null,
+): void {
+  for (let r = 0; r < rows; r++) {
+    const pos = table.data[2 * r + 1];
+    if (!(pos >= 0 && pos < T)) throw new RangeError(`attention: row ${r} has position ${pos}, outside the cache's 0..${T - 1}`);
+  }
+  if (rope) ropeForward(k, qkv, rows, s, { buffer: table, offset: 1, stride: 2 }, rope);
+  k.gqaCacheStore(qkv.ptr, table.ptr, rows, layer.keys, layer.values, s.heads, s.kvHeads, s.headDim, T);
+  k.gqaAttentionCached(out.ptr, qkv.ptr, table.ptr, rows, layer.keys, layer.values, s.heads, s.kvHeads, s.headDim, T);
+}

@@ -6,6 +6,7 @@ import { after, before, describe, test } from 'node:test';
 import { Engine } from '../../src/engine/engine.ts';
 import type { Tensor } from '../../src/engine/tensor.ts';
 import * as D from '../../src/model/decoder-layers.ts';
+import * as L from '../../src/model/layers.ts';
 import { createRopeTable, type RopeTable } from '../../src/model/rope.ts';
 import { checkGradient, fillRandom, weightedSum } from '../helpers/gradcheck.ts';
 
@@ -168,4 +169,94 @@ describe('swiglu', () => {
       return weightedSum(out.data, R);
     }, { samples: N * 2 * I, eps: 1e-3 });
   });
+});
+
+// ---- grouped-query attention -------------------------------------------------
+
+/** Causal attention of qkv rows (B·T × (H + 2KV)·D) in float64: query head h reads kv head floor(h / (H / KV)). */
+function refGqa(qkv: Float32Array, B: number, T: number, s: D.HeadShape): number[] {
+  const { heads: H, kvHeads: KV, headDim: Dh } = s;
+  const Wd = D.qkvWidth(s), rep = H / KV;
+  const out = new Array<number>(B * T * H * Dh).fill(0);
+  for (let b = 0; b < B; b++) for (let h = 0; h < H; h++) {
+    const g = Math.floor(h / rep);
+    const at = (t: number, col: number): number => qkv[(b * T + t) * Wd + col];
+    for (let i = 0; i < T; i++) {
+      const sc: number[] = [];
+      for (let j = 0; j <= i; j++) {
+        let dot = 0;
+        for (let d = 0; d < Dh; d++) dot += at(i, h * Dh + d) * at(j, (H + g) * Dh + d);
+        sc.push(dot / Math.sqrt(Dh));
+      }
+      const m = Math.max(...sc), e = sc.map((x) => Math.exp(x - m)), z = e.reduce((a, x) => a + x, 0);
+      for (let d = 0; d < Dh; d++) {
+        let o = 0;
+        for (let j = 0; j <= i; j++) o += (e[j] / z) * at(j, (H + KV + g) * Dh + d);
+        out[(b * T + i) * H * Dh + h * Dh + d] = o;
+      }
+    }
+  }
+  return out;
+}
+
+describe('grouped-query attention', () => {
+  const B = 2, T = 6;
+  for (const s of [{ heads: 4, kvHeads: 2, headDim: 8 }, { heads: 4, kvHeads: 1, headDim: 8 }, { heads: 2, kvHeads: 2, headDim: 12 }]) {
+    const name = `heads ${s.heads}, kvHeads ${s.kvHeads}, headDim ${s.headDim}`;
+    const Wd = D.qkvWidth(s), OW = s.heads * s.headDim;
+    test(`forward matches a float64 reference (${name})`, () => {
+      const qkv = rand([B * T, Wd], 19, 2), out = engine.tensor([B * T, OW]), att = engine.tensor([B, s.heads, T, T]);
+      D.gqaAttentionForward(engine.kernels, out, att, qkv, B, T, s);
+      near(out.data, refGqa(qkv.data, B, T, s), 2e-6, name);
+    });
+    test(`backward writes dq, dk and dv (dk, dv summed over each group): gradient check (${name})`, () => {
+      const k = engine.kernels;
+      const qkv = rand([B * T, Wd], 20, 1.5), out = engine.tensor([B * T, OW]), att = engine.tensor([B, s.heads, T, T]);
+      const R = fillRandom(new Float32Array(B * T * OW), 21);
+      const dout = engine.tensorFrom([B * T, OW], R), dqkv = engine.tensorFrom([B * T, Wd], new Float32Array(B * T * Wd).fill(99));
+      D.gqaAttentionForward(k, out, att, qkv, B, T, s);
+      D.gqaAttentionBackward(k, dqkv, dout, qkv, att, B, T, s);
+      checkGradient(`gqa dqkv (${name})`, qkv.data, dqkv.data, () => {
+        D.gqaAttentionForward(k, out, att, qkv, B, T, s);
+        return weightedSum(out.data, R);
+      }, { samples: 120 });
+    });
+  }
+  test('refuses heads that are not a multiple of kvHeads, and a headDim that is not a multiple of 4', () => {
+    const t = engine.tensor([64]);
+    assert.throws(() => D.gqaAttentionForward(engine.kernels, t, t, t, 1, 1, { heads: 3, kvHeads: 2, headDim: 8 }), /multiple of kvHeads/);
+    assert.throws(() => D.gqaAttentionForward(engine.kernels, t, t, t, 1, 1, { heads: 2, kvHeads: 1, headDim: 6 }), /multiple of 4/);
+  });
+});
+
+test('an attention block with headDim ≠ channels/heads: linear → RoPE → GQA → linear, gradients end to end', () => {
+  const k = engine.kernels;
+  const B = 2, T = 5, N = B * T, C = 12; // 4 heads of 8 floats on 12 channels
+  const OW = shape.heads * shape.headDim;
+  const x = rand([N, C], 22), wqkv = rand([C, W], 23, 0.5), bqkv = rand([W], 24, 0.5), wo = rand([OW, C], 25, 0.5);
+  const qkv = engine.tensor([N, W]), y = engine.tensor([N, OW]), att = engine.tensor([B, shape.heads, T, T]), out = engine.tensor([N, C]);
+  const pos = D.sequencePositions(engine.int32(N), B, T);
+  const forward = (): void => {
+    L.linearForward(k, qkv, x, wqkv, bqkv, N, C, W);
+    D.ropeForward(k, qkv, N, shape, pos, table);
+    D.gqaAttentionForward(k, y, att, qkv, B, T, shape);
+    L.linearForward(k, out, y, wo, null, N, OW, C);
+  };
+  const R = fillRandom(new Float32Array(N * C), 26);
+  const dout = engine.tensorFrom([N, C], R);
+  const dx = engine.tensor([N, C]), dwqkv = engine.tensor([C, W]), dbqkv = engine.tensor([W]), dwo = engine.tensor([OW, C]);
+  const dy = engine.tensor([N, OW]), dqkv = engine.tensor([N, W]);
+  forward();
+  L.linearBackward(k, dy, dwo, null, dout, y, wo, N, OW, C);
+  D.gqaAttentionBackward(k, dqkv, dy, qkv, att, B, T, shape);
+  D.ropeBackward(k, dqkv, N, shape, pos, table);
+  L.linearBackward(k, dx, dwqkv, dbqkv, dqkv, x, wqkv, N, C, W);
+  const loss = (): number => {
+    forward();
+    return weightedSum(out.data, R);
+  };
+  checkGradient('block dx', x.data, dx.data, loss, { samples: 40 });
+  checkGradient('block dwqkv', wqkv.data, dwqkv.data, loss, { samples: 60 });
+  checkGradient('block dbqkv (Qwen2 biases)', bqkv.data, dbqkv.data, loss, { samples: 40 });
+  checkGradient('block dwo', wo.data, dwo.data, loss, { samples: 40 });
 });
