@@ -15,7 +15,7 @@ export function attentionScratchFloats(T: i32, hs: i32): i32 {
 }
 
 /** dst[d][j] = src[j][d] for the head slice: hs × Tp, zero in columns j >= T. */
-function transposeHead(dst: usize, src: usize, T: i32, Tp: i32, hs: i32, stride: i32): void {
+export function transposeHead(dst: usize, src: usize, T: i32, Tp: i32, hs: i32, stride: i32): void {
   for (let j = 0; j < Tp; j++) {
     for (let d = 0; d < hs; d++) {
       const v: f32 = j < T ? load<f32>(src + ((<usize>j * stride + d) << 2)) : 0;

@@ -11,6 +11,10 @@ export {
 } from './rows';
 export { attentionForward, attentionBackward, attentionScratchFloats } from './attention';
 export { kvCacheStore, attentionCached } from './attention-cached';
+export {
+  rmsnormForward, rmsnormBackwardInput, rmsnormBackwardParams, ropeForward, ropeBackward, swigluForward, swigluBackward,
+} from './decoder';
+export { gqaAttentionForward, gqaAttentionBackward, gqaCacheStore, gqaAttentionCached } from './attention-gqa';
 
 /** First byte after the module's static data: the engine allocates from here. */
 export function heapBase(): usize {

@@ -48,8 +48,11 @@ export function embeddingBackward(dwte: usize, dwpe: usize, dout: usize, tokens:
   }
 }
 
-/** out = (inp - mean) * rstd * weight + bias, per row; saves mean and rstd. C must be a multiple of 4. */
-export function layernormForward(out: usize, mean: usize, rstd: usize, inp: usize, weight: usize, bias: usize, N: i32, C: i32, tid: i32, nt: i32): void {
+/**
+ * out = (inp - mean) * rstd * weight + bias, per row, rstd = 1 / √(var + eps);
+ * saves mean and rstd. C must be a multiple of 4.
+ */
+export function layernormForward(out: usize, mean: usize, rstd: usize, inp: usize, weight: usize, bias: usize, N: i32, C: i32, eps: f32, tid: i32, nt: i32): void {
   const r0 = shareStart(N, tid, nt), r1 = shareStart(N, tid + 1, nt);
   const invC: f32 = 1 / <f32>C;
   for (let r = r0; r < r1; r++) {
@@ -63,7 +66,7 @@ export function layernormForward(out: usize, mean: usize, rstd: usize, inp: usiz
       const d = f32x4.sub(v128.load(x + (<usize>c << 2)), mv);
       vacc = fma(d, d, vacc);
     }
-    const s: f32 = 1 / Mathf.sqrt(hsum(vacc) * invC + 1e-5);
+    const s: f32 = 1 / Mathf.sqrt(hsum(vacc) * invC + eps);
     const sv = f32x4.splat(s);
     for (let c = 0; c < C; c += 4) {
       const k = <usize>c << 2;

@@ -28,6 +28,17 @@ export const KERNEL_NAMES = [
   'adamPredict',
   'kvCacheStore',
   'attentionCached',
+  'rmsnormForward',
+  'rmsnormBackwardInput',
+  'rmsnormBackwardParams',
+  'ropeForward',
+  'ropeBackward',
+  'swigluForward',
+  'swigluBackward',
+  'gqaAttentionForward',
+  'gqaAttentionBackward',
+  'gqaCacheStore',
+  'gqaAttentionCached',
 ] as const;
 type KernelName = (typeof KERNEL_NAMES)[number];
 const OP = Object.fromEntries(KERNEL_NAMES.map((n, i) => [n, i])) as Record<KernelName, number>;
@@ -189,8 +200,9 @@ export class Kernels {
     this.pool.run(OP.embeddingBackward, [dwte, dwpe, dout, tokens, B, T, C]);
   }
 
-  layernormForward(out: number, mean: number, rstd: number, inp: number, w: number, b: number, N: number, C: number): void {
-    this.pool.run(OP.layernormForward, [out, mean, rstd, inp, w, b, N, C]);
+  /** rstd = 1 / √(var + eps); eps defaults to GPT-2's 1e-5 (layer_norm_epsilon) */
+  layernormForward(out: number, mean: number, rstd: number, inp: number, w: number, b: number, N: number, C: number, eps = 1e-5): void {
+    this.pool.run(OP.layernormForward, [out, mean, rstd, inp, w, b, N, C, eps]);
   }
 
   /** dinp += input gradient of layer norm */
@@ -244,6 +256,84 @@ export class Kernels {
     this.pool.run(OP.attentionCached, [out, qkv, table, rows, kOffset, vOffset, C, NH, T, scratch]);
   }
 
+  // ---- Llama-family decoders (assembly/decoder.ts, assembly/attention-gqa.ts) ----
+
+  /** out = inp · rstd · w per row (N×C), rstd = 1 / √(mean(inp²) + eps), saved (N floats) */
+  rmsnormForward(out: number, rstd: number, inp: number, w: number, eps: number, N: number, C: number): void {
+    this.pool.run(OP.rmsnormForward, [out, rstd, inp, w, eps, N, C]);
+  }
+
+  /** dinp += input gradient of RMSNorm */
+  rmsnormBackwardInput(dinp: number, dout: number, inp: number, w: number, rstd: number, N: number, C: number): void {
+    this.pool.run(OP.rmsnormBackwardInput, [dinp, dout, inp, w, rstd, N, C]);
+  }
+
+  /** dw += weight gradient of RMSNorm */
+  rmsnormBackwardParams(dw: number, dout: number, inp: number, rstd: number, N: number, C: number): void {
+    this.pool.run(OP.rmsnormBackwardParams, [dw, dout, inp, rstd, N, C]);
+  }
+
+  /**
+   * Rotary embeddings on the first `heads` heads (headDim floats each, even)
+   * of `rows` rows `stride` floats apart: row r turns by the position held in
+   * the int32 at positions + 4·r·posStride, with cos/sin from `table`
+   * (positions × headDim floats: per position, cos of the headDim/2 angles,
+   * then their sin; src/model/rope.ts). out may be inp.
+   */
+  ropeForward(out: number, inp: number, rows: number, heads: number, headDim: number, stride: number, positions: number, posStride: number, table: number): void {
+    checkEven(headDim);
+    this.pool.run(OP.ropeForward, [out, inp, rows, heads, headDim, stride, positions, posStride, table]);
+  }
+
+  /** dinp = the inverse rotation of dout (written; dinp may be dout); arguments as ropeForward */
+  ropeBackward(dinp: number, dout: number, rows: number, heads: number, headDim: number, stride: number, positions: number, posStride: number, table: number): void {
+    checkEven(headDim);
+    this.pool.run(OP.ropeBackward, [dinp, dout, rows, heads, headDim, stride, positions, posStride, table]);
+  }
+
+  /** out (N×I) = silu(gate) · up, from inp (N×2I: [gate | up] per row) */
+  swigluForward(out: number, inp: number, N: number, I: number): void {
+    this.pool.run(OP.swigluForward, [out, inp, N, I]);
+  }
+
+  /** dinp (N×2I) = gradient of swigluForward (written) */
+  swigluBackward(dinp: number, inp: number, dout: number, N: number, I: number): void {
+    this.pool.run(OP.swigluBackward, [dinp, inp, dout, N, I]);
+  }
+
+  /**
+   * Grouped-query causal attention: out (B·T × H·D) from qkv (B·T × (H + 2KV)·D:
+   * q heads, k heads, v heads); att (B × H × T × T) keeps the probabilities.
+   */
+  gqaAttentionForward(out: number, att: number, qkv: number, B: number, T: number, H: number, KV: number, D: number): void {
+    checkHeads(H, KV, D);
+    const scratch = this.ensureScratch(this.attentionScratchBytes(T, D));
+    this.pool.run(OP.gqaAttentionForward, [out, att, qkv, B, T, H, KV, D, scratch]);
+  }
+
+  /** dqkv = gradient of gqaAttentionForward (q, k and v parts written, not accumulated) */
+  gqaAttentionBackward(dqkv: number, dout: number, qkv: number, att: number, B: number, T: number, H: number, KV: number, D: number): void {
+    checkHeads(H, KV, D);
+    const scratch = this.ensureScratch(this.attentionScratchBytes(T, D));
+    this.pool.run(OP.gqaAttentionBackward, [dqkv, dout, qkv, att, B, T, H, KV, D, scratch]);
+  }
+
+  /**
+   * Writes the keys and values of `rows` qkv rows into their sessions' caches
+   * of KV·D channels (assembly/attention-gqa.ts; the row table as kvCacheStore's).
+   */
+  gqaCacheStore(qkv: number, table: number, rows: number, kOffset: number, vOffset: number, H: number, KV: number, D: number, T: number): void {
+    checkHeads(H, KV, D);
+    this.pool.run(OP.gqaCacheStore, [qkv, table, rows, kOffset, vOffset, H, KV, D, T]);
+  }
+
+  /** out (rows × H·D) = each row's grouped-query attention over its session's cache at positions 0..pos */
+  gqaAttentionCached(out: number, qkv: number, table: number, rows: number, kOffset: number, vOffset: number, H: number, KV: number, D: number, T: number): void {
+    checkHeads(H, KV, D);
+    const scratch = this.ensureScratch(this.attentionScratchBytes(T, D));
+    this.pool.run(OP.gqaAttentionCached, [out, qkv, table, rows, kOffset, vOffset, H, KV, D, T, scratch]);
+  }
+
   /** Bytes of attention scratch for every thread. */
   private attentionScratchBytes(T: number, hs: number): number {
     return this.sizes.attentionScratchFloats(T, hs) * 4 * this.threads;
@@ -262,4 +352,14 @@ export class Kernels {
     }
     return this.scratch;
   }
+}
+
+function checkEven(headDim: number): void {
+  if (!(Number.isInteger(headDim) && headDim > 0 && headDim % 2 === 0)) throw new RangeError(`rope: headDim ${headDim} must be a positive even integer`);
+}
+
+/** The attention kernels' shape rules: heads a multiple of kvHeads, headDim a multiple of 4 (whole vectors). */
+function checkHeads(H: number, KV: number, D: number): void {
+  if (!(Number.isInteger(H) && Number.isInteger(KV) && KV > 0 && H > 0 && H % KV === 0)) throw new RangeError(`attention: heads ${H} must be a positive multiple of kvHeads ${KV}`);
+  if (!(Number.isInteger(D) && D > 0 && D % 4 === 0)) throw new RangeError(`attention: headDim ${D} must be a positive multiple of 4`);
 }

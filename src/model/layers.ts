@@ -25,8 +25,9 @@ export function embeddingBackward(k: Kernels, dwte: Tensor, dwpe: Tensor, dout: 
 
 // ---- layer norm -----------------------------------------------------------
 
-export function layernormForward(k: Kernels, out: Tensor, mean: Tensor, rstd: Tensor, inp: Tensor, w: Tensor, b: Tensor, N: number, C: number): void {
-  k.layernormForward(out.ptr, mean.ptr, rstd.ptr, inp.ptr, w.ptr, b.ptr, N, C);
+/** out = (inp − mean) · rstd · w + b per row, rstd = 1 / √(var + eps) (eps: the config's normEps; GPT-2's 1e-5 by default) */
+export function layernormForward(k: Kernels, out: Tensor, mean: Tensor, rstd: Tensor, inp: Tensor, w: Tensor, b: Tensor, N: number, C: number, eps = 1e-5): void {
+  k.layernormForward(out.ptr, mean.ptr, rstd.ptr, inp.ptr, w.ptr, b.ptr, N, C, eps);
 }
 
 /** dinp += ; dw, db += */

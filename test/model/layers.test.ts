@@ -64,6 +64,19 @@ describe('layernorm', () => {
       assert.ok(Math.abs(v - 1) < 1e-3);
     }
   });
+  test('forward takes the config eps (GPT-2 layer_norm_epsilon)', () => {
+    const n = 3, c = 8, eps = 0.5;
+    const x = rand([n, c], 30), w = rand([c], 31), b = rand([c], 32);
+    const out = engine.tensor([n, c]), mean = engine.tensor([n]), rstd = engine.tensor([n]);
+    L.layernormForward(engine.kernels, out, mean, rstd, x, w, b, n, c, eps);
+    for (let r = 0; r < n; r++) {
+      const row = Array.from(x.data.subarray(r * c, (r + 1) * c));
+      const m = row.reduce((a, v) => a + v, 0) / c;
+      const s = 1 / Math.sqrt(row.reduce((a, v) => a + (v - m) ** 2, 0) / c + eps);
+      assert.ok(Math.abs(rstd.data[r] - s) < 1e-6 * s);
+      row.forEach((v, i) => assert.ok(Math.abs(out.data[r * c + i] - ((v - m) * s * w.data[i] + b.data[i])) < 1e-5));
+    }
+  });
   test('backward: input, gain and bias gradients', () => {
     const k = engine.kernels;
     const x = rand([N, C], 9, 2), w = rand([C], 10), b = rand([C], 11);
