@@ -132,12 +132,14 @@ export function registerOrchestrator(program: Command): void {
         throw err;
       }
       const orch = member.orchestrator();
+      // listening for the signal before saying so: a SIGTERM sent on reading the line still stops it cleanly (its node saved and stopped)
+      const signalled = waitForSignal();
       emit(flags, listening(member.url, { role: orch ? 'leader' : 'follower', holder: member.holder, dashboard: `${member.url}/`, login: orch?.loginUrl ?? null }), () =>
         orch
           ? `orchestrator listening on ${member.url}, leading (${where})\ndashboard: ${member.url}/ (to act as the operator, log in once with ${orch.loginUrl})`
           : `orchestrator listening on ${member.url}, following: it forwards to the leader and takes over when the leader stops (${where})`,
       );
-      await waitForSignal();
+      await signalled;
       await member.close();
       await chain?.close?.();
       const stopped = nodeOnStop(chain, resolveDataDir(flags));
@@ -151,8 +153,9 @@ export function registerOrchestrator(program: Command): void {
       await chain?.close?.();
       throw err;
     }
+    const signalled = waitForSignal();
     emit(flags, listening(orch.url, { dashboard: `${orch.url}/`, login: orch.loginUrl }), () => `orchestrator listening on ${orch.url} (${where})\ndashboard: ${orch.url}/ (to act as the operator, log in once with ${orch.loginUrl})`);
-    await waitForSignal();
+    await signalled;
     await orch.close();
     const stopped = nodeOnStop(chain, resolveDataDir(flags));
     if (stopped) log(stopped);
