@@ -60,8 +60,10 @@ export async function orchestratorChain(flags: OrchestratorChainFlags, log: (lin
   const session = await openChain({ dataDir: resolveDataDir(flags), rpcUrl, persistent: true });
   const signer = wallet ? wallet.sign(session.client) : signerFor(session.client, localOperatorAccount());
   const pause = Number(process.env.NIMBLE_TEST_SETTLE_PAUSE_MS ?? 0); // fault injection for the kill -9 test
+  const receiptTimeout = Number(process.env.NIMBLE_TEST_RECEIPT_TIMEOUT_MS ?? 0); // a slash's receipt lost quickly, for the slash-once test
   return {
     client: session.client, signer, emission, nimPerPetaflop, epochRounds, epochMs, minStake, close: () => session.close(), log, local: !rpcUrl,
     ...(pause > 0 ? { pauseAfterSettleMs: pause } : {}),
+    ...(receiptTimeout > 0 ? { receiptTimeoutMs: receiptTimeout } : {}),
   };
 }
