@@ -1,6 +1,12 @@
 // Epochs: the orchestrator closes an epoch every N completed merge rounds of a
 // run (and when a run ends, or every M minutes), scores the work logged in it
 // (src/orchestrator/rewards/scoring.ts), and pays the split on chain with settleEpoch.
+// Whatever else happens, an epoch closes once the oldest thing it owes (a
+// unit of work logged, an inference charge not drawn yet) is `payWithinMs`
+// old (10 minutes by default): a network that only serves inference, whose
+// runs never merge, pays its miners and draws its callers' credit all the
+// same, within a bounded time, restarts included (the times are the
+// database's).
 //
 // Durable order, so a crash (kill -9) at any point never pays twice nor loses
 // an epoch:
@@ -45,6 +51,8 @@ import { scoreEpoch, splitEmission, stageSharesOf, type StageShares } from './sc
 
 export const DEFAULT_EMISSION = 100n * 10n ** 18n;
 export const DEFAULT_EPOCH_ROUNDS = 1;
+/** An epoch closes once the oldest work or inference charge it owes is this old, whatever else closes it (10 minutes). */
+export const DEFAULT_PAY_WITHIN_MS = 10 * 60_000;
 /** How long a slash's receipt is awaited before the pass moves on (the transaction is looked for again at the next). */
 export const SLASH_RECEIPT_TIMEOUT_MS = 60_000;
 
@@ -58,6 +66,8 @@ export interface ChainOptions {
   epochRounds?: number;
   /** also close an epoch this long after it opened (default: never) */
   epochMs?: number;
+  /** close the epoch once the oldest work or inference charge it owes is this old (default DEFAULT_PAY_WITHIN_MS) */
+  payWithinMs?: number;
   /** a join from an address with less stake is refused with 403 (default 0) */
   minStake?: bigint;
   /** credit rewards as stake (default true) */
@@ -87,6 +97,7 @@ export interface ChainOptions {
 export class Epochs {
   readonly emission: bigint;
   readonly epochRounds: number;
+  readonly payWithinMs: number;
   /** developers' jobs paid from their escrows (null: the deployment has no JobEscrow) */
   readonly jobPayments: JobPayments | null;
   /** wallets' prepaid inference credit, paid from at every epoch (null: no JobEscrow) */
@@ -107,6 +118,8 @@ export class Epochs {
     if (this.emission < 0n) throw new RangeError('emission must not be negative');
     this.epochRounds = chain.epochRounds ?? DEFAULT_EPOCH_ROUNDS;
     if (!Number.isInteger(this.epochRounds) || this.epochRounds < 1) throw new RangeError('epochRounds must be a positive integer');
+    this.payWithinMs = chain.payWithinMs ?? DEFAULT_PAY_WITHIN_MS;
+    if (!(this.payWithinMs > 0)) throw new RangeError('payWithinMs must be positive');
     this.log = chain.log ?? ((line) => console.error(`orchestrator: ${line}`));
     this.jobPayments = chain.client.deployment.jobEscrow
       ? new JobPayments(state, { client: chain.client, signer: chain.signer, nimPerPetaflop: chain.nimPerPetaflop, log: this.log }, now)
@@ -260,29 +273,39 @@ export class Epochs {
     }
   }
 
-  /** Closes the open epoch when a run completed `epochRounds` more merge rounds, ended, or time is up. */
+  /**
+   * Closes the open epoch when a run completed `epochRounds` more merge
+   * rounds, ended, time is up, or the oldest work or inference charge it owes
+   * is `payWithinMs` old.
+   */
   closeIfDue(): EpochRecord | null {
     return this.state.tx(() => {
       const now = this.now();
       const open = this.state.ledger.openEpoch(now);
-      if (this.state.ledger.lastWorkId() <= open.fromLog) return null;
-      for (const run of this.state.runs.list()) {
-        const mark = this.state.ledger.runMergesMark(run.id);
-        if (run.mergesDone - mark >= this.epochRounds) return this.close(run.id, run.mergesDone);
-        if (FINAL_RUN_STATUSES.includes(run.status) && this.state.ledger.countWorkAfter(open.fromLog, run.id) > 0) return this.close(run.id, run.mergesDone);
+      const firstWork = this.state.ledger.firstWorkAtAfter(open.fromLog);
+      const firstCharge = this.credits ? this.state.inferenceRequests.oldestUnallocatedAt() : null;
+      if (firstWork === null && firstCharge === null) return null;
+      if (firstWork !== null) {
+        for (const run of this.state.runs.list()) {
+          const mark = this.state.ledger.runMergesMark(run.id);
+          if (run.mergesDone - mark >= this.epochRounds) return this.close(run.id, run.mergesDone);
+          if (FINAL_RUN_STATUSES.includes(run.status) && this.state.ledger.countWorkAfter(open.fromLog, run.id) > 0) return this.close(run.id, run.mergesDone);
+        }
+        if (this.chain.epochMs !== undefined && now - open.openedAt >= this.chain.epochMs) return this.close(null, 0);
       }
-      if (this.chain.epochMs !== undefined && now - open.openedAt >= this.chain.epochMs) return this.close(null, 0);
+      const owedSince = Math.min(firstWork ?? Infinity, firstCharge ?? Infinity);
+      if (now - owedSince >= this.payWithinMs) return this.close(null, 0);
       return null;
     });
   }
 
-  /** Closes the open epoch now: scores its work and writes the split ('settling'). Null when it holds no work. */
+  /** Closes the open epoch now: scores its work and writes the split ('settling'). Null when it holds no work and no inference charge. */
   close(runId: string | null, mergesMark: number): EpochRecord | null {
     return this.state.tx(() => {
       const now = this.now();
       const open = this.state.ledger.openEpoch(now);
       const to = this.state.ledger.lastWorkId();
-      if (to <= open.fromLog) return null;
+      if (to <= open.fromLog && (!this.credits || this.state.inferenceRequests.oldestUnallocatedAt() === null)) return null;
       const rows = this.state.ledger.workBetween(open.fromLog, to);
       const shares = this.sharesOf(rows.map((r) => r.runId), rows.map((r) => r.deploymentId));
       const scores = scoreEpoch(rows, shares);

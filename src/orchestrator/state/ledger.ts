@@ -82,6 +82,7 @@ const decodeWork = rowReader(WorkRow, 'work log entry');
 const TotalRow = Type.Object({ minerId: Type.String(), kind: WorkKind, units: Type.Number() });
 export type WorkTotalRecord = Static<typeof TotalRow>;
 const decodeTotal = rowReader(TotalRow, 'work total');
+const decodeAt = rowReader(Type.Object({ at: Int }), 'work log time');
 const decodeMinerUnits = rowReader(Type.Object({ minerId: Type.String(), units: Type.Number() }), 'units of a miner');
 
 // ---- epochs -------------------------------------------------------------------------
@@ -256,6 +257,12 @@ export class Ledger {
       afterId,
       ...kinds,
     );
+  }
+
+  /** When the first entry after id `afterId` was logged (null: none): the oldest work an open epoch owes. */
+  firstWorkAtAfter(afterId: number): number | null {
+    const row = one(this.db, decodeAt, 'SELECT at FROM work_log WHERE id > ? ORDER BY id LIMIT 1', afterId);
+    return row ? row.at : null;
   }
 
   lastWorkId(): number {
