@@ -11,6 +11,9 @@ import {NIM} from "./NIM.sol";
 /// @notice stake -> unstake (starts a cooldown) -> withdraw (after the cooldown).
 /// The RewardDistributor credits epoch rewards directly as stake.
 /// Invariant: token.balanceOf(this) == totalStaked + totalUnstaking.
+/// A slash names its offence: the same orchestrator account cannot slash the
+/// same offence twice, so a slash resent after a lost receipt, an RPC error or
+/// a restart is refused by the chain itself.
 contract Staking is AccessControl {
     using SafeERC20 for IERC20;
 
@@ -29,6 +32,8 @@ contract Staking is AccessControl {
     mapping(address => Unstaking) public unstakingOf;
     uint256 public totalStaked;
     uint256 public totalUnstaking;
+    /// offenceSlashed[orchestrator][offence]: that orchestrator account slashed for that offence already.
+    mapping(address => mapping(bytes32 => bool)) public offenceSlashed;
 
     event Staked(address indexed account, uint256 amount);
     event UnstakeRequested(address indexed account, uint256 amount, uint64 releaseAt);
@@ -42,6 +47,7 @@ contract Staking is AccessControl {
     error CooldownNotOver(uint64 releaseAt);
     error LengthMismatch();
     error CreditTotalMismatch(uint256 expected, uint256 actual);
+    error OffenceAlreadySlashed(bytes32 offence);
 
     constructor(NIM token_, address admin, address orchestrator, uint64 cooldown_) {
         token = token_;
@@ -95,9 +101,15 @@ contract Staking is AccessControl {
     }
 
     /// Burns `amount` of `account`'s stake (then of its unstaking tokens, so a
-    /// pending unstake does not escape a slash). Orchestrator only.
-    function slash(address account, uint256 amount, string calldata reason) external onlyRole(ORCHESTRATOR_ROLE) {
+    /// pending unstake does not escape a slash), once per `offence` of the
+    /// calling orchestrator account. Orchestrator only.
+    function slash(address account, uint256 amount, bytes32 offence, string calldata reason)
+        external
+        onlyRole(ORCHESTRATOR_ROLE)
+    {
         if (amount == 0) revert ZeroAmount();
+        if (offenceSlashed[msg.sender][offence]) revert OffenceAlreadySlashed(offence);
+        offenceSlashed[msg.sender][offence] = true;
         uint256 staked = stakeOf[account];
         Unstaking storage u = unstakingOf[account];
         uint256 available = staked + u.amount;

@@ -1,12 +1,14 @@
 // A miner's stake: read it, add to it, take it out (unstake, then withdraw
-// after the cooldown), the orchestrator's slash, and finding an earlier slash.
-import type { Address, Hash } from 'viem';
+// after the cooldown), the orchestrator's slash (once per offence: the
+// contract refuses an offence id its caller slashed already), and finding an
+// earlier slash.
+import { BaseError, keccak256, parseAbi, stringToBytes, type Address, type Hash, type Hex } from 'viem';
 import { NimbleError } from '../protocol/errors.ts';
 import { nimAbi, stakingAbi } from './abis.ts';
 import { formatNim } from './amounts.ts';
 import type { ChainClient, SigningClient } from './client.ts';
 import { ensureGas, nimBalance } from './token.ts';
-import { ChainTxError, sendContractTx, type SentTx } from './tx.ts';
+import { ChainTxError, sendContractTx, type SendOptions, type SentTx } from './tx.ts';
 
 export interface StakePosition {
   staked: bigint;
@@ -114,14 +116,63 @@ export async function setCooldown(client: ChainClient, admin: SigningClient, sec
   return sendContractTx(client, admin, { address: client.deployment.staking, abi: stakingAbi, functionName: 'setCooldown', args: [seconds] });
 }
 
-/** Burns `amount` of `account`'s stake; the signer must hold ORCHESTRATOR_ROLE. */
-export async function slashStake(client: ChainClient, orchestrator: SigningClient, account: Address, amount: bigint, reason: string): Promise<SentTx> {
-  return sendContractTx(client, orchestrator, {
-    address: client.deployment.staking,
-    abi: stakingAbi,
-    functionName: 'slash',
-    args: [account, amount, reason],
-  });
+/** The offence id a slash names on chain: keccak256 of its reason, which is unique to the offence. */
+export function offenceIdOf(reason: string): Hex {
+  return keccak256(stringToBytes(reason));
+}
+
+/**
+ * Burns `amount` of `account`'s stake for one offence (`offence`, by default
+ * the id of `reason`); the signer must hold ORCHESTRATOR_ROLE. The contract
+ * refuses an offence the signer slashed already (`OffenceAlreadySlashed`).
+ */
+export async function slashStake(
+  client: ChainClient, orchestrator: SigningClient, account: Address, amount: bigint, reason: string, options: SendOptions & { offence?: Hex } = {},
+): Promise<SentTx> {
+  if (!(await stakingHasOffences(client))) {
+    return sendContractTx(client, orchestrator, { address: client.deployment.staking, abi: LEGACY_STAKING_ABI, functionName: 'slash', args: [account, amount, reason] }, options);
+  }
+  return sendContractTx(
+    client,
+    orchestrator,
+    { address: client.deployment.staking, abi: stakingAbi, functionName: 'slash', args: [account, amount, options.offence ?? offenceIdOf(reason), reason] },
+    options,
+  );
+}
+
+/** Whether `orchestrator` slashed for `offence` already, as the chain records it (false on a Staking that predates offence ids). */
+export async function isOffenceSlashed(client: ChainClient, orchestrator: Address, offence: Hex): Promise<boolean> {
+  if (!(await stakingHasOffences(client))) return false;
+  return client.public.readContract({ address: client.deployment.staking, abi: stakingAbi, functionName: 'offenceSlashed', args: [orchestrator, offence] });
+}
+
+/** `slash(account, amount, reason)` of a Staking deployed before offence ids (a local chain's state kept from then). */
+const LEGACY_STAKING_ABI = parseAbi(['function slash(address account, uint256 amount, string reason)']);
+const offenceSupport = new Map<string, Promise<boolean>>();
+
+/**
+ * Whether the deployment's Staking records offences (`offenceSlashed`): a
+ * contract deployed before it has no such function, and its slash takes no
+ * offence id. Read once per contract address.
+ */
+export function stakingHasOffences(client: ChainClient): Promise<boolean> {
+  const key = `${client.chainId} ${client.deployment.staking.toLowerCase()}`;
+  let known = offenceSupport.get(key);
+  if (!known) {
+    known = client.public
+      .readContract({ address: client.deployment.staking, abi: stakingAbi, functionName: 'offenceSlashed', args: [client.deployment.staking, `0x${'0'.repeat(64)}`] })
+      .then(() => true)
+      .catch((err: unknown) => {
+        offenceSupport.delete(key); // an unreachable node is asked again next time
+        if (err instanceof BaseError && /returned no data|reverted/i.test(err.message)) {
+          offenceSupport.set(key, Promise.resolve(false));
+          return false;
+        }
+        throw err;
+      });
+    offenceSupport.set(key, known);
+  }
+  return known;
 }
 
 /**

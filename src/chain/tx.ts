@@ -55,6 +55,14 @@ export class ChainTxError extends NimbleError {
   }
 }
 
+/** How a send reports and waits (both optional). */
+export interface SendOptions {
+  /** called with the hash once the node took the transaction, before its receipt is awaited (record it: it may be mined later) */
+  onSent?: (hash: Hash) => void;
+  /** how long to wait for the receipt (viem's default: 180 s) */
+  receiptTimeoutMs?: number;
+}
+
 /**
  * Simulates, sends and waits for one call; a ChainTxError naming the contract
  * error when it would revert (nothing is sent then) or did revert.
@@ -63,9 +71,9 @@ export async function sendContractTx<
   const abi extends Abi,
   functionName extends ContractFunctionName<abi, Writable>,
   const args extends ContractFunctionArgs<abi, Writable, functionName>,
->(client: { public: PublicClient<Transport, Chain> }, signer: SigningClient, call: ContractCall<abi, functionName, args>): Promise<SentTx>;
+>(client: { public: PublicClient<Transport, Chain> }, signer: SigningClient, call: ContractCall<abi, functionName, args>, options?: SendOptions): Promise<SentTx>;
 // The implementation sees any ABI: the signature above is what callers are checked against.
-export async function sendContractTx(client: { public: PublicClient<Transport, Chain> }, signer: SigningClient, call: AnyCall): Promise<SentTx> {
+export async function sendContractTx(client: { public: PublicClient<Transport, Chain> }, signer: SigningClient, call: AnyCall, options: SendOptions = {}): Promise<SentTx> {
   let request;
   try {
     ({ request } = await client.public.simulateContract({
@@ -79,7 +87,8 @@ export async function sendContractTx(client: { public: PublicClient<Transport, C
     throw explainRevert(err, call.functionName);
   }
   const hash = await withFreshNonce(() => signer.writeContract(request));
-  const receipt = await client.public.waitForTransactionReceipt({ hash });
+  options.onSent?.(hash);
+  const receipt = await client.public.waitForTransactionReceipt({ hash, ...(options.receiptTimeoutMs ? { timeout: options.receiptTimeoutMs } : {}) });
   if (receipt.status !== 'success') throw new ChainTxError(`${call.functionName} reverted in transaction ${hash}`);
   return { hash, gasUsed: receipt.gasUsed, receipt };
 }

@@ -146,6 +146,7 @@ export async function startOrchestrator(options: OrchestratorOptions): Promise<R
       jobs.tick();
       datasets.tick();
       inferenceChecks.tick();
+      billing.writeProgress();
       void registry?.step();
     } catch (err) {
       console.error('orchestrator: tick failed:', err);

@@ -7,9 +7,10 @@ import { modelRegistryAbi, nimAbi, stakingAbi } from '../../src/chain/abis.ts';
 import { ABIS, type ContractName } from '../../src/chain/contracts.ts';
 import { listModels, publishAttestationDigest, publishModel, setModelDeployed, signPublishAttestation, type PublishAttestation } from '../../src/chain/registry.ts';
 import { readEpoch, rewardsDigest, settleEpoch } from '../../src/chain/rewards.ts';
-import { addStake, findSlash, readStake, removeStake, slashStake, withdrawIfReady } from '../../src/chain/staking.ts';
+import { addStake, findSlash, isOffenceSlashed, offenceIdOf, readStake, removeStake, slashStake, stakingHasOffences, withdrawIfReady } from '../../src/chain/staking.ts';
 import { transferNim } from '../../src/chain/token.ts';
 import { ChainTxError, sendContractTx } from '../../src/chain/tx.ts';
+import { ORCHESTRATOR_ROLE } from '../../src/chain/deploy.ts';
 import { advanceTime, prng, startTestChain, supplyReport, type TestChain } from './helpers.ts';
 
 const NIM = (n: number | string): bigint => parseUnits(String(n), 18);
@@ -105,6 +106,29 @@ test('Staking: only the orchestrator slashes; the reason is in the event; tokens
   assert.equal(pos.unstaking, NIM(15));
   assert.equal((await supplyReport(t.client, [])).totalSupply, supplyBefore - NIM(35));
   await rejects(slashStake(t.client, t.operator, me, NIM(16), 'too much'), 'InsufficientStake');
+});
+
+test('Staking: one offence is slashed once, whoever resends it; the record is per orchestrator account', async () => {
+  const dave = t.signer(9);
+  const me = dave.account.address;
+  await mint(me, NIM(20));
+  await addStake(t.client, dave, NIM(20));
+  const offence = offenceIdOf('nimble check 41');
+  assert.equal(await isOffenceSlashed(t.client, t.operator.account.address, offence), false);
+  await slashStake(t.client, t.operator, me, NIM(1), 'nimble check 41');
+  assert.equal(await isOffenceSlashed(t.client, t.operator.account.address, offence), true);
+  // the same offence again (a lost receipt, a restart): refused by the contract, nothing burnt
+  await rejects(slashStake(t.client, t.operator, me, NIM(1), 'nimble check 41'), 'OffenceAlreadySlashed');
+  await rejects(slashStake(t.client, t.operator, me, NIM(2), 'another reason', { offence }), 'OffenceAlreadySlashed');
+  assert.equal((await readStake(t.client, me)).staked, NIM(19));
+  // a second orchestrator account keeps its own record (its offences are its own network's)
+  await call(t.operator, 'Staking', 'grantRole', [ORCHESTRATOR_ROLE, t.signer(4).account.address]);
+  assert.equal(await isOffenceSlashed(t.client, t.signer(4).account.address, offence), false);
+  await slashStake(t.client, t.signer(4), me, NIM(1), 'nimble check 41');
+  assert.equal((await readStake(t.client, me)).staked, NIM(18));
+  // a Staking deployed before offence ids (here: a contract without offenceSlashed) is told apart, not misread
+  assert.equal(await stakingHasOffences(t.client), true);
+  assert.equal(await stakingHasOffences({ ...t.client, deployment: { ...t.client.deployment, staking: t.client.deployment.nim } }), false);
 });
 
 test('RewardDistributor: forged and replayed settlements are rejected', async () => {
@@ -268,7 +292,7 @@ test('conservation: supply = free + staked + unstaking + undistributed after a r
     else if (op === 'stake' && free > 0n) await addStake(t.client, who, some(free));
     else if (op === 'unstake' && pos.staked > 0n) await call(who, 'Staking', 'unstake', [some(pos.staked)]);
     else if (op === 'withdraw') await withdrawIfReady(t.client, who);
-    else if (op === 'slash' && pos.staked + pos.unstaking > 0n) await slashStake(t.client, t.operator, me, some(pos.staked + pos.unstaking), 'random');
+    else if (op === 'slash' && pos.staked + pos.unstaking > 0n) await slashStake(t.client, t.operator, me, some(pos.staked + pos.unstaking), `random ${i}`);
     else if (op === 'cooldown') await call(t.operator, 'Staking', 'setCooldown', [rand() < 0.5 ? 0n : 1n]);
     else if (op === 'settle') {
       const rewards = holders.slice(0, 1 + Math.floor(rand() * 9)).map((h) => ({ address: h.account.address, amount: NIM(rand().toFixed(6)) }));

@@ -1,6 +1,7 @@
 // The orchestrator's chain options (orchestrator start, up): which chain, the
 // RPC URL it publishes for it (GET /chain), the key that settles epochs,
-// emission, epoch length and minimum stake.
+// emission, epoch length (and the longest anything owed waits for one) and
+// minimum stake.
 import { NimbleError } from '../../protocol/errors.ts';
 import { join } from 'node:path';
 import type { Command } from 'commander';
@@ -8,7 +9,7 @@ import { parseEther } from 'viem';
 import { signerFor } from '../../chain/client.ts';
 import type { LocalNode } from '../../chain/node.ts';
 import { localOperatorAccount, openChain } from '../../chain/session.ts';
-import { DEFAULT_EPOCH_ROUNDS, type ChainOptions } from '../../orchestrator/rewards/epochs.ts';
+import { DEFAULT_EPOCH_ROUNDS, DEFAULT_PAY_WITHIN_MS, type ChainOptions } from '../../orchestrator/rewards/epochs.ts';
 import { parsePositiveInt, resolveDataDir } from '../common.ts';
 import { DEFAULT_PRICING } from '../../jobs/plan-constants.ts';
 import { chainRpcOf, unlock, type ChainCommandOptions } from '../chain-options.ts';
@@ -17,6 +18,7 @@ export interface OrchestratorChainFlags extends ChainCommandOptions {
   chain?: boolean;
   epochRounds?: string;
   epochMinutes?: string;
+  payWithinMinutes?: string;
   emission?: string;
   minStake?: string;
   price?: string;
@@ -36,6 +38,7 @@ export function withOrchestratorChainOptions(cmd: Command): Command {
     .option('--public-chain-rpc <url>', "the chain's RPC URL GET /chain gives developers' commands and miners, which pay and check on that chain (default: the local node's, on 127.0.0.1, so only on this machine; with --chain-rpc none is published unless given, as that URL may hold a key)")
     .option('--epoch-rounds <n>', 'completed merge rounds of a run per epoch', String(DEFAULT_EPOCH_ROUNDS))
     .option('--epoch-minutes <m>', 'also close an epoch this many minutes after it opened')
+    .option('--pay-within-minutes <m>', 'close an epoch once the oldest work or inference charge it owes is this many minutes old (a serving-only network pays too)', String(DEFAULT_PAY_WITHIN_MS / 60_000))
     .option('--emission <nim>', 'NIM paid per epoch, split by score', '100')
     .option('--min-stake <nim>', 'refuse miners with less stake than this (NIM): every identity stakes, so splitting work across identities gains nothing', '10')
     .option('--price <nim>', "NIM per PFLOP of training that developers' jobs pay their miners from their escrows", String(DEFAULT_PRICING.nimPerPetaflop));
@@ -65,6 +68,9 @@ export async function orchestratorChain(flags: OrchestratorChainFlags, log: (lin
     if (!(m > 0)) throw new NimbleError('invalid', `--epoch-minutes must be a positive number, got '${flags.epochMinutes}'`);
     epochMs = m * 60_000;
   }
+  const payWithin = Number(flags.payWithinMinutes ?? DEFAULT_PAY_WITHIN_MS / 60_000);
+  if (!(payWithin > 0) || !Number.isFinite(payWithin)) throw new NimbleError('invalid', `--pay-within-minutes must be a positive number, got '${flags.payWithinMinutes}'`);
+  const payWithinMs = payWithin * 60_000;
   const rpcUrl = chainRpcOf(flags);
   // the settling key: the local chain's operator, or a wallet on another chain
   const wallet = rpcUrl ? await unlock(flags).catch((err: unknown) => {
@@ -74,9 +80,11 @@ export async function orchestratorChain(flags: OrchestratorChainFlags, log: (lin
   const session = await openChain({ dataDir: resolveDataDir(flags), rpcUrl, persistent: true });
   const signer = wallet ? wallet.sign(session.client) : signerFor(session.client, localOperatorAccount());
   const pause = Number(process.env.NIMBLE_TEST_SETTLE_PAUSE_MS ?? 0); // fault injection for the kill -9 test
+  const receiptTimeout = Number(process.env.NIMBLE_TEST_RECEIPT_TIMEOUT_MS ?? 0); // a slash's receipt lost quickly, for the slash-once test
   return {
-    client: session.client, signer, emission, nimPerPetaflop, epochRounds, epochMs, minStake, close: () => session.close(), log, local: !rpcUrl, publicRpcUrl, node: session.node,
+    client: session.client, signer, emission, nimPerPetaflop, epochRounds, epochMs, payWithinMs, minStake, close: () => session.close(), log, local: !rpcUrl, publicRpcUrl, node: session.node,
     ...(pause > 0 ? { pauseAfterSettleMs: pause } : {}),
+    ...(receiptTimeout > 0 ? { receiptTimeoutMs: receiptTimeout } : {}),
   };
 }
 

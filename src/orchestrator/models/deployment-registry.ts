@@ -9,10 +9,19 @@
 // The flag is reconciled, not sent once: each pass reads the chain and sends
 // only what differs, so a restart, a failed transaction or the owner setting
 // it by hand are set right on a later pass.
+//
+// The orchestrator pays for these transactions, its owner only signs a
+// request, so they are bounded (../rewards/gas.ts): an owner deploys at most
+// GAS_LIMITS.deploysPerOwner models an hour (counted from the deployments
+// table, a 429 past it), the flags of one owner's models change at most
+// GAS_LIMITS.registryTxsPerOwner times an hour and everyone's
+// GAS_LIMITS.registryTxs; a change past its budget waits for a later pass,
+// and one undone meanwhile (deployed, then undeployed) costs nothing.
 import type { Hex } from 'viem';
 import { modelOfSha256, setModelDeployed } from '../../chain/registry.ts';
 import { NimbleError } from '../../protocol/errors.ts';
 import type { ChainOptions } from '../rewards/epochs.ts';
+import { GAS_LIMITS, HOUR_MS, minutesOf, SlidingWindow } from '../rewards/gas.ts';
 import type { DeploymentRecord } from '../state/deployments.ts';
 import type { OrchestratorState } from '../state/index.ts';
 
@@ -49,17 +58,43 @@ export function chainModelRegistry(chain: Pick<ChainOptions, 'client' | 'signer'
 /** After a failed pass, the next waits this long. */
 const RETRY_MS = 10_000;
 
+/**
+ * Refuses (429) a deploy by `owner` when it made GAS_LIMITS.deploysPerOwner
+ * deployments in the hour before `now`: each deploy and undeploy costs the
+ * orchestrator a ModelRegistry transaction. Counted from the deployments
+ * table, so a restart forgets nothing.
+ */
+export function checkDeployRate(state: OrchestratorState, owner: string, now: number): void {
+  const limit = GAS_LIMITS.deploysPerOwner;
+  const recent = state.deployments.createdSince(owner, now - HOUR_MS);
+  if (recent.length < limit) return;
+  const wait = recent[recent.length - limit] + HOUR_MS - now;
+  throw new NimbleError(
+    'rate_limited',
+    `${owner} deployed ${recent.length} times in the last hour; each deploy and undeploy costs the orchestrator a ModelRegistry transaction, so an owner deploys at most ${limit} times an hour: the next in ${minutesOf(wait)}`,
+    429,
+  );
+}
+
 /** Keeps the registry's deployed flag of every deployed model in step with its deployments. */
 export class RegistrySync {
   private running: Promise<void> | null = null;
   private failedAt = -Infinity;
+  /** flag transactions sent, per owner and for everyone ('') */
+  private readonly perOwner: SlidingWindow;
+  private readonly all: SlidingWindow;
+  /** models whose flag change waits for a budget, until when (logged once each; not read again before) */
+  private readonly waiting = new Map<string, number>();
 
   constructor(
     private readonly state: OrchestratorState,
     private readonly registry: ModelRegistryAccess,
     private readonly log: (line: string) => void = () => {},
     private readonly now: () => number = Date.now,
-  ) {}
+  ) {
+    this.perOwner = new SlidingWindow(GAS_LIMITS.registryTxsPerOwner, HOUR_MS, now);
+    this.all = new SlidingWindow(GAS_LIMITS.registryTxs, HOUR_MS, now);
+  }
 
   /** Starts a pass unless one is under way (or one failed less than RETRY_MS ago); resolves when it ends. */
   step(): Promise<void> {
@@ -82,24 +117,43 @@ export class RegistrySync {
   private async pass(): Promise<void> {
     const bySha = new Map<string, DeploymentRecord[]>();
     for (const d of this.state.deployments.registryPending()) bySha.set(d.sha256, [...(bySha.get(d.sha256) ?? []), d]);
-    for (const [sha256, rows] of bySha) {
+    // owners who spent the least of their budget first: one owner's churn does not hold everyone's flags back
+    const order = [...bySha].sort((a, b) => this.perOwner.count(ownerKey(a[1][0].owner)) - this.perOwner.count(ownerKey(b[1][0].owner)));
+    for (const [sha256, rows] of order) {
       const live = rows.filter((d) => d.status !== 'undeployed');
       // serving: set; nothing live: cleared; only deploying: left as it is (a replica being replaced does not flap the flag)
       const want = live.some((d) => d.status === 'serving') ? true : live.length === 0 ? false : null;
       if (want === null) continue;
-      if (rows.every((d) => d.registryDeployed === (d.status === 'undeployed' ? false : want))) continue;
+      if (rows.every((d) => d.registryDeployed === (d.status === 'undeployed' ? false : want))) {
+        this.waiting.delete(sha256);
+        continue;
+      }
+      if ((this.waiting.get(sha256) ?? 0) > this.now()) continue;
       const entry = await this.registry.lookup(sha256);
       if (!entry) {
         this.log(`registry: model ${sha256} of deployment ${rows[0].id} is not on the ModelRegistry`);
         continue;
       }
       if (entry.deployed !== want) {
+        const owner = ownerKey(rows[0].owner);
+        const wait = Math.max(this.perOwner.waitMs(owner), this.all.waitMs(''));
+        if (wait > 0) {
+          if (!this.waiting.has(sha256)) this.log(`registry: model #${entry.id} '${entry.name}' stays ${entry.deployed ? 'deployed' : 'undeployed'} on the registry for now: the hour's budget of flag transactions (${GAS_LIMITS.registryTxsPerOwner} per owner, ${GAS_LIMITS.registryTxs} in all) is spent, next in ${minutesOf(wait)}`);
+          this.waiting.set(sha256, this.now() + wait);
+          continue;
+        }
+        this.perOwner.take(owner);
+        this.all.take('');
+        this.waiting.delete(sha256);
         const tx = await this.registry.setDeployed(entry.id, want);
         this.log(`registry: model #${entry.id} '${entry.name}' ${want ? 'deployed' : 'undeployed'} (tx ${tx})`);
       }
+      this.waiting.delete(sha256);
       this.state.tx(() => {
         for (const d of rows) this.state.deployments.setRegistryDeployed(d.id, d.status === 'undeployed' ? false : want);
       });
     }
   }
 }
+
+const ownerKey = (owner: string): string => owner.toLowerCase();

@@ -1,6 +1,12 @@
 // Epochs: the orchestrator closes an epoch every N completed merge rounds of a
 // run (and when a run ends, or every M minutes), scores the work logged in it
 // (src/orchestrator/rewards/scoring.ts), and pays the split on chain with settleEpoch.
+// Whatever else happens, an epoch closes once the oldest thing it owes (a
+// unit of work logged, an inference charge not drawn yet) is `payWithinMs`
+// old (10 minutes by default): a network that only serves inference, whose
+// runs never merge, pays its miners and draws its callers' credit all the
+// same, within a bounded time, restarts included (the times are the
+// database's).
 //
 // Durable order, so a crash (kill -9) at any point never pays twice nor loses
 // an epoch:
@@ -20,17 +26,22 @@
 // a false claim, a poisoned merge) gets a 'pending' slash row when it is
 // decided. At the next pass (within a second) its amount, a share of the
 // stake and unstaking tokens the miner holds then, is fixed and written before
-// the first send; its reason names the offence and is unique, so after a
-// crash the Slashed events show whether it already went through. The unstake cooldown must be longer than a check can stay open, or
+// the first send. Its reason names the offence and is unique; its keccak256 is
+// the offence id the Staking contract records per orchestrator account and
+// refuses a second time. Before sending, the chain is asked whether the
+// offence was slashed already (a crash after the send, a lost receipt); the
+// transaction's hash is written as soon as the node took it, so a retry after
+// a receipt timeout, an RPC error or a restart waits for that transaction
+// instead of sending another. The unstake cooldown must be longer than a check can stay open, or
 // a miner could withdraw between being asked and being slashed: at start the
 // orchestrator raises a local chain's cooldown to that, and refuses a remote
 // chain whose cooldown is shorter.
 import { FINAL_RUN_STATUSES } from '../../api/schemas.ts';
-import { formatEther, type Address, type Hash } from 'viem';
+import { formatEther, TransactionNotFoundError, TransactionReceiptNotFoundError, WaitForTransactionReceiptTimeoutError, type Address, type Hash } from 'viem';
 import type { ChainClient, SigningClient } from '../../chain/client.ts';
 import { normalizeRewards, readEpoch, rewardsDigest, settleEpoch, settlementTxOf, type Reward } from '../../chain/rewards.ts';
 import { ChainTxError } from '../../chain/tx.ts';
-import { findSlash, readStake, setCooldown, slashStake, stakingTotals } from '../../chain/staking.ts';
+import { findSlash, isOffenceSlashed, offenceIdOf, readStake, setCooldown, slashStake, stakingHasOffences, stakingTotals } from '../../chain/staking.ts';
 import { NimbleError } from '../../protocol/errors.ts';
 import { CreditService } from '../serving/credits.ts';
 import { JobPayments } from '../jobs/job-payments.ts';
@@ -40,6 +51,10 @@ import { scoreEpoch, splitEmission, stageSharesOf, type StageShares } from './sc
 
 export const DEFAULT_EMISSION = 100n * 10n ** 18n;
 export const DEFAULT_EPOCH_ROUNDS = 1;
+/** An epoch closes once the oldest work or inference charge it owes is this old, whatever else closes it (10 minutes). */
+export const DEFAULT_PAY_WITHIN_MS = 10 * 60_000;
+/** How long a slash's receipt is awaited before the pass moves on (the transaction is looked for again at the next). */
+export const SLASH_RECEIPT_TIMEOUT_MS = 60_000;
 
 export interface ChainOptions {
   client: ChainClient;
@@ -51,6 +66,8 @@ export interface ChainOptions {
   epochRounds?: number;
   /** also close an epoch this long after it opened (default: never) */
   epochMs?: number;
+  /** close the epoch once the oldest work or inference charge it owes is this old (default DEFAULT_PAY_WITHIN_MS) */
+  payWithinMs?: number;
   /** a join from an address with less stake is refused with 403 (default 0) */
   minStake?: bigint;
   /** credit rewards as stake (default true) */
@@ -66,6 +83,8 @@ export interface ChainOptions {
    * is recorded as settled, log and wait this long (a window for kill -9).
    */
   pauseAfterSettleMs?: number;
+  /** how long a slash's receipt is awaited before the pass moves on (default SLASH_RECEIPT_TIMEOUT_MS; tests shorten it) */
+  receiptTimeoutMs?: number;
   /** NIM per PFLOP of training that developers' jobs pay from their escrows (default 1) */
   nimPerPetaflop?: number;
   /** called when the orchestrator closes (stops the local node it opened) */
@@ -80,6 +99,7 @@ export interface ChainOptions {
 export class Epochs {
   readonly emission: bigint;
   readonly epochRounds: number;
+  readonly payWithinMs: number;
   /** developers' jobs paid from their escrows (null: the deployment has no JobEscrow) */
   readonly jobPayments: JobPayments | null;
   /** wallets' prepaid inference credit, paid from at every epoch (null: no JobEscrow) */
@@ -100,6 +120,8 @@ export class Epochs {
     if (this.emission < 0n) throw new RangeError('emission must not be negative');
     this.epochRounds = chain.epochRounds ?? DEFAULT_EPOCH_ROUNDS;
     if (!Number.isInteger(this.epochRounds) || this.epochRounds < 1) throw new RangeError('epochRounds must be a positive integer');
+    this.payWithinMs = chain.payWithinMs ?? DEFAULT_PAY_WITHIN_MS;
+    if (!(this.payWithinMs > 0)) throw new RangeError('payWithinMs must be positive');
     this.log = chain.log ?? ((line) => console.error(`orchestrator: ${line}`));
     this.jobPayments = chain.client.deployment.jobEscrow
       ? new JobPayments(state, { client: chain.client, signer: chain.signer, nimPerPetaflop: chain.nimPerPetaflop, log: this.log }, now)
@@ -161,14 +183,32 @@ export class Epochs {
     await this.credits?.reconcile();
   }
 
-  /** Sends one pending slash exactly once (a Slashed event with its reason means it went through already). */
+  /**
+   * Sends one pending slash exactly once. The chain is asked first: the
+   * Staking contract records each offence id its caller slashed (and refuses
+   * a second), so a slash whose receipt was lost, or sent just before a
+   * crash, is found there. A transaction recorded as sent and not mined yet
+   * is waited for, never sent again beside it.
+   */
   private async slash(s: SlashRecord): Promise<void> {
     const { client, signer } = this.chain;
     const account = s.miner as Address;
-    const found = await findSlash(client, account, s.reason);
-    if (found) {
-      this.state.ledger.markSlashed(s.id, found.txHash, found.amount);
-      return;
+    const offence = offenceIdOf(s.reason);
+    if (await stakingHasOffences(client)) {
+      if (await isOffenceSlashed(client, signer.account.address, offence)) return this.foundSlashed(s);
+    } else {
+      // a Staking that predates offence ids (a local chain kept from then): the Slashed event with this reason is the record
+      const found = await findSlash(client, account, s.reason);
+      if (found) {
+        this.state.ledger.markSlashed(s.id, found.txHash, found.amount);
+        return;
+      }
+    }
+    if (s.txHash !== null) {
+      const sent = await this.sentSlash(s.txHash as Hash);
+      if (sent === 'success') return this.foundSlashed(s);
+      if (sent === 'pending') throw new Error(`slash transaction ${s.txHash} is not mined yet: waiting for it, not sending another`);
+      // dropped by the node, or mined and reverted: sent again below (the contract takes an offence once)
     }
     let amount = s.amount === null ? null : BigInt(s.amount);
     if (amount === null) {
@@ -183,11 +223,17 @@ export class Epochs {
       return;
     }
     try {
-      const tx = await slashStake(client, signer, account, amount, s.reason);
+      const tx = await slashStake(client, signer, account, amount, s.reason, {
+        offence,
+        // durable as soon as the node has it: a lost receipt, an RPC error or a restart finds this transaction, not a new one
+        onSent: (hash) => this.state.ledger.setSlashSent(s.id, hash),
+        receiptTimeoutMs: this.chain.receiptTimeoutMs ?? SLASH_RECEIPT_TIMEOUT_MS,
+      });
       this.state.ledger.markSlashed(s.id, tx.hash);
       this.log(`slashed ${formatEther(amount)} NIM of ${s.miner} (${s.reason}; tx ${tx.hash})`);
       await this.evictIfBelowMinimum(s.miner);
     } catch (err) {
+      if (err instanceof ChainTxError && err.errorName === 'OffenceAlreadySlashed') return this.foundSlashed(s);
       if (!(err instanceof ChainTxError && err.errorName === 'InsufficientStake')) throw err;
       // slashed meanwhile for another check: take what is left (the amount was fixed; the stake is gone only by slashes within the cooldown)
       const p = await readStake(client, account);
@@ -197,29 +243,71 @@ export class Epochs {
     }
   }
 
-  /** Closes the open epoch when a run completed `epochRounds` more merge rounds, ended, or time is up. */
+  /** Records a slash the chain shows done: its transaction and amount from the Slashed event with its reason. */
+  private async foundSlashed(s: SlashRecord): Promise<void> {
+    const found = await findSlash(this.chain.client, s.miner as Address, s.reason);
+    const txHash = found?.txHash ?? s.txHash;
+    if (!txHash) throw new Error(`the chain records offence '${s.reason}' as slashed but shows no Slashed event for it`);
+    this.state.ledger.markSlashed(s.id, txHash, found?.amount);
+    this.log(`slash of ${s.miner} (${s.reason}) found on chain (tx ${txHash}): not sent again`);
+    await this.evictIfBelowMinimum(s.miner);
+  }
+
+  /** What became of a slash transaction sent before: mined (success or reverted), still pending, or unknown to the node (dropped). */
+  private async sentSlash(hash: Hash): Promise<'success' | 'reverted' | 'pending' | 'dropped'> {
+    const { client } = this.chain;
+    const receipt = await client.public.getTransactionReceipt({ hash }).catch((err: unknown) => {
+      if (err instanceof TransactionReceiptNotFoundError) return null;
+      throw err;
+    });
+    if (receipt) return receipt.status === 'success' ? 'success' : 'reverted';
+    const tx = await client.public.getTransaction({ hash }).catch((err: unknown) => {
+      if (err instanceof TransactionNotFoundError) return null;
+      throw err;
+    });
+    if (!tx) return 'dropped';
+    try {
+      const mined = await client.public.waitForTransactionReceipt({ hash, timeout: this.chain.receiptTimeoutMs ?? SLASH_RECEIPT_TIMEOUT_MS });
+      return mined.status === 'success' ? 'success' : 'reverted';
+    } catch (err) {
+      if (err instanceof WaitForTransactionReceiptTimeoutError) return 'pending';
+      throw err;
+    }
+  }
+
+  /**
+   * Closes the open epoch when a run completed `epochRounds` more merge
+   * rounds, ended, time is up, or the oldest work or inference charge it owes
+   * is `payWithinMs` old.
+   */
   closeIfDue(): EpochRecord | null {
     return this.state.tx(() => {
       const now = this.now();
       const open = this.state.ledger.openEpoch(now);
-      if (this.state.ledger.lastWorkId() <= open.fromLog) return null;
-      for (const run of this.state.runs.list()) {
-        const mark = this.state.ledger.runMergesMark(run.id);
-        if (run.mergesDone - mark >= this.epochRounds) return this.close(run.id, run.mergesDone);
-        if (FINAL_RUN_STATUSES.includes(run.status) && this.state.ledger.countWorkAfter(open.fromLog, run.id) > 0) return this.close(run.id, run.mergesDone);
+      const firstWork = this.state.ledger.firstWorkAtAfter(open.fromLog);
+      const firstCharge = this.credits ? this.state.inferenceRequests.oldestUnallocatedAt() : null;
+      if (firstWork === null && firstCharge === null) return null;
+      if (firstWork !== null) {
+        for (const run of this.state.runs.list()) {
+          const mark = this.state.ledger.runMergesMark(run.id);
+          if (run.mergesDone - mark >= this.epochRounds) return this.close(run.id, run.mergesDone);
+          if (FINAL_RUN_STATUSES.includes(run.status) && this.state.ledger.countWorkAfter(open.fromLog, run.id) > 0) return this.close(run.id, run.mergesDone);
+        }
+        if (this.chain.epochMs !== undefined && now - open.openedAt >= this.chain.epochMs) return this.close(null, 0);
       }
-      if (this.chain.epochMs !== undefined && now - open.openedAt >= this.chain.epochMs) return this.close(null, 0);
+      const owedSince = Math.min(firstWork ?? Infinity, firstCharge ?? Infinity);
+      if (now - owedSince >= this.payWithinMs) return this.close(null, 0);
       return null;
     });
   }
 
-  /** Closes the open epoch now: scores its work and writes the split ('settling'). Null when it holds no work. */
+  /** Closes the open epoch now: scores its work and writes the split ('settling'). Null when it holds no work and no inference charge. */
   close(runId: string | null, mergesMark: number): EpochRecord | null {
     return this.state.tx(() => {
       const now = this.now();
       const open = this.state.ledger.openEpoch(now);
       const to = this.state.ledger.lastWorkId();
-      if (to <= open.fromLog) return null;
+      if (to <= open.fromLog && (!this.credits || this.state.inferenceRequests.oldestUnallocatedAt() === null)) return null;
       const rows = this.state.ledger.workBetween(open.fromLog, to);
       const shares = this.sharesOf(rows.map((r) => r.runId), rows.map((r) => r.deploymentId));
       const scores = scoreEpoch(rows, shares);

@@ -10,6 +10,7 @@ import type { HttpServer } from '../../http/server.ts';
 import { signerOf } from '../../http/signed.ts';
 import { NimbleError } from '../../protocol/errors.ts';
 import type { CreditService } from '../serving/credits.ts';
+import { GAS_LIMITS, SlidingWindow } from '../rewards/gas.ts';
 import { MINERS_SHARE_BPS } from '../serving/credits.ts';
 import { apiKeyView, INFERENCE_TOKENS_PER_UNIT, type InferenceBilling } from '../serving/billing.ts';
 import type { OrchestratorState } from '../state/index.ts';
@@ -20,6 +21,7 @@ const KeyParams = Type.Object({ id: ApiKeyId });
 
 /** `credits` and `client` are null on an unpaid network: keys work, credit is refused. */
 export function creditRoutes(app: HttpServer, state: OrchestratorState, billing: InferenceBilling, credits: CreditService | null, client: ChainClient | null): void {
+  const registered = new SlidingWindow(GAS_LIMITS.creditEscrowsPerOwner);
   const paid = (): CreditService => {
     if (!credits) throw new NimbleError('no_chain', 'this network takes no payment: its models are free, an API key is all a request needs', 409);
     return credits;
@@ -39,7 +41,10 @@ export function creditRoutes(app: HttpServer, state: OrchestratorState, billing:
     tokensPerUnit: INFERENCE_TOKENS_PER_UNIT,
   }));
   app.post('/credits', { config: wallet, schema: { body: AddCreditRequest, response: { 201: CreditView } } }, async (req, reply) => {
-    const view = await paid().register(req.body.escrowId, signerOf(req));
+    const owner = signerOf(req);
+    // each credit escrow is closed (and paid from) by the orchestrator's transactions: a few new ones an hour per owner (rewards/gas.ts)
+    const what = `${owner} added ${registered.count(owner.toLowerCase())} credit escrows in the last hour, each closed by a transaction the orchestrator pays`;
+    const view = await registered.spend(owner.toLowerCase(), what, () => paid().register(req.body.escrowId, owner));
     void reply.status(201);
     return view;
   });

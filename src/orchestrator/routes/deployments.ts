@@ -16,7 +16,7 @@ import type { HttpServer } from '../../http/server.ts';
 import { signerOf } from '../../http/signed.ts';
 import { NimbleError } from '../../protocol/errors.ts';
 import type { Coordinator } from '../training/coordinator.ts';
-import type { ModelRegistryAccess } from '../models/deployment-registry.ts';
+import { checkDeployRate, type ModelRegistryAccess } from '../models/deployment-registry.ts';
 import { checkDeployable, deploymentView } from '../models/deployments.ts';
 import type { RegistryEntry } from '../state/deployments.ts';
 import type { ModelRecord } from '../state/models.ts';
@@ -72,7 +72,10 @@ export function deploymentRoutes(app: HttpServer, c: Coordinator, registry: Mode
   app.post('/models/:sha256/deploy', { config: developer, schema: { params: Params, body: DeployRequest, response: { 200: DeploymentView } } }, async (req) => {
     const m = stored(req.params.sha256);
     checkDeployable(m);
-    return deploy(m, await ownerOnly(m, signerOf(req), 'deploy'), req.body ?? {});
+    const owner = await ownerOnly(m, signerOf(req), 'deploy');
+    // the orchestrator pays the registry's transactions of each deploy and undeploy: an owner deploys a few times an hour
+    if (registry) checkDeployRate(c.state, owner.owner, Date.now());
+    return deploy(m, owner, req.body ?? {});
   });
 
   app.post('/models/:sha256/undeploy', { config: developer, schema: { params: Params, response: { 200: DeploymentView } } }, async (req) => {

@@ -26,6 +26,7 @@ import { signerOf } from '../../http/signed.ts';
 import { NimbleError } from '../../protocol/errors.ts';
 import type { Coordinator } from '../training/coordinator.ts';
 import type { JobPayments } from '../jobs/job-payments.ts';
+import { GAS_LIMITS, SlidingWindow } from '../rewards/gas.ts';
 import type { JobService } from '../jobs/jobs.ts';
 import type { EscrowRecord, JobPaymentRecord } from '../state/escrows.ts';
 import { formatNim } from '../../chain/amounts.ts';
@@ -122,6 +123,7 @@ function keepQuote(c: Coordinator, payments: JobPayments | null, job: JobRecord,
 }
 
 export function jobRoutes(app: HttpServer, c: Coordinator, jobs: JobService, payments: JobPayments | null): void {
+  const releases = new SlidingWindow(GAS_LIMITS.escrowReleasesPerOwner);
   let streams = 0;
   const find = (id: string): JobRecord => {
     const job = c.state.jobs.get(id);
@@ -160,7 +162,10 @@ export function jobRoutes(app: HttpServer, c: Coordinator, jobs: JobService, pay
   app.post('/escrows/:escrowId/release', { config: developer, schema: { params: EscrowParams, response: { 200: EscrowRelease } } }, async (req) => {
     if (!payments) throw new NimbleError('not_found', 'this network is not paid: it holds no escrows');
     const id = req.params.escrowId;
-    const r = await payments.locked(id, () => payments.release(id, signerOf(req)));
+    const by = signerOf(req);
+    // each release is a JobEscrow transaction the orchestrator pays for: a few an hour per owner (rewards/gas.ts)
+    const what = `${by} released ${releases.count(by.toLowerCase())} escrows in the last hour, each a transaction the orchestrator pays`;
+    const r = await releases.spend(by.toLowerCase(), what, () => payments.locked(id, () => payments.release(id, by)), (x) => x.tx !== null);
     return { escrowId: r.escrowId, refunded: r.refunded.toString(), alreadyClosed: r.alreadyClosed, tx: r.tx };
   });
   app.get('/jobs', { schema: { querystring: Owner, response: { 200: Type.Array(JobView) } } }, async (req) => c.state.jobs.list(req.query.owner).map((j) => jobView(c, j)));

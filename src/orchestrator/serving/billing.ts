@@ -19,6 +19,14 @@
 // by the stage's share of the model's parameters like training units, and
 // earning emission like them. The same rows split the miners' share of what
 // the request paid (./credits.ts).
+//
+// A crash of the orchestrator mid-generation loses neither: what each
+// generation has processed (rows per miner and stage, tokens sampled) is
+// written as it goes, at most PROGRESS_EVERY_MS apart; at the next start a
+// paid request left reserved is charged for the prompt and the tokens sampled
+// as last written (never more than it reserved) and its rows are logged as
+// its miners' work, and a synthetic one's rows were logged as they were
+// written. At most the last PROGRESS_EVERY_MS of a generation go uncharged.
 import { createHash, randomBytes } from 'node:crypto';
 import type { Address, Hex } from 'viem';
 import type { ApiKeyView } from '../../api/credits.ts';
@@ -33,6 +41,8 @@ import type { OrchestratorState } from '../state/index.ts';
 
 /** Rows (tokens) run through a stage that make one unit of inference work. */
 export const INFERENCE_TOKENS_PER_UNIT = 1000;
+/** What generations under way have processed is written at most this long apart: what a crash can leave uncharged. */
+export const PROGRESS_EVERY_MS = 250;
 /** Keys one wallet may hold unrevoked. */
 export const MAX_API_KEYS_PER_OWNER = 32;
 
@@ -50,14 +60,22 @@ export interface Reservation {
   promptTokens: number;
 }
 
-/** What the observer counted for one paid request's session. */
+/** What the observer counted for one request's session (paid, or synthetic). */
 interface Tally {
   requestId: string;
+  /** false: synthetic traffic, billed to nobody (its rows are logged as work as they are written) */
+  paid: boolean;
+  deployment: DeploymentRecord;
+  completionId: string;
   stages: number;
   /** rows per `${miner} ${stage}` */
   rows: Map<string, number>;
   /** the last stage's answers: one per token sampled */
   sampled: number;
+  /** rows per `${miner} ${stage}` written so far (recordProgress, or logged as work for a synthetic one) */
+  written: Map<string, number>;
+  /** counted since last written */
+  dirty: boolean;
 }
 
 /** sha256 of an API key, hex: all the orchestrator keeps of it. */
@@ -75,8 +93,9 @@ export function apiKeyView(k: ApiKeyRecord): ApiKeyView {
 }
 
 export class InferenceBilling {
-  /** sessions of paid requests under way, by completion id */
+  /** sessions of requests under way, by completion id */
   private readonly tallies = new Map<string, Tally>();
+  private writtenAt: number;
 
   constructor(
     private readonly state: OrchestratorState,
@@ -86,8 +105,37 @@ export class InferenceBilling {
     private readonly log: (line: string) => void = () => {},
     private readonly now: () => number = Date.now,
   ) {
-    const released = state.tx(() => state.inferenceRequests.releaseAll(now()));
-    if (released > 0) log(`billing: released ${released} reservation(s) of generations the last run left unfinished`);
+    this.writtenAt = now();
+    const { charged, released } = state.tx(() => this.finishLeftOver(this.writtenAt));
+    if (charged > 0) log(`billing: charged ${charged} generation(s) the last run left unfinished for what they had processed; their miners' rows are logged as work`);
+    if (released > 0) log(`billing: released ${released} reservation(s) of generations the last run left before they ran`);
+  }
+
+  /**
+   * The requests a stopped orchestrator left reserved: each is charged the
+   * prompt and the tokens sampled as last written (never more than it
+   * reserved) and its miners' written rows are logged as work, or released
+   * when it had run nothing.
+   */
+  private finishLeftOver(now: number): { charged: number; released: number } {
+    let charged = 0;
+    let released = 0;
+    for (const r of this.state.inferenceRequests.reserved()) {
+      if (r.ran === 0 || r.promptTokens === null || r.reservedTokens === null) {
+        if (this.state.inferenceRequests.release(r.id, now)) released++;
+        continue;
+      }
+      const tokens = Math.min(r.reservedTokens, r.promptTokens + r.sampled);
+      if (!this.state.inferenceRequests.charge(r.id, { tokens, charged: costOf(BigInt(r.price), tokens), completionId: r.completionId }, now)) continue;
+      for (const w of this.state.inferenceRequests.work(r.id)) {
+        this.state.ledger.logWork(
+          { minerId: w.miner, runId: null, deploymentId: r.deploymentId, kind: 'inference', units: w.rows / INFERENCE_TOKENS_PER_UNIT, stage: w.stage, detail: `${w.rows} rows of ${r.id} (cut short by a restart)` },
+          now,
+        );
+      }
+      charged++;
+    }
+    return { charged, released };
   }
 
   /** The observer to add to the serving path (Completions.observe). */
@@ -166,7 +214,7 @@ export class InferenceBilling {
         }
       }
       this.state.apiKeys.touch(key.id, this.now());
-      this.state.inferenceRequests.reserve({ id, owner: key.owner, keyId: key.id, deploymentId: d.id, modelOwner, price, reserved: most }, this.now());
+      this.state.inferenceRequests.reserve({ id, owner: key.owner, keyId: key.id, deploymentId: d.id, modelOwner, price, reserved: most, promptTokens, tokens }, this.now());
     });
     return { id, owner: key.owner, deployment: d, price, tokens, promptTokens };
   }
@@ -182,27 +230,67 @@ export class InferenceBilling {
     try {
       return await generate((cid) => {
         id = cid;
-        this.tallies.set(cid, { requestId: `synthetic ${cid}`, stages: Math.max(1, this.state.deployments.stages(d.id).length), rows: new Map(), sampled: 0 });
+        this.tallies.set(cid, this.tally(`synthetic ${cid}`, false, d, cid));
       });
     } finally {
       const t = id ? this.tallies.get(id) : undefined;
       if (id) this.tallies.delete(id);
-      if (t && t.rows.size > 0) this.state.tx(() => this.logWork(d, t, this.now()));
+      if (t?.dirty) this.state.tx(() => this.write(t, this.now()));
     }
   }
 
-  /** Logs a request's rows as each miner's `inference` work. */
-  private logWork(d: DeploymentRecord, t: Tally, now: number): void {
-    for (const [key, rows] of t.rows) {
+  private tally(requestId: string, paid: boolean, d: DeploymentRecord, completionId: string): Tally {
+    const stages = Math.max(1, this.state.deployments.stages(d.id).length);
+    return { requestId, paid, deployment: d, completionId, stages, rows: new Map(), sampled: 0, written: new Map(), dirty: false };
+  }
+
+  /** Logs rows (per `${miner} ${stage}`) of request `requestId` as each miner's `inference` work. */
+  private logWork(d: DeploymentRecord, requestId: string, rows: ReadonlyMap<string, number>, now: number): void {
+    for (const [key, n] of rows) {
+      if (n <= 0) continue;
       const [miner, stage] = key.split(' ');
-      this.state.ledger.logWork({ minerId: miner, runId: null, deploymentId: d.id, kind: 'inference', units: rows / INFERENCE_TOKENS_PER_UNIT, stage: Number(stage), detail: `${rows} rows of ${t.requestId}` }, now);
+      this.state.ledger.logWork({ minerId: miner, runId: null, deploymentId: d.id, kind: 'inference', units: n / INFERENCE_TOKENS_PER_UNIT, stage: Number(stage), detail: `${n} rows of ${requestId}` }, now);
+    }
+  }
+
+  /** The rows of `t` counted since they were last written, per `${miner} ${stage}`; marks them written. */
+  private unwritten(t: Tally): Map<string, number> {
+    const delta = new Map<string, number>();
+    for (const [key, rows] of t.rows) {
+      const d = rows - (t.written.get(key) ?? 0);
+      if (d > 0) delta.set(key, d);
+      t.written.set(key, rows);
+    }
+    t.dirty = false;
+    return delta;
+  }
+
+  /** Writes what `t` processed since it was last written: a paid request's progress, or a synthetic one's rows as work (call inside a transaction). */
+  private write(t: Tally, now: number): void {
+    const delta = this.unwritten(t);
+    if (!t.paid) return this.logWork(t.deployment, t.requestId, delta, now);
+    const rows = [...delta].map(([key, n]) => ({ miner: key.split(' ')[0], stage: Number(key.split(' ')[1]), rows: n }));
+    this.state.inferenceRequests.recordProgress(t.requestId, { sampled: t.sampled, completionId: t.completionId, rows });
+  }
+
+  /** Writes every generation under way that counted something since it was last written (a crash loses at most PROGRESS_EVERY_MS of them). */
+  writeProgress(): void {
+    this.writtenAt = this.now();
+    const dirty = [...this.tallies.values()].filter((t) => t.dirty);
+    if (dirty.length === 0) return;
+    try {
+      this.state.tx(() => {
+        for (const t of dirty) this.write(t, this.writtenAt);
+      });
+    } catch (err) {
+      for (const t of dirty) t.dirty = true;
+      this.log(`billing: writing the progress of ${dirty.length} generation(s) failed, will retry: ${(err as Error).message.split('\n')[0]}`);
     }
   }
 
   /** Counts the stage steps of completion `completionId` for reservation `res` (call when its id is known, before any step). */
   track(res: Reservation, completionId: string): void {
-    const stages = Math.max(1, this.state.deployments.stages(res.deployment.id).length);
-    this.tallies.set(completionId, { requestId: res.id, stages, rows: new Map(), sampled: 0 });
+    this.tallies.set(completionId, this.tally(res.id, true, res.deployment, completionId));
   }
 
   private count(step: StageStep): void {
@@ -211,6 +299,8 @@ export class InferenceBilling {
     const key = `${step.minerId} ${step.stage}`;
     t.rows.set(key, (t.rows.get(key) ?? 0) + step.rows);
     if (step.stage === t.stages - 1) t.sampled++;
+    t.dirty = true;
+    if (this.now() - this.writtenAt >= PROGRESS_EVERY_MS) this.writeProgress();
   }
 
   /**
@@ -233,11 +323,14 @@ export class InferenceBilling {
         return { tokens: 0, charged: 0n };
       }
       if (!this.state.inferenceRequests.charge(res.id, { tokens, charged, completionId }, now)) return { tokens: 0, charged: 0n };
-      for (const [key, rows] of t?.rows ?? []) {
-        const [miner, stage] = key.split(' ');
-        this.state.inferenceRequests.addWork(res.id, miner, Number(stage), rows);
+      if (t) {
+        // the rows not written yet join those written while it ran; all of them are its miners' work
+        for (const [key, rows] of this.unwritten(t)) {
+          const [miner, stage] = key.split(' ');
+          this.state.inferenceRequests.addWork(res.id, miner, Number(stage), rows);
+        }
+        this.logWork(res.deployment, res.id, t.rows, now);
       }
-      if (t) this.logWork(res.deployment, t, now);
       return { tokens, charged };
     });
   }

@@ -145,6 +145,7 @@ const RefusalRow = Type.Object({ minerId: Type.String(), detail: Type.String(), 
 export type RefusalRecord = Static<typeof RefusalRow>;
 const readRefusal = rowReader(RefusalRow, 'deployment refusal');
 const readMinerId = rowReader(Type.Object({ minerId: Type.String() }), 'miner id');
+const decodeCreated = rowReader(Type.Object({ at: Type.Integer({ minimum: 0 }) }), 'deployment time');
 
 /** What a miner reported of its deployment stage. */
 export interface ReplicaReport {
@@ -191,6 +192,11 @@ export class DeploymentStore {
   /** Every deployment, newest first. */
   list(): DeploymentRecord[] {
     return all(this.db, decode, `SELECT ${COLUMNS} FROM deployments ORDER BY created_at DESC, rowid DESC`);
+  }
+
+  /** When `owner`'s deployments made after `since` were made, oldest first (what its deploy rate is counted from). */
+  createdSince(owner: string, since: number): number[] {
+    return all(this.db, decodeCreated, 'SELECT created_at AS at FROM deployments WHERE LOWER(owner) = LOWER(?) AND created_at > ? ORDER BY created_at', owner, since).map((r) => r.at);
   }
 
   countLiveOf(owner: string): number {

@@ -10,8 +10,11 @@
 // once (neither can change there) and kept in model_prices.
 //
 // Request: reserved → charged (tokens and wei set) | released (nothing was
-// run, or the orchestrator stopped mid-generation). `epoch` is set on a
-// charged request when the epoch that pays it closes.
+// run). While it runs, what it has processed is written as it goes (the rows
+// each miner ran, the tokens sampled: `recordProgress`, a few times a second),
+// so a generation the orchestrator's crash cut short is charged at the next
+// start for what it had processed, and its miners' rows are not lost.
+// `epoch` is set on a charged request when the epoch that pays it closes.
 // Wei exceed SQLite's 64-bit integers: amounts are text, summed in BigInt.
 import { Type, type Static } from '@sinclair/typebox';
 import { all, one, rowReader, type Migrations, type StateDb } from './db.ts';
@@ -33,6 +36,11 @@ export const INFERENCE_REQUEST_MIGRATIONS: Migrations = {
     CREATE TABLE model_prices (
       sha256 TEXT PRIMARY KEY, owner TEXT NOT NULL, price TEXT NOT NULL, read_at INTEGER NOT NULL
     )`,
+    // what a generation under way has processed, written as it goes (null on rows reserved before: released at a restart)
+    `ALTER TABLE inference_requests ADD COLUMN prompt_tokens INTEGER;
+    ALTER TABLE inference_requests ADD COLUMN reserved_tokens INTEGER;
+    ALTER TABLE inference_requests ADD COLUMN sampled INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE inference_requests ADD COLUMN ran INTEGER NOT NULL DEFAULT 0`,
   ],
 };
 
@@ -65,10 +73,19 @@ const RequestRow = Type.Object({
   epoch: Type.Union([Int, Type.Null()]),
   createdAt: Int,
   settledAt: Type.Union([Int, Type.Null()]),
+  /** the prompt's tokens (null: reserved by an earlier version) */
+  promptTokens: Type.Union([Int, Type.Null()]),
+  /** tokens the reservation covers: prompt + max_tokens (null: an earlier version) */
+  reservedTokens: Type.Union([Int, Type.Null()]),
+  /** tokens sampled so far, as last recorded */
+  sampled: Int,
+  /** 1 once a stage ran it (its prompt is then charged) */
+  ran: Type.Union([Type.Literal(0), Type.Literal(1)]),
 });
 export type InferenceRequestRecord = Static<typeof RequestRow>;
 const COLUMNS = `id, owner, key_id AS keyId, deployment_id AS deploymentId, model_owner AS modelOwner, price, reserved, charged, tokens,
-  completion_id AS completionId, status, epoch, created_at AS createdAt, settled_at AS settledAt`;
+  completion_id AS completionId, status, epoch, created_at AS createdAt, settled_at AS settledAt, prompt_tokens AS promptTokens,
+  reserved_tokens AS reservedTokens, sampled, ran`;
 const decode = rowReader(RequestRow, 'inference request');
 
 const WorkRow = Type.Object({ miner: Type.String(), stage: Int, rows: Int });
@@ -87,7 +104,13 @@ export interface NewInferenceRequest {
   modelOwner: string;
   price: bigint;
   reserved: bigint;
+  /** the prompt's tokens */
+  promptTokens: number;
+  /** tokens the reservation covers: prompt + max_tokens */
+  tokens: number;
 }
+
+const decodeAt = rowReader(Type.Object({ at: Type.Union([Int, Type.Null()]) }), 'inference request time');
 
 const PriceRow = Type.Object({ owner: Type.String(), price: Wei });
 const decodePrice = rowReader(PriceRow, 'model price');
@@ -113,7 +136,8 @@ export class InferenceRequestStore {
 
   reserve(r: NewInferenceRequest, now: number): void {
     this.db.run(
-      "INSERT INTO inference_requests (id, owner, key_id, deployment_id, model_owner, price, reserved, status, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, 'reserved', ?)",
+      `INSERT INTO inference_requests (id, owner, key_id, deployment_id, model_owner, price, reserved, status, created_at, prompt_tokens, reserved_tokens)
+       VALUES (?, ?, ?, ?, ?, ?, ?, 'reserved', ?, ?, ?)`,
       r.id,
       r.owner,
       r.keyId,
@@ -122,7 +146,30 @@ export class InferenceRequestStore {
       r.price.toString(),
       r.reserved.toString(),
       now,
+      r.promptTokens,
+      r.tokens,
     );
+  }
+
+  /**
+   * What a reserved request has processed so far: `rows` more run by each
+   * miner at each stage, `sampled` tokens in all, its completion id. Nothing
+   * changes once it is charged or released.
+   */
+  recordProgress(id: string, p: { sampled: number; completionId: string | null; rows: readonly { miner: string; stage: number; rows: number }[] }): void {
+    if (this.db.run("UPDATE inference_requests SET sampled = ?, ran = 1, completion_id = COALESCE(?, completion_id) WHERE id = ? AND status = 'reserved'", p.sampled, p.completionId, id).changes === 0) return;
+    for (const r of p.rows) if (r.rows > 0) this.addWork(id, r.miner, r.stage, r.rows);
+  }
+
+  /** Requests still reserved (at start: the generations the last process left unfinished). */
+  reserved(): InferenceRequestRecord[] {
+    return all(this.db, decode, `SELECT ${COLUMNS} FROM inference_requests WHERE status = 'reserved' ORDER BY created_at, id`);
+  }
+
+  /** When the oldest charge no epoch pays yet was made (null: none). */
+  oldestUnallocatedAt(): number | null {
+    const r = one(this.db, decodeAt, "SELECT MIN(settled_at) AS at FROM inference_requests WHERE status = 'charged' AND epoch IS NULL");
+    return r?.at ?? null;
   }
 
   get(id: string): InferenceRequestRecord | undefined {
@@ -140,10 +187,6 @@ export class InferenceRequestStore {
     return this.db.run("UPDATE inference_requests SET status = 'released', settled_at = ? WHERE id = ? AND status = 'reserved'", now, id).changes > 0;
   }
 
-  /** Releases every reservation (at start: the generations they held died with the last process); how many. */
-  releaseAll(now: number): number {
-    return this.db.run("UPDATE inference_requests SET status = 'released', settled_at = ? WHERE status = 'reserved'", now).changes;
-  }
 
   /** Wei `owner` has reserved for requests under way. */
   reservedOf(owner: string): bigint {

@@ -4,8 +4,10 @@
 //
 // Epoch: open → settling (closed: scored, split written) → settled (on chain,
 // or nothing to pay). Slash (one per offence, src/orchestrator/rewards/offences.ts): pending (amount fixed
-// from the stake right after the offence, before the first send) → slashed |
-// skipped (nothing staked).
+// from the stake right after the offence, before the first send; the
+// transaction's hash recorded as soon as the node took it, before its receipt
+// is awaited) → slashed | skipped (nothing staked). Its reason is its offence
+// id on chain (keccak256), which the Staking contract takes once.
 import { Type, type Static } from '@sinclair/typebox';
 import { EpochStatus, WorkKind } from '../../api/schemas.ts';
 import { all, jsonColumn, one, rowReader, scalar, type Migrations, type SqlValue, type StateDb } from './db.ts';
@@ -80,6 +82,7 @@ const decodeWork = rowReader(WorkRow, 'work log entry');
 const TotalRow = Type.Object({ minerId: Type.String(), kind: WorkKind, units: Type.Number() });
 export type WorkTotalRecord = Static<typeof TotalRow>;
 const decodeTotal = rowReader(TotalRow, 'work total');
+const decodeAt = rowReader(Type.Object({ at: Int }), 'work log time');
 const decodeMinerUnits = rowReader(Type.Object({ minerId: Type.String(), units: Type.Number() }), 'units of a miner');
 
 // ---- epochs -------------------------------------------------------------------------
@@ -153,9 +156,10 @@ const SlashRow = Type.Object({
   fraction: Type.Number({ minimum: 0, maximum: 1 }),
   /** wei, fixed before the first send */
   amount: Type.Union([Wei, Type.Null()]),
-  /** the on-chain reason, unique: how a resend finds an earlier slash */
+  /** the on-chain reason, unique: its keccak256 is the offence id the Staking contract takes once */
   reason: Type.String(),
   status: SlashStatus,
+  /** the transaction (pending: sent, its receipt not seen yet) */
   txHash: NullableText,
   error: NullableText,
 });
@@ -253,6 +257,12 @@ export class Ledger {
       afterId,
       ...kinds,
     );
+  }
+
+  /** When the first entry after id `afterId` was logged (null: none): the oldest work an open epoch owes. */
+  firstWorkAtAfter(afterId: number): number | null {
+    const row = one(this.db, decodeAt, 'SELECT at FROM work_log WHERE id > ? ORDER BY id LIMIT 1', afterId);
+    return row ? row.at : null;
   }
 
   lastWorkId(): number {
@@ -387,6 +397,11 @@ export class Ledger {
   /** Fixes (or, with null, un-fixes) the amount of a pending slash. */
   setSlashAmount(id: number, amount: bigint | null, error: string | null = null): void {
     this.db.run('UPDATE slashes SET amount = ?, error = COALESCE(?, error) WHERE id = ?', amount === null ? null : amount.toString(), error, id);
+  }
+
+  /** A pending slash's transaction, recorded once the node took it and before its receipt is awaited: a retry looks for it instead of sending another. */
+  setSlashSent(id: number, txHash: string): void {
+    this.db.run("UPDATE slashes SET tx_hash = ? WHERE id = ? AND status = 'pending'", txHash, id);
   }
 
   /** pending → slashed. */

@@ -68,7 +68,7 @@ const staked = async (a: Address): Promise<bigint> => (await readStake(chain.cli
 
 test('an epoch closes after a merge round and is paid as stake, in proportion to scores', async () => {
   const db = seed(join(dir, 'a.sqlite'));
-  const epochs = new Epochs(db, chainOpts());
+  const epochs = new Epochs(db, chainOpts(), () => 3); // the work was logged at 2: far from owed for 10 minutes
   assert.equal(epochs.closeIfDue(), null, 'no merge round yet');
   db.runs.addCounters('r1', { merges: 1 });
   const before = await Promise.all(miners.map(staked));
@@ -88,6 +88,31 @@ test('an epoch closes after a merge round and is paid as stake, in proportion to
   // the next epoch starts after it; nothing new, nothing due
   assert.equal(epochs.closeIfDue(), null);
   assert.equal(db.ledger.openEpoch(3).fromLog, e.toLog);
+  db.close();
+});
+
+test('an epoch that owes work for payWithinMs closes with no merge round, no run end and no --epoch-minutes (a serving-only network pays)', async () => {
+  const db = seed(join(dir, 'owed.sqlite')); // work logged at 2, a run that never merges
+  db.ledger.logWork({ minerId: miners[0], runId: null, deploymentId: 'dep-1', kind: 'inference', units: 0.5, stage: 0 }, 2);
+  const clock = { t: 2 + 59_999 };
+  const epochs = new Epochs(db, chainOpts({ payWithinMs: 60_000 }), () => clock.t);
+  assert.equal(epochs.closeIfDue(), null, 'owed for less than a minute');
+  clock.t++;
+  const closed = epochs.closeIfDue();
+  assert.ok(closed, 'owed for a minute: closed');
+  assert.equal(closed.runId, null);
+  assert.equal(closed.toLog, db.ledger.lastWorkId());
+  await epochs.reconcile();
+  assert.equal(db.ledger.epoch(closed.id)!.status, 'settled');
+  // the next epoch owes nothing until new work is logged, then as long again
+  clock.t += 3_600_000;
+  assert.equal(epochs.closeIfDue(), null);
+  db.ledger.logWork({ minerId: miners[1], runId: null, deploymentId: 'dep-1', kind: 'inference', units: 0.5, stage: 0 }, clock.t);
+  clock.t += 59_999;
+  assert.equal(epochs.closeIfDue(), null);
+  clock.t++;
+  assert.ok(epochs.closeIfDue());
+  assert.throws(() => new Epochs(db, chainOpts({ payWithinMs: 0 })), RangeError);
   db.close();
 });
 

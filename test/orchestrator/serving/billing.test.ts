@@ -12,7 +12,7 @@ import { partCount } from '../../../src/model/gpt.ts';
 import type { CompletionRequest } from '../../../src/orchestrator/serving/completion-request.ts';
 import type { CompletionResult, StageStep } from '../../../src/orchestrator/serving/completions.ts';
 import { CreditService, MINERS_SHARE_BPS } from '../../../src/orchestrator/serving/credits.ts';
-import { costOf, hashApiKey, InferenceBilling, INFERENCE_TOKENS_PER_UNIT } from '../../../src/orchestrator/serving/billing.ts';
+import { costOf, hashApiKey, InferenceBilling, INFERENCE_TOKENS_PER_UNIT, PROGRESS_EVERY_MS } from '../../../src/orchestrator/serving/billing.ts';
 import { JobPayments } from '../../../src/orchestrator/jobs/job-payments.ts';
 import { scoreEpoch, stageSharesOf } from '../../../src/orchestrator/rewards/scoring.ts';
 import type { DeploymentRecord } from '../../../src/orchestrator/state/deployments.ts';
@@ -150,6 +150,46 @@ test('an aborted generation is charged the prompt and the tokens sampled; one th
   assert.equal(w.state.inferenceRequests.get(left.id)?.status, 'released');
   assert.equal(w.credits.view(ALICE).reserved, '0');
   assert.deepEqual(w.billing.settle(left, null, null), { tokens: 0, charged: 0n });
+});
+
+test('a generation a crash cut short is charged at the next start for what it had processed, as last written, and its rows are its miners\' work', async () => {
+  const w = world();
+  deposit(w, ALICE, NIM, 1);
+  const key = w.state.apiKeys.byHash(hashApiKey(w.billing.createKey(ALICE, undefined).key))!;
+  const res = await w.billing.reserve(key, w.d, request('abcd', 100));
+  w.billing.track(res, 'cmpl-c');
+  run(w, 'cmpl-c', 4, 3); // the prompt and 3 tokens, nothing written yet (less than PROGRESS_EVERY_MS since the start)
+  assert.deepEqual(w.state.inferenceRequests.work(res.id), []);
+  w.now.t += PROGRESS_EVERY_MS;
+  run(w, 'cmpl-c', 1, 2); // 2 more tokens: this step writes what was counted
+  const written = w.state.inferenceRequests.get(res.id)!;
+  assert.equal(written.status, 'reserved');
+  assert.equal(written.sampled, 3, 'written at the next step (stage 0 of the 4th token): 3 sampled then');
+  w.billing.writeProgress(); // the clock's tick writes the rest
+  assert.equal(w.state.inferenceRequests.get(res.id)!.sampled, 5);
+  assert.equal(w.state.ledger.lastWorkId(), 0, 'no work logged before it is charged');
+  // the orchestrator dies here; the next run of it charges the prompt and the 5 tokens sampled, and logs the rows
+  w.now.t += 1000;
+  new InferenceBilling(w.state, w.credits, null, () => {}, () => w.now.t);
+  const r = w.state.inferenceRequests.get(res.id)!;
+  assert.equal(r.status, 'charged');
+  assert.equal(r.tokens, 4 + 5);
+  assert.equal(r.charged, costOf(PRICE, 9).toString());
+  assert.equal(w.credits.view(ALICE).reserved, '0');
+  assert.equal(w.credits.view(ALICE).owed, costOf(PRICE, 9).toString(), 'drawn at the next epoch');
+  assert.deepEqual(w.state.inferenceRequests.work(res.id), [{ miner: M1, stage: 0, rows: 4 + 4 }, { miner: M2, stage: 1, rows: 4 + 4 }]);
+  const work = w.state.ledger.workBetween(0, w.state.ledger.lastWorkId());
+  assert.deepEqual(work.map((x) => [x.minerId, x.stage, x.kind, x.units * INFERENCE_TOKENS_PER_UNIT, x.deploymentId]), [[M1, 0, 'inference', 8, w.d.id], [M2, 1, 'inference', 8, w.d.id]]);
+  // never more than reserved: a request of max_tokens 2 that sampled more before the crash is charged its reservation
+  const small = await w.billing.reserve(key, w.d, request('ab', 2));
+  w.billing.track(small, 'cmpl-d');
+  w.now.t += PROGRESS_EVERY_MS;
+  run(w, 'cmpl-d', 2, 6);
+  w.billing.writeProgress();
+  new InferenceBilling(w.state, w.credits, null, () => {}, () => w.now.t);
+  assert.equal(w.state.inferenceRequests.get(small.id)!.tokens, 4);
+  // the process that crashed cannot charge it again
+  assert.deepEqual(w.billing.settle(res, 'cmpl-c', null), { tokens: 0, charged: 0n });
 });
 
 test('a free model needs a key but no credit; a revoked key cannot reserve', async () => {
