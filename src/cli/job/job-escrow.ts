@@ -84,7 +84,8 @@ export interface RefundResult {
  * owner's own close): what it did not pay goes back to the developer. The
  * contract refuses it before the escrow's refund time (RefundNotYet) and
  * while the orchestrator's lock holds it (EscrowLocked), each with the time
- * from which it would take it.
+ * from which it would take it. On the chain the orchestrator names while it
+ * answers, else on the command's own (--chain-rpc, the data dir's node).
  */
 export async function refundEscrow(flags: ChainCommandOptions, escrowId: string, key: Hex): Promise<RefundResult> {
   if (!/^0x[0-9a-fA-F]{64}$/.test(escrowId)) throw new NimbleError('invalid', `an escrow id is 32 bytes of hex (0x and 64 digits, as nbcli job status shows it), got '${escrowId.slice(0, 80)}'`);
@@ -96,7 +97,7 @@ export async function refundEscrow(flags: ChainCommandOptions, escrowId: string,
     if (getAddress(before.owner) !== getAddress(developer.account.address)) throw new NimbleError('forbidden', `escrow ${id} is ${before.owner}'s, not ${developer.account.address}'s`);
     const r = await closeEscrow(client, developer, id);
     return { escrow: (await readEscrow(client, id)) ?? before, alreadyClosed: r.alreadyClosed, refunded: r.refunded, tx: r.tx?.hash ?? null };
-  });
+  }, { orchestrator: flags.orchestrator, fallback: true }); // the orchestrator's chain; the command's own once the orchestrator is gone
 }
 
 /** The chain this command opened must be the orchestrator's, or the NIM would go somewhere it never looks. */
