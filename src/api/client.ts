@@ -62,6 +62,11 @@ export class OrchestratorClient {
     return this.http.baseUrl.href.replace(/\/$/, '');
   }
 
+  /** Whether it has a developer key to sign with. */
+  get canSign(): boolean {
+    return this.options.wallet !== undefined;
+  }
+
   /** The client that signs as the developer, for the network the orchestrator proved. */
   signed(): Promise<SignedClient> {
     const wallet = this.options.wallet;

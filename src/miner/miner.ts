@@ -33,8 +33,6 @@ import { SessionKey } from '../protocol/session-key.ts';
 import { RequestSigner, RequestVerifier } from '../protocol/signing.ts';
 import { blobFetch, DatasetCache, needsDataset } from './datasets.ts';
 import { DeploymentServing } from './deployment.ts';
-import { ModelClient } from '../api/model-client.ts';
-import { OrchestratorClient } from '../api/client.ts';
 import type { RegistryLookup } from '../inference/verify.ts';
 import { ForwardRecords } from './forward-records.ts';
 import { measureHardware } from './hardware.ts';
@@ -143,12 +141,12 @@ export class Miner {
     this.client = new SignedClient(orchestrators, new RequestSigner({ session: this.sessionKey, address: this.address as Address }, { domain }));
     this.log = options.log ?? (() => {});
     this.datasets = new DatasetCache(join(options.dataDir, 'datasets'), blobFetch(this.client), this.log);
-    const models = new ModelClient(new OrchestratorClient(orchestrators));
     this.serving = new DeploymentServing({
       engine,
       dir: join(options.dataDir, 'models'),
       address: this.address,
-      open: (sha256, offset, signal) => models.openFile(sha256, offset, signal),
+      // signed: the file of a model not (yet) published is read only by the miners serving it (src/orchestrator/blobs/access.ts)
+      open: (sha256, offset, signal) => this.client.open(`/models/${encodeURIComponent(sha256)}/file`, offset > 0 ? { range: `bytes=${offset}-` } : {}, signal),
       lookup: options.registryLookup ?? null,
       log: this.log,
     });

@@ -9,6 +9,7 @@ import { signerOf } from '../../http/signed.ts';
 import { NimbleError } from '../../protocol/errors.ts';
 import { NetworkInfo } from '../../protocol/messages.ts';
 import { challengeMessage } from '../../protocol/network.ts';
+import { blobReaderOf, type BlobAccess } from '../blobs/access.ts';
 import { assembleCheckpoint } from '../training/checkpoint.ts';
 import type { Coordinator } from '../training/coordinator.ts';
 import { mergeRoundsView } from '../training/merge-rounds-view.ts';
@@ -19,7 +20,7 @@ const RunParams = Type.Object({ id: Type.String({ minLength: 1, maxLength: 128, 
 const developer = { signed: 'wallet' } as const;
 const EpochParams = Type.Object({ id: Type.Integer({ minimum: 1, maximum: 2 ** 31 - 1 }) });
 
-export function publicRoutes(app: HttpServer, c: Coordinator, paid: boolean): void {
+export function publicRoutes(app: HttpServer, c: Coordinator, paid: boolean, access: BlobAccess): void {
   const { state } = c;
   const view = (id: string): RunView => {
     const run = state.runs.get(id);
@@ -54,8 +55,7 @@ export function publicRoutes(app: HttpServer, c: Coordinator, paid: boolean): vo
   app.post('/runs/:id/cancel', { config: developer, schema: { params: RunParams, response: { 200: RunView } } }, async (req) => view(c.cancelRun(req.params.id, signerOf(req)).id));
   // the trained model is its owner's
   app.get('/runs/:id/checkpoint', { config: developer, schema: { params: RunParams } }, async (req, reply) => {
-    const run = state.runs.get(req.params.id);
-    if (run && run.owner !== signerOf(req)) throw new NimbleError('forbidden', `the checkpoint of ${run.id} is its owner's`);
+    if (state.runs.get(req.params.id)) access.authorizeRun(blobReaderOf(req.verified), req.params.id);
     const bytes = await assembleCheckpoint(state, c.blobs, req.params.id);
     void reply.header('content-type', 'application/octet-stream');
     return Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength);
