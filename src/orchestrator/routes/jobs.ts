@@ -229,8 +229,13 @@ export function jobRoutes(app: HttpServer, c: Coordinator, jobs: JobService, pay
     const r = await payments.locked(id, () => payments.release(id, signerOf(req)));
     return { escrowId: r.escrowId, refunded: r.refunded.toString(), alreadyClosed: r.alreadyClosed, tx: r.tx };
   });
-  // newest first, a page at a time; the whole of the signer's own jobs, the public part of the others'
+  // newest first, a page at a time; the whole of the signer's own jobs, the public part of the others' (whose they are is not said)
   app.get('/jobs', { ...reads, schema: { querystring: ListQuery, response: { 200: JobPage } } }, async (req) => {
+    // who owns which job is the owner's: a list of one owner's jobs is its own (or the operator's) to ask for
+    const owner = req.query.owner;
+    if (owner && !(req.signer?.toLowerCase() === owner.toLowerCase() || readers.isOperator(req))) {
+      throw new NimbleError('forbidden', `the list of ${owner}'s jobs is its own: sign the request with its key`, 403);
+    }
     const limit = req.query.limit ?? JOB_PAGE_DEFAULT;
     const cursor = req.query.cursor;
     const after = cursor ? { createdAt: Number(cursor.slice(0, cursor.indexOf('.'))), id: cursor.slice(cursor.indexOf('.') + 1) } : undefined;
