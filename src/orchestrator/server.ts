@@ -4,6 +4,7 @@
 // coordinator, the HTTP API on a loopback port (by default), and the clock.
 import { mkdirSync } from 'node:fs';
 import { isIP } from 'node:net';
+import { hostname } from 'node:os';
 import { join } from 'node:path';
 import { mobyDickBytes } from '../data/corpus.ts';
 import { openBlobStore, type BlobStoreSpec } from './blobs/blob-store-url.ts';
@@ -145,7 +146,8 @@ export async function startOrchestrator(options: OrchestratorOptions): Promise<R
   let told = (_path: string, _why: string): void => {};
   const auth = new OperatorAuth(undefined, Date.now, { onLoginPath: (path, why) => told(path, why) });
   const host = options.host ?? '127.0.0.1';
-  const hostNames = [...(isIP(host) ? [] : [host]), ...(options.hostNames ?? [])];
+  // the names a browser may reach it by besides IP addresses and localhost: the host it listens on, this machine's, the advertised
+  const hostNames = [...(isIP(host) ? [] : [host]), hostname(), ...(options.hostNames ?? [])];
   const app = buildApi(coordinator, epochs, jobs, datasets, completions, billing, options.walletsDataDir ?? null, { auth, hostNames, forwardKey: options.forwardKey ?? null });
   // the ModelRegistry's deployed flag follows the deployments (paid networks)
   const registry = options.chain ? new RegistrySync(state, chainModelRegistry(options.chain), (line) => console.error(`orchestrator: ${line}`)) : null;
