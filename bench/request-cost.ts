@@ -3,7 +3,7 @@
 // the miner's client (src/http/client.ts SignedClient, which the merge
 // transport uses) and a real orchestrator's server in this one process; a
 // joined miner downloads a blob of one merge frame's size (GET /blobs/:id:
-// signature, the blob read and its sha256 checked, the body sent) again and
+// signature, who may read it, the blob read and its sha256 checked, the body sent) again and
 // again. The median round trip, ms: the client's and the server's share
 // together, which one process cannot tell apart. And the median wall time of
 // storing a new blob of that size (MergeWork.putMs: written, fsynced,
@@ -20,8 +20,11 @@ export async function measureRequestMs(frameBytes: number, requests = 60): Promi
   const dir = mkdtempSync(join(tmpdir(), 'nimble-request-'));
   const orch = await startOrchestrator({ dataDir: join(dir, 'orch') });
   try {
-    const client = new SignedClient(orch.url, await joinMiner(orch));
+    const signer = await joinMiner(orch);
+    const client = new SignedClient(orch.url, signer);
     const blob = await orch.coordinator.blobs.put(new Uint8Array(frameBytes).map((_, i) => (i * 131) & 255));
+    // a blob the miner may read (src/orchestrator/blobs/access.ts): one of its own, as a dataset it uploaded
+    orch.coordinator.state.datasets.add({ sha256: blob, owner: signer.address, bytes: frameBytes, retentionMs: 3_600_000 }, Date.now());
     const times: number[] = [];
     for (let k = 0; k < requests + 5; k++) {
       const t0 = performance.now();

@@ -16,6 +16,9 @@
 //                                     median the clipping rule compares it to (clipped past CLIP_FACTOR),
 //                                     R replicas merging every H inner steps
 //   merge.honest_clipped_share.rR.hH  the share of honest slices the rule clipped
+// and who may read what (./trust-reads.ts): trust.blob_reads_refused, an
+// outsider's and a throwaway-key miner's reads of a developer's blobs of every
+// kind refused, of trust.blob_reads_attempted.
 import { join } from 'node:path';
 import { parseEther, type Address } from 'viem';
 import { privateKeyToAccount } from 'viem/accounts';
@@ -39,6 +42,7 @@ import { heldoutLoss } from '../src/train/local.ts';
 import type { Kind } from '../test/helpers/byzantine.ts';
 import { Cluster } from '../test/network/helpers.ts';
 import type { Bench, BenchResult } from './harness.ts';
+import { blobReadsBench } from './trust-reads.ts';
 
 /** The run both networks train (it starts once every miner has joined): gpt-micro, 2 stages, merges every 10 inner steps. */
 const RUN: CreateRunRequest = { model: 'gpt-micro', data: 'moby-dick', steps: 600, stages: 2, batchSize: 8, mergeEvery: 10, seed: 7 };
@@ -193,6 +197,7 @@ async function honestNormSpread(model: string, replicas: number, H: number, roun
 }
 
 export const trustBenches: Bench[] = [
+  blobReadsBench,
   {
     group: 'trust',
     async run(o): Promise<BenchResult[]> {

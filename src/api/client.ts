@@ -74,6 +74,11 @@ export class OrchestratorClient {
     return this.network;
   }
 
+  /** Whether it has a developer key to sign with. */
+  get canSign(): boolean {
+    return this.options.wallet !== undefined;
+  }
+
   /** The client that signs as the developer, for the network the orchestrator proved. */
   signed(): Promise<SignedClient> {
     const wallet = this.options.wallet;

@@ -168,3 +168,43 @@ export type UpgradeJobRequest = Static<typeof UpgradeJobRequest>;
 export const JobList = Type.Array(JobView);
 export const JobEventList = Type.Array(JobEvent);
 export const CheckpointList = Type.Array(CheckpointView);
+
+/**
+ * What anyone sees of a job that is not theirs (GET /jobs, /jobs/:id without
+ * the owner's signature): what a network's status page needs, counts and
+ * states. Its spec, name, owner, payment, messages and checkpoints are the
+ * owner's (JobView, for a request signed by the owner).
+ */
+export const PublicJobView = Type.Object({
+  id: JobId,
+  status: JobStatus,
+  steps: Count,
+  step: Count,
+  tokens: Count,
+  tokensPerSecond: Type.Number({ minimum: 0 }),
+  createdAt: Ms,
+  startedAt: Nullable(Ms),
+  endedAt: Nullable(Ms),
+  /** checkpoints kept (their hashes are the owner's) */
+  checkpoints: Count,
+});
+export type PublicJobView = Static<typeof PublicJobView>;
+
+/** A job as its reader may see it: the whole (its owner, the operator) or the public part. */
+export const JobEntry = Type.Union([JobView, PublicJobView]);
+export type JobEntry = Static<typeof JobEntry>;
+
+/** Whether a job's view is the whole one (the reader is its owner or the operator). */
+export function isWholeJobView(v: JobEntry): v is JobView {
+  return Array.isArray(v.checkpoints);
+}
+
+/** Jobs a page of GET /jobs holds by default, and at most (`limit`). */
+export const JOB_PAGE_DEFAULT = 50;
+export const JOB_PAGE_MAX = 200;
+/** Where a page of jobs goes on from: the last job's creation time and id. */
+export const JobCursor = Type.String({ pattern: '^[0-9]{1,16}\\.job-[0-9a-f]{16}$' });
+
+/** GET /jobs?limit=N&cursor=C[&owner=A]: newest first; `next` asks for the page after (null: this is the last). */
+export const JobPage = Type.Object({ jobs: Type.Array(JobEntry), next: Nullable(JobCursor) });
+export type JobPage = Static<typeof JobPage>;

@@ -2,7 +2,8 @@
 // src/orchestrator/routes/models.ts, contracts in ./models.ts): store a
 // checkpoint to publish it (signed with the developer's wallet key through the
 // OrchestratorClient) and get the orchestrator's attestation; list the stored
-// models; open a model's file (public) from an offset.
+// models; open a model's file from an offset (a published model's is public;
+// until then its owner's, so a client with a key signs the request).
 import type { OrchestratorClient } from './client.ts';
 import { PublishTicket, StoredModelList, StoredModelView } from './models.ts';
 
@@ -37,9 +38,11 @@ export class ModelClient {
     return this.api.http.get(`/models/${encodeURIComponent(sha256)}`, StoredModelView, 'stored model');
   }
 
-  /** Opens a model's file from `offset` on (a resumed download asks for the rest). */
-  openFile(sha256: string, offset = 0, signal?: AbortSignal): Promise<Response> {
-    return this.api.http.open(`/models/${encodeURIComponent(sha256)}/file`, offset > 0 ? { range: `bytes=${offset}-` } : {}, signal);
+  /** Opens a model's file from `offset` on (a resumed download asks for the rest); signed when the client has a key. */
+  async openFile(sha256: string, offset = 0, signal?: AbortSignal): Promise<Response> {
+    const path = `/models/${encodeURIComponent(sha256)}/file`;
+    const headers: Record<string, string> = offset > 0 ? { range: `bytes=${offset}-` } : {};
+    return this.api.canSign ? (await this.api.signed()).open(path, headers, signal) : this.api.http.open(path, headers, signal);
   }
 }
 

@@ -17,7 +17,7 @@ import { TypeCompiler, type TypeCheck } from '@sinclair/typebox/compiler';
 import Fastify, { type FastifyBaseLogger, type FastifyError, type FastifyInstance, type FastifyRequest, type RawServerDefault } from 'fastify';
 import type { Address } from 'viem';
 import { asNimbleError, AuthError, NimbleError } from '../protocol/errors.ts';
-import type { RequestVerifier, SignatureScheme, VerifiedRequest } from '../protocol/signing.ts';
+import { AUTH_HEADERS, type RequestVerifier, type SignatureScheme, type VerifiedRequest } from '../protocol/signing.ts';
 import { BodyBudget, TokenBucket } from './limits.ts';
 import { strictValidatorCompiler } from './validator.ts';
 
@@ -40,6 +40,14 @@ declare module 'fastify' {
      * finds the signer with `signerOf`.
      */
     signed?: SignatureScheme;
+    /**
+     * The request may be signed, with either key: one that carries a
+     * signature is verified as a signed route's is (and refused when it does
+     * not verify), one without is taken as anonymous. The handler reads the
+     * signer, if any, from `req.signer` (a public view that shows more to
+     * the party it belongs to).
+     */
+    mayBeSigned?: boolean;
   }
 }
 
@@ -134,7 +142,7 @@ export function createHttpServer(options: HttpServerOptions): HttpServer {
     route.schema = { ...route.schema, response: { '4xx': ErrorBody, '5xx': ErrorBody, ...(route.schema?.response as Record<string, TSchema> | undefined) } };
     const schema = route.schema as { params?: TSchema; querystring?: TSchema; body?: TSchema };
     for (const method of [route.method].flat()) {
-      routes.push({ method, url: route.url, signed: route.config?.signed, bodyLimit: route.bodyLimit ?? options.bodyLimit, params: schema.params, querystring: schema.querystring, body: schema.body });
+      routes.push({ method, url: route.url, signed: route.config?.signed, mayBeSigned: route.config?.mayBeSigned === true, bodyLimit: route.bodyLimit ?? options.bodyLimit, params: schema.params, querystring: schema.querystring, body: schema.body });
     }
   });
   app.setSerializerCompiler(({ schema }) => responseSerializer(schema as TSchema));
@@ -157,7 +165,8 @@ export function createHttpServer(options: HttpServerOptions): HttpServer {
   let budget: BodyBudget | null = null;
   app.addHook('onRequest', async (req, reply) => {
     const scheme = req.routeOptions.config.signed;
-    if (!scheme) return;
+    const optional = !scheme && req.routeOptions.config.mayBeSigned === true && req.headers[AUTH_HEADERS.signature] !== undefined;
+    if (!scheme && !optional) return;
     if (!options.verifier) throw new NimbleError('internal', `${req.routeOptions.url} is signed but the server has no verifier`);
     const verified = await options.verifier.verifyHeaders({
       method: req.method,
@@ -166,7 +175,7 @@ export function createHttpServer(options: HttpServerOptions): HttpServer {
       // the right key for the route, then (wallet signatures being costly to check) a few a second; a request whose headers
       // are missing, malformed, stale or of the wrong key costs nothing and takes no turn
       beforeSignatureCheck: (given) => {
-        if (given !== scheme) throw new AuthError('bad_signature', `${req.routeOptions.url} must be signed with the ${scheme} key, not the ${given} key`);
+        if (scheme && given !== scheme) throw new AuthError('bad_signature', `${req.routeOptions.url} must be signed with the ${scheme} key, not the ${given} key`);
         if (given === 'wallet' && !walletBucket.take()) throw new NimbleError('rate_limited', 'too many wallet-signed requests; retry in a moment');
       },
     });
@@ -208,6 +217,8 @@ export interface RouteSummary {
   /** with its `:param` placeholders */
   url: string;
   signed: SignatureScheme | undefined;
+  /** signed or not, as the caller chooses (`config.mayBeSigned`) */
+  mayBeSigned: boolean;
   bodyLimit: number;
   params: TSchema | undefined;
   querystring: TSchema | undefined;

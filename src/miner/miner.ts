@@ -23,6 +23,7 @@ import type { AddressInfo } from 'node:net';
 import { join } from 'node:path';
 import type { Address } from 'viem';
 import { Engine, type Backend, type BackendChoice } from '../engine/engine.ts';
+import { OrchestratorClient } from '../api/client.ts';
 import { SignedClient } from '../http/client.ts';
 import { Failover } from '../http/failover.ts';
 import type { HttpServer } from '../http/server.ts';
@@ -33,8 +34,6 @@ import { SessionKey } from '../protocol/session-key.ts';
 import { RequestSigner, RequestVerifier } from '../protocol/signing.ts';
 import { blobFetch, DatasetCache, needsDataset } from './datasets.ts';
 import { DeploymentServing } from './deployment.ts';
-import { ModelClient } from '../api/model-client.ts';
-import { OrchestratorClient } from '../api/client.ts';
 import type { RegistryLookup } from '../inference/verify.ts';
 import { learnedRegistryLookup } from './chain.ts';
 import { ForwardRecords } from './forward-records.ts';
@@ -152,7 +151,6 @@ export class Miner {
     this.log = options.log ?? (() => {});
     this.datasets = new DatasetCache(join(options.dataDir, 'datasets'), blobFetch(this.client), this.log);
     const api = new OrchestratorClient(orchestrators, { network });
-    const models = new ModelClient(api);
     let lookup = options.registryLookup;
     if (lookup === undefined && options.serve !== 'training') {
       const learned = learnedRegistryLookup({ api, rpcUrl: options.chain?.rpcUrl, dataDir: options.chain?.dataDir ?? options.dataDir, log: this.log });
@@ -163,7 +161,8 @@ export class Miner {
       engine,
       dir: join(options.dataDir, 'models'),
       address: this.address,
-      open: (sha256, offset, signal) => models.openFile(sha256, offset, signal),
+      // signed: the file of a model not (yet) published is read only by the miners serving it (src/orchestrator/blobs/access.ts)
+      open: (sha256, offset, signal) => this.client.open(`/models/${encodeURIComponent(sha256)}/file`, offset > 0 ? { range: `bytes=${offset}-` } : {}, signal),
       lookup: lookup ?? null,
       log: this.log,
     });

@@ -29,6 +29,8 @@ import { MAX_UPLOAD_BYTES, minerRoutes } from './routes/miners.ts';
 import { modelRoutes } from './routes/models.ts';
 import { publicRoutes } from './routes/public.ts';
 import { readWallets } from './dashboard/wallets.ts';
+import { OperatorAuth, clientAddressOf } from './dashboard/auth.ts';
+import { BlobAccess, publicationOf } from './blobs/access.ts';
 
 /** Refusals that count as the signer's invalid work: a malformed, oversized or mistyped request. */
 const MALFORMED = new Set([400, 413, 415]);
@@ -36,11 +38,22 @@ const MALFORMED = new Set([400, 413, 415]);
 /** Largest JSON body (a heartbeat with thousands of reports stays below it). */
 export const MAX_JSON_BYTES = 1 << 20;
 
+/** How the API knows its readers: the operator's login, the names it is reached at, the key of a cluster's forwarded requests. */
+export interface ApiOptions {
+  /** the operator's login (default: a new token) */
+  auth?: OperatorAuth;
+  /** host names the dashboard is reached at besides IP addresses and localhost */
+  hostNames?: readonly string[];
+  /** the key a cluster member proves its forwarded requests with (src/orchestrator/cluster/forwarder.ts; absent: none is believed) */
+  forwardKey?: string | null;
+}
+
 export function buildApi(
   coordinator: Coordinator, epochs: Epochs | null = null, jobs: JobService | null = null, datasets: DatasetService | null = null, completions: Completions = new Completions(coordinator),
   billing: InferenceBilling | null = null,
   /** the data dir whose wallets the dashboard shows (null: none) */
   walletsDataDir: string | null = null,
+  options: ApiOptions = {},
 ): HttpServer {
   if (!billing) {
     billing = new InferenceBilling(coordinator.state, epochs?.credits ?? null, null);
@@ -67,11 +80,16 @@ export function buildApi(
     },
     onFailure: (req, err) => console.error(`orchestrator: ${req.method} ${req.url}:`, err.cause ?? err),
   });
-  publicRoutes(app, coordinator, epochs?.chain ?? null);
-  minerRoutes(app, coordinator, epochs);
-  if (jobs) jobRoutes(app, coordinator, jobs, epochs?.jobPayments ?? null);
-  modelRoutes(app, coordinator, epochs?.chain ?? null);
-  const deployments = deploymentRoutes(app, coordinator, epochs?.chain ? chainModelRegistry(epochs.chain) : null);
+  const registry = epochs?.chain ? chainModelRegistry(epochs.chain) : null;
+  // who may read which blob's bytes: one decision for every route that serves them
+  const access = new BlobAccess(coordinator.state, registry ? publicationOf(registry) : null);
+  const auth = options.auth ?? new OperatorAuth();
+  const forwardKey = options.forwardKey ?? null;
+  publicRoutes(app, coordinator, epochs?.chain ?? null, access);
+  minerRoutes(app, coordinator, epochs, access);
+  if (jobs) jobRoutes(app, coordinator, jobs, epochs?.jobPayments ?? null, access, { isOperator: (req) => auth.isOperator(req.headers.cookie), clientOf: (req) => clientAddressOf(req, forwardKey) });
+  modelRoutes(app, coordinator, epochs?.chain ?? null, access);
+  const deployments = deploymentRoutes(app, coordinator, registry);
   completionRoutes(app, coordinator, completions, billing);
   creditRoutes(app, coordinator.state, billing, epochs?.credits ?? null, epochs?.chain.client ?? null);
   datasetRoutes(app, coordinator, datasets ?? new DatasetService(coordinator.state, coordinator.blobs));
@@ -82,6 +100,10 @@ export function buildApi(
     deployments,
     operatorAddress: epochs?.chain.signer.account.address ?? zeroAddress,
     chain: epochs?.chain.client ?? null,
+    auth,
+    hostNames: options.hostNames,
+    forwardKey,
+    access,
   });
   return app;
 }

@@ -3,6 +3,8 @@
 // folder in the data dir by default, or an S3 bucket: ./blobs/blob-store-url.ts), the
 // coordinator, the HTTP API on a loopback port (by default), and the clock.
 import { mkdirSync } from 'node:fs';
+import { isIP } from 'node:net';
+import { hostname } from 'node:os';
 import { join } from 'node:path';
 import { mobyDickBytes } from '../data/corpus.ts';
 import { openBlobStore, type BlobStoreSpec } from './blobs/blob-store-url.ts';
@@ -14,6 +16,7 @@ import { Epochs, type ChainOptions } from './rewards/epochs.ts';
 import { buildApi } from './http.ts';
 import { dashboardFeedOf, operatorLoginOf } from './routes/dashboard.ts';
 import type { DashboardFeed } from './dashboard/feed.ts';
+import { OperatorAuth } from './dashboard/auth.ts';
 import { InferenceBilling, registryPrices } from './serving/billing.ts';
 import { modelOfSha256 } from '../chain/registry.ts';
 import { InferenceChecks, type InferenceCheckOptions } from './serving/checks.ts';
@@ -47,12 +50,18 @@ export interface OrchestratorOptions {
   inferenceChecks?: Partial<InferenceCheckOptions>;
   /** synthetic traffic to the serving deployments (src/orchestrator/serving/synthetic-prompts.ts); absent: none */
   syntheticPrompts?: Partial<SyntheticOptions> & { rate: number };
+  /** host names the dashboard is reached at besides its IP addresses and localhost (the advertised URL's, when it names one) */
+  hostNames?: readonly string[];
+  /** the key its cluster's members prove forwarded requests with (./cluster/lease.ts; absent: a client address forwarded is never believed) */
+  forwardKey?: string;
+  /** told each dashboard login URL made after the first (a login URL is good once, for a short while: ./dashboard/auth.ts) */
+  onLoginUrl?: (url: string, why: string) => void;
 }
 
 export interface RunningOrchestrator {
   url: string;
-  /** the dashboard's operator login URL, with its one-time-printed token (docs/dashboard.md) */
-  loginUrl: string;
+  /** the dashboard's operator login URL, with its token (good once, for a short while: docs/dashboard.md); read again, a fresh one once it is spent */
+  readonly loginUrl: string;
   coordinator: Coordinator;
   jobs: JobService;
   epochs: Epochs | null;
@@ -133,10 +142,15 @@ export async function startOrchestrator(options: OrchestratorOptions): Promise<R
         options.syntheticPrompts,
       )
     : null;
-  const app = buildApi(coordinator, epochs, jobs, datasets, completions, billing, options.walletsDataDir ?? null);
+  // a login URL made after the first is told with the server's URL (known once it listens)
+  let told = (_path: string, _why: string): void => {};
+  const auth = new OperatorAuth(undefined, Date.now, { onLoginPath: (path, why) => told(path, why) });
+  const host = options.host ?? '127.0.0.1';
+  // the names a browser may reach it by besides IP addresses and localhost: the host it listens on, this machine's, the advertised
+  const hostNames = [...(isIP(host) ? [] : [host]), hostname(), ...(options.hostNames ?? [])];
+  const app = buildApi(coordinator, epochs, jobs, datasets, completions, billing, options.walletsDataDir ?? null, { auth, hostNames, forwardKey: options.forwardKey ?? null });
   // the ModelRegistry's deployed flag follows the deployments (paid networks)
   const registry = options.chain ? new RegistrySync(state, chainModelRegistry(options.chain), (line) => console.error(`orchestrator: ${line}`)) : null;
-  const host = options.host ?? '127.0.0.1';
   await app.listen({ host, port: options.port ?? 0 });
   const address = app.server.address();
   const port = typeof address === 'object' && address ? address.port : options.port;
@@ -154,9 +168,12 @@ export async function startOrchestrator(options: OrchestratorOptions): Promise<R
   }, options.tickMs ?? 200);
   synthetic?.start();
   const url = `http://${host.includes(':') ? `[${host}]` : host}:${port}`;
+  told = (path, why) => (options.onLoginUrl ?? ((u: string, w: string) => console.error(`orchestrator: ${w}; the dashboard's next operator login URL: ${u}`)))(`${url}${path}`, why);
   return {
     url,
-    loginUrl: `${url}${operatorLoginOf(app) ?? '/'}`,
+    get loginUrl() {
+      return `${url}${operatorLoginOf(app) ?? '/'}`;
+    },
     dashboard: dashboardFeedOf(app),
     coordinator,
     jobs,

@@ -80,6 +80,8 @@ export interface FuzzKeys {
 export interface FuzzWorld {
   runIds: string[];
   addresses: string[];
+  /** jobs that exist (some the attacker's own, whose reads it sees whole) */
+  jobIds?: string[];
 }
 
 /** One request to send. */
@@ -104,6 +106,8 @@ export interface FuzzRequest {
 const ADDRESS = '^0x[0-9a-fA-F]{40}$';
 const SHA = '^[0-9a-f]{64}$';
 const ID = '^[A-Za-z0-9_.:-]+$';
+const JOB_ID = '^job-[0-9a-f]{16}$';
+const JOB_CURSOR = '^[0-9]{1,16}\\.job-[0-9a-f]{16}$';
 
 /** A value of `schema`, mostly valid and plausible (known run ids and addresses, small counts). */
 export function sample(rng: Rng, schema: TSchema, world: FuzzWorld): unknown {
@@ -147,6 +151,8 @@ function sampleString(rng: Rng, s: Record<string, unknown>, world: FuzzWorld): s
   if (pattern === ADDRESS) return chance(rng, 0.7) && world.addresses.length ? pick(rng, world.addresses) : `0x${hex(rng, 40)}`;
   if (pattern === SHA) return hex(rng, 64);
   if (pattern === ID) return chance(rng, 0.8) && world.runIds.length ? pick(rng, world.runIds) : `run-${hex(rng, 8)}`;
+  if (pattern === JOB_ID) return chance(rng, 0.8) && world.jobIds?.length ? pick(rng, world.jobIds) : `job-${hex(rng, 16)}`;
+  if (pattern === JOB_CURSOR) return `${int(rng, 0, 2 ** 40)}.${chance(rng, 0.5) && world.jobIds?.length ? pick(rng, world.jobIds) : `job-${hex(rng, 16)}`}`;
   if (pattern?.startsWith('^https?://')) return pick(rng, ['http://127.0.0.1:9', 'http://127.0.0.1:9/x', 'https://localhost:1/']);
   if (pattern === '^[A-Za-z0-9_-]{43}$') return b64u(rng, 43);
   if (pattern === '^[A-Za-z0-9_-]{86}$') return b64u(rng, 86);
@@ -358,15 +364,19 @@ const BAD_HEADER_VALUES: Record<string, string[]> = {
 
 /** Signature headers for `method path body` on `route`, done right or (mostly) wrong; `replay` asks for the request to be sent twice. */
 async function sign(rng: Rng, keys: FuzzKeys, route: RouteSummary, method: string, path: string, body: Uint8Array | undefined, kind: string[]): Promise<{ headers: Record<string, string>; replay: boolean }> {
-  const own = route.signed === 'wallet' ? keys.wallet : keys.session;
+  // a route that may be signed (a public view that shows more to its party) takes either key, or none
+  const optionalWallet = route.mayBeSigned && chance(rng, 0.5);
+  const own = route.signed === 'wallet' || optionalWallet ? keys.wallet : keys.session;
   const how = route.signed
     ? weighted(rng, { valid: 42, none: 8, forged: 8, tampered: 5, otherBody: 5, otherPath: 4, stale: 5, future: 3, foreign: 5, wrongScheme: 4, stranger: 3, badHeader: 5, replay: 3 })
-    : weighted(rng, { none: 85, valid: 5, forged: 5, badHeader: 5 });
+    : route.mayBeSigned
+      ? weighted(rng, { none: 40, valid: 30, forged: 6, tampered: 4, stale: 4, foreign: 4, stranger: 3, badHeader: 6, replay: 3 })
+      : weighted(rng, { none: 85, valid: 5, forged: 5, badHeader: 5 });
   kind.push(`auth:${how}`);
   const signer =
     how === 'stale' ? keys.staleSession
     : how === 'future' ? keys.futureSession
-    : how === 'foreign' ? (route.signed === 'wallet' ? keys.foreignWallet : keys.foreignSession)
+    : how === 'foreign' ? (route.signed === 'wallet' || optionalWallet ? keys.foreignWallet : keys.foreignSession)
     : how === 'wrongScheme' ? (route.signed === 'wallet' ? keys.session : keys.wallet)
     : how === 'stranger' ? keys.stranger
     : own;

@@ -36,6 +36,7 @@ import { forgedHeaders, randomAddress, rssOf, sampleMax, streamUpload, type Uplo
 import { fuzzRoute, prng, rawRequest, unknownRoute, type FuzzKeys, type FuzzRequest, type FuzzWorld } from '../helpers/fuzz-requests.ts';
 import { sendFuzz, type FuzzResult } from '../helpers/fuzz-send.ts';
 import { CreditClient } from '../../src/api/credit-client.ts';
+import { JobClient } from '../../src/api/job-client.ts';
 import { Cluster } from './helpers.ts';
 
 const SEED = process.env.NIMBLE_FUZZ_SEED ? Number(process.env.NIMBLE_FUZZ_SEED) >>> 0 : randomInt(2 ** 31);
@@ -157,7 +158,10 @@ test(`every route of the orchestrator and of the peer API takes ${REQUESTS} rand
   console.log(`fuzz seed ${SEED} (NIMBLE_FUZZ_SEED=${SEED} reproduces this sequence)`);
   const rng = prng(SEED);
   const ownRun = await new OrchestratorClient(cluster.url, { wallet: attacker.key }).createRun({ model: 'gpt-micro', data: 'moby-dick', steps: 10, minMiners: 100_000 });
-  const world: FuzzWorld = { runIds: [runId, ownRun.id], addresses: [...miners.map((m) => m.address), attacker.wallet.address] };
+  // a job of the attacker's (it waits: the honest miners hold the run), whose reads it sees whole, and another's
+  const ownJob = await new JobClient(new OrchestratorClient(cluster.url, { wallet: attacker.key })).submit({ name: 'fuzz', model: 'gpt-micro', data: 'moby-dick', training: { steps: 10 } });
+  const othersJob = await new JobClient(cluster.api).submit({ name: 'private', model: 'gpt-micro', data: 'moby-dick', training: { steps: 10 } });
+  const world: FuzzWorld = { runIds: [runId, ownRun.id], addresses: [...miners.map((m) => m.address), attacker.wallet.address], jobIds: [ownJob.id, othersJob.id] };
   const targets = [
     { base: cluster.url, routes: routes.orchestrator, share: 0.8 },
     ...miners.map((m) => ({ base: m.url, routes: routes.peer, share: 0.1 })),

@@ -90,6 +90,10 @@ test('two orchestrators share one database, bucket and chain: the leader is kill
   const b = await startMember(args);
   assert.equal(b.listening.role, 'follower');
   assert.notEqual(a.listening.url, b.listening.url);
+  // the dashboard through the follower: a client of this machine is local to the leader (the follower proves whom it forwards
+  // for with the lease term's key); straight to the leader, a process that names a client itself is believed by nobody
+  assert.equal((await fetch(`${b.listening.url}/wallets`)).status, 200);
+  assert.equal((await fetch(`${a.listening.url}/wallets`, { headers: { 'x-nimble-forwarded-for': '127.0.0.1' } })).status, 403);
 
   // m1 talks to the leader first, with the follower as its second URL; m2 and the developer talk to the follower
   const wallets = ['m1', 'm2'].map((n) => saveWallet(join(cluster.dir, n), `w-${n}`, generatePrivateKey(), PASSWORD, 'light'));

@@ -191,9 +191,10 @@ test('a signed request that breaks a contract is refused with 4xx; the malformed
   isError(await request('POST', '/runs/run-x/stages/zero/rounds/1/merged/0', { raw: new Uint8Array(8), signer: miner }), 400, 'invalid', /params/);
   isError(await request('POST', '/runs/run-x/stages/0/rounds/1/pseudo-gradients/0?samples=-3', { raw: new Uint8Array(8), signer: miner }), 400, 'invalid', /querystring/);
   isError(await request('POST', '/runs/run-x/stages/0/rounds/1/pseudo-gradients/0?samples=1', { raw: new Uint8Array(8), signer: miner }), 404, 'not_found', /unknown run run-x/);
-  isError(await request('GET', `/blobs/${'a'.repeat(64)}`, { signer: miner }), 404, 'not_found');
+  // a blob its work does not name: refused the same whether it exists or not (src/orchestrator/blobs/access.ts)
+  isError(await request('GET', `/blobs/${'a'.repeat(64)}`, { signer: miner }), 403, 'forbidden');
   isError(await request('GET', '/blobs/../../etc/passwd', { signer: miner }), 404, 'not_found');
-  assert.equal(invalid(), before + 5, 'each malformed request costs its signer one invalid unit; a 404 (which an honest race can meet) costs nothing');
+  assert.equal(invalid(), before + 5, 'each malformed request costs its signer one invalid unit; a 403 or 404 (which an honest race can meet) costs nothing');
 });
 
 test('uploads are limited per route before they are buffered', async () => {

@@ -19,6 +19,7 @@ import { zeroAddress } from 'viem';
 import { generatePrivateKey } from 'viem/accounts';
 import { OrchestratorClient } from '../../src/api/client.ts';
 import { JobClient } from '../../src/api/job-client.ts';
+import type { JobEvent, JobView } from '../../src/api/jobs.ts';
 import type { JobPlan } from '../../src/jobs/plan-schema.ts';
 import { Cluster } from '../network/helpers.ts';
 
@@ -205,10 +206,14 @@ test('the dashboard shows the network live, draws the loss, renders miner names 
   await waitStatus(page, 'completed', 60_000).catch(async (err: Error) => {
     throw new Error(`${err.message}: ${await page.textContent('#status')} ${await page.textContent('#message')}`);
   });
-  const formJob = await developer.get(formJobId);
+  // the operator's job is the operator's: read whole with the page's login (anyone else gets its public part)
+  const asOperator = <T>(path: string): Promise<T> => page.evaluate((p) => fetch(p, { credentials: 'same-origin' }).then((r) => r.json()), path) as Promise<T>;
+  const formJob = await asOperator<JobView>(`/jobs/${formJobId}`);
   assert.equal(formJob.status, 'completed');
   assert.equal(formJob.owner, zeroAddress, "an unpaid network's operator job is owned by the zero address");
-  assert.ok((await developer.events(formJobId)).some((e) => e.message === 'submitted by the operator (dashboard)'));
+  assert.ok((await asOperator<JobEvent[]>(`/jobs/${formJobId}/events`)).some((e) => e.message === 'submitted by the operator (dashboard)'));
+  assert.equal((await developer.view(formJobId)).status, 'completed');
+  await assert.rejects(developer.get(formJobId), /not yours/, 'another developer sees its public part only');
   // the badge follows the feed, the timeline follows GET /jobs/:id/events asked when the status changes: it may come a moment later
   await page
     .waitForFunction(() => /waiting submitted[\s\S]*started[\s\S]*executing[\s\S]*completed trained 30 steps/.test(document.querySelector('#timeline')?.textContent ?? ''), null, { timeout: 5_000 })

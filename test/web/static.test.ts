@@ -2,8 +2,10 @@
 // the built files served with their content types and caching headers, names
 // that could leave the build folder refused, the API's routes not shadowed,
 // the operator's login (token → HttpOnly SameSite=Strict cookie, never in the
-// URL it sends the browser on to), reading open to loopback only (not to an
-// outside client a follower on this machine forwards), actions
+// URL it sends the browser on to; the token good once and for a short while),
+// a Host that is not this server's refused (DNS rebinding), reading open to
+// loopback only (not to an outside client a follower on this machine forwards,
+// nor to a loopback peer naming a client without a forwarder's proof), actions
 // refused without the cookie or from another origin, the snapshot of
 // GET /events against its contracts; the loss curves' bounds; NIM for people.
 import { zeroAddress } from 'viem';
@@ -18,7 +20,7 @@ import { displayNim } from '../../src/chain/nim-display.ts';
 import { createHttpServer, type HttpServer } from '../../src/http/server.ts';
 import { FsBlobStore } from '../../src/orchestrator/blobs/blobs.ts';
 import { Coordinator } from '../../src/orchestrator/training/coordinator.ts';
-import { FORWARDED_FOR, OperatorAuth, clientAddressOf, isLocalClient, isLoopback, sessionIdOf } from '../../src/orchestrator/dashboard/auth.ts';
+import { FORWARDED_FOR, FORWARDED_PROOF, LOGIN_TOKEN_MS, OperatorAuth, clientAddressOf, forwardedProof, hostAllowed, isLocalClient, isLoopback, sessionIdOf } from '../../src/orchestrator/dashboard/auth.ts';
 import { LossHistories } from '../../src/orchestrator/dashboard/loss-history.ts';
 import { StaticFiles } from '../../src/orchestrator/dashboard/static-files.ts';
 import { buildApi } from '../../src/orchestrator/http.ts';
@@ -118,6 +120,11 @@ test('login: the token becomes an HttpOnly SameSite=Strict cookie and the browse
   assert.match(cookie, /^nimble_operator=[A-Za-z0-9_-]{43}; Path=\/; HttpOnly; SameSite=Strict; Max-Age=\d+$/);
   assert.ok(!cookie.includes(TOKEN), 'the cookie holds a session id, not the token');
   const session = cookie.split(';')[0];
+  // the token was good once: the same URL again (from a browser's history, a log) logs nobody in
+  const again = await app.inject({ method: 'GET', url: `/login?token=${TOKEN}` });
+  assert.equal(again.statusCode, 403, again.body);
+  assert.equal(JSON.parse(again.body).code, 'token_spent');
+  assert.equal(again.headers['set-cookie'], undefined);
   assert.deepEqual(JSON.parse((await app.inject({ method: 'GET', url: '/session', headers: { cookie: session } })).body), { operator: true, paid: false, operatorAddress: zeroAddress });
   assert.deepEqual(JSON.parse((await app.inject({ method: 'GET', url: '/session' })).body), { operator: false, paid: false, operatorAddress: zeroAddress });
   assert.equal(sessionIdOf(`a=b; ${session}`), session.split('=')[1]);
@@ -155,22 +162,42 @@ test('login: the token becomes an HttpOnly SameSite=Strict cookie and the browse
   assert.equal((await app.inject({ method: 'GET', url: '/', remoteAddress: '10.1.2.3' })).statusCode, 403);
   assert.equal((await app.inject({ method: 'GET', url: '/', remoteAddress: '10.1.2.3', headers: { cookie: session } })).statusCode, 200);
   assert.ok(isLoopback('127.0.0.1') && isLoopback('::1') && isLoopback('::ffff:127.0.0.1') && !isLoopback('10.0.0.1') && !isLoopback(undefined));
-  // a follower on this machine forwards an outside client over loopback: that client is not local
+  // a follower on this machine forwards an outside client over loopback: that client is not local; nor is a loopback peer
+  // that names a client without a forwarder's proof (this server believes none)
   assert.equal((await app.inject({ method: 'GET', url: '/', remoteAddress: '127.0.0.1', headers: { [FORWARDED_FOR]: '10.1.2.3' } })).statusCode, 403);
   assert.equal((await app.inject({ method: 'GET', url: '/', remoteAddress: '127.0.0.1', headers: { [FORWARDED_FOR]: '10.1.2.3', cookie: session } })).statusCode, 200);
-  assert.equal((await app.inject({ method: 'GET', url: '/', remoteAddress: '127.0.0.1', headers: { [FORWARDED_FOR]: '::1' } })).statusCode, 200);
+  assert.equal((await app.inject({ method: 'GET', url: '/', remoteAddress: '127.0.0.1', headers: { [FORWARDED_FOR]: '::1' } })).statusCode, 403);
+  // a page of another site whose name was pointed at this machine (DNS rebinding): refused for its Host, reading and acting
+  for (const url of ['/', '/events', '/wallets', '/assets/app-1a2b.js', `/login?token=${'x'.repeat(52)}`]) {
+    const r = await app.inject({ method: 'GET', url, headers: { host: 'attacker.example:80' } });
+    assert.equal(r.statusCode, 403, `${url}: ${r.body}`);
+    assert.equal(JSON.parse(r.body).code, 'bad_host', url);
+  }
+  assert.equal((await cancel({ cookie: session, origin: 'http://attacker.example', host: 'attacker.example' })).statusCode, 403);
+  for (const host of ['127.0.0.1:7070', '[::1]:7070', 'localhost:7070', 'localhost', 'dash.localhost:1', '10.0.0.5']) assert.ok(hostAllowed(host), host);
+  for (const host of ['attacker.example', 'attacker.example:7070', '127.0.0.1.nip.io:80', '', '[::1', 'a b', 'localhost.attacker.example']) assert.ok(!hostAllowed(host), host);
+  assert.ok(hostAllowed('Orch.Internal:7070', ['orch.internal']) && !hostAllowed('orch.internal', []));
 
   // logging out ends the session
   await app.inject({ method: 'POST', url: '/logout', headers: { cookie: session } });
   assert.deepEqual(JSON.parse((await app.inject({ method: 'GET', url: '/session', headers: { cookie: session } })).body), { operator: false, paid: false, operatorAddress: zeroAddress });
 });
 
-test('isLocalClient: loopback, and when forwarded, for a loopback client; the header believed only from this machine', () => {
-  const req = (remoteAddress: string | undefined, forwarded?: string | string[]) => ({ socket: { remoteAddress }, headers: forwarded === undefined ? {} : { [FORWARDED_FOR]: forwarded } });
+test("isLocalClient: loopback, and when forwarded, for a loopback client; the header believed only from this machine with the cluster key's proof", () => {
+  const KEY = 'k'.repeat(64);
+  const req = (remoteAddress: string | undefined, forwarded?: string | string[], proof: string | null | 'valid' = 'valid') => ({
+    socket: { remoteAddress },
+    method: 'GET',
+    url: '/wallets',
+    headers: {
+      ...(forwarded === undefined ? {} : { [FORWARDED_FOR]: forwarded }),
+      ...(forwarded !== undefined && proof !== null ? { [FORWARDED_PROOF]: proof === 'valid' ? forwardedProof(KEY, 'GET', '/wallets', String(forwarded)) : proof } : {}),
+    },
+  });
   assert.equal(FORWARDED_FOR, 'x-nimble-forwarded-for');
-  assert.equal(isLocalClient(req('127.0.0.1')), true);
-  assert.equal(isLocalClient(req('::1', '127.0.0.1')), true);
-  assert.equal(isLocalClient(req('::ffff:127.0.0.1', '::ffff:127.0.0.2')), true);
+  assert.equal(isLocalClient(req('127.0.0.1'), KEY), true);
+  assert.equal(isLocalClient(req('::1', '127.0.0.1'), KEY), true);
+  assert.equal(isLocalClient(req('::ffff:127.0.0.1', '::ffff:127.0.0.2'), KEY), true);
   for (const [peer, forwarded] of [
     ['127.0.0.1', '10.1.2.3'],
     ['127.0.0.1', ''],
@@ -180,11 +207,42 @@ test('isLocalClient: loopback, and when forwarded, for a loopback client; the he
     ['10.1.2.3', '127.0.0.1'],
     [undefined, undefined],
     [undefined, '127.0.0.1'],
-  ] as const) assert.equal(isLocalClient(req(peer, forwarded as string | string[] | undefined)), false, `${peer} for ${String(forwarded)}`);
-  // the client's address: the header from a loopback peer only
-  assert.equal(clientAddressOf(req('127.0.0.1', '10.1.2.3')), '10.1.2.3');
-  assert.equal(clientAddressOf(req('10.9.9.9', '127.0.0.1')), '10.9.9.9');
+  ] as const) assert.equal(isLocalClient(req(peer, forwarded as string | string[] | undefined), KEY), false, `${peer} for ${String(forwarded)}`);
+  // without the proof, with a wrong one, or without a key to check it with: not believed (and not local)
+  assert.equal(isLocalClient(req('127.0.0.1', '127.0.0.1', null), KEY), false);
+  assert.equal(isLocalClient(req('127.0.0.1', '127.0.0.1', forwardedProof('x'.repeat(64), 'GET', '/wallets', '127.0.0.1')), KEY), false);
+  assert.equal(isLocalClient(req('127.0.0.1', '127.0.0.1', forwardedProof(KEY, 'POST', '/wallets', '127.0.0.1')), KEY), false);
+  assert.equal(isLocalClient(req('127.0.0.1', '127.0.0.1')), false);
+  // the client's address: the header from a loopback peer with the proof only; else the peer
+  assert.equal(clientAddressOf(req('127.0.0.1', '10.1.2.3'), KEY), '10.1.2.3');
+  assert.equal(clientAddressOf(req('127.0.0.1', '10.1.2.3', null), KEY), '127.0.0.1');
+  assert.equal(clientAddressOf(req('127.0.0.1', '10.1.2.3')), '127.0.0.1');
+  assert.equal(clientAddressOf(req('10.9.9.9', '127.0.0.1'), KEY), '10.9.9.9');
   assert.equal(clientAddressOf(req(undefined)), '');
+});
+
+test('a login token is good once and for LOGIN_TOKEN_MS; a spent or expired one tells the next URL, which works once', () => {
+  let now = 1_000_000;
+  const told: string[] = [];
+  const auth = new OperatorAuth(TOKEN, () => now, { onLoginPath: (path) => told.push(path) });
+  assert.equal(auth.loginPath, `/login?token=${TOKEN}`);
+  now += LOGIN_TOKEN_MS + 1;
+  // expired unused: refused as spent, and a new URL is told
+  assert.deepEqual(auth.login(TOKEN), { refused: 'spent' });
+  assert.equal(told.length, 1);
+  const next = told[0].split('token=')[1];
+  assert.notEqual(next, TOKEN);
+  assert.equal(auth.loginPath, told[0]);
+  const ok = auth.login(next);
+  assert.ok('session' in ok);
+  assert.ok(auth.isOperator(`nimble_operator=${ok.session}`));
+  // used: the next one is told at once; the used one is refused, the new one works (once)
+  assert.equal(told.length, 2);
+  assert.deepEqual(auth.login(next), { refused: 'spent' });
+  assert.deepEqual(auth.login('y'.repeat(43)), { refused: 'wrong' });
+  const third = told[1].split('token=')[1];
+  assert.ok('session' in auth.login(third));
+  assert.deepEqual(auth.login(third), { refused: 'spent' });
 });
 
 test('GET /events without a stream: every section now, each matching its contract; a curve of an unknown run is a 404', async () => {

@@ -35,8 +35,9 @@ export function registerCheckpoint(program: Command): void {
     );
   const jobs = async (flags: Flags): Promise<JobClient> => new JobClient(new OrchestratorClient(flags.orchestrator, { wallet: await signingKey(flags, DEVELOPER_KEY_FILE) }));
 
+  // signed: a job's checkpoints are its owner's
   common(group.command('list <job>').description("a job's checkpoints")).action(async (job: string, flags: Flags) => {
-    const list = await new JobClient(new OrchestratorClient(flags.orchestrator)).checkpoints(job);
+    const list = await (await jobs(flags)).checkpoints(job);
     emit(flags, list, () =>
       list.length
         ? list.map((c) => `step ${c.step}  ${(c.bytes / 1e6).toFixed(2)} MB  training loss ${c.loss?.toFixed(4) ?? '-'}${describeHeldout(c)}  sha256 ${c.sha256}  ${c.expiresAt ? `kept until ${new Date(c.expiresAt).toISOString()}` : 'kept while the job runs'}`).join('\n')

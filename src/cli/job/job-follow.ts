@@ -3,7 +3,7 @@
 // JSON lines with --json, until it ends.
 import { showNim } from '../../chain/amounts.ts';
 import type { JobClient, JobProgress } from '../../api/job-client.ts';
-import type { CheckpointView, JobView } from '../../api/jobs.ts';
+import { isWholeJobView, type CheckpointView, type JobEntry, type JobView } from '../../api/jobs.ts';
 import { formatDuration } from '../../jobs/duration.ts';
 import { isFinalJobStatus } from '../../jobs/status.ts';
 import { NimbleError } from '../../protocol/errors.ts';
@@ -14,6 +14,11 @@ import { ProgressBar } from '../progress.ts';
 export function describeJob(j: JobView): string {
   const loss = j.loss === null ? '' : ` loss ${j.loss.toFixed(3)}`;
   return `${j.id} ${j.name} ${j.status} step ${j.step}/${j.steps}${loss}${j.message ? `: ${j.message}` : ''}`;
+}
+
+/** One line of a job as the reader may see it: the whole of its own, the status and progress of another's. */
+export function describeEntry(j: JobEntry): string {
+  return isWholeJobView(j) ? describeJob(j) : `${j.id} ${j.status} step ${j.step}/${j.steps} (another's job: its public part)`;
 }
 
 /** A checkpoint's held-out figures as words (` held-out loss 1.9876`, and ` accuracy 98.13%` for a classifier), or nothing when they were not measured. */
@@ -36,7 +41,7 @@ export function describePayment(p: NonNullable<JobView['payment']>): string {
  * the job in one line; returns it. The exit code becomes 1 when it ended
  * otherwise than completed; throws when the stream closes before the end.
  */
-export async function followJob(jobs: JobClient, id: string, flags: CommonOptions): Promise<JobView> {
+export async function followJob(jobs: JobClient, id: string, flags: CommonOptions): Promise<JobEntry> {
   const bar = new ProgressBar('job');
   const started = Date.now();
   let last: JobProgress | null = null;
@@ -54,8 +59,9 @@ export async function followJob(jobs: JobClient, id: string, flags: CommonOption
       bar.update({ done: p.step, total: p.steps, elapsedMs: Date.now() - started, text: `${p.status}${p.loss === null ? '' : ` loss ${p.loss.toFixed(4)}`} ${Math.round(p.tokensPerSecond).toLocaleString('en-US')} tok/s${eta}` });
     }
   }
-  const job = await jobs.get(id);
-  emit(flags, { event: 'ended', id: job.id, status: job.status, step: job.step, loss: job.loss, message: job.message }, () => `\n${describeJob(job)}`);
+  const job = await jobs.view(id);
+  const whole = isWholeJobView(job) ? job : null;
+  emit(flags, { event: 'ended', id: job.id, status: job.status, step: job.step, loss: whole?.loss ?? null, message: whole?.message ?? null }, () => `\n${describeEntry(job)}`);
   if (!isFinalJobStatus(job.status)) throw new NimbleError('unreachable', `the event stream of ${id} closed before the job ended (${job.status}, step ${last?.step ?? job.step}); follow it again`, 502);
   if (job.status !== 'completed') process.exitCode = 1;
   return job;

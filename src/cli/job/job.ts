@@ -12,7 +12,8 @@ import { JOB_TEMPLATES, type JobTemplate } from '../../jobs/templates.ts';
 import { NimbleError } from '../../protocol/errors.ts';
 import { withChainOption } from '../chain-options.ts';
 import { DEFAULT_ORCHESTRATOR, emit, withCommonOptions, type CommonOptions } from '../common.ts';
-import { describeHeldout, describeJob, describePayment, followJob } from './job-follow.ts';
+import { isWholeJobView } from '../../api/jobs.ts';
+import { describeEntry, describeHeldout, describeJob, describePayment, followJob } from './job-follow.ts';
 import { registerJobPlan } from './job-plan.ts';
 import { readJobSpec } from './job-spec-file.ts';
 import { refundEscrow, submitJob } from './job-escrow.ts';
@@ -84,9 +85,14 @@ export function registerJob(program: Command): void {
     if (flags.follow) await followJob(jobs, job.id, flags);
   });
 
+  // signed: its owner sees the whole job, anyone else its public part (status and counts)
   common(group.command('status <id>').description("a job's status, progress, checkpoints and history")).action(async (id: string, flags: Flags) => {
-    const jobs = new JobClient(new OrchestratorClient(flags.orchestrator));
-    const [job, events] = await Promise.all([jobs.get(id), jobs.events(id)]);
+    const jobs = new JobClient(await api(flags));
+    const [job, events] = await Promise.all([jobs.view(id), jobs.events(id)]);
+    if (!isWholeJobView(job)) {
+      emit(flags, { ...job, events }, () => [describeEntry(job), ...events.map((e) => `  ${new Date(e.at).toISOString()} ${e.status}`)].join('\n'));
+      return;
+    }
     emit(flags, { ...job, events }, () =>
       [
         describeJob(job),
@@ -97,15 +103,16 @@ export function registerJob(program: Command): void {
     );
   });
 
+  // newest first; your own whole, the others' public part
   common(group.command('list').description('jobs on the network').option('--mine', 'only your jobs')).action(async (flags: Flags) => {
-    const client = flags.mine ? await api(flags) : new OrchestratorClient(flags.orchestrator);
-    const owner = flags.mine ? (await client.signed()).address : undefined;
-    const list = await new JobClient(client).list(owner);
-    emit(flags, list, () => (list.length ? list.map(describeJob).join('\n') : 'no jobs'));
+    const client = await api(flags);
+    const jobs = new JobClient(client);
+    const list = flags.mine ? await jobs.list((await client.signed()).address) : await jobs.entries();
+    emit(flags, list, () => (list.length ? list.map(describeEntry).join('\n') : 'no jobs'));
   });
 
   common(group.command('follow <id>').description("a job's progress and messages until it ends")).action(async (id: string, flags: Flags) => {
-    await followJob(new JobClient(new OrchestratorClient(flags.orchestrator)), id, flags);
+    await followJob(new JobClient(await api(flags)), id, flags);
   });
 
   common(group.command('upgrade <id>').description('move one of your jobs onto pipeline stages × replicas from the checkpoint its current run ends with'))

@@ -107,7 +107,9 @@ export function registerOrchestrator(program: Command): void {
     const paid = chain ? `paying ${flags.emission ?? '100'} NIM per epoch on chain ${chain.client.chainId}` : 'unpaid (--no-chain)';
     const blobsWhere = describeBlobStore(blobs ?? { kind: 'fs', dir: join(dataDir, 'blobs') });
     const stateWhere = db === undefined ? join(dataDir, 'orchestrator.sqlite') : describeStateTarget(db);
-    const options = { dataDir, db, blobs, walletsDataDir: resolveDataDir(flags), host: flags.host, port, coordinator, chain: chain ?? undefined, checkpointRetentionMs, inferenceChecks, syntheticPrompts };
+    // a login URL is good once, for a short while: each next one is printed when it is made
+    const onLoginUrl = (url: string, why: string): void => emit(flags, { event: 'login', login: url, why }, () => `dashboard: ${why}; the next operator login URL: ${url}`);
+    const options = { dataDir, db, blobs, walletsDataDir: resolveDataDir(flags), host: flags.host, port, coordinator, chain: chain ?? undefined, checkpointRetentionMs, inferenceChecks, syntheticPrompts, onLoginUrl };
     const where = `state in ${db === undefined ? dataDir : stateWhere}${blobs ? `, blobs in ${blobsWhere}` : ''}; ${paid}`;
     const listening = (url: string, extra: Record<string, unknown>): Record<string, unknown> => ({ event: 'listening', url, dataDir, state: stateWhere, blobs: blobsWhere, chainId: chain?.client.chainId ?? null, ...extra });
     if (db !== undefined && isPostgresUrl(db)) {
@@ -120,7 +122,7 @@ export function registerOrchestrator(program: Command): void {
           advertiseUrl,
           log,
           onLeading: (orch, term) =>
-            emit(flags, { event: 'leading', url: orch.url, term, dashboard: `${orch.url}/`, login: orch.loginUrl }, () => `orchestrator leading on ${orch.url} (term ${term}; ${where})\ndashboard: ${orch.url}/ (to act as the operator, log in once with ${orch.loginUrl})`),
+            emit(flags, { event: 'leading', url: orch.url, term, dashboard: `${orch.url}/`, login: orch.loginUrl }, () => `orchestrator leading on ${orch.url} (term ${term}; ${where})\ndashboard: ${orch.url}/ (to act as the operator, log in with ${orch.loginUrl}, good once)`),
           // nothing this process would still do can be written: stop at once, a supervisor may start it again as a follower
           onLost: (why) => {
             process.stderr.write(`nbcli: stopped leading: ${why}; exiting\n`);
@@ -136,7 +138,7 @@ export function registerOrchestrator(program: Command): void {
       const signalled = waitForSignal();
       emit(flags, listening(member.url, { role: orch ? 'leader' : 'follower', holder: member.holder, dashboard: `${member.url}/`, login: orch?.loginUrl ?? null }), () =>
         orch
-          ? `orchestrator listening on ${member.url}, leading (${where})\ndashboard: ${member.url}/ (to act as the operator, log in once with ${orch.loginUrl})`
+          ? `orchestrator listening on ${member.url}, leading (${where})\ndashboard: ${member.url}/ (to act as the operator, log in with ${orch.loginUrl}, good once)`
           : `orchestrator listening on ${member.url}, following: it forwards to the leader and takes over when the leader stops (${where})`,
       );
       await signalled;
@@ -154,7 +156,7 @@ export function registerOrchestrator(program: Command): void {
       throw err;
     }
     const signalled = waitForSignal();
-    emit(flags, listening(orch.url, { dashboard: `${orch.url}/`, login: orch.loginUrl }), () => `orchestrator listening on ${orch.url} (${where})\ndashboard: ${orch.url}/ (to act as the operator, log in once with ${orch.loginUrl})`);
+    emit(flags, listening(orch.url, { dashboard: `${orch.url}/`, login: orch.loginUrl }), () => `orchestrator listening on ${orch.url} (${where})\ndashboard: ${orch.url}/ (to act as the operator, log in with ${orch.loginUrl}, good once)`);
     await signalled;
     await orch.close();
     const stopped = nodeOnStop(chain, resolveDataDir(flags));

@@ -6,7 +6,7 @@
 // network while it serves.
 import type { OrchestratorClient } from '../../api/client.ts';
 import { JobClient } from '../../api/job-client.ts';
-import type { CheckpointView, JobView } from '../../api/jobs.ts';
+import { isWholeJobView, type CheckpointView, type JobView } from '../../api/jobs.ts';
 import type { PackedDataset } from '../../data/dataset.ts';
 import type { JobSpec } from '../../jobs/spec.ts';
 import { emit, type CommonOptions } from '../common.ts';
@@ -45,7 +45,8 @@ export async function trainUpJob(api: OrchestratorClient, spec: JobSpec, options
   const list = ['nbcli', 'checkpoint', 'list', job.id, '--orchestrator', api.url];
   const download = ['nbcli', 'checkpoint', 'download', job.id, '--orchestrator', api.url, '--data-dir', options.keyDir];
   emit(flags, { event: 'checkpoints', id: job.id, checkpoints, list, download }, () => describeCheckpoints(job.id, checkpoints, list, download));
-  return ended;
+  // its own job: the whole view (a job's public part would be another's)
+  return isWholeJobView(ended) ? ended : jobs.get(job.id);
 }
 
 /** Resolves with the number of live miners once there are `n`, or when `timeoutMs` has passed. */

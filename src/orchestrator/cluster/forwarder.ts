@@ -3,8 +3,9 @@
 // streamed back as it comes (server-sent events included), so a client may talk
 // to any orchestrator of a cluster. Bodies are piped both ways, never held
 // whole. Hop-by-hop headers stay on their hop; the leader learns the client's
-// address from FORWARDED_FOR (../dashboard/auth.ts, which believes it only
-// from this machine). Without a leader, or when the leader does not answer,
+// address from FORWARDED_FOR with its proof under the term's key that the
+// lease gives the members (../dashboard/auth.ts believes it only with that
+// proof, from this machine: no other local process can name a client). Without a leader, or when the leader does not answer,
 // the client gets the error contract (src/protocol/errors.ts), in OpenAI's
 // shape under /v1/ (src/api/completions.ts).
 import { Agent, createServer, request, type ClientRequest, type IncomingHttpHeaders, type IncomingMessage, type OutgoingHttpHeaders, type ServerResponse } from 'node:http';
@@ -12,7 +13,7 @@ import type { AddressInfo } from 'node:net';
 import { pipeline } from 'node:stream';
 import type { OpenAiErrorBody } from '../../api/completions.ts';
 import { NimbleError } from '../../protocol/errors.ts';
-import { FORWARDED_FOR, clientAddressOf } from '../dashboard/auth.ts';
+import { FORWARDED_FOR, FORWARDED_PROOF, clientAddressOf, forwardedProof } from '../dashboard/auth.ts';
 
 export { FORWARDED_FOR };
 
@@ -25,6 +26,8 @@ export interface ForwarderOptions {
   port: number;
   /** the leader's base URL (http://host:port), or null when none is known */
   leader: () => string | null;
+  /** the key of the leader's term (../cluster/lease.ts) the client's address is proven with; null: it is sent unproven (and not believed) */
+  forwardKey?: () => string | null;
   /** how long the leader may take to send an answer's status and headers (default DEFAULT_HEADERS_TIMEOUT_MS) */
   headersTimeoutMs?: number;
   log?: (line: string) => void;
@@ -90,10 +93,13 @@ export async function startForwarder(options: ForwarderOptions): Promise<Forward
     }
     const path = req.url ?? '/';
     if (!path.startsWith('/')) return fail(req, res, new NimbleError('invalid', 'the request target must be a path', 400));
-    const headers = endToEnd(req.headers, ['host', FORWARDED_FOR]);
+    const headers = endToEnd(req.headers, ['host', FORWARDED_FOR, FORWARDED_PROOF]);
     // the client's Host stays: the leader checks a dashboard action's Origin against the host the page was loaded from
     headers.host = req.headers.host ?? leader.host;
-    headers[FORWARDED_FOR] = clientAddressOf(req);
+    const key = options.forwardKey?.() ?? null;
+    const client = clientAddressOf(req, key);
+    headers[FORWARDED_FOR] = client;
+    if (key) headers[FORWARDED_PROOF] = forwardedProof(key, req.method ?? 'GET', path, client);
     let upstream: ClientRequest;
     try {
       upstream = request({ protocol: leader.protocol, hostname: leader.hostname.replace(/^\[|\]$/g, ''), port: leader.port, method: req.method, path, headers, agent });

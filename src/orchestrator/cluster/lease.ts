@@ -6,6 +6,10 @@
 //   url         where it answers
 //   term        bumped at each takeover
 //   expires_at  the database's clock, so the members' clocks never matter
+//   forward_key a random key made at each takeover: the followers prove with
+//               it the client address of the requests they forward to the
+//               leader (./forwarder.ts, ../dashboard/auth.ts), which no
+//               other process on the machine can then forge
 // Taking it over needs expires_at in the past; the leader renews it every
 // ttl/4. Correctness does not rest on timing: every write of the leader's
 // state runs the fence's query (the row, FOR SHARE, still ours) inside its
@@ -42,6 +46,8 @@ export interface LeaseState {
   term: number;
   /** false once it expired without being renewed */
   live: boolean;
+  /** the key of the leader's term that forwarded requests are proven with ('' from a leader of a build without one) */
+  forwardKey: string;
 }
 
 interface LeaseRow {
@@ -49,6 +55,7 @@ interface LeaseRow {
   url: string;
   term: number;
   live: number;
+  forwardKey: string;
 }
 
 /** A process id no other start of any orchestrator shares. */
@@ -62,6 +69,8 @@ export class Lease {
   /** where this process answers once it leads, as the others see it */
   readonly url: string;
   private readonly conn: PgSyncConnection;
+  /** the key of the term this process took last (tryAcquire): what its followers prove forwarded requests with */
+  forwardKey = '';
 
   private constructor(
     private readonly options: LeaseOptions,
@@ -81,6 +90,7 @@ export class Lease {
       conn.query({ text: 'BEGIN' });
       conn.query({ text: 'SELECT pg_advisory_xact_lock(7286513), 1', inTx: true });
       conn.query({ text: 'CREATE TABLE IF NOT EXISTS nimble_lease (name TEXT PRIMARY KEY, holder TEXT NOT NULL, url TEXT NOT NULL, term BIGINT NOT NULL, expires_at TIMESTAMPTZ NOT NULL)', inTx: true });
+      conn.query({ text: "ALTER TABLE nimble_lease ADD COLUMN IF NOT EXISTS forward_key TEXT NOT NULL DEFAULT ''", inTx: true });
       conn.query({ text: 'COMMIT', inTx: true });
       return new Lease(options, conn);
     } catch (err) {
@@ -91,15 +101,18 @@ export class Lease {
 
   /** Takes the lease when nobody holds a live one: the new term, or null (someone leads, or a lock wait timed out). */
   tryAcquire(): number | null {
+    const forwardKey = randomBytes(32).toString('hex');
     try {
       const r = this.conn.query({
-        text: `INSERT INTO nimble_lease (name, holder, url, term, expires_at) VALUES ($1, $2, $3, 1, now() + $4 * interval '1 millisecond')
-               ON CONFLICT (name) DO UPDATE SET holder = EXCLUDED.holder, url = EXCLUDED.url, term = nimble_lease.term + 1, expires_at = EXCLUDED.expires_at
+        text: `INSERT INTO nimble_lease (name, holder, url, term, expires_at, forward_key) VALUES ($1, $2, $3, 1, now() + $4 * interval '1 millisecond', $5)
+               ON CONFLICT (name) DO UPDATE SET holder = EXCLUDED.holder, url = EXCLUDED.url, term = nimble_lease.term + 1, expires_at = EXCLUDED.expires_at, forward_key = EXCLUDED.forward_key
                WHERE nimble_lease.expires_at < now()
                RETURNING term`,
-        values: [NAME, this.holder, this.url, this.ttlMs],
+        values: [NAME, this.holder, this.url, this.ttlMs, forwardKey],
       });
-      return r.rows.length > 0 ? (r.rows[0] as { term: number }).term : null;
+      if (r.rows.length === 0) return null;
+      this.forwardKey = forwardKey;
+      return (r.rows[0] as { term: number }).term;
     } catch (err) {
       if (isLockTimeout(err)) return null;
       throw err;
@@ -120,8 +133,8 @@ export class Lease {
 
   /** Who leads now (null: nobody ever did). */
   current(): LeaseState | null {
-    const row = this.conn.query({ text: 'SELECT holder, url, term, (expires_at > now())::int AS live FROM nimble_lease WHERE name = $1', values: [NAME] }).rows[0] as LeaseRow | undefined;
-    return row ? { holder: row.holder, url: row.url, term: Number(row.term), live: row.live === 1 } : null;
+    const row = this.conn.query({ text: 'SELECT holder, url, term, (expires_at > now())::int AS live, forward_key AS "forwardKey" FROM nimble_lease WHERE name = $1', values: [NAME] }).rows[0] as LeaseRow | undefined;
+    return row ? { holder: row.holder, url: row.url, term: Number(row.term), live: row.live === 1, forwardKey: row.forwardKey } : null;
   }
 
   /** Lets go (a leader that stops cleanly): the next member takes over at once. */

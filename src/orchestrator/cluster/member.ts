@@ -12,6 +12,7 @@
 // renewal finds the lease taken, when it could not renew for a whole ttl, or
 // when a state write is refused by the fence; it then tells onLost, which
 // must stop the process at once (nothing it would still do can be written).
+import { isIP } from 'node:net';
 import { startOrchestrator, type OrchestratorOptions, type RunningOrchestrator } from '../server.ts';
 import { startForwarder, type Forwarder } from './forwarder.ts';
 import { Lease } from './lease.ts';
@@ -44,7 +45,8 @@ export interface ClusterMember {
 export async function joinCluster(options: MemberOptions): Promise<ClusterMember> {
   const host = options.orchestrator.host ?? '127.0.0.1';
   let leaderUrl: string | null = null;
-  const forwarder = await startForwarder({ host, port: options.orchestrator.port ?? 0, leader: () => leaderUrl, log: options.log });
+  let forwardKey: string | null = null;
+  const forwarder = await startForwarder({ host, port: options.orchestrator.port ?? 0, leader: () => leaderUrl, forwardKey: () => forwardKey, log: options.log });
   const url = options.advertiseUrl ?? `http://${host.includes(':') ? `[${host}]` : host}:${forwarder.port}`;
   let lease: Lease;
   try {
@@ -53,7 +55,10 @@ export async function joinCluster(options: MemberOptions): Promise<ClusterMember
     await forwarder.close();
     throw err;
   }
-  const member = new Member(options, lease, forwarder, (u) => (leaderUrl = u));
+  const member = new Member(options, lease, forwarder, (u, key) => {
+    leaderUrl = u;
+    forwardKey = key;
+  });
   await member.poll();
   member.start();
   try {
@@ -86,7 +91,8 @@ class Member implements ClusterMember {
     private readonly options: MemberOptions,
     private readonly lease: Lease,
     private forwarder: Forwarder | null,
-    private readonly setLeaderUrl: (url: string | null) => void,
+    /** the leader's URL and the key its term's forwarded requests are proven with */
+    private readonly setLeaderUrl: (url: string | null, forwardKey: string | null) => void,
   ) {
     this.url = forwarder?.url ?? '';
     this.holder = lease.holder;
@@ -117,7 +123,8 @@ class Member implements ClusterMember {
     try {
       const now = this.lease.current();
       // never itself: a restarted orchestrator on the same port (or advertised URL) finds its dead predecessor's URL there
-      this.setLeaderUrl(now && now.holder !== this.holder && now.url !== this.url && now.url !== this.lease.url ? now.url : null);
+      const other = now && now.holder !== this.holder && now.url !== this.url && now.url !== this.lease.url ? now : null;
+      this.setLeaderUrl(other?.url ?? null, other?.forwardKey || null);
       const term = this.lease.tryAcquire();
       // not awaited: the lease is renewed by the next steps while the orchestrator starts (a start may settle a crash's epochs on chain)
       if (term !== null) {
@@ -154,9 +161,13 @@ class Member implements ClusterMember {
     this.forwarder = null;
     const o = this.options.orchestrator;
     try {
+      const advertised = this.options.advertiseUrl ? new URL(this.options.advertiseUrl).hostname : null;
       this.running = await startOrchestrator({
         ...o,
         port,
+        // the followers prove the clients they forward for with this term's key; the advertised name is the dashboard's too
+        forwardKey: this.lease.forwardKey,
+        hostNames: [...(o.hostNames ?? []), ...(advertised && !isIP(advertised.replace(/^\[|\]$/g, '')) ? [advertised] : [])],
         stateOptions: {
           ...o.stateOptions,
           fence: this.lease.fence(() => this.lose('a state write found another orchestrator holding the lease')),

@@ -8,7 +8,9 @@
 // operator's own, unpaid), upgrade a job, cancel a run or a job, deploy and
 // undeploy a model, download a checkpoint. Reading is open to this machine (loopback)
 // and to the logged-in operator; actions need the operator's cookie, sent
-// from the dashboard's own origin. Contracts in src/api/dashboard.ts.
+// from the dashboard's own origin. Every dashboard request must name this
+// server in its Host (../dashboard/auth.ts, hostAllowed: a DNS-rebinding page
+// names its own). Contracts in src/api/dashboard.ts.
 import { Type } from '@sinclair/typebox';
 import type { FastifyReply, FastifyRequest } from 'fastify';
 import { CancelAnswer, LossHistory, SessionView, UpgradeAnswer, WalletsView } from '../../api/dashboard.ts';
@@ -23,7 +25,8 @@ import { BINARY, type HttpServer } from '../../http/server.ts';
 import { NimbleError } from '../../protocol/errors.ts';
 import { assembleCheckpoint } from '../training/checkpoint.ts';
 import type { Coordinator } from '../training/coordinator.ts';
-import { OperatorAuth, isLocalClient } from '../dashboard/auth.ts';
+import type { BlobAccess } from '../blobs/access.ts';
+import { OperatorAuth, hostAllowed, isLocalClient, LOGIN_TOKEN_MS } from '../dashboard/auth.ts';
 import { DashboardFeed } from '../dashboard/feed.ts';
 import { ASSET_NAME, StaticFiles } from '../dashboard/static-files.ts';
 import type { JobService } from '../jobs/jobs.ts';
@@ -56,6 +59,12 @@ export interface DashboardOptions {
   operatorAddress: Address;
   /** the orchestrator's chain, whose Staking contract the Network page's stakes are read from (null or absent: an unpaid network, none) */
   chain?: ChainClient | null;
+  /** host names the dashboard is reached at besides IP addresses and localhost (the --host and advertised names) */
+  hostNames?: readonly string[];
+  /** the key a cluster member's forwarded requests are proven with (../dashboard/auth.ts; null or absent: none is believed) */
+  forwardKey?: string | null;
+  /** who may read which blob (../blobs/access.ts): the operator's downloads ask it too */
+  access?: BlobAccess;
 }
 
 const logins = new WeakMap<HttpServer, OperatorAuth>();
@@ -80,12 +89,21 @@ export function dashboardRoutes(app: HttpServer, c: Coordinator, options: Dashbo
   app.addHook('preClose', async () => feed.close());
 
   const isOperator = (req: FastifyRequest): boolean => auth.isOperator(req.headers.cookie);
+  const forwardKey = options.forwardKey ?? null;
+  /** The Host must name this server (a DNS-rebinding page's names its own site). */
+  const ownHost = (req: FastifyRequest): void => {
+    if (!hostAllowed(req.headers.host, options.hostNames)) {
+      throw new NimbleError('bad_host', `the dashboard answers requests for this server's own addresses, not for ${JSON.stringify(String(req.headers.host ?? '').slice(0, 100))}: open it by its IP address or localhost`, 403);
+    }
+  };
   /** Reading: this machine, or the operator. */
   const reader = async (req: FastifyRequest): Promise<void> => {
-    if (!isLocalClient(req) && !isOperator(req)) throw new NimbleError('forbidden', 'the dashboard is open to this machine only: log in with the URL the orchestrator printed', 403);
+    ownHost(req);
+    if (!isLocalClient(req, forwardKey) && !isOperator(req)) throw new NimbleError('forbidden', 'the dashboard is open to this machine only: log in with the URL the orchestrator printed', 403);
   };
   /** Acting: the operator's cookie, on a request from the dashboard's own page (its Origin, or without one, a browser's Sec-Fetch-Site: same-origin). */
   const operator = async (req: FastifyRequest): Promise<void> => {
+    ownHost(req);
     if (!isOperator(req)) throw new NimbleError('unauthorized', 'log in as the operator first (the login URL the orchestrator printed)', 401);
     const origin = `${req.protocol}://${req.host}`;
     const sameOrigin = req.headers.origin === undefined ? req.headers['sec-fetch-site'] === 'same-origin' : req.headers.origin === origin;
@@ -104,11 +122,16 @@ export function dashboardRoutes(app: HttpServer, c: Coordinator, options: Dashbo
     return send(reply, file);
   });
 
-  // the token is exchanged for a cookie, and the browser sent on to a URL without it
-  app.get('/login', { schema: { querystring: LoginQuery } }, async (req, reply) => {
-    const session = auth.login(req.query.token);
-    if (!session) throw new NimbleError('forbidden', 'wrong login token: use the login URL the orchestrator printed at start', 403);
-    return reply.status(303).headers({ 'set-cookie': OperatorAuth.cookie(session), location: '/', 'cache-control': 'no-store', 'referrer-policy': 'no-referrer' }).send();
+  // the token is exchanged for a cookie, once, and the browser sent on to a URL without it
+  app.get('/login', { onRequest: async (req) => ownHost(req), schema: { querystring: LoginQuery } }, async (req, reply) => {
+    const r = auth.login(req.query.token);
+    if ('refused' in r) {
+      if (r.refused === 'spent') {
+        throw new NimbleError('token_spent', `this login URL was used already or has expired (each is good once, within ${LOGIN_TOKEN_MS / 60_000} minutes): use the new one the orchestrator printed`, 403);
+      }
+      throw new NimbleError('forbidden', 'wrong login token: use the login URL the orchestrator printed', 403);
+    }
+    return reply.status(303).headers({ 'set-cookie': OperatorAuth.cookie(r.session), location: '/', 'cache-control': 'no-store', 'referrer-policy': 'no-referrer' }).send();
   });
   app.get('/session', { schema: { response: { 200: SessionView } } }, async (req) => ({ operator: isOperator(req), paid: options.paid, operatorAddress: options.operatorAddress }));
   app.post('/logout', { schema: { response: { 200: SessionView } } }, async (req, reply) => {
@@ -182,6 +205,7 @@ export function dashboardRoutes(app: HttpServer, c: Coordinator, options: Dashbo
 
   // downloads: the operator may read every checkpoint its orchestrator holds
   app.get('/operator/runs/:id/checkpoint', { onRequest: operator, schema: { params: RunParams } }, async (req, reply) => {
+    options.access?.authorizeRun({ kind: 'operator' }, req.params.id);
     const bytes = await assembleCheckpoint(c.state, c.blobs, req.params.id);
     void reply.headers({ 'content-type': BINARY, 'content-disposition': `attachment; filename="${req.params.id}.safetensors"`, 'cache-control': 'no-store' });
     return Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength);
@@ -189,6 +213,7 @@ export function dashboardRoutes(app: HttpServer, c: Coordinator, options: Dashbo
   app.get('/operator/jobs/:id/checkpoints/:step', { onRequest: operator, schema: { params: CheckpointParams } }, async (req, reply) => {
     const cp = c.state.jobs.checkpoints(req.params.id).find((x) => x.step === req.params.step);
     if (!cp) throw new NimbleError('not_found', `job ${req.params.id} has no checkpoint at step ${req.params.step}`);
+    await options.access?.authorize({ kind: 'operator' }, cp.blob);
     void reply.headers({ 'content-type': BINARY, 'content-disposition': `attachment; filename="${cp.jobId}-step${cp.step}.safetensors"`, 'x-content-sha256': cp.blob, 'cache-control': 'no-store' });
     return Buffer.from(await c.blobs.get(cp.blob));
   });

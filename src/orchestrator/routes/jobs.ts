@@ -1,13 +1,25 @@
 // The job routes (docs/jobs.md): submit, list, follow (server-sent events),
 // cancel, and the job's checkpoints (list; download by its owner, with HTTP
 // ranges so an interrupted download resumes). Contracts in src/api/jobs.ts.
+// A job is its developer's: its reads show the whole job only to a request
+// signed by its owner (and to the dashboard's operator); anyone else gets the
+// public part, what a network's status page needs (PublicJobView: counts and
+// states; status events without their messages). The list is paginated; the
+// event streams are bounded per client address and per signer as well as in
+// all; a job's plan is made again only when the miners alive change.
 import { Type } from '@sinclair/typebox';
+import type { FastifyRequest } from 'fastify';
 import {
   CheckJobRequest,
   CheckpointList,
   EscrowRelease,
+  JOB_PAGE_DEFAULT,
+  JOB_PAGE_MAX,
   JobCheck,
+  JobCursor,
+  JobEntry,
   JobId,
+  JobPage,
   JobTerms,
   JobView,
   KeepQuote,
@@ -17,6 +29,7 @@ import {
   type CheckpointView,
   type JobEvent,
   type JobPaymentView,
+  type PublicJobView,
 } from '../../api/jobs.ts';
 import { FINAL_RUN_STATUSES } from '../../api/schemas.ts';
 import type { HttpServer } from '../../http/server.ts';
@@ -24,6 +37,7 @@ import { isFinalJobStatus } from '../../jobs/status.ts';
 import { JobPlan } from '../../jobs/plan-schema.ts';
 import { signerOf } from '../../http/signed.ts';
 import { NimbleError } from '../../protocol/errors.ts';
+import { blobReaderOf, type BlobAccess } from '../blobs/access.ts';
 import type { Coordinator } from '../training/coordinator.ts';
 import type { JobPayments } from '../jobs/job-payments.ts';
 import { GAS_LIMITS, SlidingWindow } from '../rewards/gas.ts';
@@ -35,7 +49,8 @@ import type { JobCheckpointRecord, JobRecord } from '../state/jobs.ts';
 const developer = { signed: 'wallet' } as const;
 const Params = Type.Object({ id: JobId });
 const CheckpointParams = Type.Object({ id: JobId, step: Type.Integer({ minimum: 0, maximum: Number.MAX_SAFE_INTEGER }) });
-const Owner = Type.Object({ owner: Type.Optional(Type.String({ pattern: '^0x[0-9a-fA-F]{40}$' })) });
+const Owner = Type.Optional(Type.String({ pattern: '^0x[0-9a-fA-F]{40}$' }));
+const ListQuery = Type.Object({ owner: Owner, limit: Type.Optional(Type.Integer({ minimum: 1, maximum: JOB_PAGE_MAX })), cursor: Type.Optional(JobCursor) });
 const After = Type.Object({ after: Type.Optional(Type.Integer({ minimum: 0, maximum: Number.MAX_SAFE_INTEGER })) });
 const EscrowParams = Type.Object({ escrowId: Type.String({ pattern: '^0x[0-9a-fA-F]{64}$' }) });
 const Days = Type.Object({ days: KeepRequest.properties.days });
@@ -44,6 +59,20 @@ const DAY_MS = 86_400_000;
 const KEEPALIVE_MS = 15_000;
 /** Event streams open at once, all jobs together: past it a new one is refused (503) rather than each holding memory and a listener. */
 export const MAX_EVENT_STREAMS = 256;
+/** Event streams one client address holds at once (past it: 429), so that no client takes every slot. */
+export const MAX_EVENT_STREAMS_PER_CLIENT = 16;
+/** Event streams one signer holds at once, from any address (past it: 429). */
+export const MAX_EVENT_STREAMS_PER_SIGNER = 8;
+/** Plans kept (the newest per job, for the miners alive when it was made). */
+const PLANS_KEPT = 256;
+
+/** Who reads a job route, as the dashboard knows it (./dashboard.ts, ../dashboard/auth.ts). */
+export interface JobReaders {
+  /** whether the request carries the dashboard operator's login */
+  isOperator(req: FastifyRequest): boolean;
+  /** the client's address (a follower's client when a cluster member forwarded it) */
+  clientOf(req: FastifyRequest): string;
+}
 /** Progress events at most this often per stream. */
 const PROGRESS_EVERY_MS = 1000;
 
@@ -80,6 +109,29 @@ export function jobView(c: Coordinator, job: JobRecord): JobView {
     checkpoints: c.state.jobs.checkpoints(job.id).map(checkpointView),
     payment: paymentView(c.state.escrows.get(job.id), c.state.escrows.payments({ jobId: job.id })),
   };
+}
+
+/** What anyone sees of a job. */
+export function publicJobView(c: Coordinator, job: JobRecord): PublicJobView {
+  const run = job.runId ? c.state.runs.get(job.runId) : undefined;
+  const rate = run && !FINAL_RUN_STATUSES.includes(run.status) ? c.microbatches.tokensPerSecond(run.id) : 0;
+  return {
+    id: job.id,
+    status: job.status,
+    steps: job.steps,
+    step: job.step,
+    tokens: job.tokens,
+    tokensPerSecond: rate,
+    createdAt: job.createdAt,
+    startedAt: job.startedAt,
+    endedAt: job.endedAt,
+    checkpoints: c.state.jobs.checkpoints(job.id).length,
+  };
+}
+
+/** What anyone sees of a job's history: its status changes, without their messages. */
+function publicEvents(events: JobEvent[]): JobEvent[] {
+  return events.filter((e) => e.kind === 'status').map((e) => ({ ...e, message: '' }));
 }
 
 function paymentView(e: EscrowRecord | undefined, payments: readonly JobPaymentRecord[]): JobPaymentView | null {
@@ -122,14 +174,53 @@ function keepQuote(c: Coordinator, payments: JobPayments | null, job: JobRecord,
   return { days, until, bytes, gbDays: byteDays / 1e9, price: price.toString(), payee: payments?.terms().payee ?? null };
 }
 
-export function jobRoutes(app: HttpServer, c: Coordinator, jobs: JobService, payments: JobPayments | null): void {
+export function jobRoutes(app: HttpServer, c: Coordinator, jobs: JobService, payments: JobPayments | null, access: BlobAccess, readers: JobReaders): void {
   const releases = new SlidingWindow(GAS_LIMITS.escrowReleasesPerOwner);
   let streams = 0;
+  const streamsOf = { client: new Map<string, number>(), signer: new Map<string, number>() };
   const find = (id: string): JobRecord => {
     const job = c.state.jobs.get(id);
     if (!job) throw new NimbleError('not_found', `unknown job ${id}`);
     return job;
   };
+  /** Whether the request may see the whole job: signed by its owner, or the operator's. */
+  const whole = (req: FastifyRequest, job: JobRecord): boolean => (req.signer !== undefined && req.signer.toLowerCase() === job.owner.toLowerCase()) || readers.isOperator(req);
+  const entry = (req: FastifyRequest, job: JobRecord): JobEntry => (whole(req, job) ? jobView(c, job) : publicJobView(c, job));
+  const owned = (req: FastifyRequest, id: string, what: string): JobRecord => {
+    const job = find(id);
+    if (!whole(req, job)) throw new NimbleError('forbidden', `the ${what} of ${job.id} are its owner's: sign the request with its key`, 403);
+    return job;
+  };
+  /** Takes an event stream's slot for the request's client and signer (released by the function returned), or refuses it. */
+  const takeStream = (req: FastifyRequest): (() => void) => {
+    if (streams >= MAX_EVENT_STREAMS) throw new NimbleError('overloaded', `${MAX_EVENT_STREAMS} event streams are open; try again later`, 503);
+    const keys: [Map<string, number>, string, number, string][] = [[streamsOf.client, readers.clientOf(req), MAX_EVENT_STREAMS_PER_CLIENT, 'from your address']];
+    if (req.signer) keys.push([streamsOf.signer, req.signer.toLowerCase(), MAX_EVENT_STREAMS_PER_SIGNER, `signed by ${req.signer}`]);
+    for (const [map, key, max, who] of keys) if ((map.get(key) ?? 0) >= max) throw new NimbleError('rate_limited', `${max} event streams ${who} are open; close one first`, 429);
+    streams++;
+    for (const [map, key] of keys) map.set(key, (map.get(key) ?? 0) + 1);
+    return () => {
+      streams--;
+      for (const [map, key] of keys) {
+        const n = (map.get(key) ?? 1) - 1;
+        if (n > 0) map.set(key, n);
+        else map.delete(key);
+      }
+    };
+  };
+  /** job id → its last plan, and the miners alive it was made for */
+  const plans = new Map<string, { miners: string; plan: JobPlan }>();
+  const plan = (id: string): JobPlan => {
+    const miners = c.state.miners.list(true).map((m) => `${m.id}@${m.joinedAt}`).sort().join(',');
+    const kept = plans.get(id);
+    if (kept && kept.miners === miners) return kept.plan;
+    const made = jobs.plan(id);
+    plans.delete(id);
+    if (plans.size >= PLANS_KEPT) plans.delete(plans.keys().next().value!);
+    plans.set(id, { miners, plan: made });
+    return made;
+  };
+  const reads = { config: { mayBeSigned: true } } as const;
 
   app.get('/jobs/terms', { schema: { response: { 200: JobTerms } } }, async () => ({ payment: payments?.terms() ?? null }));
   app.post('/jobs/check', { config: developer, schema: { body: CheckJobRequest, response: { 200: JobCheck } } }, async (req) => {
@@ -168,10 +259,24 @@ export function jobRoutes(app: HttpServer, c: Coordinator, jobs: JobService, pay
     const r = await releases.spend(by.toLowerCase(), what, () => payments.locked(id, () => payments.release(id, by)), (x) => x.tx !== null);
     return { escrowId: r.escrowId, refunded: r.refunded.toString(), alreadyClosed: r.alreadyClosed, tx: r.tx };
   });
-  app.get('/jobs', { schema: { querystring: Owner, response: { 200: Type.Array(JobView) } } }, async (req) => c.state.jobs.list(req.query.owner).map((j) => jobView(c, j)));
-  app.get('/jobs/:id', { schema: { params: Params, response: { 200: JobView } } }, async (req) => jobView(c, find(req.params.id)));
-  // what the job needs and which of the miners alive now would train it (as nbcli job plan plans a spec)
-  app.get('/jobs/:id/plan', { schema: { params: Params, response: { 200: JobPlan } } }, async (req) => jobs.plan(find(req.params.id).id));
+  // newest first, a page at a time; the whole of the signer's own jobs, the public part of the others' (whose they are is not said)
+  app.get('/jobs', { ...reads, schema: { querystring: ListQuery, response: { 200: JobPage } } }, async (req) => {
+    // who owns which job is the owner's: a list of one owner's jobs is its own (or the operator's) to ask for
+    const owner = req.query.owner;
+    if (owner && !(req.signer?.toLowerCase() === owner.toLowerCase() || readers.isOperator(req))) {
+      throw new NimbleError('forbidden', `the list of ${owner}'s jobs is its own: sign the request with its key`, 403);
+    }
+    const limit = req.query.limit ?? JOB_PAGE_DEFAULT;
+    const cursor = req.query.cursor;
+    const after = cursor ? { createdAt: Number(cursor.slice(0, cursor.indexOf('.'))), id: cursor.slice(cursor.indexOf('.') + 1) } : undefined;
+    const page = c.state.jobs.page({ owner: req.query.owner, after, limit: limit + 1 });
+    const shown = page.slice(0, limit);
+    const last = shown.at(-1);
+    return { jobs: shown.map((j) => entry(req, j)), next: page.length > limit && last ? `${last.createdAt}.${last.id}` : null };
+  });
+  app.get('/jobs/:id', { ...reads, schema: { params: Params, response: { 200: JobEntry } } }, async (req) => entry(req, find(req.params.id)));
+  // what the job needs and which of the miners alive now would train it (as nbcli job plan plans a spec): made again only when they change
+  app.get('/jobs/:id/plan', { schema: { params: Params, response: { 200: JobPlan } } }, async (req) => plan(find(req.params.id).id));
   app.post('/jobs/:id/cancel', { config: developer, schema: { params: Params, response: { 200: JobView } } }, async (req) => jobView(c, jobs.cancel(req.params.id, signerOf(req))));
   app.post('/jobs/:id/upgrade', { config: developer, schema: { params: Params, body: UpgradeJobRequest, response: { 200: JobView } } }, async (req) => {
     const { stages, replicas } = req.body;
@@ -179,8 +284,8 @@ export function jobRoutes(app: HttpServer, c: Coordinator, jobs: JobService, pay
     const layout = stages !== undefined && replicas !== undefined ? { stages, replicas } : undefined;
     return jobView(c, jobs.upgrade(req.params.id, signerOf(req), layout));
   });
-  app.get('/jobs/:id/checkpoints', { schema: { params: Params, response: { 200: CheckpointList } } }, async (req) => c.state.jobs.checkpoints(find(req.params.id).id).map(checkpointView));
-  app.get('/jobs/:id/checkpoints/keep', { schema: { params: Params, querystring: Days, response: { 200: KeepQuote } } }, async (req) => keepQuote(c, payments, find(req.params.id), req.query.days, Date.now()));
+  app.get('/jobs/:id/checkpoints', { ...reads, schema: { params: Params, response: { 200: CheckpointList } } }, async (req) => c.state.jobs.checkpoints(owned(req, req.params.id, 'checkpoints').id).map(checkpointView));
+  app.get('/jobs/:id/checkpoints/keep', { ...reads, schema: { params: Params, querystring: Days, response: { 200: KeepQuote } } }, async (req) => keepQuote(c, payments, owned(req, req.params.id, 'checkpoints'), req.query.days, Date.now()));
   // on a paid network, keeping longer is paid first: a NIM transfer to the orchestrator of at least the quote
   app.post('/jobs/:id/checkpoints/keep', { config: developer, schema: { params: Params, body: KeepRequest, response: { 200: CheckpointList } } }, async (req) => {
     const job = find(req.params.id);
@@ -196,12 +301,13 @@ export function jobRoutes(app: HttpServer, c: Coordinator, jobs: JobService, pay
     return c.state.jobs.checkpoints(job.id).map(checkpointView);
   });
 
-  // a checkpoint is its owner's; a Range request resumes a download
+  // a checkpoint is its owner's (../blobs/access.ts); a Range request resumes a download
   app.get('/jobs/:id/checkpoints/:step', { config: developer, schema: { params: CheckpointParams } }, async (req, reply) => {
     const job = find(req.params.id);
     if (job.owner !== signerOf(req)) throw new NimbleError('forbidden', `the checkpoints of ${job.id} are its owner's`);
     const cp = c.state.jobs.checkpoints(job.id).find((x) => x.step === req.params.step);
     if (!cp) throw new NimbleError('not_found', `job ${job.id} has no checkpoint at step ${req.params.step}`);
+    await access.authorize(blobReaderOf(req.verified), cp.blob);
     const range = parseRange(req.headers.range, cp.bytes);
     void reply.header('content-type', 'application/octet-stream').header('accept-ranges', 'bytes').header('etag', `"${cp.blob}"`).header('x-content-sha256', cp.blob);
     if (!range) return Buffer.from(await c.blobs.get(cp.blob));
@@ -210,32 +316,34 @@ export function jobRoutes(app: HttpServer, c: Coordinator, jobs: JobService, pay
     return Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength);
   });
 
-  // the history, then every new event as it happens: text/event-stream when asked for, else the history as JSON
-  app.get('/jobs/:id/events', { schema: { params: Params, querystring: After } }, async (req, reply) => {
+  // the history, then every new event as it happens: text/event-stream when asked for, else the history as JSON (the whole to
+  // its owner, the status changes to anyone)
+  app.get('/jobs/:id/events', { ...reads, schema: { params: Params, querystring: After } }, async (req, reply) => {
     const job = find(req.params.id);
+    const mine = whole(req, job);
+    const eventsOf = (afterSeq: number): JobEvent[] => (mine ? c.state.jobs.events(job.id, afterSeq) : publicEvents(c.state.jobs.events(job.id, afterSeq)));
     let after = req.query.after ?? 0;
     if (!String(req.headers.accept ?? '').includes('text/event-stream')) {
-      const list: JobEvent[] = c.state.jobs.events(job.id, after);
+      const list: JobEvent[] = eventsOf(after);
       return reply.type('application/json').send(JSON.stringify(list));
     }
-    if (streams >= MAX_EVENT_STREAMS) throw new NimbleError('overloaded', `${MAX_EVENT_STREAMS} event streams are open; try again later`, 503);
-    streams++;
+    const release = takeStream(req);
     reply.hijack();
     const res = reply.raw;
     res.writeHead(200, { 'content-type': 'text/event-stream', 'cache-control': 'no-store', connection: 'keep-alive' });
     let progressAt = 0;
     let timer: NodeJS.Timeout | null = null;
     const send = (): void => {
-      for (const e of c.state.jobs.events(job.id, after)) {
-        res.write(`id: ${e.seq}\nevent: ${e.kind}\ndata: ${JSON.stringify(e)}\n\n`);
-        after = e.seq;
-      }
+      const all = c.state.jobs.events(job.id, after);
+      for (const e of mine ? all : publicEvents(all)) res.write(`id: ${e.seq}\nevent: ${e.kind}\ndata: ${JSON.stringify(e)}\n\n`);
+      if (all.length) after = all.at(-1)!.seq;
       const now = Date.now();
       const fresh = c.state.jobs.get(job.id);
       if (fresh && now - progressAt >= PROGRESS_EVERY_MS) {
         progressAt = now;
         const v = jobView(c, fresh);
-        res.write(`event: progress\ndata: ${JSON.stringify({ status: v.status, step: v.step, steps: v.steps, tokens: v.tokens, loss: v.loss, tokensPerSecond: v.tokensPerSecond, etaMs: v.etaMs })}\n\n`);
+        const progress = mine ? { loss: v.loss, etaMs: v.etaMs } : { loss: null, etaMs: null };
+        res.write(`event: progress\ndata: ${JSON.stringify({ status: v.status, step: v.step, steps: v.steps, tokens: v.tokens, tokensPerSecond: v.tokensPerSecond, ...progress })}\n\n`);
       }
       if (fresh && isFinalJobStatus(fresh.status)) {
         res.write('event: end\ndata: {}\n\n');
@@ -252,7 +360,7 @@ export function jobRoutes(app: HttpServer, c: Coordinator, jobs: JobService, pay
     const close = (): void => {
       if (closed) return;
       closed = true;
-      streams--;
+      release();
       jobs.changes.off('change', onChange);
       jobs.changes.off('close', close);
       clearInterval(keepalive);

@@ -1,5 +1,6 @@
 // The miners' routes (signed): joining, heartbeats, the bandwidth probe,
-// blob downloads, merge-round uploads and spot-check answers. Message
+// blob downloads (only what the miner's work names: ../blobs/access.ts),
+// merge-round uploads and spot-check answers. Message
 // contracts in src/protocol/messages.ts; binary bodies (tensor frames, stage
 // states, check bundles) are validated by their decoders. An upload (up to
 // 256 MiB, a stage state up to its stage's size; held whole until checked) is
@@ -13,6 +14,7 @@ import { signerOf } from '../../http/signed.ts';
 import { convertUrlPart } from '../../http/validator.ts';
 import { NimbleError } from '../../protocol/errors.ts';
 import { HeartbeatReply, HeartbeatRequest, JoinReply, JoinRequest } from '../../protocol/messages.ts';
+import { blobReaderOf, type BlobAccess } from '../blobs/access.ts';
 import type { Coordinator } from '../training/coordinator.ts';
 import type { Epochs } from '../rewards/epochs.ts';
 
@@ -41,7 +43,7 @@ const Stored = Type.Object({ blob: BlobId });
 const wallet = { signed: 'wallet' } as const;
 const signed = { signed: 'session' } as const;
 
-export function minerRoutes(app: HttpServer, c: Coordinator, epochs: Epochs | null): void {
+export function minerRoutes(app: HttpServer, c: Coordinator, epochs: Epochs | null, access: BlobAccess): void {
   app.post('/miners/join', { config: wallet, schema: { body: JoinRequest, response: { 200: JoinReply } } }, async (req) => {
     await epochs?.checkStake(signerOf(req));
     return c.join(signerOf(req), req.body);
@@ -50,7 +52,9 @@ export function minerRoutes(app: HttpServer, c: Coordinator, epochs: Epochs | nu
   app.post('/bandwidth', { config: wallet, bodyLimit: MAX_PROBE_BYTES, schema: { response: { 200: Type.Object({ bytes: Count }) } } }, async (req) => ({
     bytes: req.rawBody?.length ?? 0,
   }));
+  // a blob the miner's current work names (its stage's state, its run's data, its round's slices, its deployment's file), else 403
   app.get('/blobs/:id', { config: signed, schema: { params: Type.Object({ id: BlobId }) } }, async (req, reply) => {
+    await access.authorize(blobReaderOf(req.verified), req.params.id);
     const bytes = await c.blobs.get(req.params.id);
     const a = c.state.runs.assignmentOf(signerOf(req));
     if (a) c.state.runs.addCounters(a.runId, { bytes: bytes.length }); // downloads are traffic too

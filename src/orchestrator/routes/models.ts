@@ -2,8 +2,9 @@
 // whole-model checkpoint (from one of their jobs, or an uploaded safetensors
 // file) and gets back its sha256 with the orchestrator's publish attestation;
 // anyone lists the stored models (each with its newest deployment:
-// ./deployments.ts) and downloads their files (published models are public;
-// an interrupted download resumes with an HTTP range). Contracts
+// ./deployments.ts) and downloads their files (a published model's is public;
+// until it is published, its owner's and its serving miners', signed:
+// ../blobs/access.ts; an interrupted download resumes with an HTTP range). Contracts
 // in src/api/models.ts; the rules in ../models/models.ts.
 import { Readable } from 'node:stream';
 import { Type, type Static } from '@sinclair/typebox';
@@ -14,6 +15,7 @@ import { BINARY, type HttpServer } from '../../http/server.ts';
 import { signerOf } from '../../http/signed.ts';
 import { convertUrlPart } from '../../http/validator.ts';
 import { NimbleError } from '../../protocol/errors.ts';
+import { blobReaderOf, type BlobAccess } from '../blobs/access.ts';
 import type { BlobStore } from '../blobs/blobs.ts';
 import type { Coordinator } from '../training/coordinator.ts';
 import type { ChainOptions } from '../rewards/epochs.ts';
@@ -31,7 +33,7 @@ const CHUNK_BYTES = 4 << 20;
 const URI = /^[!-~]{1,512}$/;
 
 /** `chain`: the orchestrator's chain signer (null without a chain: storing is refused, listing and downloads work). */
-export function modelRoutes(app: HttpServer, c: Coordinator, chain: Pick<ChainOptions, 'client' | 'signer'> | null): void {
+export function modelRoutes(app: HttpServer, c: Coordinator, chain: Pick<ChainOptions, 'client' | 'signer'> | null, access: BlobAccess): void {
   const models = new ModelService(c.state, c.blobs, chain ? chainAttester(chain) : null);
   let uploading = 0;
   const ticket = async (req: FastifyRequest, m: ModelRecord, body: Static<typeof StoreFileQuery>): Promise<PublishTicket> => {
@@ -71,9 +73,11 @@ export function modelRoutes(app: HttpServer, c: Coordinator, chain: Pick<ChainOp
   app.get('/models', { schema: { querystring: Owner, response: { 200: StoredModelList } } }, async (req) => c.state.models.list(req.query.owner).map(withDeployment));
   app.get('/models/:sha256', { schema: { params: Params, response: { 200: StoredModelView } } }, async (req) => withDeployment(models.get(req.params.sha256)));
 
-  // public: a Range request resumes; the bytes are streamed, and the client checks them against the sha256 on chain
-  app.get('/models/:sha256/file', { schema: { params: Params } }, async (req, reply) => {
+  // public once published (before: signed by its owner, or by a miner serving it); a Range request resumes; the bytes are
+  // streamed, and the client checks them against the sha256 on chain
+  app.get('/models/:sha256/file', { config: { mayBeSigned: true }, schema: { params: Params } }, async (req, reply) => {
     const m = models.get(req.params.sha256);
+    await access.authorize(blobReaderOf(req.verified), m.sha256);
     const size = await c.blobs.size(m.sha256);
     if (size === undefined) throw new NimbleError('corrupt', `the file of model ${m.sha256} is missing from the store`);
     const range = parseRange(req.headers.range, size) ?? { start: 0, end: size };

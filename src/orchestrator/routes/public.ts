@@ -14,6 +14,7 @@ import { NimbleError } from '../../protocol/errors.ts';
 import { NetworkInfo } from '../../protocol/messages.ts';
 import { challengeMessage } from '../../protocol/network.ts';
 import type { ChainOptions } from '../rewards/epochs.ts';
+import { blobReaderOf, type BlobAccess } from '../blobs/access.ts';
 import { assembleCheckpoint } from '../training/checkpoint.ts';
 import type { Coordinator } from '../training/coordinator.ts';
 import { mergeRoundsView } from '../training/merge-rounds-view.ts';
@@ -41,7 +42,7 @@ function chainViewOf(chain: ChainOptions): () => Promise<ChainView> {
     ));
 }
 
-export function publicRoutes(app: HttpServer, c: Coordinator, chain: ChainOptions | null): void {
+export function publicRoutes(app: HttpServer, c: Coordinator, chain: ChainOptions | null, access: BlobAccess): void {
   const { state } = c;
   const paid = chain !== null;
   const chainView = chain ? chainViewOf(chain) : async () => null;
@@ -84,8 +85,7 @@ export function publicRoutes(app: HttpServer, c: Coordinator, chain: ChainOption
   app.post('/runs/:id/cancel', { config: developer, schema: { params: RunParams, response: { 200: RunView } } }, async (req) => view(c.cancelRun(req.params.id, signerOf(req)).id));
   // the trained model is its owner's
   app.get('/runs/:id/checkpoint', { config: developer, schema: { params: RunParams } }, async (req, reply) => {
-    const run = state.runs.get(req.params.id);
-    if (run && run.owner !== signerOf(req)) throw new NimbleError('forbidden', `the checkpoint of ${run.id} is its owner's`);
+    if (state.runs.get(req.params.id)) access.authorizeRun(blobReaderOf(req.verified), req.params.id);
     const bytes = await assembleCheckpoint(state, c.blobs, req.params.id);
     void reply.header('content-type', 'application/octet-stream');
     return Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength);

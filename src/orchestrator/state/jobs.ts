@@ -168,6 +168,22 @@ export class JobStore {
       : all(this.db, decodeJob, `SELECT ${JOB_COLUMNS} FROM jobs ORDER BY created_at DESC, id`);
   }
 
+  /** At most `limit` jobs, newest first (of one owner when given), after the one `after` names (its creation time and id). */
+  page(p: { owner?: string; after?: { createdAt: number; id: string }; limit: number }): JobRecord[] {
+    const where: string[] = [];
+    const values: (string | number)[] = [];
+    if (p.owner) {
+      where.push('LOWER(owner) = LOWER(?)');
+      values.push(p.owner);
+    }
+    if (p.after) {
+      where.push('(created_at < ? OR (created_at = ? AND id > ?))');
+      values.push(p.after.createdAt, p.after.createdAt, p.after.id);
+    }
+    const filter = where.length ? `WHERE ${where.join(' AND ')}` : '';
+    return all(this.db, decodeJob, `SELECT ${JOB_COLUMNS} FROM jobs ${filter} ORDER BY created_at DESC, id LIMIT ?`, ...values, p.limit);
+  }
+
   /** Jobs that have not ended, oldest first. */
   active(): JobRecord[] {
     return all(this.db, decodeJob, `SELECT ${JOB_COLUMNS} FROM jobs WHERE status NOT IN ${ENDED} ORDER BY created_at, id`);

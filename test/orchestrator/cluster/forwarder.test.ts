@@ -1,7 +1,8 @@
 // A follower's forwarder (src/orchestrator/cluster/forwarder.ts) between real
 // servers on 127.0.0.1: bodies both ways byte for byte, statuses and headers
 // passed, hop-by-hop headers kept on their hop, the client's address in
-// x-nimble-forwarded-for (a forged one replaced), server-sent events passed as
+// x-nimble-forwarded-for with its proof under the term's key (a forged one
+// replaced, one without the proof not believed), server-sent events passed as
 // they come, the errors without a leader or with one down (OpenAI's shape
 // under /v1/), a switch of leader, aborts both ways, the headers timeout, and
 // malformed requests answered without harm.
@@ -12,13 +13,16 @@ import { connect, type AddressInfo } from 'node:net';
 import { networkInterfaces } from 'node:os';
 import { after, before, test } from 'node:test';
 import { FORWARDED_FOR, startForwarder, type Forwarder, type ForwarderOptions } from '../../../src/orchestrator/cluster/forwarder.ts';
-import { isLocalClient } from '../../../src/orchestrator/dashboard/auth.ts';
+import { clientAddressOf, FORWARDED_PROOF, forwardedProof, isLocalClient } from '../../../src/orchestrator/dashboard/auth.ts';
+
+/** The key of the leader's term, as the lease gives it to the members. */
+const KEY = randomBytes(32).toString('hex');
 
 interface Upstream {
   server: Server;
   url: string;
-  /** the last request's headers, and whether the leader took it as from this machine */
-  seen: { headers: IncomingHttpHeaders; local: boolean } | null;
+  /** the last request's headers, whether the leader took it as from this machine, and for which client */
+  seen: { headers: IncomingHttpHeaders; local: boolean; client: string } | null;
 }
 
 /** Signals the tests give the upstream, and what it tells them. */
@@ -29,7 +33,7 @@ let slowArrived: () => void = () => {};
 
 function handler(name: string, up: Upstream) {
   return (req: IncomingMessage, res: ServerResponse): void => {
-    up.seen = { headers: req.headers, local: isLocalClient(req) };
+    up.seen = { headers: req.headers, local: isLocalClient(req, KEY), client: clientAddressOf(req, KEY) };
     const path = new URL(req.url ?? '/', 'http://x').pathname;
     if (path === '/echo') {
       const parts: Buffer[] = [];
@@ -135,7 +139,7 @@ const extra: Forwarder[] = [];
 const logged: string[] = [];
 
 async function forwarder(options: Partial<ForwarderOptions> = {}): Promise<Forwarder> {
-  const f = await startForwarder({ host: '127.0.0.1', port: 0, leader: () => leader, log: (l) => logged.push(l), ...options });
+  const f = await startForwarder({ host: '127.0.0.1', port: 0, leader: () => leader, forwardKey: () => KEY, log: (l) => logged.push(l), ...options });
   extra.push(f);
   return f;
 }
@@ -144,7 +148,7 @@ before(async () => {
   a = await startUpstream('A');
   b = await startUpstream('B');
   leader = a.url;
-  fwd = await startForwarder({ host: '127.0.0.1', port: 0, leader: () => leader, log: (l) => logged.push(l) });
+  fwd = await startForwarder({ host: '127.0.0.1', port: 0, leader: () => leader, forwardKey: () => KEY, log: (l) => logged.push(l) });
 });
 
 after(async () => {
@@ -199,15 +203,31 @@ test('hop-by-hop headers stay on their hop, both ways', async () => {
   assert.equal(r.body.toString(), 'hop');
 });
 
-test('x-nimble-forwarded-for names the client: a loopback client is local to the leader, forged values from elsewhere are replaced', async (t) => {
+test('x-nimble-forwarded-for names the client, proven with the term key: a loopback client is local to the leader, forged values are replaced or not believed', async (t) => {
   assert.equal(FORWARDED_FOR, 'x-nimble-forwarded-for');
   leader = a.url;
   await call(fwd.url, '/');
   assert.equal(a.seen?.headers[FORWARDED_FOR], '127.0.0.1');
+  assert.equal(a.seen?.headers[FORWARDED_PROOF], forwardedProof(KEY, 'GET', '/', '127.0.0.1'));
   assert.equal(a.seen?.local, true);
-  // a client of this machine may only lower itself: what it names is passed on
-  await call(fwd.url, '/', { headers: { [FORWARDED_FOR]: '10.6.6.6' } });
-  assert.equal(a.seen?.headers[FORWARDED_FOR], '10.6.6.6');
+  // a client of this machine naming another client without a proof is not believed: the follower names the client it sees
+  await call(fwd.url, '/', { headers: { [FORWARDED_FOR]: '10.6.6.6', [FORWARDED_PROOF]: 'f'.repeat(64) } });
+  assert.equal(a.seen?.headers[FORWARDED_FOR], '127.0.0.1');
+  assert.equal(a.seen?.client, '127.0.0.1');
+  // nor, straight to the leader: a loopback process that writes the header is counted as itself, and is not local
+  for (const proof of [undefined, 'f'.repeat(64), forwardedProof('e'.repeat(64), 'GET', '/', '10.6.6.6'), forwardedProof(KEY, 'GET', '/other', '10.6.6.6')]) {
+    await call(a.url, '/', { headers: { [FORWARDED_FOR]: '10.6.6.6', ...(proof ? { [FORWARDED_PROOF]: proof } : {}) } });
+    assert.equal(a.seen?.client, '127.0.0.1', `proof ${proof}`);
+    assert.equal(a.seen?.local, false);
+  }
+  // with the term's key (a follower): believed
+  await call(a.url, '/', { headers: { [FORWARDED_FOR]: '10.6.6.6', [FORWARDED_PROOF]: forwardedProof(KEY, 'GET', '/', '10.6.6.6') } });
+  assert.equal(a.seen?.client, '10.6.6.6');
+  assert.equal(a.seen?.local, false);
+  // a follower that has no key yet sends the header unproven: never believed as local
+  const keyless = await forwarder({ forwardKey: () => null });
+  await call(keyless.url, '/');
+  assert.equal(a.seen?.headers[FORWARDED_PROOF], undefined);
   assert.equal(a.seen?.local, false);
 
   // a client from another address (this machine's own non-loopback one, if it has one)

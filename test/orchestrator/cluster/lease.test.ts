@@ -37,7 +37,9 @@ test('one holder at a time; a takeover only after the lease expired; renewing ke
   assert.notEqual(a.holder, b.holder);
   assert.equal(a.tryAcquire(), 1);
   assert.equal(b.tryAcquire(), null);
-  assert.deepEqual(b.current(), { holder: a.holder, url: 'http://127.0.0.1:1001', term: 1, live: true });
+  // the followers learn the term's key with the leader's URL (the key they prove forwarded requests with)
+  assert.match(a.forwardKey, /^[0-9a-f]{64}$/);
+  assert.deepEqual(b.current(), { holder: a.holder, url: 'http://127.0.0.1:1001', term: 1, live: true, forwardKey: a.forwardKey });
   for (let i = 0; i < 4; i++) {
     await sleep(200);
     assert.equal(a.renew(), true);
@@ -46,6 +48,8 @@ test('one holder at a time; a takeover only after the lease expired; renewing ke
   await sleep(1600);
   assert.equal(b.current()?.live, false);
   assert.equal(b.tryAcquire(), 2, 'an expired lease is taken, in a new term');
+  assert.notEqual(b.forwardKey, a.forwardKey, 'each term has a key of its own');
+  assert.equal(a.current()?.forwardKey, b.forwardKey);
   assert.equal(a.renew(), false, 'the old holder finds it gone');
   assert.equal(a.tryAcquire(), null);
   b.release();

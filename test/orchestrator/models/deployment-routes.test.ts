@@ -24,6 +24,7 @@ import { chainModelRegistry, RegistrySync } from '../../../src/orchestrator/mode
 import { MAX_JSON_BYTES } from '../../../src/orchestrator/http.ts';
 import { deploymentRoutes } from '../../../src/orchestrator/routes/deployments.ts';
 import { modelRoutes } from '../../../src/orchestrator/routes/models.ts';
+import { BlobAccess, publicationOf } from '../../../src/orchestrator/blobs/access.ts';
 import { OrchestratorState } from '../../../src/orchestrator/state/index.ts';
 import { parse } from '../../../src/protocol/messages.ts';
 import { SessionKey } from '../../../src/protocol/session-key.ts';
@@ -57,10 +58,10 @@ before(async () => {
   const server = (): HttpServer => createHttpServer({ bodyLimit: MAX_JSON_BYTES, verifier: new RequestVerifier({ domain, notBefore: Date.now(), sessionKeyOf: () => undefined }) });
   const access = chainModelRegistry({ client: chain.client, signer: chain.operator });
   app = server();
-  modelRoutes(app, coordinator, { client: chain.client, signer: chain.operator });
+  modelRoutes(app, coordinator, { client: chain.client, signer: chain.operator }, new BlobAccess(state, publicationOf(access)));
   deploymentRoutes(app, coordinator, access);
   unpaid = server();
-  modelRoutes(unpaid, coordinator, null);
+  modelRoutes(unpaid, coordinator, null, new BlobAccess(state, null));
   deploymentRoutes(unpaid, coordinator, null);
   sync = new RegistrySync(state, access);
   dev = new RequestSigner(devKey, { domain });

@@ -29,6 +29,8 @@ import { Coordinator } from '../../../src/orchestrator/training/coordinator.ts';
 import { buildApi, MAX_JSON_BYTES } from '../../../src/orchestrator/http.ts';
 import { MAX_MODEL_BYTES, MAX_MODELS_PER_OWNER } from '../../../src/orchestrator/models/models.ts';
 import { modelRoutes } from '../../../src/orchestrator/routes/models.ts';
+import { BlobAccess, publicationOf } from '../../../src/orchestrator/blobs/access.ts';
+import { chainModelRegistry } from '../../../src/orchestrator/models/deployment-registry.ts';
 import { OrchestratorState } from '../../../src/orchestrator/state/index.ts';
 import { parse } from '../../../src/protocol/messages.ts';
 import { RequestSigner, RequestVerifier } from '../../../src/protocol/signing.ts';
@@ -59,7 +61,7 @@ before(async () => {
   coordinator = new Coordinator(state, blobs, { spotChecks: { rate: 0 }, gc: { blobGraceMs: 0 } });
   const { domain } = coordinator.identity;
   app = createHttpServer({ bodyLimit: MAX_JSON_BYTES, verifier: new RequestVerifier({ domain, notBefore: Date.now(), sessionKeyOf: () => undefined }) });
-  modelRoutes(app, coordinator, { client: chain.client, signer: chain.operator });
+  modelRoutes(app, coordinator, { client: chain.client, signer: chain.operator }, new BlobAccess(state, publicationOf(chainModelRegistry({ client: chain.client, signer: chain.operator }))));
   unpaid = buildApi(coordinator);
   dev = new RequestSigner(devKey, { domain });
   other = new RequestSigner(otherKey, { domain });
