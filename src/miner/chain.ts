@@ -65,7 +65,8 @@ export function learnedRegistryLookup(opts: MinerChainOptions): { lookup: Regist
   };
   // at start: say which chain it is (or why it is refused) before any deployment asks
   const check = async (): Promise<void> => {
-    await open().catch(() => {}); // a refusal was logged; a stage asked of it is refused with the same line
+    // a stage asked of it is refused with the same line
+    await open().catch((err: Error) => say(`chain: ${err.message}`));
   };
   return { lookup, check };
 }
