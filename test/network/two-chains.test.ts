@@ -90,7 +90,7 @@ test("with --chain-rpc of the data dir's own chain, every command that spends fo
     assert.match(r.stderr, line, commands[i].slice(0, 2).join(' '));
   });
   assert.deepEqual({ a: await holdings(a.client), b: await holdings(b.client) }, before, 'no NIM moved on either chain, no model registered');
-  assert.deepEqual(await new JobClient(new OrchestratorClient(cluster.url)).list(dev), [], 'no job recorded');
+  assert.deepEqual(await new JobClient(new OrchestratorClient(cluster.url, { wallet: devKey })).list(dev), [], 'no job recorded');
   assert.equal((await new CreditClient(new OrchestratorClient(cluster.url, { wallet: devKey })).balance()).escrows.length, 0, 'no credit recorded');
 });
 
@@ -108,7 +108,7 @@ test("without --chain-rpc, the commands of data dir B act on the orchestrator's 
   const id = submitted.out.find((o) => o.event === 'submitted')!.id as string;
   await step('model', 'publish', '--file', modelFile, '--name', 'two-chains', '--wallet.name', 'dev');
 
-  const job = await new JobClient(new OrchestratorClient(cluster.url)).get(id);
+  const job = await new JobClient(new OrchestratorClient(cluster.url, { wallet: devKey })).get(id);
   assert.equal(job.payment?.budget, parseEther('1').toString(), 'the job was accepted with its escrow');
   assert.deepEqual(await holdings(a.client), [parseEther('42'), parseEther('5'), parseEther('3'), 1], "the orchestrator's chain: 50 minted, 5 staked, 2 + 1 escrowed, one model");
   assert.equal((await modelOfSha256(a.client, `0x${sha256}`))?.owner, dev);
