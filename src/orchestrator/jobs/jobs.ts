@@ -1,17 +1,12 @@
 // Developers' jobs on the network (docs/jobs.md): a job is submitted with its
-// spec, trained by a run (src/orchestrator/training/run-planner.ts) that starts on one
-// miner holding the whole model (the smallest idle one that fits), followed
-// on every tick (status, progress, checkpoints), and ended by its limits: past
-// its wall-clock timeout it is `timed_out`, after its idle limit without a
-// step it is `idle_stopped`; its checkpoints are kept for the retention
-// period after it ends, then collected. Every status change and message is a
-// job event (src/orchestrator/state/jobs.ts), so a restart loses none.
-//
-// An upgrade moves a job onto a group (stages × replicas): its run finishes
-// early (the microbatches issued complete, the final merge saves every
-// stage), that state is kept as a checkpoint, and a new run of the remaining
-// steps starts from it on the group, its shards going on where the first
-// run's stopped. The job's step and tokens count every run it had.
+// spec, trained by a run (../training/run-planner.ts) that starts on the
+// smallest idle miner holding the whole model, followed on every tick, and
+// ended by its limits (`timed_out` past its timeout, `idle_stopped` after its
+// idle limit without a step); its checkpoints are kept for the retention
+// period after it ends. Every status change is a job event (../state/jobs.ts).
+// An upgrade moves a job onto a group (stages × replicas): its run ends early
+// with every stage saved as a checkpoint, and a new run of the remaining steps
+// starts from it on the group, where the first run's shards stopped.
 import { EventEmitter } from 'node:events';
 import { randomBytes } from 'node:crypto';
 import { itemsPerStep, jobSpecProblems, resolveJobSpec, type JobSpec, type ResolvedJob } from '../../jobs/spec.ts';

@@ -22,20 +22,13 @@
 // already shows it settled with the same digest it is only marked settled,
 // otherwise the remaining batches are sent.
 //
-// Slashing: every offence (src/orchestrator/rewards/offences.ts: a failed spot check,
-// a false claim, a poisoned merge) gets a 'pending' slash row when it is
-// decided. At the next pass (within a second) its amount, a share of the
-// stake and unstaking tokens the miner holds then, is fixed and written before
-// the first send. Its reason names the offence and is unique; its keccak256 is
-// the offence id the Staking contract records per orchestrator account and
-// refuses a second time. Before sending, the chain is asked whether the
-// offence was slashed already (a crash after the send, a lost receipt); the
-// transaction's hash is written as soon as the node took it, so a retry after
-// a receipt timeout, an RPC error or a restart waits for that transaction
-// instead of sending another. The unstake cooldown must be longer than a check can stay open, or
-// a miner could withdraw between being asked and being slashed: at start the
-// orchestrator raises a local chain's cooldown to that, and refuses a remote
-// chain whose cooldown is shorter.
+// Slashing: every offence (./offences.ts) gets a 'pending' slash row; its
+// amount is fixed and written before the first send, and its unique reason's
+// keccak256 is the offence id Staking refuses a second time. The chain is asked
+// first, and the transaction's hash written as soon as the node took it, so a
+// retry waits for that transaction instead of sending another. The unstake
+// cooldown must outlast an open check (raised on a local chain at start, a
+// remote chain's refused if shorter). docs/security.md, "Money".
 import { FINAL_RUN_STATUSES } from '../../api/schemas.ts';
 import { formatEther, TransactionNotFoundError, TransactionReceiptNotFoundError, WaitForTransactionReceiptTimeoutError, type Address, type Hash } from 'viem';
 import type { ChainClient, SigningClient } from '../../chain/client.ts';
