@@ -135,3 +135,11 @@ for (const { dir, maxTop } of HOUSES) {
     assert.deepEqual(undeclared, [], 'imports of rooms their README does not name');
   });
 }
+
+test('no file of src/ is over 450 lines', () => {
+  const big = sources(SRC)
+    .map((f) => [relative(SRC, f), readFileSync(f, 'utf8').split('\n').length] as const)
+    .filter(([, n]) => n > 450)
+    .map(([f, n]) => `${f} ${n}`);
+  assert.deepEqual(big, []);
+});
