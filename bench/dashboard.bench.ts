@@ -14,6 +14,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { gzipSync } from 'node:zlib';
 import chromium from '@sparticuz/chromium';
+import { chromiumExecutablePath } from '../src/engine/webgpu/chromium-unpack.ts';
 import pw from 'playwright-core';
 import { privateKeyToAddress, generatePrivateKey } from 'viem/accounts';
 import { startOrchestrator } from '../src/orchestrator/server.ts';
@@ -34,7 +35,7 @@ async function run(log: (line: string) => void): Promise<BenchResult[]> {
 
   const dir = mkdtempSync(join(tmpdir(), 'nimble-bench-dash-'));
   const orch = await startOrchestrator({ dataDir: dir, port: 0, coordinator: { minerTimeoutMs: 600_000 } });
-  const browser = await pw.chromium.launch({ executablePath: await chromium.executablePath(), args: chromium.args, headless: true });
+  const browser = await pw.chromium.launch({ executablePath: await chromiumExecutablePath(chromium), args: chromium.args, headless: true });
   try {
     const now = Date.now();
     const addMiners = (from: number, to: number): void => {

@@ -16,6 +16,7 @@ import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { after, test } from 'node:test';
 import chromium from '@sparticuz/chromium';
+import { chromiumExecutablePath } from '../../src/engine/webgpu/chromium-unpack.ts';
 import OpenAI from 'openai';
 import pw, { type Browser } from 'playwright-core';
 import { formatEther, parseEther, type Address, type Hex } from 'viem';
@@ -58,7 +59,7 @@ async function refused(p: Promise<unknown>, status: number, code: RegExp): Promi
 }
 
 test('a caller pays per token from its credit with an API key; miners and the model owner are paid at the epoch, as the dashboard shows; NIM is conserved', { timeout: 90_000 }, async () => {
-  const launching = chromium.executablePath().then((executablePath) => pw.chromium.launch({ executablePath, args: chromium.args, headless: true }));
+  const launching = chromiumExecutablePath(chromium).then((executablePath) => pw.chromium.launch({ executablePath, args: chromium.args, headless: true }));
   after(() => launching.then((b) => b.close()));
   process.env.NIMBLE_CHAIN_RPC = '';
   process.env.NIMBLE_PASSWORD = PASSWORD;

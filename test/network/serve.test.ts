@@ -20,6 +20,7 @@ import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { after, test } from 'node:test';
 import chromium from '@sparticuz/chromium';
+import { chromiumExecutablePath } from '../../src/engine/webgpu/chromium-unpack.ts';
 import OpenAI from 'openai';
 import pw from 'playwright-core';
 import { generatePrivateKey } from 'viem/accounts';
@@ -233,7 +234,7 @@ test('the dashboard playground streams the deployed model\'s completion with the
   const c = { prompt: 'Call me Ishmael. ', max_tokens: 48, temperature: 0.9, seed: 11 };
   const local = generateCached(engine, bytes, c.prompt, { maxTokens: c.max_tokens, temperature: c.temperature, seed: c.seed, stages: cuts, activations: 'f16' });
   await engine.close();
-  const browser = await pw.chromium.launch({ executablePath: await chromium.executablePath(), args: chromium.args, headless: true });
+  const browser = await pw.chromium.launch({ executablePath: await chromiumExecutablePath(chromium), args: chromium.args, headless: true });
   try {
     const page = await (await browser.newContext({ locale: 'en-US' })).newPage();
     const urls: string[] = [];

@@ -116,6 +116,14 @@ test('a serving-only network pays every charged token within --pay-within-minute
     text += new TextDecoder().decode(value);
     events = text.split('data: ').length - 1;
   }
+  // the orchestrator writes a generation's progress every 250 ms: go on reading for a second, so that what the
+  // 40 events show is written before the kill (a kill within the first 250 ms may lose them: docs/security.md)
+  const readUntil = Date.now() + 1_000;
+  while (Date.now() < readUntil) {
+    const { value, done } = await reader.read();
+    if (done) throw new Error(`the stream ended after ${events} events: a generation of 4096 tokens should take longer (${text.slice(-200)})`);
+    text += new TextDecoder().decode(value);
+  }
   const orch = cluster.orchestrator!.child;
   orch.kill('SIGKILL');
   await new Promise((r) => orch.once('exit', r));

@@ -14,6 +14,7 @@ import { existsSync, mkdirSync } from 'node:fs';
 import { join } from 'node:path';
 import { after, before, test } from 'node:test';
 import chromium from '@sparticuz/chromium';
+import { chromiumExecutablePath } from '../../src/engine/webgpu/chromium-unpack.ts';
 import pw, { type Browser, type Page } from 'playwright-core';
 import { zeroAddress } from 'viem';
 import { generatePrivateKey } from 'viem/accounts';
@@ -53,7 +54,7 @@ async function waitStatus(page: Page, status: string, timeout: number): Promise<
 }
 
 test('the dashboard shows the network live, draws the loss, renders miner names as text, and cancels, upgrades and submits only as the operator', async () => {
-  const launching = chromium.executablePath().then((executablePath) => pw.chromium.launch({ executablePath, args: chromium.args, headless: true }));
+  const launching = chromiumExecutablePath(chromium).then((executablePath) => pw.chromium.launch({ executablePath, args: chromium.args, headless: true }));
   await cluster.startOrchestrator();
   const listening = await cluster.orchestrator!.waitFor((v) => v.event === 'listening');
   const login = String(listening.login);

@@ -4,6 +4,7 @@
 // reaches a driver through the Vulkan loader (libvulkan.so.1, found by the
 // dynamic linker) and the loader reaches SwiftShader through VK_ICD_FILENAMES;
 // both must be in place before Dawn creates a Vulkan instance.
+import { chromiumExecutablePath } from './chromium-unpack.ts';
 import { existsSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { constants } from 'node:os';
@@ -40,7 +41,7 @@ export async function findSwiftShader(): Promise<SwiftShaderFiles | string> {
   }
   let dir: string;
   try {
-    dir = dirname(await chromium.default.executablePath());
+    dir = dirname(await chromiumExecutablePath(chromium.default));
     // executablePath() unpacks nothing when the browser is already in the
     // temp folder: unpack the driver alone if it went missing since
     if (!existsSync(join(dir, ICD_JSON))) {
