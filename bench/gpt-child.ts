@@ -3,7 +3,8 @@
 import { Engine } from '../src/engine/engine.ts';
 import { loadCorpus } from '../src/data/corpus.ts';
 import { gptConfig } from '../src/model/config.ts';
-import { GptStage, splitEvenly } from '../src/model/gpt.ts';
+import { GptStage } from '../src/model/gpt.ts';
+import { splitEvenly } from '../src/model/parts.ts';
 import { trainLocal } from '../src/train/local.ts';
 import { median } from './harness.ts';
 

@@ -10,7 +10,8 @@
 // ./inference-serve.bench.ts, in the same group.
 import { Engine } from '../src/engine/engine.ts';
 import { gptConfig } from '../src/model/config.ts';
-import { GptStage, partCount } from '../src/model/gpt.ts';
+import { GptStage } from '../src/model/gpt.ts';
+import { partCount } from '../src/model/parts.ts';
 import { mulberry32 } from '../src/model/init.ts';
 import { Generator } from '../src/inference/generator.ts';
 import { inferenceFromStage } from '../src/inference/load.ts';

@@ -12,7 +12,7 @@ import { createOuterState, outerStep } from '../src/merge/outer.ts';
 import { partitionVector } from '../src/merge/partition.ts';
 import { decodePartitionFrames, encodeMergedPartition, encodePseudoGradientPartitions, framesByteLength } from '../src/merge/pseudo-gradient.ts';
 import { gptConfig } from '../src/model/config.ts';
-import { partCount, rangeParamCount } from '../src/model/gpt.ts';
+import { partCount, rangeParamCount } from '../src/model/parts.ts';
 
 const GPT_TINY = gptConfig('gpt-tiny');
 /** Parameters of gpt-tiny (vocab 256, context 64, width 128, 4 layers): 867,072. */

@@ -40,7 +40,7 @@ import type { MergeWork } from '../src/sim/merge-time.ts';
 import { measureMergeWork } from '../src/sim/merge-work.ts';
 import { int8PartitionBytes, mergePartitions } from '../src/sim/costs.ts';
 import { simModel } from '../src/sim/models.ts';
-import { rangeParamCount } from '../src/model/gpt.ts';
+import { rangeParamCount } from '../src/model/parts.ts';
 import { measureRequestMs } from './request-cost.ts';
 import type { JobTimes } from '../src/sim/types.ts';
 import { median, type Bench, type BenchResult } from './harness.ts';

@@ -18,9 +18,10 @@
 //   every miner that fits): the fastest miners that keep every stage coverable;
 // - the stage count, when not given, is the fewest that fit: every stage
 //   boundary is a network hop for every generated token.
+import { blockWidths } from '../model/arch.ts';
 import type { GptConfig } from '../model/config.ts';
 import { validateGptConfig } from '../model/config.ts';
-import { headPart, partCount, partParamCount, type StageRange } from '../model/gpt.ts';
+import { headPart, partCount, partParamCount, type StageRange } from '../model/parts.ts';
 import { assignMiners, diagnoseAssignment, stageThroughput, validateMiners, type StageDemand } from '../planner/assign.ts';
 import { BYTES_PER_FLOAT, partFlopsPerToken } from '../planner/cost.ts';
 import { formatBytes, PlanError } from '../planner/errors.ts';
@@ -86,7 +87,7 @@ export function inferenceStageCost(config: GptConfig, range: StageRange, session
   }
   if (!(Number.isInteger(sessions) && sessions >= 1)) throw new RangeError(`sessions must be a positive integer, got ${sessions}`);
   const { contextLength: T, channels: C, vocabSize: V } = config;
-  const H = C * config.mlpRatio;
+  const w = blockWidths(config);
   let params = 0;
   let flops = 0;
   for (let p = range.from; p < range.to; p++) {
@@ -96,8 +97,8 @@ export function inferenceStageCost(config: GptConfig, range: StageRange, session
   const blocks = Math.max(0, Math.min(range.to, headPart(config)) - Math.max(range.from, 1));
   const rows = Math.max(T, sessions);
   const last = range.to === P;
-  // x, res2, ln, atty, tmp (C each), mean and rstd, qkv (3C), fch and its GELU (H each), the row table (2 ints); the last stage's rows and logits
-  const scratchFloats = rows * (8 * C + 2 + 2 * H + 2) + (last ? rows * (C + V) : 0);
+  // x, res2, ln, tmp (C each), atty (H·D), mean and rstd, qkv, fch and its activation (src/model/block.ts's cachedScratch), the row table (2 ints); the last stage's rows and logits
+  const scratchFloats = rows * (4 * C + w.attn + 2 + w.qkv + w.fc + w.hidden + 2) + (last ? rows * (C + V) : 0);
   const weights = params * BYTES_PER_FLOAT;
   const kvCache = sessions * kvCacheBytes(config, blocks);
   const scratch = scratchFloats * BYTES_PER_FLOAT;

@@ -6,7 +6,8 @@
 // between them as f16 frames do (`stages`, `activations`): the reference a
 // generation served through miners is compared with, byte for byte.
 import type { Engine } from '../engine/engine.ts';
-import type { GptStage, StageRange } from '../model/gpt.ts';
+import type { GptStage } from '../model/gpt.ts';
+import type { StageRange } from '../model/parts.ts';
 import type { ActivationCodec } from './activations.ts';
 import { Generator, type FinishReason } from './generator.ts';
 import { inferenceFromCheckpoint, inferenceFromStage } from './load.ts';

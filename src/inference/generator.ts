@@ -17,7 +17,7 @@
 // (`activations: 'f16'`): what miners exchanging f16 frames compute, so a
 // generation served through miners can be compared with this one byte for
 // byte (./activations.ts).
-import { partCount } from '../model/gpt.ts';
+import { partCount } from '../model/parts.ts';
 import { acrossBoundary, type ActivationCodec } from './activations.ts';
 import { Sampler, stopAt, stopSequences, type SamplingOptions } from './sampling.ts';
 import type { SessionRows, StageInference } from './stage-inference.ts';

@@ -6,12 +6,15 @@
 // in JavaScript arrays would have to be copied into the engine's memory on
 // every step, O(T·C) per layer per token, which is what the cache saves).
 //
-// Layout of one layer (assembly/attention-cached.ts):
-//   keys    C × Tp floats, channel-major (Tp = T rounded up to 4): the layout the
+// Layout of one layer (assembly/attention-cached.ts, assembly/attention-gqa.ts),
+// with KD = key/value heads × head width (C for the byte GPT; fewer with
+// grouped-query attention):
+//   keys    KD × Tp floats, channel-major (Tp = T rounded up to 4): the layout the
 //           attention kernel transposes keys to, so scores run the same sums;
-//   values  T × C floats, row-major.
+//   values  T × KD floats, row-major.
 import type { Engine } from '../engine/engine.ts';
 import type { Tensor } from '../engine/tensor.ts';
+import { resolveArch } from '../model/arch.ts';
 import type { GptConfig } from '../model/config.ts';
 
 /** T rounded up to a multiple of 4 (the keys' row stride). */
@@ -25,17 +28,22 @@ export interface KvLayerOffsets {
   values: number;
 }
 
+/** Floats per cached position of one layer's keys (or values): key/value heads × head width. */
+export function kvWidth(config: GptConfig): number {
+  const a = resolveArch(config);
+  return a.kvHeads * a.headDim;
+}
+
 /** Floats one layer of a session's cache takes. */
 export function kvLayerFloats(config: GptConfig): number {
-  const { contextLength: T, channels: C } = config;
-  return C * pad4(T) + T * C;
+  const T = config.contextLength, KD = kvWidth(config);
+  return KD * pad4(T) + T * KD;
 }
 
 /** Where block `layer` (0-based within the stage) keeps its keys and values, in bytes from the start of a session's cache. */
 export function kvLayerOffsets(config: GptConfig, layer: number): KvLayerOffsets {
-  const { contextLength: T, channels: C } = config;
   const keys = layer * kvLayerFloats(config) * 4;
-  return { keys, values: keys + C * pad4(T) * 4 };
+  return { keys, values: keys + kvWidth(config) * pad4(config.contextLength) * 4 };
 }
 
 /** Bytes a session's cache takes on a stage holding `blocks` blocks. */

@@ -4,7 +4,8 @@
 // copied into the stage's own buffer, laid out as the GptStage lays them out.
 import type { Engine } from '../engine/engine.ts';
 import { checkpointInfo, copyParams } from '../model/checkpoint.ts';
-import type { GptStage, StageRange } from '../model/gpt.ts';
+import type { GptStage } from '../model/gpt.ts';
+import type { StageRange } from '../model/parts.ts';
 import { decodeSafetensors, SafetensorsError, type SafetensorsFile } from '../model/safetensors.ts';
 import { StageInference, stageParamLayout, type StageInferenceOptions } from './stage-inference.ts';
 

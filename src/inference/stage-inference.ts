@@ -12,14 +12,19 @@
 // (width C) of the stage before it; the last stage applies the final layer
 // norm and the head to each session's last row and returns its logits.
 //
-// The kernels are the training path's (sgemm, layer norm, GELU, residual),
-// whose rows never mix, plus attention over the cache (attentionCached), which
-// sums in the training kernel's order: the logits are bitwise identical to
-// GptStage.forward on the whole prefix (test/inference/stage-inference.test.ts).
+// Every architecture of src/model/arch.ts: the blocks are src/model/block.ts's
+// blockForwardCached. The kernels are the training path's (sgemm, the norms,
+// GELU or SwiGLU, residual), whose rows never mix, plus attention over the
+// cache, which sums in the training kernel's order: the byte GPT's logits are
+// bitwise identical to GptStage.forward on the whole prefix, and a Llama's
+// agree with it to rounding (test/inference/stage-inference.test.ts,
+// test/model/hf/reference.test.ts).
 import type { Engine } from '../engine/engine.ts';
 import type { Tensor } from '../engine/tensor.ts';
+import { blockForwardCached, blockShape, cachedScratch, headNormForward, type BlockShape, type BlockTensors, type CachedScratch } from '../model/block.ts';
 import { type GptConfig, validateGptConfig } from '../model/config.ts';
-import { headPart, partCount, partParams, type StageRange } from '../model/gpt.ts';
+import { createRopeTable, type RopeTable } from '../model/rope.ts';
+import { headPart, partCount, partParams, type StageRange } from '../model/parts.ts';
 import { FlatTensors, ParamLayout, type ParamSpec } from '../model/params.ts';
 import * as L from '../model/layers.ts';
 import { NimbleError } from '../protocol/errors.ts';
@@ -66,11 +71,9 @@ export class ContextOverflowError extends NimbleError {
 }
 
 /** The stage's activation buffers, sized for maxRows rows. */
-interface Scratch {
-  x: Tensor; res2: Tensor; ln: Tensor; mean: Tensor; rstd: Tensor;
-  qkv: Tensor; atty: Tensor; tmp: Tensor; fch: Tensor; fchGelu: Tensor;
+interface Scratch extends CachedScratch {
   last?: Tensor; logits?: Tensor;
-  table: { ptr: number; data: Int32Array };
+  table: L.IntBuffer;
 }
 
 export class StageInference {
@@ -85,6 +88,9 @@ export class StageInference {
   private readonly blockIds: number[] = [];
   private readonly sessions = new Map<string, KvCache>();
   private readonly scratch: Scratch;
+  private readonly shape: BlockShape;
+  /** rotary embeddings' table (null with learned positions) */
+  private readonly rope: RopeTable | null = null;
   private readonly tensors: Tensor[] = [];
   private released = false;
 
@@ -118,15 +124,18 @@ export class StageInference {
     for (let p = Math.max(1, range.from); p < Math.min(range.to, headPart(config)); p++) this.blockIds.push(p - 1);
 
     const R = this.maxRows;
-    const H = C * config.mlpRatio;
     const t = (shape: number[]): Tensor => {
       const x = engine.tensor(shape);
       this.tensors.push(x);
       return x;
     };
+    this.shape = blockShape(config);
+    if (this.shape.arch.position === 'rope' && this.blockIds.length > 0) {
+      this.rope = createRopeTable(engine, this.shape.arch, T);
+      this.tensors.push(this.rope.tensor);
+    }
     this.scratch = {
-      x: t([R, C]), res2: t([R, C]), ln: t([R, C]), mean: t([R]), rstd: t([R]),
-      qkv: t([R, 3 * C]), atty: t([R, C]), tmp: t([R, C]), fch: t([R, H]), fchGelu: t([R, H]),
+      ...cachedScratch(this.shape, t, R),
       ...(this.isLast ? { last: t([R, C]), logits: t([R, V]) } : {}),
       table: engine.int32(2 * R),
     };
@@ -241,7 +250,7 @@ export class StageInference {
       }
       src = s.last!;
     }
-    L.layernormForward(k, s.ln, s.mean, s.rstd, src, P.get('lnf.w'), P.get('lnf.b'), n, C);
+    headNormForward(k, this.shape, (name) => (P.layout.byName.has(name) ? P.get(name) : null), s.ln, s.mean, s.rstd, src, n);
     L.linearForward(k, s.logits!, s.ln, P.get('lm_head.w'), null, n, C, V);
     return s.logits!.data.slice(0, n * V);
   }
@@ -314,39 +323,26 @@ export class StageInference {
       return;
     }
     const wte = this.params.get('wte').data;
-    const wpe = this.params.get('wpe').data;
+    const learned = this.shape.arch.position === 'learned';
+    const wpe = learned ? this.params.get('wpe').data : null;
     const table = this.scratch.table.data;
     let r = 0;
     for (let i = 0; i < batch.length; i++) {
       const tokens = batch[i].input;
       for (let j = 0; j < counts[i]; j++, r++) {
-        // one float32 add per element, as embeddingForward
         const e = tokens[j] * C, p = table[2 * r + 1] * C, o = r * C;
-        for (let c = 0; c < C; c++) x[o + c] = wte[e + c] + wpe[p + c];
+        // one float32 add per element, as embeddingForward; rotary positions: the token's embedding alone
+        if (wpe) for (let c = 0; c < C; c++) x[o + c] = wte[e + c] + wpe[p + c];
+        else x.set(wte.subarray(e, e + C), o);
       }
     }
   }
 
-  /** Block `b` of the stage on `rows` rows: x ← x + attn(ln1(x)); x ← x + mlp(ln2(x)) (GptStage's blockForward, attention over the cache). */
+  /** Block `b` of the stage on `rows` rows: src/model/block.ts's blockForwardCached, over each session's cache. */
   private block(b: number, rows: number): void {
-    const { channels: C, heads: NH, contextLength: T } = this.config;
-    const H = C * this.config.mlpRatio;
-    const k = this.engine.kernels;
-    const s = this.scratch;
     const p = `h.${this.blockIds[b]}.`;
-    const w = (name: string): Tensor => this.params.get(p + name);
-    const { keys, values } = kvLayerOffsets(this.config, b);
-    L.layernormForward(k, s.ln, s.mean, s.rstd, s.x, w('ln1.w'), w('ln1.b'), rows, C);
-    L.linearForward(k, s.qkv, s.ln, w('attn.qkv.w'), w('attn.qkv.b'), rows, C, 3 * C);
-    k.kvCacheStore(s.qkv.ptr, s.table.ptr, rows, keys, values, C, T);
-    k.attentionCached(s.atty.ptr, s.qkv.ptr, s.table.ptr, rows, keys, values, C, NH, T);
-    L.linearForward(k, s.tmp, s.atty, w('attn.proj.w'), w('attn.proj.b'), rows, C, C);
-    L.residualForward(k, s.res2, s.x, s.tmp, rows * C);
-    L.layernormForward(k, s.ln, s.mean, s.rstd, s.res2, w('ln2.w'), w('ln2.b'), rows, C);
-    L.linearForward(k, s.fch, s.ln, w('mlp.fc.w'), w('mlp.fc.b'), rows, C, H);
-    L.geluForward(k, s.fchGelu, s.fch, rows * H);
-    L.linearForward(k, s.tmp, s.fchGelu, w('mlp.proj.w'), w('mlp.proj.b'), rows, H, C);
-    L.residualForward(k, s.x, s.res2, s.tmp, rows * C);
+    const P: BlockTensors = (name) => (this.layout.byName.has(p + name) ? this.params.get(p + name) : null);
+    blockForwardCached(this.engine.kernels, this.shape, P, this.scratch, this.scratch.table, kvLayerOffsets(this.config, b), this.rope, rows);
   }
 
   private checkAlive(): void {

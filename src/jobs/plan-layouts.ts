@@ -15,7 +15,7 @@
 // pace. A stage trains the sum of its replicas; the pipeline, its slowest
 // stage. Wall time = steps × items per step / that.
 import { mergeTrafficPerReplica } from '../merge/traffic.ts';
-import type { StageRange } from '../model/gpt.ts';
+import type { StageRange } from '../model/parts.ts';
 import { assignMiners, diagnoseAssignment, type StageDemand } from '../planner/assign.ts';
 import { totalFlops, type StageCost } from '../planner/cost.ts';
 import { PlanError } from '../planner/errors.ts';

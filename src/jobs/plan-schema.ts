@@ -1,7 +1,7 @@
 // The plain-JSON types of a job plan (TypeBox schemas, so a `JobPlan` can
 // travel over HTTP), the live miners it is planned on, and the price of work.
 import { Type, type Static, type TSchema } from '@sinclair/typebox';
-import { StageRange } from '../model/gpt.ts';
+import { StageRange } from '../model/parts.ts';
 import { FlopsPerToken } from '../planner/types.ts';
 
 /** A live miner as the orchestrator measured it. */

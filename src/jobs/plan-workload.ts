@@ -2,7 +2,7 @@
 // and how it can be cut (every stage count up to the model's parts, or a
 // spread of them for deep models; 1 for the MLP, which is never cut), and
 // what planning one job shares across its layouts (a Context).
-import { partCount, partName, StageRange } from '../model/gpt.ts';
+import { partCount, partName, StageRange } from '../model/parts.ts';
 import { stageCostTable, type MemoryBytes, type StageCost } from '../planner/cost.ts';
 import { cutStages } from '../planner/placement.ts';
 import { mlpCost } from './mlp-cost.ts';

@@ -4,7 +4,8 @@
 import type { ByteCorpus } from '../data/corpus.ts';
 import { loadSpamDataset, spamBatch, SPAM_CLASSES, type SpamDataset } from '../data/spam.ts';
 import type { Engine } from '../engine/engine.ts';
-import { GptStage, type StageRange } from '../model/gpt.ts';
+import { GptStage } from '../model/gpt.ts';
+import { type StageRange } from '../model/parts.ts';
 import { Mlp } from '../model/mlp.ts';
 import type { ModelRef } from '../model/model-ref.ts';
 import type { FlatTensors, ParamLayout } from '../model/params.ts';

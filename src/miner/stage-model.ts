@@ -15,7 +15,7 @@
 import { batchForShard } from '../data/batches.ts';
 import type { ByteCorpus } from '../data/corpus.ts';
 import { loadNamedCorpus } from '../data/dataset.ts';
-import { partCount, type StageRange } from '../model/gpt.ts';
+import { partCount, type StageRange } from '../model/parts.ts';
 import type { ModelRef } from '../model/model-ref.ts';
 import type { FlatTensors, ParamLayout } from '../model/params.ts';
 import type { StageAssignment } from '../protocol/messages.ts';

@@ -14,7 +14,7 @@ import type { Gpu } from '../engine/webgpu/device.ts';
 import { GpuMlp } from '../engine/webgpu/mlp.ts';
 import { GpuStageOptimizer } from '../engine/webgpu/stage-optimizer.ts';
 import { ADAMW_DEFAULTS } from '../model/adamw.ts';
-import type { StageRange } from '../model/gpt.ts';
+import type { StageRange } from '../model/parts.ts';
 import { stageWeights, type ModelRef } from '../model/model-ref.ts';
 import type { ParamLayout } from '../model/params.ts';
 import type { StageAssignment } from '../protocol/messages.ts';

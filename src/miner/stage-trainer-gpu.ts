@@ -20,7 +20,7 @@ import { copyArray, createArray, uploadArray, type GpuArray } from '../engine/we
 import type { Gpu } from '../engine/webgpu/device.ts';
 import { GpuGptStage } from '../engine/webgpu/gpt-stage.ts';
 import { GpuStageOptimizer } from '../engine/webgpu/stage-optimizer.ts';
-import { rangeParts, type StageRange } from '../model/gpt.ts';
+import { rangeParts, type StageRange } from '../model/parts.ts';
 import { stageWeights, type ModelRef } from '../model/model-ref.ts';
 import type { ParamLayout } from '../model/params.ts';
 import type { StageAssignment } from '../protocol/messages.ts';

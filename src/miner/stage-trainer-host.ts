@@ -7,7 +7,7 @@
 import type { ByteCorpus } from '../data/corpus.ts';
 import type { Engine } from '../engine/engine.ts';
 import { AdamW, ADAMW_DEFAULTS } from '../model/adamw.ts';
-import type { StageRange } from '../model/gpt.ts';
+import type { StageRange } from '../model/parts.ts';
 import type { ModelRef } from '../model/model-ref.ts';
 import type { ParamLayout } from '../model/params.ts';
 import { DEFAULT_MAX_RECORDS, hostWeights, type KeptWeights } from './forward-records.ts';

@@ -12,7 +12,7 @@
 //   (activations, gradients sent on, the loss, merges' pseudo-gradients,
 //   stage states and spot-check bundles) is read back.
 import type { ByteCorpus } from '../data/corpus.ts';
-import type { StageRange } from '../model/gpt.ts';
+import type { StageRange } from '../model/parts.ts';
 import type { ModelRef } from '../model/model-ref.ts';
 import type { ParamLayout } from '../model/params.ts';
 import type { KeptWeights } from './forward-records.ts';

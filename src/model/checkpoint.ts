@@ -17,7 +17,8 @@
 import { readFileSync, renameSync, writeFileSync, mkdirSync } from 'node:fs';
 import { dirname } from 'node:path';
 import { validateGptConfig, type GptConfig } from './config.ts';
-import { partCount, type GptStage, type StageRange } from './gpt.ts';
+import { type GptStage } from './gpt.ts';
+import { partCount, type StageRange } from './parts.ts';
 import { validateMlpConfig, type MlpConfig } from './mlp.ts';
 import type { ModelRef } from './model-ref.ts';
 import type { FlatTensors, ParamLayout } from './params.ts';

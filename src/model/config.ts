@@ -3,6 +3,7 @@
 // (`parse(GptConfig, value)` from src/protocol/messages.ts, then
 // validateGptConfig for the constraints between fields).
 import { Type, type Static } from '@sinclair/typebox';
+import { blockWidths, DecoderArch, validateArch } from './arch.ts';
 
 const Size = Type.Integer({ minimum: 1, maximum: 1 << 20 });
 
@@ -25,6 +26,13 @@ export const GptConfig = Type.Object({
    * steps, 'gpt2' 1.767-1.777 (README).
    */
   init: Type.Optional(Type.Union([Type.Literal('gpt2'), Type.Literal('torch')])),
+  /**
+   * The block's architecture (./arch.ts): absent for the byte-level GPT;
+   * Llama, Qwen2 and GPT-2 models imported from Hugging Face folders carry
+   * theirs (then mlpRatio is not read: arch.intermediateSize is the MLP's
+   * width).
+   */
+  arch: Type.Optional(DecoderArch),
 });
 export type GptConfig = Static<typeof GptConfig>;
 
@@ -55,8 +63,9 @@ export const MAX_GPT_PARAMS = 2 ** 34;
 /** Checks the constraints the kernels rely on, that every size is within GPT_LIMITS, and that the parameters fit MAX_GPT_PARAMS. */
 export function validateGptConfig(c: GptConfig): void {
   validateGptShape(c);
-  // embeddings, and per layer attention (4 C²) and MLP (2 · ratio · C²) weights: the bulk of the parameters
-  const params = (c.vocabSize + c.contextLength) * c.channels + c.layers * (4 + 2 * c.mlpRatio) * c.channels * c.channels;
+  // embeddings (and the head), and per layer attention and MLP weights: the bulk of the parameters
+  const w = blockWidths(c);
+  const params = (2 * c.vocabSize + c.contextLength) * c.channels + c.layers * c.channels * (w.qkv + w.attn + w.fc + w.hidden);
   if (params > MAX_GPT_PARAMS) throw new Error(`gpt config: about ${params.toExponential(2)} parameters, more than ${MAX_GPT_PARAMS}`);
 }
 
@@ -71,7 +80,11 @@ export function validateGptShape(c: GptConfig): void {
     const v = c[key as keyof typeof GPT_LIMITS];
     if (v > max) throw new Error(`gpt config: ${key} ${v} exceeds ${max}`);
   }
-  if (c.channels % c.heads !== 0) throw new Error('gpt config: channels must divide into heads');
-  if ((c.channels / c.heads) % 4 !== 0) throw new Error('gpt config: head size must be a multiple of 4');
+  if (c.arch) {
+    validateArch(c);
+  } else {
+    if (c.channels % c.heads !== 0) throw new Error('gpt config: channels must divide into heads');
+    if ((c.channels / c.heads) % 4 !== 0) throw new Error('gpt config: head size must be a multiple of 4');
+  }
   if (c.vocabSize % 4 !== 0) throw new Error('gpt config: vocabulary size must be a multiple of 4');
 }

@@ -1,150 +1,21 @@
-// The GPT as a list of parts: [embedding, block 0 … block L−1, final norm +
-// head]. A stage is any contiguous range of parts; the whole model is the
-// stage [0, L+2). Each stage owns its parameters, gradients and activations as
-// flat buffers in the engine memory, runs forward from token ids (first stage)
-// or an activation, and backward from the loss (last stage) or an upstream
-// activation gradient. The head is untied from the token embedding, so the
-// first and last stage share no weights and can live on different machines.
-import { Type, type Static } from '@sinclair/typebox';
+// A training stage of a decoder (any architecture of ./arch.ts): the parts
+// [from, to) of ./parts.ts (embedding, blocks, final norm + head). Each stage
+// owns its parameters, gradients and activations as flat buffers in the
+// engine memory, runs forward from token ids (first stage) or an activation,
+// and backward from the loss (last stage) or an upstream activation gradient.
+// The head is untied from the token embedding, so the first and last stage
+// share no weights and can live on different machines. The blocks are
+// ./block.ts's.
 import type { Engine } from '../engine/engine.ts';
-import { numel, type Tensor } from '../engine/tensor.ts';
+import type { Tensor } from '../engine/tensor.ts';
+import { blockActs, blockBackward, blockForward, blockScratch, blockShape, headNormBackward, headNormForward, type BlockActs, type BlockRope, type BlockScratch, type BlockShape, type BlockTensors } from './block.ts';
 import { type GptConfig, validateGptConfig } from './config.ts';
+import { sequencePositions } from './decoder-layers.ts';
 import { initParams } from './init.ts';
 import * as L from './layers.ts';
-import { FlatTensors, ParamLayout, type InitKind, type ParamSpec } from './params.ts';
-
-/** The parts [from, to) a stage holds; a schema too, for plans and assignments read back from storage or peers. */
-export const StageRange = Type.Object({
-  /** first part, inclusive */
-  from: Type.Integer({ minimum: 0 }),
-  /** last part, exclusive */
-  to: Type.Integer({ minimum: 1 }),
-});
-export type StageRange = Static<typeof StageRange>;
-
-/** Number of parts: embedding, the blocks, the head. */
-export function partCount(config: GptConfig): number {
-  return config.layers + 2;
-}
-
-/** The last part (final norm + head). Part 0 is the embedding; the blocks are parts 1 … headPart − 1. */
-export function headPart(config: GptConfig): number {
-  return partCount(config) - 1;
-}
-
-/** What a range holds: the embedding (first stage), the blocks by index, the head (last stage). */
-export function rangeParts(config: GptConfig, range: StageRange): { first: boolean; last: boolean; blocks: number[] } {
-  const blocks: number[] = [];
-  for (let p = Math.max(1, range.from); p < Math.min(range.to, headPart(config)); p++) blocks.push(p - 1);
-  return { first: range.from === 0, last: range.to === partCount(config), blocks };
-}
-
-export function partName(config: GptConfig, part: number): string {
-  if (part === 0) return 'embedding';
-  if (part === headPart(config)) return 'head';
-  return `block ${part - 1}`;
-}
-
-const STD = 0.02;
-
-/** Parameter specs of one part, named as in the checkpoint. */
-export function partParams(config: GptConfig, part: number): ParamSpec[] {
-  const { vocabSize: V, contextLength: T, channels: C, layers } = config;
-  const H = C * config.mlpRatio;
-  const torch = (config.init ?? 'torch') === 'torch';
-  const zeros = { kind: 'zeros' } as const;
-  const ones = { kind: 'ones' } as const;
-  const embedding: InitKind = torch ? { kind: 'normal', std: 1 } : { kind: 'normal', std: STD };
-  /** a linear layer's weight and bias inits, by fan-in */
-  const linear = (fanIn: number, residual = false): [InitKind, InitKind] => {
-    if (torch) {
-      const bound = 1 / Math.sqrt(fanIn);
-      return [{ kind: 'uniform', bound }, { kind: 'uniform', bound }];
-    }
-    return [{ kind: 'normal', std: residual ? STD / Math.sqrt(2 * layers) : STD }, zeros];
-  };
-  if (part === 0) {
-    return [
-      { name: 'wte', shape: [V, C], decay: true, init: embedding },
-      { name: 'wpe', shape: [T, C], decay: true, init: embedding },
-    ];
-  }
-  if (part === headPart(config)) {
-    return [
-      { name: 'lnf.w', shape: [C], decay: false, init: ones },
-      { name: 'lnf.b', shape: [C], decay: false, init: zeros },
-      { name: 'lm_head.w', shape: [C, V], decay: true, init: linear(C)[0] },
-    ];
-  }
-  if (part < 0 || part >= partCount(config)) throw new RangeError(`no part ${part}`);
-  const p = `h.${part - 1}.`;
-  const [qkvW, qkvB] = linear(C);
-  const [projW, projB] = linear(C, true);
-  const [fcW, fcB] = linear(C);
-  const [mprojW, mprojB] = linear(H, true);
-  return [
-    { name: p + 'ln1.w', shape: [C], decay: false, init: ones },
-    { name: p + 'ln1.b', shape: [C], decay: false, init: zeros },
-    { name: p + 'attn.qkv.w', shape: [C, 3 * C], decay: true, init: qkvW },
-    { name: p + 'attn.qkv.b', shape: [3 * C], decay: false, init: qkvB },
-    { name: p + 'attn.proj.w', shape: [C, C], decay: true, init: projW },
-    { name: p + 'attn.proj.b', shape: [C], decay: false, init: projB },
-    { name: p + 'ln2.w', shape: [C], decay: false, init: ones },
-    { name: p + 'ln2.b', shape: [C], decay: false, init: zeros },
-    { name: p + 'mlp.fc.w', shape: [C, H], decay: true, init: fcW },
-    { name: p + 'mlp.fc.b', shape: [H], decay: false, init: fcB },
-    { name: p + 'mlp.proj.w', shape: [H, C], decay: true, init: mprojW },
-    { name: p + 'mlp.proj.b', shape: [C], decay: false, init: mprojB },
-  ];
-}
-
-/** Parameter count of one part. */
-export function partParamCount(config: GptConfig, part: number): number {
-  let n = 0;
-  for (const s of partParams(config, part)) n += numel(s.shape);
-  return n;
-}
-
-/** Parameter count of a range of parts. */
-export function rangeParamCount(config: GptConfig, range: StageRange): number {
-  let n = 0;
-  for (let p = range.from; p < range.to; p++) n += partParamCount(config, p);
-  return n;
-}
-
-/** Splits the parts into `stages` contiguous ranges of near-equal parameter count. */
-export function splitEvenly(config: GptConfig, stages: number): StageRange[] {
-  const parts = partCount(config);
-  if (!Number.isInteger(stages) || stages < 1 || stages > parts) {
-    throw new RangeError(`cannot cut ${parts} parts into ${stages} stages`);
-  }
-  const sizes = Array.from({ length: parts }, (_, p) => partParamCount(config, p));
-  const total = sizes.reduce((a, b) => a + b, 0);
-  const ranges: StageRange[] = [];
-  let from = 0;
-  let acc = 0;
-  for (let s = 0; s < stages; s++) {
-    const left = stages - s - 1;
-    let to = from + 1;
-    acc += sizes[from];
-    const target = (total * (s + 1)) / stages;
-    while (to < parts - left && acc + sizes[to] / 2 <= target) acc += sizes[to++];
-    if (s === stages - 1) to = parts;
-    ranges.push({ from, to });
-    from = to;
-  }
-  return ranges;
-}
-
-interface BlockActs {
-  input: Tensor;
-  ln1: Tensor; ln1Mean: Tensor; ln1Rstd: Tensor;
-  qkv: Tensor; att: Tensor; atty: Tensor;
-  res2: Tensor;
-  ln2: Tensor; ln2Mean: Tensor; ln2Rstd: Tensor;
-  fch: Tensor; fchGelu: Tensor;
-  out: Tensor;
-}
+import { FlatTensors, ParamLayout, type ParamSpec } from './params.ts';
+import { partCount, partParams, rangeParts, type StageRange } from './parts.ts';
+import { createRopeTable, type RopeTable } from './rope.ts';
 
 /** Everything one microbatch in flight keeps between forward and backward. */
 interface SlotActs {
@@ -201,13 +72,12 @@ export class GptStage {
   private readonly ints: L.IntBuffer[] = [];
   private readonly slots: SlotActs[] = [];
   private readonly blockIds: number[] = [];
+  private readonly shape: BlockShape;
+  /** rotary embeddings' table and the rows' positions (null with learned positions) */
+  private readonly rope: BlockRope | null = null;
   // backward scratch, shared by the slots
-  private readonly dres: Tensor;
-  private readonly dsmall: Tensor;
-  private readonly dqkv: Tensor;
-  private readonly dbig: Tensor;
+  private readonly scratch: BlockScratch;
   private readonly dlogits?: Tensor;
-  private readonly tmp: Tensor;
   private released = false;
 
   constructor(
@@ -227,16 +97,23 @@ export class GptStage {
     this.maxBatch = options.batchSize;
     ({ layout: this.layout, params: this.params, grads: this.grads } = createStageParams(engine, config, range, options.seed ?? 1337));
 
-    const { contextLength: T, channels: C, heads: NH, vocabSize: V } = config;
+    const { contextLength: T, channels: C, vocabSize: V } = config;
     const B = options.batchSize;
     const N = B * T;
-    const H = C * config.mlpRatio;
     const t = (shape: number[]): Tensor => {
       const x = engine.tensor(shape);
       this.tensors.push(x);
       return x;
     };
+    this.shape = blockShape(config);
     this.blockIds.push(...rangeParts(config, range).blocks);
+    if (this.shape.arch.position === 'rope' && this.blockIds.length > 0) {
+      const positions = engine.int32(N);
+      this.ints.push(positions);
+      const table: RopeTable = createRopeTable(engine, this.shape.arch, T);
+      this.tensors.push(table.tensor);
+      this.rope = { table, positions: { buffer: positions, offset: 0, stride: 1 } };
+    }
     const slotCount = options.slots ?? 1;
     if (!Number.isInteger(slotCount) || slotCount < 1) throw new RangeError(`slots must be a positive integer, got ${slotCount}`);
     for (let i = 0; i < slotCount; i++) {
@@ -246,15 +123,7 @@ export class GptStage {
       const slot: SlotActs = { tokens, targets, inputAct: t([N, C]), blocks: [], B: 0, T: 0 };
       let prev = slot.inputAct;
       for (let b = 0; b < this.blockIds.length; b++) {
-        const a: BlockActs = {
-          input: prev,
-          ln1: t([N, C]), ln1Mean: t([N]), ln1Rstd: t([N]),
-          qkv: t([N, 3 * C]), att: t([B, NH, T, T]), atty: t([N, C]),
-          res2: t([N, C]),
-          ln2: t([N, C]), ln2Mean: t([N]), ln2Rstd: t([N]),
-          fch: t([N, H]), fchGelu: t([N, H]),
-          out: t([N, C]),
-        };
+        const a = blockActs(this.shape, t, prev, B, T);
         slot.blocks.push(a);
         prev = a.out;
       }
@@ -269,11 +138,7 @@ export class GptStage {
       this.slots.push(slot);
     }
     if (this.isLast) this.dlogits = t([N, V]);
-    this.dres = t([N, C]);
-    this.dsmall = t([N, C]);
-    this.dqkv = t([N, 3 * C]);
-    this.dbig = t([N, H]);
-    this.tmp = t([N, C]);
+    this.scratch = blockScratch(this.shape, t, N);
   }
 
   /** Parameters in this stage. */
@@ -324,15 +189,17 @@ export class GptStage {
         if (!(tok >= 0 && tok < V)) throw new RangeError(`token ${tok} at ${i} outside the vocabulary of ${V}`);
       }
       slot.tokens.data.set(input);
-      L.embeddingForward(k, slot.inputAct, slot.tokens, P.get('wte'), P.get('wpe'), B, T, C);
+      if (this.shape.arch.position === 'learned') L.embeddingForward(k, slot.inputAct, slot.tokens, P.get('wte'), P.get('wpe'), B, T, C);
+      else this.gatherEmbeddings(slot.inputAct, input);
     } else {
       if (!(input instanceof Float32Array) || input.length !== N * C) throw new TypeError(`stage takes an activation of ${N}×${C} floats`);
       slot.inputAct.data.set(input);
     }
-    for (let i = 0; i < slot.blocks.length; i++) this.blockForward(this.blockIds[i], slot.blocks[i], B, T);
+    if (this.rope) sequencePositions(this.rope.positions.buffer, B, T);
+    for (let i = 0; i < slot.blocks.length; i++) blockForward(k, this.shape, this.blockTensors(P, this.blockIds[i]), slot.blocks[i], this.scratch.tmp, this.rope, B, T);
     if (!this.isLast) return this.streamOut(slot).data.subarray(0, N * C);
     const x = this.streamOut(slot);
-    L.layernormForward(k, slot.lnf!, slot.lnfMean!, slot.lnfRstd!, x, P.get('lnf.w'), P.get('lnf.b'), N, C);
+    headNormForward(k, this.shape, this.headTensors(P), slot.lnf!, slot.lnfMean!, slot.lnfRstd!, x, N);
     L.linearForward(k, slot.logits!, slot.lnf!, P.get('lm_head.w'), null, N, C, V);
     if (!targets) return slot.logits!.data.subarray(0, N * V);
     if (targets.length !== N) throw new TypeError(`last stage takes ${N} targets`);
@@ -365,20 +232,25 @@ export class GptStage {
     if (N === 0) throw new Error('backward before forward');
     const k = this.engine.kernels;
     const P = this.params, G = this.grads;
-    const dres = this.dres;
+    const { dres, dsmall } = this.scratch;
     if (this.isLast) {
       if (dOutput) throw new TypeError('the last stage starts backward from its loss');
       L.crossEntropyBackward(k, this.dlogits!, slot.probs!, slot.targets, N, V);
-      L.linearBackward(k, this.dsmall, G.get('lm_head.w'), null, this.dlogits!, slot.lnf!, P.get('lm_head.w'), N, C, V);
+      L.linearBackward(k, dsmall, G.get('lm_head.w'), null, this.dlogits!, slot.lnf!, P.get('lm_head.w'), N, C, V);
       dres.data.fill(0, 0, N * C);
-      L.layernormBackward(k, dres, G.get('lnf.w'), G.get('lnf.b'), this.dsmall, this.streamOut(slot), P.get('lnf.w'), slot.lnfMean!, slot.lnfRstd!, N, C);
+      headNormBackward(k, this.shape, this.headTensors(P), this.headTensors(G), dres, dsmall, this.streamOut(slot), slot.lnfMean!, slot.lnfRstd!, N);
     } else {
       if (!dOutput || dOutput.length !== N * C) throw new TypeError(`stage backward takes a gradient of ${N}×${C} floats`);
       dres.data.set(dOutput);
     }
-    for (let i = slot.blocks.length - 1; i >= 0; i--) this.blockBackward(this.blockIds[i], slot.blocks[i], B, T);
+    if (this.rope) sequencePositions(this.rope.positions.buffer, B, T);
+    for (let i = slot.blocks.length - 1; i >= 0; i--) {
+      const l = this.blockIds[i];
+      blockBackward(k, this.shape, this.blockTensors(P, l), this.blockTensors(G, l), slot.blocks[i], this.scratch, this.rope, B, T);
+    }
     if (this.isFirst) {
-      L.embeddingBackward(k, G.get('wte'), G.get('wpe'), dres, slot.tokens, B, T, C);
+      if (this.shape.arch.position === 'learned') L.embeddingBackward(k, G.get('wte'), G.get('wpe'), dres, slot.tokens, B, T, C);
+      else this.scatterEmbeddingGrads(G.get('wte'), dres, slot.tokens.data.subarray(0, N));
       return null;
     }
     return dres.data.subarray(0, N * C);
@@ -402,43 +274,30 @@ export class GptStage {
     if (this.released) throw new Error('stage was released');
   }
 
-  private blockForward(l: number, a: BlockActs, B: number, T: number): void {
-    const { channels: C, heads: NH } = this.config;
-    const H = C * this.config.mlpRatio;
-    const N = B * T;
-    const k = this.engine.kernels;
-    const P = this.params;
+  /** Block l's parameters (or gradients) by their name within the block; null for what the layout lacks (a bias this architecture has not). */
+  private blockTensors(F: FlatTensors, l: number): BlockTensors {
     const p = `h.${l}.`;
-    L.layernormForward(k, a.ln1, a.ln1Mean, a.ln1Rstd, a.input, P.get(p + 'ln1.w'), P.get(p + 'ln1.b'), N, C);
-    L.linearForward(k, a.qkv, a.ln1, P.get(p + 'attn.qkv.w'), P.get(p + 'attn.qkv.b'), N, C, 3 * C);
-    L.attentionForward(k, a.atty, a.att, a.qkv, B, T, C, NH);
-    L.linearForward(k, this.tmp, a.atty, P.get(p + 'attn.proj.w'), P.get(p + 'attn.proj.b'), N, C, C);
-    L.residualForward(k, a.res2, a.input, this.tmp, N * C);
-    L.layernormForward(k, a.ln2, a.ln2Mean, a.ln2Rstd, a.res2, P.get(p + 'ln2.w'), P.get(p + 'ln2.b'), N, C);
-    L.linearForward(k, a.fch, a.ln2, P.get(p + 'mlp.fc.w'), P.get(p + 'mlp.fc.b'), N, C, H);
-    L.geluForward(k, a.fchGelu, a.fch, N * H);
-    L.linearForward(k, this.tmp, a.fchGelu, P.get(p + 'mlp.proj.w'), P.get(p + 'mlp.proj.b'), N, H, C);
-    L.residualForward(k, a.out, a.res2, this.tmp, N * C);
+    return (name) => (F.layout.byName.has(p + name) ? F.get(p + name) : null);
   }
 
-  /** dres holds d(out); on return it holds d(input). */
-  private blockBackward(l: number, a: BlockActs, B: number, T: number): void {
-    const { channels: C, heads: NH } = this.config;
-    const H = C * this.config.mlpRatio;
-    const N = B * T;
-    const k = this.engine.kernels;
-    const P = this.params, G = this.grads;
-    const p = `h.${l}.`;
-    const dres = this.dres;
-    // out = res2 + mlp(ln2(res2)): the residual passes dres through unchanged
-    L.linearBackward(k, this.dbig, G.get(p + 'mlp.proj.w'), G.get(p + 'mlp.proj.b'), dres, a.fchGelu, P.get(p + 'mlp.proj.w'), N, H, C);
-    L.geluBackward(k, this.dbig, a.fch, this.dbig, N * H);
-    L.linearBackward(k, this.dsmall, G.get(p + 'mlp.fc.w'), G.get(p + 'mlp.fc.b'), this.dbig, a.ln2, P.get(p + 'mlp.fc.w'), N, C, H);
-    L.layernormBackward(k, dres, G.get(p + 'ln2.w'), G.get(p + 'ln2.b'), this.dsmall, a.res2, P.get(p + 'ln2.w'), a.ln2Mean, a.ln2Rstd, N, C);
-    // res2 = input + proj(attn(ln1(input)))
-    L.linearBackward(k, this.dsmall, G.get(p + 'attn.proj.w'), G.get(p + 'attn.proj.b'), dres, a.atty, P.get(p + 'attn.proj.w'), N, C, C);
-    L.attentionBackward(k, this.dqkv, this.dsmall, a.qkv, a.att, B, T, C, NH);
-    L.linearBackward(k, this.dsmall, G.get(p + 'attn.qkv.w'), G.get(p + 'attn.qkv.b'), this.dqkv, a.ln1, P.get(p + 'attn.qkv.w'), N, C, 3 * C);
-    L.layernormBackward(k, dres, G.get(p + 'ln1.w'), G.get(p + 'ln1.b'), this.dsmall, a.input, P.get(p + 'ln1.w'), a.ln1Mean, a.ln1Rstd, N, C);
+  private headTensors(F: FlatTensors): BlockTensors {
+    return (name) => (F.layout.byName.has(name) ? F.get(name) : null);
+  }
+
+  /** out[r] = wte[token r] (rotary positions: no position embedding). */
+  private gatherEmbeddings(out: Tensor, tokens: Int32Array): void {
+    const C = this.config.channels;
+    const wte = this.params.get('wte').data;
+    for (let r = 0; r < tokens.length; r++) out.data.set(wte.subarray(tokens[r] * C, (tokens[r] + 1) * C), r * C);
+  }
+
+  /** dwte[token r] += dout[r] */
+  private scatterEmbeddingGrads(dwte: Tensor, dout: Tensor, tokens: Int32Array): void {
+    const C = this.config.channels;
+    const g = dwte.data, d = dout.data;
+    for (let r = 0; r < tokens.length; r++) {
+      const o = tokens[r] * C, i = r * C;
+      for (let c = 0; c < C; c++) g[o + c] += d[i + c];
+    }
   }
 }

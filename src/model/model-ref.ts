@@ -17,7 +17,7 @@
 // stages; a run of it has one stage, its replicas data-parallel.
 import { NimbleError } from '../protocol/errors.ts';
 import { GPT_CONFIGS, validateGptConfig, type GptConfig } from './config.ts';
-import { partCount, partParams, rangeParamCount, type StageRange } from './gpt.ts';
+import { partCount, partParams, rangeParamCount, type StageRange } from './parts.ts';
 import { initParams } from './init.ts';
 import { mlpParamCountOf, mlpParamSpecs, validateMlpConfig, type MlpConfig } from './mlp.ts';
 import { ParamLayout, type ParamSpec } from './params.ts';

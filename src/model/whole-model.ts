@@ -8,7 +8,7 @@
 // models tells a classifier from a GPT by it.
 import { CHECKPOINT_FORMAT, MLP_CHECKPOINT_FORMAT, modelCheckpointInfo, type ModelCheckpointInfo } from './checkpoint.ts';
 import { GPT_CONFIGS, type GptConfig } from './config.ts';
-import { partCount } from './gpt.ts';
+import { partCount } from './parts.ts';
 import { modelRefOf, stageParamSpecs } from './model-ref.ts';
 import type { MlpConfig } from './mlp.ts';
 import type { ParamSpec } from './params.ts';

@@ -6,7 +6,10 @@
 //
 // Notation: V vocabulary, T context length, C channels, NH heads, H = C ·
 // mlpRatio (MLP hidden width), k̄ = (T + 1) / 2 the average number of keys a
-// query attends to under the causal mask (query i sees keys 0..i).
+// query attends to under the causal mask (query i sees keys 0..i). A model
+// with an arch (Llama, Qwen2: src/model/arch.ts) has its own widths in place
+// of 3C (qkv), C (attention output) and H (the MLP), and biases only where
+// its arch has them (blockWidths).
 //
 // FLOPs per token (a multiply-add counts 2):
 //   linear in→out        forward 2·in·out (+ out for the bias)
@@ -28,8 +31,9 @@
 // Those byte counts are the engine's (ENGINE_MEMORY); the simulator can ask
 // what another precision or optimizer layout would need (a MemoryModel).
 import type { GptConfig } from '../model/config.ts';
+import { blockWidths, resolveArch } from '../model/arch.ts';
 import { validateGptShape } from '../model/config.ts';
-import { headPart, partCount, partParamCount, type StageRange } from '../model/gpt.ts';
+import { headPart, partCount, partParamCount, type StageRange } from '../model/parts.ts';
 import type { FlopsPerToken } from './types.ts';
 
 /** Bytes of one float32 (weights, gradients, optimizer state and activations are all float32). */
@@ -131,7 +135,8 @@ export function causalKeysPerQuery(config: GptConfig): number {
 export function partFlopsPerToken(config: GptConfig, part: number): FlopsPerToken {
   checkPart(config, part);
   const { vocabSize: V, channels: C, heads: NH } = config;
-  const H = C * config.mlpRatio;
+  const w = blockWidths(config);
+  const arch = resolveArch(config);
   const E = ELEMENTWISE_FLOPS;
   if (part === 0) return { forward: C, backward: 2 * C };
   if (part === headPart(config)) {
@@ -141,19 +146,20 @@ export function partFlopsPerToken(config: GptConfig, part: number): FlopsPerToke
     };
   }
   const k = causalKeysPerQuery(config);
-  const matmulWeights = C * 3 * C + C * C + C * H + H * C;
-  const biasOutputs = 3 * C + C + H + C;
+  const matmulWeights = C * w.qkv + w.attn * C + C * w.fc + w.hidden * C;
+  const biasOutputs = (arch.qkvBias ? w.qkv : 0) + (arch.attnOutBias ? C : 0) + (arch.mlpBias ? w.fc + C : 0);
+  const H = w.hidden;
   const forward =
     2 * matmulWeights +
     E.bias.forward * biasOutputs +
-    4 * C * k + E.softmax.forward * NH * k +
+    4 * w.attn * k + E.softmax.forward * NH * k +
     2 * E.layernorm.forward * C +
     E.gelu.forward * H +
     2 * E.residual.forward * C;
   const backward =
     4 * matmulWeights +
     E.bias.backward * biasOutputs +
-    8 * C * k + E.softmax.backward * NH * k +
+    8 * w.attn * k + E.softmax.backward * NH * k +
     2 * E.layernorm.backward * C +
     E.gelu.backward * H +
     2 * E.residual.backward * C;
@@ -161,13 +167,17 @@ export function partFlopsPerToken(config: GptConfig, part: number): FlopsPerToke
 }
 
 /**
- * Floats per token of activations a stage keeps (as GptStage allocates them).
- * Per microbatch in flight: the input activation C; token ids 1 (first stage)
- * and targets 1 (last stage); per block ln1 C, its mean and rstd 2, qkv 3C,
- * attention probabilities NH·T, atty C, res2 C, ln2 C + 2, fch H, gelu H,
- * out C (8C + 2H + 4 + NH·T); the head lnf C + 2, logits V, probs V, loss 1.
- * Scratch, once per stage: dres, dsmall, tmp C each, dqkv 3C, dbig H, and
- * dlogits V on the last stage (written and consumed within one backward).
+ * Floats per token of activations a stage keeps (as GptStage allocates them,
+ * src/model/block.ts). With the widths of src/model/arch.ts (qkv = (H + 2·KV)·D,
+ * attn = H·D, fc = I or 2I for SwiGLU, hidden = I; the byte GPT: 3C, C, 4C, 4C):
+ * per microbatch in flight: the input activation C; token ids 1 (first stage)
+ * and targets 1 (last stage); per block ln1 C, its mean and rstd 2, qkv,
+ * attention probabilities NH·T, atty attn, res2 C, ln2 C + 2, fch fc, its
+ * activation hidden, out C; the head lnf C + 2, logits V, probs V, loss 1.
+ * Scratch, once per stage: dres, dsmall, tmp C each, dattn (none when attn =
+ * C), dqkv, dfc, dhidden (none with GELU, in place), and dlogits V on the last
+ * stage (written and consumed within one backward). Rotary tables (T·D) and
+ * positions are not counted.
  * `recomputes` (activation checkpointing, MemoryModel.recomputesActivations):
  * a microbatch keeps only its input, and the scratch grows by the largest of
  * one block's or the head's activations, rebuilt one at a time.
@@ -175,14 +185,15 @@ export function partFlopsPerToken(config: GptConfig, part: number): FlopsPerToke
 export function activationFloatsPerToken(config: GptConfig, range: StageRange, keepsAttentionProbs = true, recomputes = false): ActivationFloats {
   checkRange(config, range);
   const { vocabSize: V, contextLength: T, channels: C, heads: NH } = config;
-  const H = C * config.mlpRatio;
+  const w = blockWidths(config);
+  const gelu = resolveArch(config).mlp === 'gelu';
   const first = range.from === 0;
   const last = range.to === partCount(config);
   const blocks = Math.max(0, Math.min(range.to, headPart(config)) - Math.max(range.from, 1));
-  const block = 8 * C + 2 * H + 4 + (keepsAttentionProbs ? NH * T : 0);
+  const block = 4 * C + w.qkv + w.attn + w.fc + w.hidden + 4 + (keepsAttentionProbs ? NH * T : 0);
   const head = last ? C + 2 + 2 * V + 1 : 0;
   const input = C + (first ? 1 : 0) + (last ? 1 : 0);
-  const scratch = 6 * C + H + (last ? V : 0);
+  const scratch = 3 * C + (w.attn === C ? 0 : w.attn) + w.qkv + w.fc + (gelu ? 0 : w.hidden) + (last ? V : 0);
   // recomputing: only the input is kept per microbatch; one block's (or the head's) activations are rebuilt at a time
   if (recomputes) return { perSlot: input, scratch: scratch + Math.max(blocks > 0 ? block : 0, head) };
   return { perSlot: input + blocks * block + head, scratch };

@@ -10,7 +10,7 @@
 //   move as few miners as possible.
 import type { GptConfig } from '../model/config.ts';
 import { validateGptShape } from '../model/config.ts';
-import { partCount, partName, type StageRange } from '../model/gpt.ts';
+import { partCount, partName, type StageRange } from '../model/parts.ts';
 import { assignMiners, diagnoseAssignment, stageThroughput, validateMiners, type AssignResult, type StageDemand } from './assign.ts';
 import { partFlopsPerToken, stageCostTable, totalFlops, type MemoryModel, type StageCost } from './cost.ts';
 import { PlanError, formatBytes } from './errors.ts';

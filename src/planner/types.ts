@@ -4,7 +4,7 @@
 // `parse(Plan, value)` from src/protocol/messages.ts) and its type is derived
 // from the schema.
 import { Type, type Static } from '@sinclair/typebox';
-import { StageRange } from '../model/gpt.ts';
+import { StageRange } from '../model/parts.ts';
 
 /** What a miner offers, as measured when it registered. */
 export interface MinerCapacity {

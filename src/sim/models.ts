@@ -4,7 +4,7 @@
 // multiple of 64, context 2048, head size 128 from 1B up, MLP ratio 4).
 // Only the planner's cost model reads them: nothing here is allocated.
 import { GPT_CONFIGS, validateGptShape, type GptConfig } from '../model/config.ts';
-import { partCount, partParamCount } from '../model/gpt.ts';
+import { partCount, partParamCount } from '../model/parts.ts';
 
 /** Sizes beyond the trainable configs (parameters as counted by src/model/gpt.ts). */
 export const LARGE_GPT_CONFIGS: Record<string, GptConfig> = {

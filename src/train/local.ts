@@ -5,7 +5,8 @@ import { batchForShard } from '../data/batches.ts';
 import type { Engine } from '../engine/engine.ts';
 import { AdamW, ADAMW_DEFAULTS, type AdamWConfig } from '../model/adamw.ts';
 import { gptConfig, validateGptConfig, type GptConfig } from '../model/config.ts';
-import { GptStage, partCount } from '../model/gpt.ts';
+import { GptStage } from '../model/gpt.ts';
+import { partCount } from '../model/parts.ts';
 
 export interface LocalTrainOptions {
   /** a named config (src/model/config.ts), or the config itself */

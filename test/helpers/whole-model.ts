@@ -3,7 +3,7 @@
 // (nimble-gpt/1) and an MLP classifier's (nimble-mlp/1).
 import { encodeCheckpoint, encodeMlpCheckpoint } from '../../src/model/checkpoint.ts';
 import { gptConfig, type GptConfig } from '../../src/model/config.ts';
-import { partCount, partParams } from '../../src/model/gpt.ts';
+import { partCount, partParams } from '../../src/model/parts.ts';
 import { mulberry32 } from '../../src/model/init.ts';
 import { mlpParamSpecs, type MlpConfig } from '../../src/model/mlp.ts';
 import type { ParamSpec } from '../../src/model/params.ts';

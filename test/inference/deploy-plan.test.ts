@@ -10,7 +10,7 @@ import { Engine } from '../../src/engine/engine.ts';
 import { inferenceStageCost, pickMiners, pickReplacements, planDeployment, inferenceDemands, servingRate, uploadBytesPerToken } from '../../src/inference/deploy-plan.ts';
 import { StageInference, stageParamLayout } from '../../src/inference/stage-inference.ts';
 import { gptConfig } from '../../src/model/config.ts';
-import { partCount } from '../../src/model/gpt.ts';
+import { partCount } from '../../src/model/parts.ts';
 import { PlanError } from '../../src/planner/errors.ts';
 import { cutStages } from '../../src/planner/placement.ts';
 

@@ -7,7 +7,7 @@ import { mlpActivationValuesPerExample, mlpCost, mlpFlopsPerExample, mlpParamCou
 import { DEFAULT_PRICING, JOB_SLOTS, JobPlan, formatJobPlan, planJob, type PoolMiner } from '../../src/jobs/plan.ts';
 import { resolveJobSpec, validateJobSpec, type ResolvedJob } from '../../src/jobs/spec.ts';
 import { gptConfig } from '../../src/model/config.ts';
-import { partCount } from '../../src/model/gpt.ts';
+import { partCount } from '../../src/model/parts.ts';
 import { stageCost, totalFlops } from '../../src/planner/cost.ts';
 
 const MB = 1e6;

@@ -14,7 +14,7 @@ import { Engine } from '../../src/engine/engine.ts';
 import { DatasetCache, needsDataset } from '../../src/miner/datasets.ts';
 import { StageRunner } from '../../src/miner/stage-runner.ts';
 import { gptConfig } from '../../src/model/config.ts';
-import { splitEvenly } from '../../src/model/gpt.ts';
+import { splitEvenly } from '../../src/model/parts.ts';
 import { NimbleError } from '../../src/protocol/errors.ts';
 import type { StageAssignment } from '../../src/protocol/messages.ts';
 

@@ -12,7 +12,7 @@ import { partitionVector, type Partition } from '../../src/merge/partition.ts';
 import { MergeRounds, type MergeTransport, type RoundRef } from '../../src/miner/merge-round.ts';
 import { StageRunner } from '../../src/miner/stage-runner.ts';
 import { gptConfig } from '../../src/model/config.ts';
-import { splitEvenly } from '../../src/model/gpt.ts';
+import { splitEvenly } from '../../src/model/parts.ts';
 import { mulberry32 } from '../../src/model/init.ts';
 import { decodeSafetensors } from '../../src/model/safetensors.ts';
 import { DEFAULT_BLOCK_SIZE } from '../../src/protocol/codec.ts';

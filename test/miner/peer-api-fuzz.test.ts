@@ -16,7 +16,7 @@ import { buildPeerApi, MAX_VALUE, type MinerStats } from '../../src/miner/peer-a
 import type { Job } from '../../src/miner/pipeline.ts';
 import { StageRunner } from '../../src/miner/stage-runner.ts';
 import { gptConfig } from '../../src/model/config.ts';
-import { splitEvenly } from '../../src/model/gpt.ts';
+import { splitEvenly } from '../../src/model/parts.ts';
 import type { Peer, StageAssignment } from '../../src/protocol/messages.ts';
 import { SessionKey } from '../../src/protocol/session-key.ts';
 import { RequestSigner, RequestVerifier } from '../../src/protocol/signing.ts';

@@ -13,7 +13,7 @@ import { buildPeerApi, MAX_QUEUE, type MinerStats, type PeerWork } from '../../s
 import type { Job } from '../../src/miner/pipeline.ts';
 import { StageRunner } from '../../src/miner/stage-runner.ts';
 import { gptConfig } from '../../src/model/config.ts';
-import { splitEvenly } from '../../src/model/gpt.ts';
+import { splitEvenly } from '../../src/model/parts.ts';
 import { encodeFrame } from '../../src/protocol/frame.ts';
 import { signTicket, verifyReceipt } from '../../src/protocol/evidence.ts';
 import type { Peer, StageAssignment } from '../../src/protocol/messages.ts';

@@ -12,7 +12,7 @@ import { Pipeline, type PipelineStats } from '../../src/miner/pipeline.ts';
 import { StageRunner } from '../../src/miner/stage-runner.ts';
 import { Throttle } from '../../src/miner/throttle.ts';
 import { gptConfig } from '../../src/model/config.ts';
-import { splitEvenly } from '../../src/model/gpt.ts';
+import { splitEvenly } from '../../src/model/parts.ts';
 import type { PeerAccepted, StageAssignment, WorkReport } from '../../src/protocol/messages.ts';
 
 let engine: Engine;

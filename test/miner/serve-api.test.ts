@@ -12,7 +12,7 @@ import { SignedClient } from '../../src/http/client.ts';
 import { inferenceFromCheckpoint } from '../../src/inference/load.ts';
 import type { StageInference } from '../../src/inference/stage-inference.ts';
 import { gptConfig } from '../../src/model/config.ts';
-import { splitEvenly } from '../../src/model/gpt.ts';
+import { splitEvenly } from '../../src/model/parts.ts';
 import { NimbleError } from '../../src/protocol/errors.ts';
 import { decodeFrame, encodeFrame, type FrameMeta } from '../../src/protocol/frame.ts';
 import { domainOf, orchestratorAddress } from '../../src/protocol/network.ts';

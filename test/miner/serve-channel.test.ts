@@ -16,7 +16,7 @@ import { inferenceFromCheckpoint } from '../../src/inference/load.ts';
 import type { StageInference } from '../../src/inference/stage-inference.ts';
 import { MAX_INFER_FRAME_BYTES } from '../../src/miner/serve-api.ts';
 import { gptConfig } from '../../src/model/config.ts';
-import { splitEvenly } from '../../src/model/gpt.ts';
+import { splitEvenly } from '../../src/model/parts.ts';
 import { StageChannels } from '../../src/orchestrator/serving/stage-channels.ts';
 import { NimbleError } from '../../src/protocol/errors.ts';
 import { encodeFrame } from '../../src/protocol/frame.ts';

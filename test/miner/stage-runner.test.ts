@@ -5,7 +5,8 @@ import { StageRunner } from '../../src/miner/stage-runner.ts';
 import type { StageModel } from '../../src/miner/stage-model.ts';
 import { HostStageTrainer } from '../../src/miner/stage-trainer-host.ts';
 import { gptConfig } from '../../src/model/config.ts';
-import { GptStage, splitEvenly } from '../../src/model/gpt.ts';
+import { GptStage } from '../../src/model/gpt.ts';
+import { splitEvenly } from '../../src/model/parts.ts';
 import { mulberry32 } from '../../src/model/init.ts';
 import type { StageAssignment } from '../../src/protocol/messages.ts';
 

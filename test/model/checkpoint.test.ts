@@ -6,7 +6,8 @@ import { after, before, test } from 'node:test';
 import { Engine } from '../../src/engine/engine.ts';
 import { CHECKPOINT_FORMAT, checkpointInfo, encodeCheckpoint, encodeStage, stageTensors } from '../../src/model/checkpoint.ts';
 import { gptConfig, type GptConfig } from '../../src/model/config.ts';
-import { GptStage, partCount } from '../../src/model/gpt.ts';
+import { GptStage } from '../../src/model/gpt.ts';
+import { partCount } from '../../src/model/parts.ts';
 import { decodeSafetensors, encodeSafetensors, SafetensorsError, type NamedTensor } from '../../src/model/safetensors.ts';
 
 let engine: Engine;

@@ -9,7 +9,7 @@ import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { CHECKPOINT_FORMAT, encodeCheckpoint, encodeMlpCheckpoint, encodeModelCheckpoint, loadModelParams, MLP_CHECKPOINT_FORMAT, modelCheckpointInfo, checkpointInfo } from '../../src/model/checkpoint.ts';
 import { GPT_CONFIGS, gptConfig } from '../../src/model/config.ts';
-import { partCount, rangeParamCount } from '../../src/model/gpt.ts';
+import { partCount, rangeParamCount } from '../../src/model/parts.ts';
 import { initParams } from '../../src/model/init.ts';
 import { MAX_MLP_PARAMS, mlpParamSpecs } from '../../src/model/mlp.ts';
 import {

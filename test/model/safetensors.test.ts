@@ -8,7 +8,8 @@ import { after, before, test } from 'node:test';
 import { Engine } from '../../src/engine/engine.ts';
 import { loadStage, saveStage } from '../../src/model/checkpoint.ts';
 import { gptConfig } from '../../src/model/config.ts';
-import { GptStage, partCount } from '../../src/model/gpt.ts';
+import { GptStage } from '../../src/model/gpt.ts';
+import { partCount } from '../../src/model/parts.ts';
 import { decodeSafetensors, encodeSafetensors, SafetensorsError } from '../../src/model/safetensors.ts';
 
 let engine: Engine;

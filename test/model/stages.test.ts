@@ -5,7 +5,8 @@ import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
 import { Engine } from '../../src/engine/engine.ts';
 import type { GptConfig } from '../../src/model/config.ts';
-import { GptStage, headPart, partCount, partName, partParamCount, rangeParamCount, splitEvenly, type StageRange } from '../../src/model/gpt.ts';
+import { GptStage } from '../../src/model/gpt.ts';
+import { headPart, partCount, partName, partParamCount, rangeParamCount, splitEvenly, type StageRange } from '../../src/model/parts.ts';
 import { batchForShard } from '../../src/data/batches.ts';
 
 const config: GptConfig = { vocabSize: 256, contextLength: 16, channels: 32, layers: 3, heads: 4, mlpRatio: 4 };

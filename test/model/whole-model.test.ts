@@ -5,7 +5,7 @@ import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { encodeCheckpoint, encodeMlpCheckpoint } from '../../src/model/checkpoint.ts';
 import { gptConfig } from '../../src/model/config.ts';
-import { partCount } from '../../src/model/gpt.ts';
+import { partCount } from '../../src/model/parts.ts';
 import { encodeSafetensors } from '../../src/model/safetensors.ts';
 import { checkWholeModel, wholeModelRef } from '../../src/model/whole-model.ts';
 import { mlpModelBytes, mlpModelTensors, SMALL_MLP, wholeModelBytes, wholeModelTensors } from '../helpers/whole-model.ts';

@@ -27,7 +27,7 @@ import { generatePrivateKey } from 'viem/accounts';
 import { saveWallet } from '../../src/chain/wallets.ts';
 import { Engine } from '../../src/engine/engine.ts';
 import { generateCached } from '../../src/inference/generate.ts';
-import type { StageRange } from '../../src/model/gpt.ts';
+import type { StageRange } from '../../src/model/parts.ts';
 import type { DeploymentView } from '../../src/api/deployments.ts';
 import { wholeModelBytes } from '../helpers/whole-model.ts';
 import { Cluster, type Proc } from './helpers.ts';

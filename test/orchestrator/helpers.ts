@@ -24,7 +24,8 @@ import { decodePartitionFrame, encodePseudoGradientPartitions } from '../../src/
 import { decodeMergedDelta, mergePartition } from '../../src/miner/merge-round.ts';
 import { encodeCheckpoint, stageTensors } from '../../src/model/checkpoint.ts';
 import { gptConfig } from '../../src/model/config.ts';
-import { GptStage, rangeParamCount } from '../../src/model/gpt.ts';
+import { GptStage } from '../../src/model/gpt.ts';
+import { rangeParamCount } from '../../src/model/parts.ts';
 import { FsBlobStore } from '../../src/orchestrator/blobs/blobs.ts';
 import { Coordinator, COORDINATOR_DEFAULTS, type CoordinatorOptions } from '../../src/orchestrator/training/coordinator.ts';
 import type { OrchestratorIdentity } from '../../src/orchestrator/identity.ts';

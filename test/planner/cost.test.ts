@@ -4,7 +4,7 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { gptConfig, type GptConfig } from '../../src/model/config.ts';
-import { headPart, partCount, partParamCount, rangeParamCount } from '../../src/model/gpt.ts';
+import { headPart, partCount, partParamCount, rangeParamCount } from '../../src/model/parts.ts';
 import {
   ELEMENTWISE_FLOPS as E,
   ENGINE_MEMORY,

@@ -3,7 +3,7 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { gptConfig, type GptConfig } from '../../src/model/config.ts';
-import { partCount, splitEvenly, type StageRange } from '../../src/model/gpt.ts';
+import { partCount, splitEvenly, type StageRange } from '../../src/model/parts.ts';
 import { stageCost } from '../../src/planner/cost.ts';
 import { PlanError } from '../../src/planner/errors.ts';
 import { cutStages } from '../../src/planner/placement.ts';

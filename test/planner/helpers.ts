@@ -1,6 +1,6 @@
 // Brute-force references for the planner tests.
 import type { GptConfig } from '../../src/model/config.ts';
-import { partCount, type StageRange } from '../../src/model/gpt.ts';
+import { partCount, type StageRange } from '../../src/model/parts.ts';
 import { partFlopsPerToken, totalFlops } from '../../src/planner/cost.ts';
 import type { MinerCapacity } from '../../src/planner/types.ts';
 

@@ -8,7 +8,7 @@ import { Rng } from '../../src/sim/rng.ts';
 import { drawMiner } from '../../src/sim/hardware.ts';
 import { ORCHESTRATOR_TICK_MS } from '../../src/sim/merge-time.ts';
 import { simulateWorld } from '../../src/sim/simulate.ts';
-import { rangeParamCount } from '../../src/model/gpt.ts';
+import { rangeParamCount } from '../../src/model/parts.ts';
 import { GPT_CONFIGS } from '../../src/model/config.ts';
 
 const miner = (name: string, gflops: number, bandwidthMbps = 1e5): LocalNetwork['miners'][number] => ({ name, gflops, memoryBytes: 8e9, bandwidthMbps, threads: 1 });

@@ -15,7 +15,7 @@ import { formatDuration } from '../../jobs/duration.ts';
 import { formatNim } from '../../chain/amounts.ts';
 import { stageCost } from '../../planner/cost.ts';
 import { mlpCost } from '../../jobs/mlp-cost.ts';
-import { partCount } from '../../model/gpt.ts';
+import { partCount } from '../../model/parts.ts';
 import { modelLabel, modelParts, modelRefOf, parseModelRef } from '../../model/model-ref.ts';
 import { NimbleError } from '../../protocol/errors.ts';
 import { JobCheckpoints } from './job-checkpoints.ts';

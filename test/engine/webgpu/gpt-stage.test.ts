@@ -13,7 +13,8 @@ import { mobyDickBytes } from '../../../src/data/corpus.ts';
 import { createArray } from '../../../src/engine/webgpu/buffers.ts';
 import { GpuGptStage } from '../../../src/engine/webgpu/gpt-stage.ts';
 import { gptConfig } from '../../../src/model/config.ts';
-import { GptStage, rangeParts, splitEvenly } from '../../../src/model/gpt.ts';
+import { GptStage } from '../../../src/model/gpt.ts';
+import { rangeParts, splitEvenly } from '../../../src/model/parts.ts';
 import { gpuFixture } from './gpu-fixture.ts';
 
 const fixture = await gpuFixture('gpt stage', () => Promise.resolve({ destroy(): void {} }));

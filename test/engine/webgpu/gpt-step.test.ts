@@ -14,7 +14,8 @@ import { recorderOf } from '../../../src/engine/webgpu/recorder.ts';
 import { compareFirstStep, type StepComparison } from '../../../src/engine/webgpu/gpt-step-check.ts';
 import { AdamW, ADAMW_DEFAULTS, type AdamWConfig } from '../../../src/model/adamw.ts';
 import { gptConfig } from '../../../src/model/config.ts';
-import { GptStage, partCount } from '../../../src/model/gpt.ts';
+import { GptStage } from '../../../src/model/gpt.ts';
+import { partCount } from '../../../src/model/parts.ts';
 import { gpuFixture } from './gpu-fixture.ts';
 
 const fixture = await gpuFixture('gpt step', () => Promise.resolve({ destroy(): void {} }));

@@ -15,7 +15,7 @@ import { join } from 'node:path';
 import { afterEach, beforeEach, test } from 'node:test';
 import { generatePrivateKey, privateKeyToAccount } from 'viem/accounts';
 import { gptConfig } from '../../../src/model/config.ts';
-import { partCount } from '../../../src/model/gpt.ts';
+import { partCount } from '../../../src/model/parts.ts';
 import { FsBlobStore } from '../../../src/orchestrator/blobs/blobs.ts';
 import { Coordinator } from '../../../src/orchestrator/training/coordinator.ts';
 import { DEFAULT_IDLE_LIMIT_MS, deploymentView } from '../../../src/orchestrator/models/deployments.ts';

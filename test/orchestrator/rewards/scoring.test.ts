@@ -3,7 +3,7 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { gptConfig } from '../../../src/model/config.ts';
-import { partCount, rangeParamCount, splitEvenly } from '../../../src/model/gpt.ts';
+import { partCount, rangeParamCount, splitEvenly } from '../../../src/model/parts.ts';
 import { DROPPED_PENALTY, FAILED_CHECK_PENALTY, INVALID_PENALTY, scoreEpoch, splitEmission, stageSharesOf, unitWeight, type WorkRow } from '../../../src/orchestrator/rewards/scoring.ts';
 import { prng } from '../../chain/helpers.ts';
 

@@ -8,7 +8,7 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { gptConfig } from '../../../src/model/config.ts';
-import { partCount } from '../../../src/model/gpt.ts';
+import { partCount } from '../../../src/model/parts.ts';
 import type { CompletionRequest } from '../../../src/orchestrator/serving/completion-request.ts';
 import type { CompletionResult, StageStep } from '../../../src/orchestrator/serving/completions.ts';
 import { CreditService, MINERS_SHARE_BPS } from '../../../src/orchestrator/serving/credits.ts';

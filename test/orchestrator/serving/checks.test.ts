@@ -16,7 +16,7 @@ import { Engine } from '../../../src/engine/engine.ts';
 import { inferenceFromCheckpoint } from '../../../src/inference/load.ts';
 import type { StageInference } from '../../../src/inference/stage-inference.ts';
 import { gptConfig } from '../../../src/model/config.ts';
-import { partCount } from '../../../src/model/gpt.ts';
+import { partCount } from '../../../src/model/parts.ts';
 import { mulberry32 } from '../../../src/model/init.ts';
 import { FsBlobStore } from '../../../src/orchestrator/blobs/blobs.ts';
 import type { StageStep } from '../../../src/orchestrator/serving/completions.ts';

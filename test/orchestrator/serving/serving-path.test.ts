@@ -18,7 +18,7 @@ import { generateCached } from '../../../src/inference/generate.ts';
 import { inferenceFromCheckpoint } from '../../../src/inference/load.ts';
 import type { StageInference } from '../../../src/inference/stage-inference.ts';
 import { gptConfig } from '../../../src/model/config.ts';
-import { partCount, splitEvenly, type StageRange } from '../../../src/model/gpt.ts';
+import { partCount, splitEvenly, type StageRange } from '../../../src/model/parts.ts';
 import { Completions, type CompletionsOptions, type Failover, OpenAiError, parseCompletionRequest, type StageStep } from '../../../src/orchestrator/serving/completions.ts';
 import type { Coordinator } from '../../../src/orchestrator/training/coordinator.ts';
 import type { DeploymentRecord } from '../../../src/orchestrator/state/deployments.ts';

@@ -1,0 +1,132 @@
+// Between a Hugging Face checkpoint's tensors and the engine's parameters
+// (src/model/parts.ts's names), for every family: which stored tensors make
+// each engine tensor, and how.
+//
+// - GPT-2 stores Conv1D weights [in, out], as the engine stores its linears:
+//   name for name.
+// - Llama and Qwen2 store Linear weights [out, in]: transposed. q_proj,
+//   k_proj and v_proj become the fused attn.qkv ([q | k | v] columns, their
+//   biases side by side); gate_proj and up_proj the fused mlp.fc ([gate | up]).
+// - The engine's head is a tensor of its own; a tied checkpoint has none, so
+//   it is loaded as the embedding's transpose. An export writes the head
+//   back only when the model was not tied (a tied model's head is the
+//   embedding's: trained apart, an export unties it).
+//
+// Import reads one stored tensor at a time (ModelFolder.read); export makes
+// one stored tensor at a time from the engine's flat weights.
+import type { ParamLayout } from '../params.ts';
+import { ModelFolderError, type DecoderConfig } from './decoder-config.ts';
+import type { ModelFolder } from './model-folder.ts';
+
+/** A stored tensor's part of an engine tensor: its columns [col, col + cols) of the engine's [in, out] matrix (or elements, for a vector). */
+export interface TensorSource {
+  /** the stored (canonical) name */
+  tensor: string;
+  /** stored [out, in] (a Linear): the engine's [in, out] is its transpose */
+  transpose: boolean;
+  /** first column (matrix) or element (vector) of the engine tensor it fills */
+  col: number;
+}
+
+const GPT2_BLOCK: Record<string, string> = {
+  'ln1.w': 'ln_1.weight', 'ln1.b': 'ln_1.bias', 'attn.qkv.w': 'attn.c_attn.weight', 'attn.qkv.b': 'attn.c_attn.bias',
+  'attn.proj.w': 'attn.c_proj.weight', 'attn.proj.b': 'attn.c_proj.bias', 'ln2.w': 'ln_2.weight', 'ln2.b': 'ln_2.bias',
+  'mlp.fc.w': 'mlp.c_fc.weight', 'mlp.fc.b': 'mlp.c_fc.bias', 'mlp.proj.w': 'mlp.c_proj.weight', 'mlp.proj.b': 'mlp.c_proj.bias',
+};
+
+/** The stored tensors that make the engine's tensor `name`, in column order. */
+export function sourcesOf(c: DecoderConfig, name: string): TensorSource[] {
+  const one = (tensor: string, transpose = false): TensorSource[] => [{ tensor, transpose, col: 0 }];
+  const gpt2 = c.architecture === 'gpt2';
+  const embed = gpt2 ? 'wte.weight' : 'model.embed_tokens.weight';
+  if (name === 'wte') return one(embed);
+  if (name === 'wpe' && gpt2) return one('wpe.weight');
+  if (name === 'lnf.w') return one(gpt2 ? 'ln_f.weight' : 'model.norm.weight');
+  if (name === 'lnf.b' && gpt2) return one('ln_f.bias');
+  if (name === 'lm_head.w') return one(c.tiedEmbeddings ? embed : 'lm_head.weight', true);
+  const m = /^h\.(\d+)\.(.+)$/.exec(name);
+  if (m && gpt2 && m[2] in GPT2_BLOCK) return one(`h.${m[1]}.${GPT2_BLOCK[m[2]]}`);
+  if (m && !gpt2) {
+    const p = `model.layers.${m[1]}.`;
+    const q = c.heads * c.headDim, kv = c.kvHeads * c.headDim, I = c.intermediateSize;
+    const fused = (parts: [string, number][], suffix: string, transpose: boolean): TensorSource[] => {
+      let col = 0;
+      return parts.map(([t, width]) => {
+        const s = { tensor: p + t + suffix, transpose, col };
+        col += width;
+        return s;
+      });
+    };
+    const qkv: [string, number][] = [['self_attn.q_proj', q], ['self_attn.k_proj', kv], ['self_attn.v_proj', kv]];
+    const gateUp: [string, number][] = [['mlp.gate_proj', I], ['mlp.up_proj', I]];
+    switch (m[2]) {
+      case 'ln1.w': return one(p + 'input_layernorm.weight');
+      case 'ln2.w': return one(p + 'post_attention_layernorm.weight');
+      case 'attn.qkv.w': return fused(qkv, '.weight', true);
+      case 'attn.qkv.b': return fused(qkv, '.bias', false);
+      case 'attn.proj.w': return one(p + 'self_attn.o_proj.weight', true);
+      case 'attn.proj.b': return one(p + 'self_attn.o_proj.bias');
+      case 'mlp.fc.w': return fused(gateUp, '.weight', true);
+      case 'mlp.fc.b': return fused(gateUp, '.bias', false);
+      case 'mlp.proj.w': return one(p + 'mlp.down_proj.weight', true);
+      case 'mlp.proj.b': return one(p + 'mlp.down_proj.bias');
+    }
+  }
+  throw new ModelFolderError(`no ${c.architecture} tensor for the engine's ${name}`);
+}
+
+/** Writes a stored tensor's values into the engine tensor `out` (offset `at`, shape `shape`) at its columns. */
+function place(out: Float32Array, at: number, shape: readonly number[], src: TensorSource, values: Float32Array, what: string): void {
+  if (shape.length === 1) {
+    if (src.col + values.length > shape[0]) throw new ModelFolderError(`${src.tensor}: ${values.length} values do not fit the engine's ${what} of ${shape[0]}`);
+    out.set(values, at + src.col);
+    return;
+  }
+  const [rows, cols] = shape;
+  const width = values.length / rows;
+  if (!Number.isInteger(width) || src.col + width > cols) throw new ModelFolderError(`${src.tensor}: ${values.length} values do not fit the engine's ${what} [${rows}, ${cols}]`);
+  if (src.transpose) {
+    // stored [width, rows] → columns [col, col + width) of [rows, cols]
+    for (let j = 0; j < width; j++) for (let i = 0; i < rows; i++) out[at + i * cols + src.col + j] = values[j * rows + i];
+  } else {
+    for (let i = 0; i < rows; i++) out.set(values.subarray(i * width, (i + 1) * width), at + i * cols + src.col);
+  }
+}
+
+/** The weights of `layout` (a stage's parameters) filled from a model folder, one stored tensor read at a time. */
+export function hfWeights(folder: ModelFolder, layout: ParamLayout): Float32Array {
+  const out = new Float32Array(layout.size);
+  for (const e of layout.entries) {
+    const sources = sourcesOf(folder.config, e.name);
+    let filled = 0;
+    for (const src of sources) {
+      const values = folder.read(src.tensor);
+      place(out, e.offset, e.shape, src, values, e.name);
+      filled += values.length;
+    }
+    if (filled !== e.size) throw new ModelFolderError(`${sources.map((s) => s.tensor).join(' + ')}: ${filled} values where the engine's ${e.name} takes ${e.size}`);
+  }
+  return out;
+}
+
+/** One stored tensor made from the engine's weights (laid out by `layout`): the inverse of hfWeights' `place`. */
+export function storedTensor(c: DecoderConfig, layout: ParamLayout, weights: Float32Array, engineName: string, stored: string, storedShape: readonly number[]): Float32Array {
+  const e = layout.byName.get(engineName);
+  if (!e) throw new Error(`the weights hold no ${engineName}`);
+  const src = sourcesOf(c, engineName).find((s) => s.tensor === stored);
+  if (!src) throw new Error(`${stored} is not part of ${engineName}`);
+  const n = storedShape.reduce((a, b) => a * b, 1);
+  const out = new Float32Array(n);
+  if (e.shape.length === 1) {
+    out.set(weights.subarray(e.offset + src.col, e.offset + src.col + n));
+    return out;
+  }
+  const [rows, cols] = e.shape;
+  const width = n / rows;
+  if (src.transpose) {
+    for (let j = 0; j < width; j++) for (let i = 0; i < rows; i++) out[j * rows + i] = weights[e.offset + i * cols + src.col + j];
+  } else {
+    for (let i = 0; i < rows; i++) out.set(weights.subarray(e.offset + i * cols + src.col, e.offset + i * cols + src.col + width), i * width);
+  }
+  return out;
+}
