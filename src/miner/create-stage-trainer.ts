@@ -42,11 +42,14 @@ export function stageDataReady(a: StageAssignment, log: (line: string) => void =
  * has it already (an uploaded dataset); a named one is loaded here. A GPT
  * or an MLP trains on the engine's GPU when it has one, weights and AdamW
  * included (./stage-trainer-gpu.ts, ./stage-trainer-gpu-mlp.ts), else on
- * WASM (./stage-trainer-host.ts).
+ * WASM (./stage-trainer-host.ts); a decoder with an arch (Llama, Qwen2,
+ * imported GPT-2) on WASM always, until the WebGPU backend has its kernels.
  */
 export function createStageTrainer(engine: Engine, a: StageAssignment, slots: number, corpus?: ByteCorpus): StageTrainer {
   const model = parseModelRef(a.model);
-  if (engine.gpu) return model.kind === 'gpt' ? new GpuGptStageTrainer(engine.gpu, model, a, slots, corpus) : new GpuMlpStageTrainer(engine.gpu, model, a, slots);
+  // a Llama / Qwen2 / GPT-2 block (an arch) has no WGSL twins yet: it trains on WASM whatever the engine has
+  const gpuRuns = model.kind === 'mlp' || !model.config.arch;
+  if (engine.gpu && gpuRuns) return model.kind === 'gpt' ? new GpuGptStageTrainer(engine.gpu, model, a, slots, corpus) : new GpuMlpStageTrainer(engine.gpu, model, a, slots);
   const stage: StageModel = model.kind === 'mlp' ? new MlpStageModel(engine, model, a, slots) : new GptStageModel(engine, model, a, slots, corpus);
   try {
     return new HostStageTrainer(engine, stage, a.lr);

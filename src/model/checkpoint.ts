@@ -163,10 +163,18 @@ export function copyParams(layout: ParamLayout, out: Float32Array, file: Safeten
   }
 }
 
+/** Whether two configs have the same arch (or neither has one), whatever the order of their keys. */
+function sameArch(a: GptConfig, b: GptConfig): boolean {
+  if (!a.arch || !b.arch) return !a.arch && !b.arch;
+  const x = a.arch as Record<string, unknown>, y = b.arch as Record<string, unknown>;
+  const keys = new Set([...Object.keys(x), ...Object.keys(y)]);
+  return [...keys].every((k) => JSON.stringify(x[k]) === JSON.stringify(y[k]));
+}
+
 /** Whether two GPT configs describe the same model (whatever the order of their keys). */
 function sameGptConfig(a: GptConfig, b: GptConfig): boolean {
   const keys = ['vocabSize', 'contextLength', 'channels', 'layers', 'heads', 'mlpRatio'] as const;
-  return keys.every((k) => a[k] === b[k]) && (a.init ?? 'torch') === (b.init ?? 'torch');
+  return keys.every((k) => a[k] === b[k]) && (a.init ?? 'torch') === (b.init ?? 'torch') && sameArch(a, b);
 }
 
 // ---- the MLP classifier's checkpoints, and either kind by model reference ----------------

@@ -6,6 +6,8 @@
 //                               layers, heads, MLP ratio, in that order
 //   mlp:4096-64-2               an MLP classifier: inputs, hidden widths…, classes
 //                               (`mlp:4096-2` has no hidden layer)
+//   llama:v…, qwen2:v…, gpt2:v…  a decoder with an arch (Llama, Qwen2, GPT-2
+//                               from a Hugging Face folder): ./arch-ref.ts
 //
 // `parseModelRef` is the only way from a string to a model: it validates what
 // the network sends (length, form, integer sizes without leading zeros, the
@@ -16,6 +18,7 @@
 // GPT and an MLP answer the same questions: an MLP is one part, never cut into
 // stages; a run of it has one stage, its replicas data-parallel.
 import { NimbleError } from '../protocol/errors.ts';
+import { archModelRef, isArchRef, parseArchRef } from './arch-ref.ts';
 import { GPT_CONFIGS, validateGptConfig, type GptConfig } from './config.ts';
 import { partCount, partParams, rangeParamCount, type StageRange } from './parts.ts';
 import { initParams } from './init.ts';
@@ -30,8 +33,8 @@ export type ModelRef =
 /** A model as a job resolves it (src/jobs/spec.ts `JobModel`). */
 export type ModelDescription = { kind: 'gpt'; name: string | null; config: GptConfig } | { kind: 'mlp'; inputs: number; hidden: number[]; classes: number };
 
-/** The longest reference: an MLP with 16 hidden layers of the largest widths is about 115 characters. */
-export const MAX_MODEL_REF_LENGTH = 128;
+/** The longest reference: an MLP with 16 hidden layers of the largest widths is about 115 characters, a Llama with llama3 rope scaling about 110. */
+export const MAX_MODEL_REF_LENGTH = 160;
 
 /** A model reference that names no model this build can run: a 400 'invalid'. */
 export class ModelRefError extends NimbleError {
@@ -56,6 +59,7 @@ const GPT_FIELDS = [
 
 /** The canonical reference of an inline GPT config (a named config's inline form too). */
 export function gptModelRef(config: GptConfig): string {
+  if (config.arch) return archModelRef(config);
   if (config.init !== undefined) throw new ModelRefError(`a model reference carries no init rule (got '${config.init}'): only the default initialisation trains on the network`);
   return GPT_PREFIX + GPT_FIELDS.map(([letter, key]) => `${letter}${config[key]}`).join('.');
 }
@@ -99,6 +103,16 @@ export function parseModelRef(ref: unknown): ModelRef {
     }
     return { kind: 'gpt', ref, name: null, config };
   }
+  if (isArchRef(ref)) {
+    let config: GptConfig;
+    try {
+      config = parseArchRef(ref);
+      validateGptConfig(config);
+    } catch (err) {
+      throw new ModelRefError(`model '${shown}': ${(err as Error).message}`);
+    }
+    return { kind: 'gpt', ref, name: null, config };
+  }
   if (ref.startsWith(MLP_PREFIX)) {
     const widths = ref.slice(MLP_PREFIX.length).split('-');
     if (widths.length < 2) throw new ModelRefError(`model '${shown}': an MLP is mlp:<inputs>-<hidden>-…-<classes>`);
@@ -111,7 +125,7 @@ export function parseModelRef(ref: unknown): ModelRef {
     }
     return { kind: 'mlp', ref, config };
   }
-  throw new ModelRefError(`unknown model '${shown}' (a named GPT: ${Object.keys(GPT_CONFIGS).join(', ')}; an inline GPT: gpt:v…; an MLP: mlp:…)`);
+  throw new ModelRefError(`unknown model '${shown}' (a named GPT: ${Object.keys(GPT_CONFIGS).join(', ')}; an inline GPT: gpt:v…; an MLP: mlp:…; a Hugging Face decoder: llama:v…, qwen2:v…, gpt2:v…)`);
 }
 
 /** `model` parsed unless it is already. */

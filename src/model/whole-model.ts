@@ -33,6 +33,7 @@ const GPT_SIZES = ['vocabSize', 'contextLength', 'channels', 'layers', 'heads', 
  */
 export function wholeModelRef(m: WholeModelConfig): string {
   if (m.kind === 'mlp') return modelRefOf({ kind: 'mlp', inputs: m.config.inputs, hidden: m.config.hidden, classes: m.config.classes });
+  if (m.config.arch) return modelRefOf({ kind: 'gpt', name: null, config: m.config });
   const { vocabSize, contextLength, channels, layers, heads, mlpRatio } = m.config;
   const sizes: GptConfig = { vocabSize, contextLength, channels, layers, heads, mlpRatio };
   const name = Object.keys(GPT_CONFIGS).find((n) => GPT_SIZES.every((k) => GPT_CONFIGS[n][k] === sizes[k])) ?? null;

@@ -63,7 +63,7 @@ test('a reference from the network is refused, with the problem named, unless it
   refused('', /non-empty string/);
   refused(42, /non-empty string/);
   refused(null, /non-empty string/);
-  refused(`mlp:${'1-'.repeat(70)}2`, new RegExp(`at most ${MAX_MODEL_REF_LENGTH}`));
+  refused(`mlp:${'1-'.repeat(90)}2`, new RegExp(`at most ${MAX_MODEL_REF_LENGTH}`));
   refused('gpt-huge', /unknown model 'gpt-huge'.*gpt-tiny/);
   refused('constructor', /unknown model/);
   refused('__proto__', /unknown model/);
@@ -157,4 +157,36 @@ test('an MLP checkpoint round-trips by reference; the GPT-only readers refuse it
   assert.equal(checkWholeModel(bytes).model, 'mlp:16-8-2');
   assert.equal(decodeSafetensors(encodeCheckpoint([], { config: micro, range: { from: 0, to: 1 }, step: 1 })).metadata.format, CHECKPOINT_FORMAT);
   assert.deepEqual(mlpParamSpecs(model.config).map((s) => s.name).sort(), ['fc0.b', 'fc0.w', 'fc1.b', 'fc1.w']);
+});
+
+test('a decoder with an arch (Llama, Qwen2, GPT-2, rope scaling) round-trips through its inline reference, one spelling each', async () => {
+  const { gptConfigOfDecoder } = await import('../../src/model/arch.ts');
+  const { decoderConfigFromHf } = await import('../../src/model/hf/decoder-config.ts');
+  const { TINY_LLAMA_CONFIG, TINY_QWEN2_CONFIG, TINY_GPT2_CONFIG } = await import('../helpers/hf-folder.ts');
+  const tinyllama = {
+    model_type: 'llama', vocab_size: 32000, hidden_size: 2048, intermediate_size: 5632, num_hidden_layers: 22, num_attention_heads: 32,
+    num_key_value_heads: 4, max_position_embeddings: 2048, rms_norm_eps: 1e-5, rope_theta: 10000, tie_word_embeddings: false,
+  };
+  const llama3 = { ...TINY_LLAMA_CONFIG, rope_theta: 500000, rope_scaling: { rope_type: 'llama3', factor: 8, low_freq_factor: 1, high_freq_factor: 4, original_max_position_embeddings: 32 } };
+  const gpt2 = { ...TINY_GPT2_CONFIG, vocab_size: 50257, n_embd: 768, n_layer: 12, n_head: 12, n_positions: 1024 };
+  const linear = { ...TINY_QWEN2_CONFIG, rope_scaling: { type: 'linear', factor: 2.5 }, rms_norm_eps: 1e-7 };
+  for (const hf of [tinyllama, TINY_LLAMA_CONFIG, llama3, TINY_QWEN2_CONFIG, linear, TINY_GPT2_CONFIG, gpt2]) {
+    const config = gptConfigOfDecoder(decoderConfigFromHf(hf));
+    const ref = gptModelRef(config);
+    const back = parseModelRef(ref);
+    assert.equal(back.ref, ref);
+    assert.deepEqual(back.config, config, ref);
+    assert.ok(ref.length <= MAX_MODEL_REF_LENGTH, ref);
+  }
+  const ok = gptModelRef(gptConfigOfDecoder(decoderConfigFromHf(tinyllama)));
+  assert.equal(ok, 'llama:v32000.t2048.c2048.l22.h32.k4.d64.i5632.e0.00001.r10000.b000.w0');
+  for (const [bad, why] of [
+    [ok.replace('e0.00001', 'e1e-5'), /not a positive number as String\(n\) writes it/],
+    [ok.replace('.k4', '.k5'), /not a multiple of 5 key\/value heads/],
+    [ok.replace('.b000', '.b0'), /three bias flags/],
+    [ok + '.x1', /follows the last field/],
+    [ok.replace('.r10000', ''), /field 'r' is missing/],
+    [ok.replace('d64', 'd6'), /multiple of 4/],
+    ['mamba:v1', /unknown model/],
+  ] as const) assert.throws(() => parseModelRef(bad), (err: Error) => err instanceof ModelRefError && why.test(err.message), bad);
 });
