@@ -124,3 +124,14 @@ export function gptConfigOfDecoder(d: DecoderConfig): {
     },
   };
 }
+
+/** The Hugging Face decoder config of an engine config with an arch (the inverse of gptConfigOfDecoder): what an export describes. */
+export function decoderOfGptConfig(c: ArchSizes & { layers: number }): DecoderConfig {
+  const a = c.arch;
+  if (!a) throw new Error('the byte-level GPT has no Hugging Face architecture: only a model with an arch exports');
+  return {
+    architecture: a.family, vocabSize: c.vocabSize, contextLength: c.contextLength, channels: c.channels, layers: c.layers, heads: c.heads,
+    kvHeads: a.kvHeads, headDim: a.headDim, intermediateSize: a.intermediateSize, norm: a.norm, normEps: a.normEps, position: a.position,
+    ropeTheta: a.ropeTheta, ropeScaling: a.ropeScaling, mlp: a.mlp, qkvBias: a.qkvBias, attnOutBias: a.attnOutBias, mlpBias: a.mlpBias, tiedEmbeddings: a.tiedEmbeddings,
+  };
+}

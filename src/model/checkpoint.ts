@@ -16,7 +16,8 @@
 // functions refuse an MLP file by name.
 import { readFileSync, renameSync, writeFileSync, mkdirSync } from 'node:fs';
 import { dirname } from 'node:path';
-import { validateGptConfig, type GptConfig } from './config.ts';
+import { Value } from '@sinclair/typebox/value';
+import { GptConfig, validateGptConfig } from './config.ts';
 import { type GptStage } from './gpt.ts';
 import { partCount, type StageRange } from './parts.ts';
 import { validateMlpConfig, type MlpConfig } from './mlp.ts';
@@ -107,6 +108,11 @@ export function checkpointInfo(file: SafetensorsFile): CheckpointInfo {
   if (typeof config !== 'object' || config === null || Array.isArray(config)) throw new SafetensorsError('checkpoint metadata has no valid config: not an object');
   const info = { config: config as GptConfig, from: metaInteger(m, 'from'), to: metaInteger(m, 'to'), step: m.step === undefined ? 0 : metaInteger(m, 'step') };
   checkMeta(info.config, info.from, info.to, info.step);
+  // the sizes passed; the rest of the config (an arch's fields) as the schema says
+  if (!Value.Check(GptConfig, config)) {
+    const first = Value.Errors(GptConfig, config).First();
+    throw new SafetensorsError(`checkpoint config is invalid: ${first?.path || '/'} ${first?.message ?? 'does not match the schema'}`);
+  }
   return info;
 }
 

@@ -1,7 +1,9 @@
 // The safetensors format: 8-byte little-endian header length, a JSON header
 // naming each tensor's dtype, shape and [start, end) byte range, then the
-// little-endian data. We write and read F32 tensors and a string metadata map.
+// little-endian data. We write F32 tensors and a string metadata map, and read
+// F32, F16 and BF16 tensors (widened to f32, exactly: ./hf/dtype.ts).
 import { NimbleError } from '../protocol/errors.ts';
+import { decodeFloats, dtypeBytes, isFloatDtype } from './hf/dtype.ts';
 
 export interface NamedTensor {
   name: string;
@@ -58,7 +60,7 @@ export function encodeSafetensors(tensors: readonly NamedTensor[], metadata: Rec
   return out;
 }
 
-/** Parses and validates a safetensors file of F32 tensors. Throws SafetensorsError on anything malformed. */
+/** Parses and validates a safetensors file of F32, F16 or BF16 tensors (read as f32). Throws SafetensorsError on anything malformed. */
 export function decodeSafetensors(bytes: Uint8Array): SafetensorsFile {
   if (bytes.length < 8) throw new SafetensorsError(`file is ${bytes.length} bytes: too short for a safetensors header`);
   const dv = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
@@ -88,7 +90,8 @@ export function decodeSafetensors(bytes: Uint8Array): SafetensorsFile {
       continue;
     }
     const e = entry as { dtype?: unknown; shape?: unknown; data_offsets?: unknown };
-    if (e?.dtype !== 'F32') throw new SafetensorsError(`${name}: dtype ${String(e?.dtype)} is not supported (F32 only)`);
+    const dtype = e?.dtype;
+    if (!isFloatDtype(dtype)) throw new SafetensorsError(`${name}: dtype ${String(dtype).slice(0, 16)} is not supported (F32, F16 or BF16)`);
     if (!Array.isArray(e.shape) || e.shape.length > MAX_RANK || !e.shape.every((d) => Number.isSafeInteger(d) && d >= 0 && d <= MAX_DIM)) {
       throw new SafetensorsError(`${name}: bad shape (at most ${MAX_RANK} dimensions of 0 … ${MAX_DIM})`);
     }
@@ -99,9 +102,10 @@ export function decodeSafetensors(bytes: Uint8Array): SafetensorsFile {
     const [start, end] = off as [number, number];
     if (end > dataLen) throw new SafetensorsError(`${name}: data [${start}, ${end}) runs past the end of the file: truncated`);
     const count = (e.shape as number[]).reduce((a, b) => a * b, 1);
-    if (end - start !== count * 4) throw new SafetensorsError(`${name}: ${end - start} bytes do not match shape [${e.shape}]`);
+    if (end - start !== count * dtypeBytes(dtype)) throw new SafetensorsError(`${name}: ${end - start} bytes do not match shape [${e.shape}] of ${dtype}`);
     const data = new Float32Array(count);
-    new Uint8Array(data.buffer).set(bytes.subarray(dataStart + start, dataStart + end));
+    if (dtype === 'F32') new Uint8Array(data.buffer).set(bytes.subarray(dataStart + start, dataStart + end));
+    else decodeFloats(bytes.subarray(dataStart + start, dataStart + end), dtype, data);
     tensors.set(name, { name, shape: e.shape as number[], data });
     ranges.push([start, end, name]);
   }

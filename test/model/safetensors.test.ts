@@ -74,8 +74,11 @@ test('corrupt and truncated files are refused with clear errors', () => {
     assert.throws(() => decodeSafetensors(bytes), (e: unknown) => e instanceof SafetensorsError && pattern.test((e as Error).message), label);
   }
   const wrongDtype = encodeSafetensors([{ name: 'x', shape: [1], data: new Float32Array(1) }]);
-  const text = new TextDecoder().decode(wrongDtype).replace('"F32"', '"F16"');
-  assert.throws(() => decodeSafetensors(new TextEncoder().encode(text)), /dtype F16/);
+  const text = new TextDecoder().decode(wrongDtype).replace('"F32"', '"I32"');
+  assert.throws(() => decodeSafetensors(new TextEncoder().encode(text)), /dtype I32 is not supported \(F32, F16 or BF16\)/);
+  // F16 and BF16 are read (widened exactly); their byte counts are checked by their width
+  const half = new TextDecoder().decode(wrongDtype).replace('"F32"', '"BF16"');
+  assert.throws(() => decodeSafetensors(new TextEncoder().encode(half)), /4 bytes do not match shape \[1\] of BF16/);
   const nan = encodeSafetensors([{ name: 'wte', shape: [1], data: new Float32Array([NaN]) }]);
   assert.throws(() => decodeSafetensors(nan).tensors.get('wte')!.data.forEach((v) => { if (!Number.isFinite(v)) throw new SafetensorsError('non-finite'); }), /non-finite/);
   const missing = join(dir, 'nope.safetensors');

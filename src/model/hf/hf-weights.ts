@@ -14,7 +14,7 @@
 //
 // Import reads one stored tensor at a time (ModelFolder.read); export makes
 // one stored tensor at a time from the engine's flat weights.
-import type { ParamLayout } from '../params.ts';
+import type { ParamEntry, ParamLayout } from '../params.ts';
 import { ModelFolderError, type DecoderConfig } from './decoder-config.ts';
 import type { ModelFolder } from './model-folder.ts';
 
@@ -93,40 +93,57 @@ function place(out: Float32Array, at: number, shape: readonly number[], src: Ten
   }
 }
 
+/** Fills the engine tensor `e` (at e.offset of `out`) from a model folder, one stored tensor read at a time. */
+function fill(folder: ModelFolder, e: ParamEntry, out: Float32Array, at: number): void {
+  const sources = sourcesOf(folder.config, e.name);
+  let filled = 0;
+  for (const src of sources) {
+    const values = folder.read(src.tensor);
+    place(out, at, e.shape, src, values, e.name);
+    filled += values.length;
+  }
+  if (filled !== e.size) throw new ModelFolderError(`${sources.map((s) => s.tensor).join(' + ')}: ${filled} values where the engine's ${e.name} takes ${e.size}`);
+}
+
 /** The weights of `layout` (a stage's parameters) filled from a model folder, one stored tensor read at a time. */
 export function hfWeights(folder: ModelFolder, layout: ParamLayout): Float32Array {
   const out = new Float32Array(layout.size);
-  for (const e of layout.entries) {
-    const sources = sourcesOf(folder.config, e.name);
-    let filled = 0;
-    for (const src of sources) {
-      const values = folder.read(src.tensor);
-      place(out, e.offset, e.shape, src, values, e.name);
-      filled += values.length;
-    }
-    if (filled !== e.size) throw new ModelFolderError(`${sources.map((s) => s.tensor).join(' + ')}: ${filled} values where the engine's ${e.name} takes ${e.size}`);
-  }
+  for (const e of layout.entries) fill(folder, e, out, e.offset);
   return out;
 }
 
-/** One stored tensor made from the engine's weights (laid out by `layout`): the inverse of hfWeights' `place`. */
-export function storedTensor(c: DecoderConfig, layout: ParamLayout, weights: Float32Array, engineName: string, stored: string, storedShape: readonly number[]): Float32Array {
-  const e = layout.byName.get(engineName);
-  if (!e) throw new Error(`the weights hold no ${engineName}`);
+/** One engine tensor of `layout` made from a model folder (what an import writes, one tensor in memory at a time). */
+export function engineTensor(folder: ModelFolder, e: ParamEntry): Float32Array {
+  const out = new Float32Array(e.size);
+  fill(folder, e, out, 0);
+  return out;
+}
+
+/**
+ * One stored tensor (`stored`, of `storedShape`) made from the engine tensor
+ * `engineName` (its shape and values): the inverse of an import's placing.
+ */
+export function storedTensor(c: DecoderConfig, engineName: string, engineShape: readonly number[], engine: Float32Array, stored: string, storedShape: readonly number[]): Float32Array {
   const src = sourcesOf(c, engineName).find((s) => s.tensor === stored);
   if (!src) throw new Error(`${stored} is not part of ${engineName}`);
   const n = storedShape.reduce((a, b) => a * b, 1);
   const out = new Float32Array(n);
-  if (e.shape.length === 1) {
-    out.set(weights.subarray(e.offset + src.col, e.offset + src.col + n));
+  if (engineShape.length === 1) {
+    out.set(engine.subarray(src.col, src.col + n));
     return out;
   }
-  const [rows, cols] = e.shape;
+  const [rows, cols] = engineShape;
   const width = n / rows;
   if (src.transpose) {
-    for (let j = 0; j < width; j++) for (let i = 0; i < rows; i++) out[j * rows + i] = weights[e.offset + i * cols + src.col + j];
+    for (let j = 0; j < width; j++) for (let i = 0; i < rows; i++) out[j * rows + i] = engine[i * cols + src.col + j];
   } else {
-    for (let i = 0; i < rows; i++) out.set(weights.subarray(e.offset + i * cols + src.col, e.offset + i * cols + src.col + width), i * width);
+    for (let i = 0; i < rows; i++) out.set(engine.subarray(i * cols + src.col, i * cols + src.col + width), i * width);
   }
   return out;
+}
+
+/** The engine tensor a stored tensor is part of (an export asks it for every stored tensor). */
+export function engineNameOf(c: DecoderConfig, stored: string, engineNames: readonly string[]): string {
+  for (const name of engineNames) if (sourcesOf(c, name).some((s) => s.tensor === stored)) return name;
+  throw new Error(`no engine tensor holds ${stored}`);
 }
