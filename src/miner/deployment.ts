@@ -11,15 +11,15 @@
 //
 // `served()` is what the request path uses: the loaded StageInference of the
 // stage, with the assignment it serves.
-import { createHash } from 'node:crypto';
-import { existsSync, readFileSync, renameSync, rmSync } from 'node:fs';
+import { existsSync, renameSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
 import { downloadVerified, sha256OfFile } from '../api/download.ts';
 import type { Engine } from '../engine/engine.ts';
-import { inferenceFromCheckpoint } from '../inference/load.ts';
+import { inferenceFromFile } from '../inference/load.ts';
 import type { StageInference } from '../inference/stage-inference.ts';
 import { checkModelFile, type RegistryLookup, type VerifiedBy } from '../inference/verify.ts';
 import { gptConfigOf } from '../model/model-ref.ts';
+import { wholeModelRef } from '../model/whole-model.ts';
 import { NimbleError } from '../protocol/errors.ts';
 import type { DeploymentAssignment, DeploymentReport } from '../protocol/messages.ts';
 
@@ -126,15 +126,15 @@ export class DeploymentServing {
     const a = h.assignment;
     const config = gptConfigOf(a.model); // an invalid reference is refused before anything is downloaded
     const path = await this.fetchFile(a, h.abort.signal);
-    const bytes = new Uint8Array(readFileSync(path));
-    // the bytes loaded are the bytes checked
-    const sha256 = createHash('sha256').update(bytes).digest('hex');
+    // the file loaded is the file checked: hashed as it is now, then only this stage's tensors read from it
+    const sha256 = await sha256OfFile(path);
     const verifiedBy = await checkModelFile(sha256, a, this.options.lookup);
     if (h.abort.signal.aborted) throw new Error('let go while loading');
-    const inference = inferenceFromCheckpoint(this.options.engine, bytes, { from: a.from, to: a.to }, { maxSessions: a.maxSessions });
-    if (JSON.stringify(inference.config) !== JSON.stringify(config)) {
+    const inference = inferenceFromFile(this.options.engine, path, { from: a.from, to: a.to }, { maxSessions: a.maxSessions });
+    const held = wholeModelRef({ kind: 'gpt', config: inference.config });
+    if (held !== a.model && held !== wholeModelRef({ kind: 'gpt', config })) {
       inference.release();
-      throw new NimbleError('invalid', `the file holds a model of config ${JSON.stringify(inference.config)}, not ${a.model}`);
+      throw new NimbleError('invalid', `the file holds the model ${held}, not ${a.model}`);
     }
     return { assignment: a, inference, sha256, verifiedBy };
   }

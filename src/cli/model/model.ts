@@ -19,6 +19,7 @@ import { NimbleError } from '../../protocol/errors.ts';
 import { onChain, parseAddress, withChainOption, type ChainCommandOptions } from '../chain-options.ts';
 import { DEFAULT_ORCHESTRATOR, emit, parsePositiveInt, resolveDataDir, withCommonOptions } from '../common.ts';
 import { deploymentLines, registerModelDeploy } from './model-deploy.ts';
+import { registerModelImport, type PublishFlags } from './model-import.ts';
 import { publish, type ModelSource } from './model-publish.ts';
 import { allPublished, publishedJson, publishedLine, resolvePublished } from './model-resolve.ts';
 import { ProgressBar } from '../progress.ts';
@@ -52,23 +53,7 @@ export function registerModel(program: Command): void {
       .option('--price-per-1k-tokens <nim>', 'what serving 1,000 generated tokens (a classifier: 1,000 classifications) costs, in NIM', '0')
       .option('--metadata-uri <uri>', "where the model's metadata is (default: the orchestrator's GET /models/<sha256>)")
       .option('--wallet.name <name>', 'the wallet that owns and publishes the model (a file in <data-dir>/wallets/)'),
-  ).action(async (flags: Flags) => {
-    const source = sourceOf(flags);
-    const terms = { name: checkedName(flags.name), pricePer1kTokens: parsePrice(flags.pricePer1kTokens), metadataURI: checkedUri(flags.metadataUri) };
-    const dataDir = resolveDataDir(flags);
-    const walletName = flags['wallet.name'];
-    if (!walletName) throw new NimbleError('invalid', '--wallet.name is required: the wallet that owns and publishes the model');
-    loadWalletFile(dataDir, walletName); // an unknown wallet fails before the prompt
-    const { account, privateKey } = unlockWallet(dataDir, walletName, await readPassword(`Password for wallet '${walletName}': `));
-    const r = await onChain(flags, (client) => publish(client, models(flags, privateKey), account, source, terms), { orchestrator: flags.orchestrator });
-    const m = r.ticket.model;
-    emit(
-      flags,
-      { event: 'published', id: Number(r.id), name: m.name, kind: m.kind, model: m.model, owner: account.address, sha256: m.sha256, bytes: m.bytes, jobId: m.jobId, step: m.step, pricePer1kTokens: formatNim(terms.pricePer1kTokens), metadataURI: r.ticket.attestation.metadataURI, tx: r.tx },
-      () => `published ${m.name} (${kindLabel(m)}) as model #${r.id}: sha256 ${m.sha256}, ${m.bytes} bytes, owner ${account.address}, ${showNim(terms.pricePer1kTokens)} NIM / 1k ${m.kind === 'mlp' ? 'classifications' : 'tokens'} (tx ${r.tx})`,
-    );
-  });
-
+  ).action(async (flags: Flags) => publishCommand(flags, sourceOf(flags)));
   common(group.command('list').description("the models published on the chain, with the orchestrator's deployments of them").option('--owner <address>', 'only those of this owner')).action(async (flags: Flags) => {
     const owner = flags.owner === undefined ? undefined : parseAddress(flags.owner, '--owner');
     const list = (await onChain(flags, allPublished, { orchestrator: flags.orchestrator, fallback: true })).filter((m) => !owner || m.owner.toLowerCase() === owner.toLowerCase());
@@ -100,25 +85,49 @@ export function registerModel(program: Command): void {
       .option('--owner <address>', 'the owner, when several published that name')
       .option('--out <file>', 'where to write it (default: <data-dir>/models/<name>-<id>.safetensors)'),
   ).action(async (ref: string, flags: Flags) => {
-    const m = await find(flags, ref);
-    const sha256 = m.checkpointSha256.slice(2);
-    const client = models(flags);
-    const stored = await client.get(sha256).catch((err: unknown) => {
-      if (err instanceof NimbleError && err.status === 404) throw new NimbleError('not_found', `the orchestrator at ${flags.orchestrator} does not store the file of model #${m.id} '${m.name}'`);
-      throw err;
-    });
-    const out = flags.out ?? join(resolveDataDir(flags), 'models', `${m.name}-${m.id}.safetensors`);
-    const bar = new ProgressBar('download');
-    const started = Date.now();
-    const r = await downloadVerified(
-      { sha256, bytes: stored.bytes, what: `file of model #${m.id} '${m.name}'`, origin: 'the sha256 registered on chain', open: (offset, signal) => client.openFile(sha256, offset, signal) },
-      out,
-      (p) => flags.json || bar.update({ done: p.done, total: p.total, elapsedMs: Date.now() - started, text: `bytes${p.resumedFrom ? ` (resumed at ${p.resumedFrom})` : ''}` }),
-    );
-    emit(flags, { event: 'downloaded', id: Number(m.id), name: m.name, ...r }, () => `${r.path}: ${r.bytes} bytes, sha256 ${r.sha256} (matches model #${m.id} on chain)${r.resumedFrom ? `, resumed at byte ${r.resumedFrom}` : ''}`);
+    const r = await downloadPublished(flags, ref, flags.out);
+    emit(flags, { event: 'downloaded', id: r.id, name: r.name, path: r.path, bytes: r.bytes, sha256: r.sha256, resumedFrom: r.resumedFrom }, () => `${r.path}: ${r.bytes} bytes, sha256 ${r.sha256} (matches model #${r.id} on chain)${r.resumedFrom ? `, resumed at byte ${r.resumedFrom}` : ''}`);
   });
 
+  registerModelImport(group, common, { publish: publishCommand, download: downloadPublished });
   registerModelDeploy(group, common);
+}
+
+/** Stores `source` in the orchestrator's model store and publishes it on the ModelRegistry from the wallet of --wallet.name (model publish, model import). */
+export async function publishCommand(flags: PublishFlags, source: ModelSource): Promise<void> {
+  const terms = { name: checkedName(flags.name), pricePer1kTokens: parsePrice(flags.pricePer1kTokens), metadataURI: checkedUri(flags.metadataUri) };
+  const dataDir = resolveDataDir(flags);
+  const walletName = flags['wallet.name'];
+  if (!walletName) throw new NimbleError('invalid', '--wallet.name is required: the wallet that owns and publishes the model');
+  loadWalletFile(dataDir, walletName); // an unknown wallet fails before the prompt
+  const { account, privateKey } = unlockWallet(dataDir, walletName, await readPassword(`Password for wallet '${walletName}': `));
+  const r = await onChain(flags, (client) => publish(client, new ModelClient(new OrchestratorClient(flags.orchestrator, { wallet: privateKey })), account, source, terms), { orchestrator: flags.orchestrator });
+  const m = r.ticket.model;
+  emit(
+    flags,
+    { event: 'published', id: Number(r.id), name: m.name, kind: m.kind, model: m.model, owner: account.address, sha256: m.sha256, bytes: m.bytes, jobId: m.jobId, step: m.step, pricePer1kTokens: formatNim(terms.pricePer1kTokens), metadataURI: r.ticket.attestation.metadataURI, tx: r.tx },
+    () => `published ${m.name} (${kindLabel(m)}) as model #${r.id}: sha256 ${m.sha256}, ${m.bytes} bytes, owner ${account.address}, ${showNim(terms.pricePer1kTokens)} NIM / 1k ${m.kind === 'mlp' ? 'classifications' : 'tokens'} (tx ${r.tx})`,
+  );
+}
+
+/** Downloads a published model's file (by name or sha256), checked against the sha256 on chain; resumes a cut download. */
+export async function downloadPublished(flags: ChainCommandOptions & { orchestrator: string; owner?: string; json?: boolean }, ref: string, out: string | undefined): Promise<{ id: number; name: string; path: string; bytes: number; sha256: string; resumedFrom: number }> {
+  const m = await find(flags, ref);
+  const sha256 = m.checkpointSha256.slice(2);
+  const client = new ModelClient(new OrchestratorClient(flags.orchestrator));
+  const stored = await client.get(sha256).catch((err: unknown) => {
+    if (err instanceof NimbleError && err.status === 404) throw new NimbleError('not_found', `the orchestrator at ${flags.orchestrator} does not store the file of model #${m.id} '${m.name}'`);
+    throw err;
+  });
+  const path = out ?? join(resolveDataDir(flags), 'models', `${m.name}-${m.id}.safetensors`);
+  const bar = new ProgressBar('download');
+  const started = Date.now();
+  const r = await downloadVerified(
+    { sha256, bytes: stored.bytes, what: `file of model #${m.id} '${m.name}'`, origin: 'the sha256 registered on chain', open: (offset, signal) => client.openFile(sha256, offset, signal) },
+    path,
+    (p) => flags.json || bar.update({ done: p.done, total: p.total, elapsedMs: Date.now() - started, text: `bytes${p.resumedFrom ? ` (resumed at ${p.resumedFrom})` : ''}` }),
+  );
+  return { id: Number(m.id), name: m.name, path: r.path, bytes: r.bytes, sha256: r.sha256, resumedFrom: r.resumedFrom ?? 0 };
 }
 
 /** The orchestrator's live deployments by model sha256 (none when it cannot be reached). */
@@ -137,7 +146,7 @@ function deploymentSummary(d: DeploymentView | null): string {
   return `  ${d.status} on ${d.stages.length || '?'} stage${d.stages.length === 1 ? '' : 's'}, ${miners} miner${miners === 1 ? '' : 's'} (${d.id})`;
 }
 
-function find(flags: Flags, ref: string): Promise<PublishedModel> {
+function find(flags: ChainCommandOptions & { orchestrator: string; owner?: string }, ref: string): Promise<PublishedModel> {
   const owner = flags.owner === undefined ? undefined : parseAddress(flags.owner, '--owner');
   return onChain(flags, (client) => resolvePublished(client, ref, owner), { orchestrator: flags.orchestrator, fallback: true });
 }

@@ -8,7 +8,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, test } from 'node:test';
 import { Engine } from '../../../src/engine/engine.ts';
-import { inferenceFromCheckpoint } from '../../../src/inference/load.ts';
+import { inferenceFromCheckpoint, inferenceFromFile } from '../../../src/inference/load.ts';
 import { exportModelFile, importFolder, modelFileInfo } from '../../../src/model/hf/convert.ts';
 import { ModelFolderError } from '../../../src/model/hf/decoder-config.ts';
 import { ModelFolder } from '../../../src/model/hf/model-folder.ts';
@@ -56,6 +56,13 @@ for (const c of REFERENCE_CASES.filter((x) => ['llama-bf16', 'qwen2-f32', 'gpt2-
       for (const s of stages) s.release();
     }
     assert.ok(max <= 1e-4, `max |Δlogit| ${max}`);
+    // a miner reads only its stage's tensors from the file on disk: the same weights
+    for (const range of splitEvenly(r.config, 2)) {
+      const fromFile = inferenceFromFile(engine, file, range), fromBytes = inferenceFromCheckpoint(engine, bytes, range);
+      assert.deepEqual(fromFile.params.flat.data, fromBytes.params.flat.data);
+      fromFile.release();
+      fromBytes.release();
+    }
     // the tokenizer and config.json ride in the file
     const reader = SafetensorsReader.open(file);
     const info = modelFileInfo(reader.metadata);
