@@ -119,10 +119,10 @@ export async function startOrchestrator(options: OrchestratorOptions): Promise<R
   }
   const jobs = new JobService(coordinator, { checkpointRetentionMs: options.checkpointRetentionMs ?? DEFAULT_CHECKPOINT_RETENTION_MS, slots: coordinator.slots, nimPerPetaflop: options.chain?.nimPerPetaflop });
   // an unused dataset is kept as long as an ended job's checkpoints
-  const datasets = new DatasetService(state, blobs, { retentionMs: options.checkpointRetentionMs ?? DEFAULT_CHECKPOINT_RETENTION_MS });
+  const datasets = new DatasetService(state, coordinator.blobs, { retentionMs: options.checkpointRetentionMs ?? DEFAULT_CHECKPOINT_RETENTION_MS });
   const completions = new Completions(coordinator);
   const inferenceChecks = new InferenceChecks(
-    { state, blobs, engine: () => coordinator.verifier(), offences: coordinator.offences, log: coordinator.log },
+    { state, blobs: coordinator.blobs, engine: () => coordinator.verifier(), offences: coordinator.offences, log: coordinator.log },
     options.inferenceChecks,
   );
   completions.observe(inferenceChecks.recorder);
