@@ -9,6 +9,12 @@
 // kind (a GPT's, or an MLP classifier's {inputs, hidden, classes}). Rows of
 // the first version were all GPTs: the second step derives their reference
 // from their stored config.
+//
+// A name is its first owner's (`model_names`): a model of another owner is
+// refused under it (`name_taken`), as the ModelRegistry refuses it on chain,
+// so `/v1` resolves a name to one owner. The third step gives each existing
+// name to the owner who stored it first. A name stays its owner's after its
+// models are deleted.
 import { Type, type Static } from '@sinclair/typebox';
 import { Value } from '@sinclair/typebox/value';
 import { GptConfig } from '../../model/config.ts';
@@ -27,6 +33,10 @@ export const MODEL_MIGRATIONS: Migrations = {
     );
     CREATE INDEX IF NOT EXISTS models_owner ON models (owner, created_at)`,
     addModelColumn,
+    `CREATE TABLE IF NOT EXISTS model_names (name TEXT PRIMARY KEY, owner TEXT NOT NULL, claimed_at INTEGER NOT NULL);
+    INSERT INTO model_names (name, owner, claimed_at)
+      SELECT m.name, m.owner, m.created_at FROM models m
+      WHERE NOT EXISTS (SELECT 1 FROM models o WHERE o.name = m.name AND (o.created_at < m.created_at OR (o.created_at = m.created_at AND o.sha256 < m.sha256)))`,
   ],
 };
 
@@ -99,6 +109,7 @@ export class ModelStore {
     return this.db.tx(() => {
       const held = this.get(m.sha256);
       if (held && held.owner.toLowerCase() !== m.owner.toLowerCase()) return { record: held, created: false };
+      this.claimName(m.name, m.owner, now);
       if (held) this.db.run('UPDATE models SET name = ? WHERE sha256 = ?', m.name, m.sha256);
       else {
         this.db.run(
@@ -116,6 +127,24 @@ export class ModelStore {
       }
       return { record: this.get(m.sha256)!, created: !held };
     });
+  }
+
+  /**
+   * Makes `name` `owner`'s unless it is someone else's: 409 `name_taken` then
+   * (names are compared as they are spelt, as the registry compares them).
+   */
+  claimName(name: string, owner: string, now: number): void {
+    const holder = this.nameOwner(name);
+    if (holder && holder.toLowerCase() !== owner.toLowerCase()) {
+      throw new NimbleError('name_taken', `the model name '${name}' is ${holder}'s (the first to store a model under a name owns it): choose another name`, 409);
+    }
+    if (!holder) this.db.run('INSERT INTO model_names (name, owner, claimed_at) VALUES (?, ?, ?)', name, owner, now);
+  }
+
+  /** Who owns a model name (null: nobody yet). */
+  nameOwner(name: string): string | null {
+    const r = this.db.statement('SELECT owner FROM model_names WHERE name = ?').get(name) as { owner: string } | undefined;
+    return r?.owner ?? null;
   }
 
   /** Drops a row whose bytes could not be stored. */
