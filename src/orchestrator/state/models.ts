@@ -15,6 +15,12 @@
 // so `/v1` resolves a name to one owner. The third step gives each existing
 // name to the owner who stored it first. A name stays its owner's after its
 // models are deleted.
+//
+// Storage (src/orchestrator/blobs/store-budget.ts decides): the fourth step
+// adds `kept_until` (paid for until then; 0: not paid) and `published_at`
+// (seen on the registry: published models are not collected). An
+// unpublished model is collected once its free retention after
+// `created_at` and its paid time have both passed; its owner deletes it.
 import { Type, type Static } from '@sinclair/typebox';
 import { Value } from '@sinclair/typebox/value';
 import { GptConfig } from '../../model/config.ts';
@@ -37,6 +43,8 @@ export const MODEL_MIGRATIONS: Migrations = {
     INSERT INTO model_names (name, owner, claimed_at)
       SELECT m.name, m.owner, m.created_at FROM models m
       WHERE NOT EXISTS (SELECT 1 FROM models o WHERE o.name = m.name AND (o.created_at < m.created_at OR (o.created_at = m.created_at AND o.sha256 < m.sha256)))`,
+    `ALTER TABLE models ADD COLUMN kept_until INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE models ADD COLUMN published_at INTEGER`,
   ],
 };
 
@@ -73,11 +81,13 @@ const ModelRow = Type.Object({
   jobId: Type.Union([Type.String(), Type.Null()]),
   step: Int,
   createdAt: Int,
+  keptUntil: Int,
+  publishedAt: Type.Union([Int, Type.Null()]),
 });
 type Row = Static<typeof ModelRow>;
 /** A stored model: its kind, its reference (`model`) and the config of its kind, besides the row's other fields. */
 export type ModelRecord = Omit<Row, 'model' | 'config'> & WholeModelConfig & { model: string };
-const COLUMNS = 'sha256, owner, name, bytes, model, config, job_id AS jobId, step, created_at AS createdAt';
+const COLUMNS = 'sha256, owner, name, bytes, model, config, job_id AS jobId, step, created_at AS createdAt, kept_until AS keptUntil, published_at AS publishedAt';
 const readRow = rowReader(ModelRow, 'model');
 function decode(row: unknown): ModelRecord {
   const r = readRow(row);
@@ -94,7 +104,7 @@ function decode(row: unknown): ModelRecord {
 }
 
 /** What storing a model records. */
-export type NewModel = Omit<Row, 'model' | 'config' | 'createdAt'> & WholeModelConfig & { model: string };
+export type NewModel = Omit<Row, 'model' | 'config' | 'createdAt' | 'keptUntil' | 'publishedAt'> & WholeModelConfig & { model: string } & { keptUntil?: number };
 
 export class ModelStore {
   constructor(private readonly db: StateDb) {}
@@ -113,7 +123,7 @@ export class ModelStore {
       if (held) this.db.run('UPDATE models SET name = ? WHERE sha256 = ?', m.name, m.sha256);
       else {
         this.db.run(
-          'INSERT INTO models (sha256, owner, name, bytes, model, config, job_id, step, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)',
+          'INSERT INTO models (sha256, owner, name, bytes, model, config, job_id, step, created_at, kept_until) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)',
           m.sha256,
           m.owner,
           m.name,
@@ -123,6 +133,7 @@ export class ModelStore {
           m.jobId,
           m.step,
           now,
+          m.keptUntil ?? 0,
         );
       }
       return { record: this.get(m.sha256)!, created: !held };
@@ -161,6 +172,31 @@ export class ModelStore {
     return owner
       ? all(this.db, decode, `SELECT ${COLUMNS} FROM models WHERE LOWER(owner) = LOWER(?) ORDER BY created_at DESC, sha256`, owner)
       : all(this.db, decode, `SELECT ${COLUMNS} FROM models ORDER BY created_at DESC, sha256`);
+  }
+
+  /** Paid for until `until` (a later time only: a keep never shortens). */
+  keep(sha256: string, until: number): void {
+    this.db.run('UPDATE models SET kept_until = ? WHERE sha256 = ? AND kept_until < ?', until, sha256, until);
+  }
+
+  /** Seen published on the registry at `at`: never collected from then on. */
+  markPublished(sha256: string, at: number): void {
+    this.db.run('UPDATE models SET published_at = ? WHERE sha256 = ? AND published_at IS NULL', at, sha256);
+  }
+
+  /** Unpublished models whose free retention (created before `createdBefore`) and paid time (before `now`) have passed, oldest first. */
+  expired(createdBefore: number, now: number, limit: number): ModelRecord[] {
+    return all(this.db, decode, `SELECT ${COLUMNS} FROM models WHERE published_at IS NULL AND created_at < ? AND kept_until < ? ORDER BY created_at, sha256 LIMIT ?`, createdBefore, now, limit);
+  }
+
+  /** Bytes of every stored model. */
+  totalBytes(): number {
+    return scalar(this.db, 'SELECT COALESCE(SUM(bytes), 0) AS n FROM models');
+  }
+
+  /** Bytes of the models kept for free now: not published, not paid for at `now`. */
+  freeBytes(now: number): number {
+    return scalar(this.db, 'SELECT COALESCE(SUM(bytes), 0) AS n FROM models WHERE published_at IS NULL AND kept_until <= ?', now);
   }
 
   countOf(owner: string): number {
