@@ -9,7 +9,9 @@
 //     front (507 `disk_full`), so checkpoints, merge uploads and stage states
 //     always find room, and no write discovers a full disk half-way;
 //   - a free allowance, `freeStoreBytes` (--free-store, 1 GiB), for the whole
-//     network, not per key: unpaid, unpublished models and datasets together.
+//     network, not per key: unpaid, unpublished models together (datasets,
+//     never paid for, count in the global bound and the disk check beside
+//     their per-key quota and retention: ../jobs/datasets.ts).
 //     Past it, a model is stored only paid (`keepDays` and a NIM transfer of
 //     the quote, as `checkpoint keep` pays: 402 `payment_required` else);
 //   - a price per GB-day (STORAGE_NIM_PER_GB_DAY) to keep a model beyond its
@@ -84,10 +86,10 @@ export class StoreBudget {
     this.options = { storeLimitBytes: DEFAULT_STORE_LIMIT_BYTES, diskReserveBytes: DEFAULT_DISK_RESERVE_BYTES, freeStoreBytes: DEFAULT_FREE_STORE_BYTES, retentionMs: DEFAULT_MODEL_RETENTION_MS, dir: null, ...options };
   }
 
-  /** Bytes of all models and datasets, and of those kept for free. */
+  /** Bytes of all models and datasets, and of the models kept for free. */
   usage(): { used: number; free: number } {
     const now = this.now();
-    return { used: this.state.models.totalBytes() + this.state.datasets.totalBytes(), free: this.state.models.freeBytes(now) + this.state.datasets.totalBytes() };
+    return { used: this.state.models.totalBytes() + this.state.datasets.totalBytes(), free: this.state.models.freeBytes(now) };
   }
 
   /**

@@ -43,7 +43,7 @@ export function datasetRoutes(app: HttpServer, c: Coordinator, datasets: Dataset
         // the same bytes again from their owner take no quota
         if (!(query.sha256 && c.state.datasets.heldBy(query.sha256, signerOf(req)))) {
           datasets.admit(signerOf(req), announced);
-          // the store's bound, the disk and the network's free allowance (../blobs/store-budget.ts): datasets are never paid for
+          // the store's bound and the disk (../blobs/store-budget.ts): datasets are never paid for
           await budget.admit(announced, false);
         }
         if (uploading >= MAX_DATASET_UPLOADS_AT_ONCE) throw new NimbleError('rate_limited', 'another dataset upload is under way; retry in a moment', 429);
