@@ -16,9 +16,11 @@
 //                                     median the clipping rule compares it to (clipped past CLIP_FACTOR),
 //                                     R replicas merging every H inner steps
 //   merge.honest_clipped_share.rR.hH  the share of honest slices the rule clipped
-// and who may read what (./trust-reads.ts): trust.blob_reads_refused, an
+// and who may read what (./trust-reads.ts): trust.blob_reads_refused, what storing costs
+// (./trust-storage.ts: trust.storage.cost_per_gb_day), an
 // outsider's and a throwaway-key miner's reads of a developer's blobs of every
 // kind refused, of trust.blob_reads_attempted.
+import { storageCostBench } from './trust-storage.ts';
 import { join } from 'node:path';
 import { parseEther, type Address } from 'viem';
 import { privateKeyToAccount } from 'viem/accounts';
@@ -199,6 +201,7 @@ async function honestNormSpread(model: string, replicas: number, H: number, roun
 
 export const trustBenches: Bench[] = [
   blobReadsBench,
+  storageCostBench,
   {
     group: 'trust',
     async run(o): Promise<BenchResult[]> {

@@ -14,6 +14,9 @@ import {EIP712} from "@openzeppelin/contracts/utils/cryptography/EIP712.sol";
 /// first stored them), so a copy of a pending publish seen in the mempool
 /// cannot be published under another owner. The owner or the orchestrator then
 /// deploys it (miners serve it) or undeploys it.
+/// A name belongs to the first owner to publish under it: later models of that
+/// owner may carry it (new versions), another owner's publish is refused
+/// (NameTaken), so a name a caller asks for resolves to one owner.
 contract ModelRegistry is AccessControl, EIP712 {
     bytes32 public constant ORCHESTRATOR_ROLE = keccak256("ORCHESTRATOR_ROLE");
     bytes32 public constant PUBLISH_TYPEHASH = keccak256(
@@ -33,6 +36,8 @@ contract ModelRegistry is AccessControl, EIP712 {
     Model[] private _models;
     /// checkpoint hash => model id + 1 (0: not published)
     mapping(bytes32 => uint256) private _idPlusOne;
+    /// keccak256(name) => the owner who first published under it
+    mapping(bytes32 => address) private _nameOwner;
 
     event ModelPublished(
         uint256 indexed modelId,
@@ -55,6 +60,7 @@ contract ModelRegistry is AccessControl, EIP712 {
     error MissingAttestation();
     error AttestationExpired(uint256 deadline);
     error InvalidAttestation(address signer);
+    error NameTaken(string name, address owner);
 
     constructor(address admin, address orchestrator) EIP712("Nimble ModelRegistry", "1") {
         _grantRole(DEFAULT_ADMIN_ROLE, admin);
@@ -87,6 +93,7 @@ contract ModelRegistry is AccessControl, EIP712 {
         }
         uint256 existing = _idPlusOne[checkpointSha256];
         if (existing != 0) revert AlreadyPublished(checkpointSha256, existing - 1);
+        _claimName(name, owner);
         modelId = _models.length;
         _models.push(
             Model(checkpointSha256, name, metadataURI, owner, pricePer1kTokens, false, uint64(block.timestamp))
@@ -129,6 +136,11 @@ contract ModelRegistry is AccessControl, EIP712 {
         emit ModelUndeployed(modelId, msg.sender);
     }
 
+    /// The owner of `name` (the first to publish under it; zero: nobody yet).
+    function nameOwner(string calldata name) external view returns (address) {
+        return _nameOwner[keccak256(bytes(name))];
+    }
+
     function modelCount() external view returns (uint256) {
         return _models.length;
     }
@@ -149,6 +161,14 @@ contract ModelRegistry is AccessControl, EIP712 {
         uint256 end = offset >= n ? offset : (limit > n - offset ? n : offset + limit);
         page = new Model[](end > offset ? end - offset : 0);
         for (uint256 i = offset; i < end; ++i) page[i - offset] = _models[i];
+    }
+
+    /// `name` becomes `owner`'s if nobody has it; another owner's name is refused.
+    function _claimName(string calldata name, address owner) private {
+        bytes32 key = keccak256(bytes(name));
+        address holder = _nameOwner[key];
+        if (holder == address(0)) _nameOwner[key] = owner;
+        else if (holder != owner) revert NameTaken(name, holder);
     }
 
     function _setDeployed(uint256 modelId, bool deployed) private {

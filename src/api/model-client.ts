@@ -5,7 +5,8 @@
 // models; open a model's file from an offset (a published model's is public;
 // until then its owner's, so a client with a key signs the request).
 import type { OrchestratorClient } from './client.ts';
-import { PublishTicket, StoredModelList, StoredModelView } from './models.ts';
+import { PublishTicket, StorageQuoteView, StoredModelList, StoredModelView } from './models.ts';
+import { parseJson } from '../protocol/messages.ts';
 
 /** What the attestation will say besides the hash and the owner. */
 export interface PublishTermsInput {
@@ -24,9 +25,9 @@ export class ModelClient {
     return (await this.api.signed()).postJson('/models', { job, ...(step === undefined ? {} : { step }), ...wireTerms(terms) }, PublishTicket, 'publish ticket');
   }
 
-  /** Uploads a whole-model safetensors file. */
-  async storeFile(bytes: Uint8Array, terms: PublishTermsInput): Promise<PublishTicket> {
-    const query = new URLSearchParams(wireTerms(terms));
+  /** Uploads a whole-model safetensors file (`keep`: paid for that many days, past the free allowance). */
+  async storeFile(bytes: Uint8Array, terms: PublishTermsInput, keep?: { days: number; payment?: string }): Promise<PublishTicket> {
+    const query = new URLSearchParams({ ...wireTerms(terms), ...(keep ? { keepDays: String(keep.days), ...(keep.payment ? { payment: keep.payment } : {}) } : {}) });
     return (await this.api.signed()).postBytes(`/models/file?${query}`, bytes, PublishTicket, 'publish ticket');
   }
 
@@ -36,6 +37,21 @@ export class ModelClient {
 
   get(sha256: string): Promise<StoredModelView> {
     return this.api.http.get(`/models/${encodeURIComponent(sha256)}`, StoredModelView, 'stored model');
+  }
+
+  /** What keeping `bytes` for `days` costs, and how full the store is. */
+  quote(bytes: number, days: number): Promise<StorageQuoteView> {
+    return this.api.http.get(`/storage/quote?bytes=${bytes}&days=${days}`, StorageQuoteView, 'storage quote');
+  }
+
+  /** Keeps one of the developer's stored models `days` more (`payment`: the NIM transfer of the quote, on a paid network). */
+  async keep(sha256: string, days: number, payment?: string): Promise<StoredModelView> {
+    return (await this.api.signed()).postJson(`/models/${encodeURIComponent(sha256)}/keep`, payment ? { days, payment } : { days }, StoredModelView, 'stored model');
+  }
+
+  /** Deletes one of the developer's stored models (refused while deployed). */
+  async remove(sha256: string): Promise<StoredModelView> {
+    return parseJson(StoredModelView, await (await this.api.signed()).request('DELETE', `/models/${encodeURIComponent(sha256)}`), 'stored model');
   }
 
   /** Opens a model's file from `offset` on (a resumed download asks for the rest); signed when the client has a key. */

@@ -32,12 +32,18 @@ const terms = {
   metadataURI: Type.Optional(MetadataUri),
 };
 
+/** Keeping a stored model paid: days, and the hash of the NIM transfer of the quote (GET /storage/quote) on a paid network. */
+const keepTerms = {
+  keepDays: Type.Optional(Type.Integer({ minimum: 1, maximum: 3650 })),
+  payment: Type.Optional(Type.String({ pattern: '^0x[0-9a-fA-F]{64}$' })),
+};
+
 /** `POST /models`: store a checkpoint of one of the signer's jobs (its last one unless `step`). */
-export const StoreFromJobRequest = Type.Object({ job: JobId, step: Type.Optional(Count), ...terms }, { additionalProperties: false });
+export const StoreFromJobRequest = Type.Object({ job: JobId, step: Type.Optional(Count), ...terms, ...keepTerms }, { additionalProperties: false });
 export type StoreFromJobRequest = Static<typeof StoreFromJobRequest>;
 
-/** `POST /models/file?…`: the query of an upload (the body is the safetensors file). */
-export const StoreFileQuery = Type.Object(terms, { additionalProperties: false });
+/** `POST /models/file?…`: the query of an upload (the body is the safetensors file); `keepDays` (+ `payment`) stores it paid, past the free allowance. */
+export const StoreFileQuery = Type.Object({ ...terms, ...keepTerms }, { additionalProperties: false });
 export type StoreFileQuery = Static<typeof StoreFileQuery>;
 
 /** What a stored model is. */
@@ -66,11 +72,36 @@ export const StoredModelView = Type.Object({
   /** the training step its checkpoint records */
   step: Count,
   createdAt: Ms,
+  /** when the store collects it unless kept longer (nbcli model keep) or published (null: published, kept); absent where not said */
+  expiresAt: Type.Optional(Nullable(Ms)),
   /** its newest deployment (docs/inference.md, "Deploy"): stages, miners, status; null: never deployed; absent where not asked */
   deployment: Type.Optional(Nullable(DeploymentView)),
 });
 export type StoredModelView = Static<typeof StoredModelView>;
 export const StoredModelList = Type.Array(StoredModelView);
+
+/** `GET /storage/quote?bytes=&days=`: what keeping that many bytes that long costs, and how full the store is. */
+export const StorageQuoteQuery = Type.Object({ bytes: Type.Integer({ minimum: 1, maximum: 2 ** 40 }), days: Type.Integer({ minimum: 1, maximum: 3650 }) }, { additionalProperties: false });
+const Bytes = Type.Integer({ minimum: 0 });
+export const StorageQuoteView = Type.Object({
+  bytes: Bytes,
+  days: Type.Integer({ minimum: 1 }),
+  gbDays: Type.Number({ minimum: 0 }),
+  /** wei of NIM (0 on an unpaid network) */
+  price: Uint256,
+  nimPerGbDay: Type.Number({ minimum: 0 }),
+  /** where a payment goes (null: an unpaid network) */
+  payee: Nullable(Address),
+  store: Type.Object({ limit: Bytes, used: Bytes }),
+  free: Type.Object({ limit: Bytes, used: Bytes }),
+  disk: Type.Object({ free: Nullable(Bytes), reserve: Bytes }),
+  retentionMs: Bytes,
+});
+export type StorageQuoteView = Static<typeof StorageQuoteView>;
+
+/** `POST /models/:sha256/keep`: keep a stored model `days` more, paid by the NIM transfer `payment` on a paid network. */
+export const KeepModelRequest = Type.Object({ days: Type.Integer({ minimum: 1, maximum: 3650 }), payment: Type.Optional(Type.String({ pattern: '^0x[0-9a-fA-F]{64}$' })) }, { additionalProperties: false });
+export type KeepModelRequest = Static<typeof KeepModelRequest>;
 
 /** The orchestrator's EIP-712 publish attestation (ModelRegistry's PublishAttestation) and where it holds. */
 export const AttestationView = Type.Object({

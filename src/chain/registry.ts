@@ -145,6 +145,12 @@ export async function listModels(client: ChainClient, offset = 0n, limit = 1000n
 }
 
 /** The model published for this checkpoint hash (0x + 64 hex digits), or null. */
+/** The owner of a model name on the registry (the first to publish under it), or null when nobody has it. */
+export async function nameOwnerOf(client: ChainClient, name: string): Promise<Address | null> {
+  const owner = await client.public.readContract({ address: client.deployment.modelRegistry, abi: modelRegistryAbi, functionName: 'nameOwner', args: [name] });
+  return /^0x0{40}$/i.test(owner) ? null : owner;
+}
+
 export async function modelOfSha256(client: ChainClient, checkpointSha256: Hex): Promise<PublishedModel | null> {
   const [found, id] = await client.public.readContract({
     address: client.deployment.modelRegistry,

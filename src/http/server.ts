@@ -204,9 +204,10 @@ export function createHttpServer(options: HttpServerOptions): HttpServer {
       void reply.header('connection', 'close');
       lingerOnClose(req.raw.socket);
     }
-    if (err.isClientError) options.onRefused?.(req, err);
+    // 507 (a store full, a disk under its reserve) is said, not a failure: its message tells the caller what to do
+    if (err.isClientError || err.status === 507) options.onRefused?.(req, err);
     else options.onFailure?.(req, err);
-    void reply.status(err.status).send({ error: err.status >= 500 ? 'internal error' : err.message, code: err.code } satisfies ErrorBody);
+    void reply.status(err.status).send({ error: err.status >= 500 && err.status !== 507 ? 'internal error' : err.message, code: err.code } satisfies ErrorBody);
   });
   return app;
 }

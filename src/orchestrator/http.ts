@@ -27,6 +27,8 @@ import { deploymentRoutes } from './routes/deployments.ts';
 import { jobRoutes } from './routes/jobs.ts';
 import { MAX_UPLOAD_BYTES, minerRoutes } from './routes/miners.ts';
 import { modelRoutes } from './routes/models.ts';
+import { storagePaymentsOf, storageRoutes } from './routes/storage.ts';
+import { StoreBudget } from './blobs/store-budget.ts';
 import { publicRoutes } from './routes/public.ts';
 import { readWallets } from './dashboard/wallets.ts';
 import { OperatorAuth, clientAddressOf } from './dashboard/auth.ts';
@@ -46,6 +48,8 @@ export interface ApiOptions {
   hostNames?: readonly string[];
   /** the key a cluster member proves its forwarded requests with (src/orchestrator/cluster/forwarder.ts; absent: none is believed) */
   forwardKey?: string | null;
+  /** the store's bounds and prices (default: the default bounds, no disk check) */
+  storage?: StoreBudget;
 }
 
 export function buildApi(
@@ -88,11 +92,13 @@ export function buildApi(
   publicRoutes(app, coordinator, epochs?.chain ?? null, access);
   minerRoutes(app, coordinator, epochs, access);
   if (jobs) jobRoutes(app, coordinator, jobs, epochs?.jobPayments ?? null, access, { isOperator: (req) => auth.isOperator(req.headers.cookie), clientOf: (req) => clientAddressOf(req, forwardKey) });
-  modelRoutes(app, coordinator, epochs?.chain ?? null, access);
+  const storage = options.storage ?? new StoreBudget(coordinator.state, storagePaymentsOf(epochs?.jobPayments ?? null));
+  modelRoutes(app, coordinator, epochs?.chain ?? null, access, storage);
+  storageRoutes(app, coordinator, storage);
   const deployments = deploymentRoutes(app, coordinator, registry);
   completionRoutes(app, coordinator, completions, billing);
   creditRoutes(app, coordinator.state, billing, epochs?.credits ?? null, epochs?.chain.client ?? null);
-  datasetRoutes(app, coordinator, datasets ?? new DatasetService(coordinator.state, coordinator.blobs));
+  datasetRoutes(app, coordinator, datasets ?? new DatasetService(coordinator.state, coordinator.blobs), storage);
   dashboardRoutes(app, coordinator, {
     jobs,
     paid: epochs !== null,

@@ -26,6 +26,11 @@ import { loadOrCreateOrchestratorIdentity, sharedOrchestratorIdentity, type Orch
 import type { PgDriverOptions } from './state/pg-driver.ts';
 import { OrchestratorState } from './state/index.ts';
 import { SyntheticPrompts, type SyntheticOptions } from './serving/synthetic-prompts.ts';
+import { StoreBudget, type StoreBudgetOptions } from './blobs/store-budget.ts';
+import { storagePaymentsOf } from './routes/storage.ts';
+
+/** How often unpublished models past their retention are collected. */
+const MODEL_COLLECT_EVERY_MS = 10_000;
 
 export interface OrchestratorOptions {
   dataDir: string;
@@ -46,6 +51,8 @@ export interface OrchestratorOptions {
   chain?: ChainOptions;
   /** an ended job's checkpoints are kept this long (default 3 days) */
   checkpointRetentionMs?: number;
+  /** the model and dataset store's bounds and retention (--store-limit, --disk-reserve, --free-store, --model-retention: ./blobs/store-budget.ts) */
+  storage?: Partial<Omit<StoreBudgetOptions, 'dir'>>;
   /** spot checks of inference: the share of windows recomputed, memory bounds (src/orchestrator/serving/checks.ts) */
   inferenceChecks?: Partial<InferenceCheckOptions>;
   /** synthetic traffic to the serving deployments (src/orchestrator/serving/synthetic-prompts.ts); absent: none */
@@ -119,10 +126,10 @@ export async function startOrchestrator(options: OrchestratorOptions): Promise<R
   }
   const jobs = new JobService(coordinator, { checkpointRetentionMs: options.checkpointRetentionMs ?? DEFAULT_CHECKPOINT_RETENTION_MS, slots: coordinator.slots, nimPerPetaflop: options.chain?.nimPerPetaflop });
   // an unused dataset is kept as long as an ended job's checkpoints
-  const datasets = new DatasetService(state, blobs, { retentionMs: options.checkpointRetentionMs ?? DEFAULT_CHECKPOINT_RETENTION_MS });
+  const datasets = new DatasetService(state, coordinator.blobs, { retentionMs: options.checkpointRetentionMs ?? DEFAULT_CHECKPOINT_RETENTION_MS });
   const completions = new Completions(coordinator);
   const inferenceChecks = new InferenceChecks(
-    { state, blobs, engine: () => coordinator.verifier(), offences: coordinator.offences, log: coordinator.log },
+    { state, blobs: coordinator.blobs, engine: () => coordinator.verifier(), offences: coordinator.offences, log: coordinator.log },
     options.inferenceChecks,
   );
   completions.observe(inferenceChecks.recorder);
@@ -148,7 +155,15 @@ export async function startOrchestrator(options: OrchestratorOptions): Promise<R
   const host = options.host ?? '127.0.0.1';
   // the names a browser may reach it by besides IP addresses and localhost: the host it listens on, this machine's, the advertised
   const hostNames = [...(isIP(host) ? [] : [host]), hostname(), ...(options.hostNames ?? [])];
-  const app = buildApi(coordinator, epochs, jobs, datasets, completions, billing, options.walletsDataDir ?? null, { auth, hostNames, forwardKey: options.forwardKey ?? null });
+  // the store's bounds; the disk checked is the blob folder's (an S3 bucket's is not ours)
+  const storage = new StoreBudget(state, storagePaymentsOf(epochs?.jobPayments ?? null), { ...options.storage, dir: (options.blobs ?? { kind: 'fs' }).kind === 'fs' ? blobStore.where : null });
+  const published = chain ? async (sha256: string) => (await modelOfSha256(chain.client, `0x${sha256}`)) !== null : async () => false;
+  let collecting: Promise<unknown> | null = null;
+  const collectModels = (): void => {
+    collecting ??= storage.collect(published).catch((err: unknown) => console.error(`orchestrator: collecting models failed: ${(err as Error).message}`)).finally(() => (collecting = null));
+  };
+  let modelsCollectedAt = 0;
+  const app = buildApi(coordinator, epochs, jobs, datasets, completions, billing, options.walletsDataDir ?? null, { auth, hostNames, forwardKey: options.forwardKey ?? null, storage });
   // the ModelRegistry's deployed flag follows the deployments (paid networks)
   const registry = options.chain ? new RegistrySync(state, chainModelRegistry(options.chain), (line) => console.error(`orchestrator: ${line}`)) : null;
   await app.listen({ host, port: options.port ?? 0 });
@@ -159,6 +174,10 @@ export async function startOrchestrator(options: OrchestratorOptions): Promise<R
       coordinator.tick();
       jobs.tick();
       datasets.tick();
+      if (Date.now() - modelsCollectedAt > MODEL_COLLECT_EVERY_MS) {
+        modelsCollectedAt = Date.now();
+        collectModels();
+      }
       inferenceChecks.tick();
       billing.writeProgress();
       void registry?.step();
@@ -195,6 +214,7 @@ export async function startOrchestrator(options: OrchestratorOptions): Promise<R
       completions.close();
       await inferenceChecks.close();
       await jobs.settled();
+      await collecting;
       await registry?.settled();
       await coordinator.close();
       if (epochs) {

@@ -5,7 +5,7 @@ import { parseEventLogs, parseUnits, keccak256, toHex, type Abi, type Address, t
 import type { SigningClient } from '../../src/chain/client.ts';
 import { modelRegistryAbi, nimAbi, stakingAbi } from '../../src/chain/abis.ts';
 import { ABIS, type ContractName } from '../../src/chain/contracts.ts';
-import { listModels, publishAttestationDigest, publishModel, setModelDeployed, signPublishAttestation, type PublishAttestation } from '../../src/chain/registry.ts';
+import { listModels, nameOwnerOf, publishAttestationDigest, publishModel, setModelDeployed, signPublishAttestation, type PublishAttestation } from '../../src/chain/registry.ts';
 import { readEpoch, rewardsDigest, settleEpoch } from '../../src/chain/rewards.ts';
 import { addStake, findSlash, isOffenceSlashed, offenceIdOf, readStake, removeStake, slashStake, stakingHasOffences, withdrawIfReady } from '../../src/chain/staking.ts';
 import { transferNim } from '../../src/chain/token.ts';
@@ -219,6 +219,24 @@ test('ModelRegistry: publish once per checkpoint, deploy/undeploy by owner or or
   assert.equal(parseEventLogs({ abi: modelRegistryAbi, logs: undep.receipt.logs, eventName: 'ModelUndeployed' }).length, 1);
   assert.deepEqual((await listModels(t.client, 1n, 5n)).map((m) => m.name), ['mlp-spam']);
   assert.deepEqual(await listModels(t.client, 7n, 5n), []);
+});
+
+test('ModelRegistry: a name is its first publisher\'s: another owner is refused (NameTaken), by the orchestrator too; its owner publishes new versions under it', async () => {
+  const dev = t.signer(7);
+  const attacker = t.signer(9);
+  assert.equal(await nameOwnerOf(t.client, 'popular-model'), null);
+  await publishModel(t.client, t.operator, { checkpointSha256: keccak256(toHex('popular v1')), name: 'popular-model', metadataURI: '', owner: dev.account.address, pricePer1kTokens: 1n });
+  assert.equal(await nameOwnerOf(t.client, 'popular-model'), dev.account.address);
+  // the attacker with an attestation of its own, and the orchestrator on its behalf: both refused
+  const att = await attest(keccak256(toHex('attacker weights')), attacker.account.address, 'popular-model');
+  await rejects(publishModel(t.client, attacker, att), 'NameTaken');
+  await rejects(publishModel(t.client, t.operator, { checkpointSha256: keccak256(toHex('attacker weights 2')), name: 'popular-model', metadataURI: '', owner: attacker.account.address, pricePer1kTokens: 99n }), 'NameTaken');
+  // names are compared as bytes: another spelling is another name
+  await publishModel(t.client, attacker, await attest(keccak256(toHex('attacker weights')), attacker.account.address, 'Popular-model'));
+  // the owner's next version keeps the name
+  const v2 = await publishModel(t.client, dev, await attest(keccak256(toHex('popular v2')), dev.account.address, 'popular-model'));
+  assert.equal((await listModels(t.client, v2.id, 1n))[0].name, 'popular-model');
+  assert.equal(await nameOwnerOf(t.client, 'popular-model'), dev.account.address);
 });
 
 test("ModelRegistry: an owner's publish is bound to the orchestrator's attestation (no front-running)", async () => {

@@ -23,6 +23,7 @@ export interface PublishFlags extends ChainCommandOptions {
   name?: string;
   pricePer1kTokens?: string;
   metadataUri?: string;
+  keepDays?: string;
   'wallet.name'?: string;
   owner?: string;
 }
@@ -68,6 +69,7 @@ export function registerModelImport(group: Command, common: (cmd: Command) => Co
       .option('--local', 'only write the model file; publish nothing')
       .option('--price-per-1k-tokens <nim>', 'what serving 1,000 generated tokens costs, in NIM', '0')
       .option('--metadata-uri <uri>', "where the model's metadata is (default: the orchestrator's GET /models/<sha256>)")
+      .option('--keep-days <n>', "store it paid for N days (NIM per GB-day, paid first), as when the network's free store is full")
       .option('--wallet.name <name>', 'the wallet that owns and publishes the model (a file in <data-dir>/wallets/)'),
   ).action(async (dir: string, flags: ImportFlags) => {
     const dtype = dtypeOf(flags.dtype);

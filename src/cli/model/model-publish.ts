@@ -10,7 +10,7 @@ import type { ModelClient, PublishTermsInput } from '../../api/model-client.ts';
 import type { PublishTicket } from '../../api/models.ts';
 import { signerFor, type ChainClient } from '../../chain/client.ts';
 import { modelOfSha256, publishModel } from '../../chain/registry.ts';
-import { ensureGas } from '../../chain/token.ts';
+import { ensureGas, transferNim } from '../../chain/token.ts';
 import { checkWholeModel } from '../../model/whole-model.ts';
 import { NimbleError } from '../../protocol/errors.ts';
 
@@ -45,13 +45,13 @@ export function readModelFile(path: string): Uint8Array {
 }
 
 /** Stores the model, checks the attestation, publishes it from `account`. */
-export async function publish(client: ChainClient, models: ModelClient, account: PrivateKeyAccount, source: ModelSource, terms: PublishTermsInput): Promise<Published> {
+export async function publish(client: ChainClient, models: ModelClient, account: PrivateKeyAccount, source: ModelSource, terms: PublishTermsInput, keepDays?: number): Promise<Published> {
   let ticket: PublishTicket;
   if (source.kind === 'file') {
     const bytes = readModelFile(source.path);
     const sha256 = createHash('sha256').update(bytes).digest('hex');
     await refuseIfPublished(client, sha256);
-    ticket = await models.storeFile(bytes, terms);
+    ticket = await models.storeFile(bytes, terms, keepDays ? await paidKeep(client, models, account, bytes.length, keepDays) : undefined);
     if (ticket.model.sha256 !== sha256) throw new NimbleError('corrupt', `the orchestrator stored sha256 ${ticket.model.sha256}, this file is ${sha256}`);
   } else {
     ticket = await models.storeFromJob(source.job, source.step, terms);
@@ -69,6 +69,18 @@ export async function publish(client: ChainClient, models: ModelClient, account:
     attestation: { deadline: BigInt(a.deadline), signature: a.signature as Hex },
   });
   return { id, tx: tx.hash, ticket };
+}
+
+/** Pays the orchestrator's quote for keeping `bytes` `days` (nothing on an unpaid network): the store is then past the free allowance. */
+async function paidKeep(client: ChainClient, models: ModelClient, account: PrivateKeyAccount, bytes: number, days: number): Promise<{ days: number; payment?: string }> {
+  const quote = await models.quote(bytes, days);
+  // refused before paying: what the store would refuse anyway
+  if (quote.store.used + bytes > quote.store.limit) throw new NimbleError('store_full', `the orchestrator's model store holds ${quote.store.used} of its ${quote.store.limit} bytes: ${bytes} more do not fit (nothing was paid)`);
+  if (quote.disk.free !== null && quote.disk.free - bytes < quote.disk.reserve) throw new NimbleError('disk_full', `the orchestrator's disk has ${quote.disk.free} bytes free, under its reserve with ${bytes} more (nothing was paid)`);
+  if (BigInt(quote.price) === 0n || !quote.payee) return { days };
+  await ensureGas(client, account.address);
+  const tx = await transferNim(client, signerFor(client, account), getAddress(quote.payee), BigInt(quote.price));
+  return { days, payment: tx.hash };
 }
 
 async function refuseIfPublished(client: ChainClient, sha256: string): Promise<void> {

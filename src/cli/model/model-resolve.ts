@@ -1,7 +1,8 @@
 // Finding a published model on the chain's ModelRegistry from what a user
-// types: its sha256, or its name (optionally of one owner). Names are not
-// unique on chain: a name several owners published is refused as ambiguous
-// (anyone may publish under any name, so picking one would let an impostor's
+// types: its sha256, or its name (optionally of one owner). A name is its
+// first publisher's on the ModelRegistry (another owner's publish under it is
+// refused, NameTaken); a name several owners published on a registry older
+// than that rule is refused as ambiguous (picking one would let an impostor's
 // weights be downloaded); one owner's republished name means its newest model.
 import type { Address, Hex } from 'viem';
 import type { ChainClient } from '../../chain/client.ts';

@@ -20,6 +20,7 @@ import { onChain, parseAddress, withChainOption, type ChainCommandOptions } from
 import { DEFAULT_ORCHESTRATOR, emit, parsePositiveInt, resolveDataDir, withCommonOptions } from '../common.ts';
 import { deploymentLines, registerModelDeploy } from './model-deploy.ts';
 import { registerModelImport, type PublishFlags } from './model-import.ts';
+import { registerModelStore } from './model-store.ts';
 import { publish, type ModelSource } from './model-publish.ts';
 import { allPublished, publishedJson, publishedLine, resolvePublished } from './model-resolve.ts';
 import { ProgressBar } from '../progress.ts';
@@ -33,6 +34,7 @@ interface Flags extends ChainCommandOptions {
   name?: string;
   pricePer1kTokens?: string;
   metadataUri?: string;
+  keepDays?: string;
   owner?: string;
   out?: string;
 }
@@ -52,6 +54,7 @@ export function registerModel(program: Command): void {
       .option('--name <name>', 'the name on the registry (letters, digits, _ . -; up to 64)')
       .option('--price-per-1k-tokens <nim>', 'what serving 1,000 generated tokens (a classifier: 1,000 classifications) costs, in NIM', '0')
       .option('--metadata-uri <uri>', "where the model's metadata is (default: the orchestrator's GET /models/<sha256>)")
+      .option('--keep-days <n>', "with --file: store it paid for N days (NIM per GB-day, paid first), as when the network's free store is full")
       .option('--wallet.name <name>', 'the wallet that owns and publishes the model (a file in <data-dir>/wallets/)'),
   ).action(async (flags: Flags) => publishCommand(flags, sourceOf(flags)));
   common(group.command('list').description("the models published on the chain, with the orchestrator's deployments of them").option('--owner <address>', 'only those of this owner')).action(async (flags: Flags) => {
@@ -91,6 +94,7 @@ export function registerModel(program: Command): void {
 
   registerModelImport(group, common, { publish: publishCommand, download: downloadPublished });
   registerModelDeploy(group, common);
+  registerModelStore(group, common);
 }
 
 /** Stores `source` in the orchestrator's model store and publishes it on the ModelRegistry from the wallet of --wallet.name (model publish, model import). */
@@ -100,8 +104,10 @@ export async function publishCommand(flags: PublishFlags, source: ModelSource): 
   const walletName = flags['wallet.name'];
   if (!walletName) throw new NimbleError('invalid', '--wallet.name is required: the wallet that owns and publishes the model');
   loadWalletFile(dataDir, walletName); // an unknown wallet fails before the prompt
+  const keepDays = flags.keepDays === undefined ? undefined : parsePositiveInt('--keep-days', flags.keepDays, 1);
+  if (keepDays !== undefined && source.kind !== 'file') throw new NimbleError('invalid', '--keep-days is for --file (a job\'s checkpoint is kept with nbcli model keep once stored)');
   const { account, privateKey } = unlockWallet(dataDir, walletName, await readPassword(`Password for wallet '${walletName}': `));
-  const r = await onChain(flags, (client) => publish(client, new ModelClient(new OrchestratorClient(flags.orchestrator, { wallet: privateKey })), account, source, terms), { orchestrator: flags.orchestrator });
+  const r = await onChain(flags, (client) => publish(client, new ModelClient(new OrchestratorClient(flags.orchestrator, { wallet: privateKey })), account, source, terms, keepDays), { orchestrator: flags.orchestrator });
   const m = r.ticket.model;
   emit(
     flags,

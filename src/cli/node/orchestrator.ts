@@ -12,7 +12,7 @@ import { isPostgresUrl } from '../../orchestrator/state/index.ts';
 import { joinCluster } from '../../orchestrator/cluster/member.ts';
 import { DEFAULT_LEASE_TTL_MS } from '../../orchestrator/cluster/lease.ts';
 import { MAX_SYNTHETIC_RATE } from '../../orchestrator/serving/synthetic-prompts.ts';
-import { emit, parsePositiveInt, resolveDataDir, waitForSignal, withCommonOptions } from '../common.ts';
+import { emit, parseBytes, parsePositiveInt, resolveDataDir, waitForSignal, withCommonOptions } from '../common.ts';
 import { nodeOnStop, orchestratorChain, withOrchestratorChainOptions, type OrchestratorChainFlags } from './orchestrator-chain.ts';
 
 interface Flags extends OrchestratorChainFlags {
@@ -25,6 +25,10 @@ interface Flags extends OrchestratorChainFlags {
   syntheticPrompts?: string;
   slashFraction: string;
   checkpointRetention: string;
+  storeLimit: string;
+  diskReserve: string;
+  freeStore: string;
+  modelRetention: string;
   blobs?: string;
   db?: string;
   leaseTtl?: string;
@@ -49,6 +53,10 @@ export function registerOrchestrator(program: Command): void {
       .option('--lease-ttl <duration>', `with --db postgres://: how long the leading orchestrator's lease lives unrenewed, so how soon another takes over when it dies (default ${DEFAULT_LEASE_TTL_MS / 1000}s)`)
       .option('--advertise <url>', 'with --db postgres://: the URL the other orchestrators forward requests to while this one leads (default: http://HOST:PORT)')
       .option('--checkpoint-retention <duration>', "how long an ended job's checkpoints are kept (e.g. 3d, 12h)", '3d')
+      .option('--store-limit <bytes>', 'all stored models and datasets together at most (e.g. 16GiB); a store past it is refused', '16GiB')
+      .option('--disk-reserve <bytes>', "free disk a model or dataset store must leave on the blob folder's file system for training", '2GiB')
+      .option('--free-store <bytes>', 'unpaid, unpublished models and datasets kept for free, for the whole network together; past it a model is stored only paid (NIM per GB-day)', '1GiB')
+      .option('--model-retention <duration>', 'an unpublished stored model is collected this long after it was stored, unless kept longer (nbcli model keep)', '3d')
       .option('--slash-fraction <share>', 'share of its stake a miner loses for each offence: a failed spot check, a forged receipt or claim, a poisoned merge (paid networks)', '0.05'),
   )).action(async (flags: Flags) => {
     const port = Number(flags.port);
@@ -75,6 +83,13 @@ export function registerOrchestrator(program: Command): void {
     } catch (err) {
       throw new NimbleError('invalid', `--checkpoint-retention: ${(err as Error).message}`);
     }
+    let modelRetentionMs: number;
+    try {
+      modelRetentionMs = parseDuration(flags.modelRetention);
+    } catch (err) {
+      throw new NimbleError('invalid', `--model-retention: ${(err as Error).message}`);
+    }
+    const storage = { storeLimitBytes: parseBytes('--store-limit', flags.storeLimit), diskReserveBytes: bytesOrZero('--disk-reserve', flags.diskReserve), freeStoreBytes: bytesOrZero('--free-store', flags.freeStore), retentionMs: modelRetentionMs };
     let leaseTtlMs: number | undefined;
     if (flags.leaseTtl !== undefined) {
       if (db === undefined || !isPostgresUrl(db)) throw new NimbleError('invalid', '--lease-ttl is for orchestrators sharing a PostgreSQL state (--db postgres://…)');
@@ -109,7 +124,7 @@ export function registerOrchestrator(program: Command): void {
     const stateWhere = db === undefined ? join(dataDir, 'orchestrator.sqlite') : describeStateTarget(db);
     // a login URL is good once, for a short while: each next one is printed when it is made
     const onLoginUrl = (url: string, why: string): void => emit(flags, { event: 'login', login: url, why }, () => `dashboard: ${why}; the next operator login URL: ${url}`);
-    const options = { dataDir, db, blobs, walletsDataDir: resolveDataDir(flags), host: flags.host, port, coordinator, chain: chain ?? undefined, checkpointRetentionMs, inferenceChecks, syntheticPrompts, onLoginUrl };
+    const options = { dataDir, db, blobs, walletsDataDir: resolveDataDir(flags), host: flags.host, port, coordinator, chain: chain ?? undefined, checkpointRetentionMs, storage, inferenceChecks, syntheticPrompts, onLoginUrl };
     const where = `state in ${db === undefined ? dataDir : stateWhere}${blobs ? `, blobs in ${blobsWhere}` : ''}; ${paid}`;
     const listening = (url: string, extra: Record<string, unknown>): Record<string, unknown> => ({ event: 'listening', url, dataDir, state: stateWhere, blobs: blobsWhere, chainId: chain?.client.chainId ?? null, ...extra });
     if (db !== undefined && isPostgresUrl(db)) {
@@ -162,6 +177,11 @@ export function registerOrchestrator(program: Command): void {
     const stopped = nodeOnStop(chain, resolveDataDir(flags));
     if (stopped) log(stopped);
   });
+}
+
+/** An amount of bytes (512MB, 2GiB), or 0. */
+function bytesOrZero(flag: string, value: string): number {
+  return value.trim() === '0' ? 0 : parseBytes(flag, value);
 }
 
 /** A number in [0, 1]. */

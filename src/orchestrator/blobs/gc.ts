@@ -31,6 +31,7 @@
 // Epochs, rewards and slashes are the ledger: never collected; the work log
 // is only folded into sums.
 import { FINAL_RUN_STATUSES } from '../../api/schemas.ts';
+import { BlobGuard } from './blob-guard.ts';
 import type { BlobStore } from './blobs.ts';
 import type { OrchestratorState } from '../state/index.ts';
 import type { RunRecord } from '../state/runs.ts';
@@ -101,18 +102,21 @@ export interface GcHooks {
 
 export class Collector {
   readonly options: GcOptions;
+  /** deletes hold the blob's lock against a put of the same bytes (./blob-guard.ts) */
+  private readonly blobs: BlobGuard;
   private lastAt = -Infinity;
   private running: Promise<GcReport> | null = null;
 
   constructor(
     private readonly state: OrchestratorState,
-    private readonly blobs: BlobStore,
+    blobs: BlobStore,
     options: Partial<GcOptions>,
     private readonly hooks: GcHooks,
     private readonly now: () => number,
     private readonly log: (line: string) => void,
   ) {
     this.options = { ...GC_DEFAULTS, ...options };
+    this.blobs = BlobGuard.of(blobs, now);
     if (!(this.options.batch >= 1)) throw new RangeError(`gc batch must be at least 1, got ${this.options.batch}`);
   }
 
@@ -246,12 +250,19 @@ export class Collector {
     return this.state.ledger.foldWork({ upToId: mark, before: now - this.options.workRetentionMs, runCutoffs, limit: this.options.batch });
   }
 
+  /** Whether a kept row names `blob`. */
+  private named(blob: string): boolean {
+    const s = this.state;
+    return s.runs.referencesBlob(blob) || s.mergeRounds.references(blob) || s.jobs.referencesBlob(blob) || s.models.referencesBlob(blob) || s.datasets.referencesBlob(blob);
+  }
+
   /** Condemned blobs past their grace that no kept row names: deleted from the store. */
   private async deleteBlobs(now: number): Promise<number> {
     let deleted = 0;
     for (const blob of this.state.garbage.due(now - this.options.blobGraceMs, this.options.batch)) {
-      // named again since (the same bytes uploaded anew, or still a stage's state): kept
-      if (!this.state.runs.referencesBlob(blob) && !this.state.mergeRounds.references(blob) && !this.state.jobs.referencesBlob(blob) && !this.state.models.referencesBlob(blob) && !this.state.datasets.referencesBlob(blob) && (await this.blobs.delete(blob))) deleted++;
+      // named again since (the same bytes uploaded anew, or still a stage's state), or put again lately: kept; the check and the
+      // delete hold the blob's lock, so a put of the same bytes cannot fall between them
+      if (await this.blobs.deleteUnlessNamed(blob, this.state.garbage.since(blob) ?? now, () => this.named(blob))) deleted++;
       this.state.garbage.release(blob);
     }
     return deleted;

@@ -71,6 +71,9 @@ export class Deployments {
     checkDeployable(model);
     const parts = modelParts(model.model);
     if (input.stages !== undefined && input.stages > parts) throw new NimbleError('invalid', `${model.model} has ${parts} parts; it cannot be cut into ${input.stages} stages`);
+    // a name is one owner's: another owner's model under it (a row stored before names were owned) is not served by it
+    const holder = this.state.models.nameOwner(model.name);
+    if (holder && holder.toLowerCase() !== input.owner.toLowerCase()) throw new NimbleError('name_taken', `the model name '${model.name}' is ${holder}'s: ${input.owner} cannot deploy a model under it`, 409);
     const live = this.state.deployments.liveOf(model.sha256);
     if (live) throw new NimbleError('conflict', `model ${model.sha256} ('${model.name}') is deployed already (${live.id}, ${live.status}); undeploy it first`);
     if (this.state.deployments.countLiveOf(input.owner) >= MAX_LIVE_DEPLOYMENTS_PER_OWNER) {

@@ -19,6 +19,7 @@ import { checkWholeModel, type WholeModel, type WholeModelConfig } from '../../m
 import { NimbleError } from '../../protocol/errors.ts';
 import { blobId, type BlobStore } from '../blobs/blobs.ts';
 import type { ModelAttester, SignedAttestation } from './model-attester.ts';
+import type { StoreBudget } from '../blobs/store-budget.ts';
 import type { OrchestratorState } from '../state/index.ts';
 import type { ModelRecord, NewModel } from '../state/models.ts';
 
@@ -48,6 +49,8 @@ export class ModelService {
     private readonly blobs: BlobStore,
     /** null: the orchestrator runs without a chain, nothing can be published */
     private readonly attester: ModelAttester | null,
+    /** the store's bounds and prices (../blobs/store-budget.ts; null: none, as in tests of the store alone) */
+    private readonly budget: StoreBudget | null = null,
     private readonly now: () => number = Date.now,
   ) {}
 
@@ -58,8 +61,8 @@ export class ModelService {
     return this.attester;
   }
 
-  /** Stores a checkpoint of one of `owner`'s jobs (its last one unless `step`). */
-  async storeFromJob(owner: Address, jobId: string, step: number | undefined, name: string): Promise<ModelRecord> {
+  /** Stores a checkpoint of one of `owner`'s jobs (its last one unless `step`); `paid`: kept paid until then (a store past the free allowance). */
+  async storeFromJob(owner: Address, jobId: string, step: number | undefined, name: string, paid?: Paid): Promise<ModelRecord> {
     this.admit(owner);
     const job = this.state.jobs.get(jobId);
     if (!job) throw new NimbleError('not_found', `unknown job ${jobId}`);
@@ -69,18 +72,18 @@ export class ModelService {
     if (!cp) throw new NimbleError('not_found', step === undefined ? `${jobId} has no checkpoint yet` : `${jobId} has no checkpoint at step ${step} (it has: ${list.map((c) => c.step).join(', ') || 'none'})`);
     const bytes = await this.blobs.get(cp.blob); // checked against its id
     const info = checkWholeModel(bytes);
-    return this.keep({ sha256: cp.blob, owner, name, bytes: bytes.length, ...kindOf(info), jobId, step: cp.step }, bytes);
+    return this.keep({ sha256: cp.blob, owner, name, bytes: bytes.length, ...kindOf(info), jobId, step: cp.step }, bytes, paid);
   }
 
   /** Stores an uploaded whole-model checkpoint. */
-  async storeFile(owner: Address, bytes: Uint8Array, name: string): Promise<ModelRecord> {
+  async storeFile(owner: Address, bytes: Uint8Array, name: string, paid?: Paid): Promise<ModelRecord> {
     this.admit(owner);
     if (bytes.length > MAX_MODEL_BYTES) throw new NimbleError('too_large', `a model file may have at most ${MAX_MODEL_BYTES} bytes, this one has ${bytes.length}`, 413);
     const info = checkWholeModel(bytes);
     const sha256 = blobId(bytes);
     const others = this.state.jobs.checkpointOwners(sha256).filter((o) => o.toLowerCase() !== owner.toLowerCase());
     if (others.length) throw new NimbleError('forbidden', `model ${sha256} is a checkpoint of a job of ${others[0]}: only that job's owner may publish it`);
-    return this.keep({ sha256, owner, name, bytes: bytes.length, ...kindOf(info), jobId: null, step: info.step }, bytes);
+    return this.keep({ sha256, owner, name, bytes: bytes.length, ...kindOf(info), jobId: null, step: info.step }, bytes, paid);
   }
 
   /** The orchestrator's attestation that the model's owner may publish it with `terms`. */
@@ -103,8 +106,20 @@ export class ModelService {
    * its bytes are in the blob store: the row first, so the collector, which
    * deletes only blobs no row names, cannot take them in between.
    */
-  private async keep(m: NewModel, bytes: Uint8Array): Promise<ModelRecord> {
-    const { record, created } = this.state.models.claim(m, this.now());
+  private async keep(m: NewModel, bytes: Uint8Array, paid?: Paid): Promise<ModelRecord> {
+    const held = this.state.models.get(m.sha256);
+    if (held && held.owner.toLowerCase() !== m.owner.toLowerCase()) {
+      throw new NimbleError('conflict', `model ${m.sha256} was stored first by ${held.owner}: the first to store a checkpoint owns it, and only its owner gets an attestation`);
+    }
+    const holder = this.state.models.nameOwner(m.name);
+    if (holder && holder.toLowerCase() !== m.owner.toLowerCase()) this.state.models.claimName(m.name, m.owner, this.now()); // throws name_taken
+    let keptUntil = 0;
+    if (!held && this.budget) {
+      // the bounds before anything is paid, the payment before anything is kept
+      await this.budget.admit(bytes.length, paid !== undefined);
+      if (paid) keptUntil = await this.budget.pay(m.owner, `model ${m.sha256}`, bytes.length, paid.days, paid.payment, this.now());
+    }
+    const { record, created } = this.state.models.claim({ ...m, keptUntil }, this.now());
     if (record.owner.toLowerCase() !== m.owner.toLowerCase()) {
       throw new NimbleError('conflict', `model ${m.sha256} was stored first by ${record.owner}: the first to store a checkpoint owns it, and only its owner gets an attestation`);
     }
@@ -118,6 +133,12 @@ export class ModelService {
   }
 }
 
+/** A store paid for `days` by transaction `payment` (none on an unpaid network). */
+export interface Paid {
+  days: number;
+  payment?: string;
+}
+
 /** What a row records of a checked model: its kind, reference and config. */
 function kindOf(m: WholeModel): WholeModelConfig & { model: string } {
   return m.kind === 'gpt' ? { kind: 'gpt', model: m.model, config: m.config } : { kind: 'mlp', model: m.model, config: m.config };
@@ -127,8 +148,10 @@ function noChain(): NimbleError {
   return new NimbleError('no_chain', 'this orchestrator runs without a chain (--no-chain): models cannot be published on it', 409);
 }
 
-export function storedModelView(m: ModelRecord): StoredModelView {
-  return { sha256: m.sha256, owner: m.owner, name: m.name, bytes: m.bytes, kind: m.kind, model: m.model, config: m.config, jobId: m.jobId, step: m.step, createdAt: m.createdAt };
+/** `budget`: says when an unpublished model is collected (`expiresAt`; null: published, kept). */
+export function storedModelView(m: ModelRecord, budget?: StoreBudget | null): StoredModelView {
+  const view: StoredModelView = { sha256: m.sha256, owner: m.owner, name: m.name, bytes: m.bytes, kind: m.kind, model: m.model, config: m.config, jobId: m.jobId, step: m.step, createdAt: m.createdAt };
+  return budget ? { ...view, expiresAt: budget.expiresAt(m) } : view;
 }
 
 function attestationView(a: SignedAttestation): AttestationView {

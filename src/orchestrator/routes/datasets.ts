@@ -16,11 +16,13 @@ import { convertUrlPart } from '../../http/validator.ts';
 import { NimbleError } from '../../protocol/errors.ts';
 import type { Coordinator } from '../training/coordinator.ts';
 import { datasetView, MAX_DATASET_UPLOADS_AT_ONCE, type DatasetService } from '../jobs/datasets.ts';
+import { blobId as blobIdOf } from '../blobs/blobs.ts';
+import type { StoreBudget } from '../blobs/store-budget.ts';
 
 const developer = { signed: 'wallet' } as const;
 const Params = Type.Object({ sha256: DatasetSha256 });
 
-export function datasetRoutes(app: HttpServer, c: Coordinator, datasets: DatasetService): void {
+export function datasetRoutes(app: HttpServer, c: Coordinator, datasets: DatasetService, budget: StoreBudget): void {
   let uploading = 0;
 
   // refused from its headers (size, query, quota, another upload under way) before its body is read
@@ -39,7 +41,11 @@ export function datasetRoutes(app: HttpServer, c: Coordinator, datasets: Dataset
           throw new NimbleError('invalid', `invalid querystring: ${first?.path || '/'} ${first?.message ?? 'does not match the schema'}`);
         }
         // the same bytes again from their owner take no quota
-        if (!(query.sha256 && c.state.datasets.heldBy(query.sha256, signerOf(req)))) datasets.admit(signerOf(req), announced);
+        if (!(query.sha256 && c.state.datasets.heldBy(query.sha256, signerOf(req)))) {
+          datasets.admit(signerOf(req), announced);
+          // the store's bound and the disk (../blobs/store-budget.ts): datasets are never paid for
+          await budget.admit(announced, false);
+        }
         if (uploading >= MAX_DATASET_UPLOADS_AT_ONCE) throw new NimbleError('rate_limited', 'another dataset upload is under way; retry in a moment', 429);
         uploading++;
         reply.raw.once('close', () => uploading--);
@@ -47,6 +53,8 @@ export function datasetRoutes(app: HttpServer, c: Coordinator, datasets: Dataset
       schema: { querystring: UploadDatasetQuery, response: { 200: UploadedDataset, 201: UploadedDataset } },
     },
     async (req, reply) => {
+      const body = req.rawBody ?? new Uint8Array(0);
+      if (!c.state.datasets.first(blobIdOf(body))) await budget.admit(body.length, false);
       const { record, created } = await datasets.store(signerOf(req), req.rawBody ?? new Uint8Array(0), req.query.sha256);
       void reply.status(created ? 201 : 200);
       return { dataset: datasetView(record), created };

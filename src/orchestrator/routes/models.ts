@@ -23,6 +23,7 @@ import { deploymentViewOf } from '../models/deployments.ts';
 import { chainAttester } from '../models/model-attester.ts';
 import { MAX_MODEL_BYTES, MAX_MODEL_UPLOADS_AT_ONCE, ModelService, storedModelView, type PublishTerms } from '../models/models.ts';
 import type { ModelRecord } from '../state/models.ts';
+import { StoreBudget } from '../blobs/store-budget.ts';
 import { parseRange } from './jobs.ts';
 
 const developer = { signed: 'wallet' } as const;
@@ -33,17 +34,17 @@ const CHUNK_BYTES = 4 << 20;
 const URI = /^[!-~]{1,512}$/;
 
 /** `chain`: the orchestrator's chain signer (null without a chain: storing is refused, listing and downloads work). */
-export function modelRoutes(app: HttpServer, c: Coordinator, chain: Pick<ChainOptions, 'client' | 'signer'> | null, access: BlobAccess): void {
-  const models = new ModelService(c.state, c.blobs, chain ? chainAttester(chain) : null);
+export function modelRoutes(app: HttpServer, c: Coordinator, chain: Pick<ChainOptions, 'client' | 'signer'> | null, access: BlobAccess, budget: StoreBudget = new StoreBudget(c.state, null)): ModelService {
+  const models = new ModelService(c.state, c.blobs, chain ? chainAttester(chain) : null, budget);
   let uploading = 0;
   const ticket = async (req: FastifyRequest, m: ModelRecord, body: Static<typeof StoreFileQuery>): Promise<PublishTicket> => {
     const terms: PublishTerms = { name: body.name, pricePer1kTokens: BigInt(body.pricePer1kTokens), metadataURI: body.metadataURI ?? metadataUriOf(req, m.sha256) };
-    return { model: storedModelView(m), attestation: await models.attest(m, terms) };
+    return { model: storedModelView(m, budget), attestation: await models.attest(m, terms) };
   };
 
   app.post('/models', { config: developer, schema: { body: StoreFromJobRequest, response: { 200: PublishTicket } } }, async (req) => {
-    const { job, step, ...terms } = req.body;
-    return ticket(req, await models.storeFromJob(signerOf(req), job, step, terms.name), terms);
+    const { job, step, keepDays, payment, ...terms } = req.body;
+    return ticket(req, await models.storeFromJob(signerOf(req), job, step, terms.name, keepDays ? { days: keepDays, payment } : undefined), terms);
   });
 
   // the upload is refused from its headers (size, query, no chain, quota, another upload under way) before its body is read
@@ -60,16 +61,22 @@ export function modelRoutes(app: HttpServer, c: Coordinator, chain: Pick<ChainOp
           throw new NimbleError('invalid', `invalid querystring: ${first?.path || '/'} ${first?.message ?? 'does not match the schema'}`);
         }
         models.admit(signerOf(req));
+        // the store's bounds, the disk and the free allowance, from the announced size (checked again once the body is here)
+        const announced = Number(req.headers['content-length']) || 0;
+        if (announced > 0) await budget.admit(announced, query.keepDays !== undefined);
         if (uploading >= MAX_MODEL_UPLOADS_AT_ONCE) throw new NimbleError('rate_limited', 'another model upload is under way; retry in a moment', 429);
         uploading++;
         reply.raw.once('close', () => uploading--);
       },
       schema: { querystring: StoreFileQuery, response: { 200: PublishTicket } },
     },
-    async (req) => ticket(req, await models.storeFile(signerOf(req), req.rawBody ?? new Uint8Array(0), req.query.name), req.query),
+    async (req) => {
+      const { keepDays, payment } = req.query;
+      return ticket(req, await models.storeFile(signerOf(req), req.rawBody ?? new Uint8Array(0), req.query.name, keepDays ? { days: keepDays, payment } : undefined), req.query);
+    },
   );
 
-  const withDeployment = (m: ModelRecord): StoredModelView => ({ ...storedModelView(m), deployment: deploymentViewOf(c.state, m.sha256) });
+  const withDeployment = (m: ModelRecord): StoredModelView => ({ ...storedModelView(m, budget), deployment: deploymentViewOf(c.state, m.sha256) });
   app.get('/models', { schema: { querystring: Owner, response: { 200: StoredModelList } } }, async (req) => c.state.models.list(req.query.owner).map(withDeployment));
   app.get('/models/:sha256', { schema: { params: Params, response: { 200: StoredModelView } } }, async (req) => withDeployment(models.get(req.params.sha256)));
 
@@ -85,6 +92,7 @@ export function modelRoutes(app: HttpServer, c: Coordinator, chain: Pick<ChainOp
     if (req.headers.range) void reply.status(206).header('content-range', `bytes ${range.start}-${range.end - 1}/${size}`);
     return reply.send(Readable.from(chunks(c.blobs, m.sha256, range.start, range.end)));
   });
+  return models;
 }
 
 /** The model's view on this orchestrator, as the caller reached it (a default metadata URI). */

@@ -59,10 +59,22 @@ const MAX_BATCH_SESSIONS = 32;
 /** Replicas tried again per request by default after a failed stage call. */
 export const DEFAULT_MAX_FAILOVERS = 3;
 
-/** The live deployment serving `model` (a name or sha256); a 404 or 409 naming why not. */
+/**
+ * The live deployment serving `model`: a sha256's, or for a name its owner's
+ * newest live deployment under it (a name is one owner's:
+ * ../state/models.ts); a 404 or 409 naming why not.
+ */
 export function deploymentFor(c: Coordinator, model: string): DeploymentRecord {
-  const live = c.state.deployments.live().find((d) => d.sha256 === model || d.name === model);
-  if (live) return live;
+  const live = c.state.deployments.live();
+  const bySha = live.find((d) => d.sha256 === model);
+  if (bySha) return bySha;
+  const owner = c.state.models.nameOwner(model)?.toLowerCase();
+  const named = live.filter((d) => d.name === model && (owner === undefined || d.owner.toLowerCase() === owner));
+  if (owner === undefined && new Set(named.map((d) => d.owner.toLowerCase())).size > 1) {
+    throw new OpenAiError(409, `the model name '${model}' is deployed by several owners and owned by none: ask for a model by its sha256`, 'model_ambiguous', 'model');
+  }
+  const newest = named.at(-1);
+  if (newest) return newest;
   const stored = c.state.models.list().find((m) => m.sha256 === model || m.name === model);
   if (stored) throw new OpenAiError(409, `model '${model}' is stored but not deployed: its owner deploys it with nbcli model deploy`, 'model_not_deployed', 'model');
   throw new OpenAiError(404, `the model '${model}' does not exist`, 'model_not_found', 'model');

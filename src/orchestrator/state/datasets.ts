@@ -83,6 +83,11 @@ export class DatasetStore {
     return { count, bytes };
   }
 
+  /** Bytes of every dataset row (the same bytes uploaded twice count once per uploader: what each keeps). */
+  totalBytes(): number {
+    return scalar(this.db, 'SELECT COALESCE(SUM(bytes), 0) AS n FROM datasets');
+  }
+
   /** Marks `owner`'s row used now (its expiry starts again). */
   touch(sha256: string, owner: string, now: number): void {
     this.db.run('UPDATE datasets SET used_at = MAX(used_at, ?) WHERE sha256 = ? AND LOWER(owner) = LOWER(?)', now, sha256, owner);

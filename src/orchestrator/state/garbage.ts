@@ -26,6 +26,12 @@ export class BlobGarbage {
     return all(this.db, decodeBlob, 'SELECT blob FROM blob_garbage WHERE since < ? ORDER BY since, blob LIMIT ?', before, limit).map((r) => r.blob);
   }
 
+  /** When `blob` was condemned (undefined: it is not). */
+  since(blob: string): number | undefined {
+    const r = this.db.statement('SELECT since FROM blob_garbage WHERE blob = ?').get(blob) as { since: number } | undefined;
+    return r?.since;
+  }
+
   /** The blob was deleted, or is needed again. */
   release(blob: string): void {
     this.db.run('DELETE FROM blob_garbage WHERE blob = ?', blob);

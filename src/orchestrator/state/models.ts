@@ -9,6 +9,18 @@
 // kind (a GPT's, or an MLP classifier's {inputs, hidden, classes}). Rows of
 // the first version were all GPTs: the second step derives their reference
 // from their stored config.
+//
+// A name is its first owner's (`model_names`): a model of another owner is
+// refused under it (`name_taken`), as the ModelRegistry refuses it on chain,
+// so `/v1` resolves a name to one owner. The third step gives each existing
+// name to the owner who stored it first. A name stays its owner's after its
+// models are deleted.
+//
+// Storage (src/orchestrator/blobs/store-budget.ts decides): the fourth step
+// adds `kept_until` (paid for until then; 0: not paid) and `published_at`
+// (seen on the registry: published models are not collected). An
+// unpublished model is collected once its free retention after
+// `created_at` and its paid time have both passed; its owner deletes it.
 import { Type, type Static } from '@sinclair/typebox';
 import { Value } from '@sinclair/typebox/value';
 import { GptConfig } from '../../model/config.ts';
@@ -27,6 +39,12 @@ export const MODEL_MIGRATIONS: Migrations = {
     );
     CREATE INDEX IF NOT EXISTS models_owner ON models (owner, created_at)`,
     addModelColumn,
+    `CREATE TABLE IF NOT EXISTS model_names (name TEXT PRIMARY KEY, owner TEXT NOT NULL, claimed_at INTEGER NOT NULL);
+    INSERT INTO model_names (name, owner, claimed_at)
+      SELECT m.name, m.owner, m.created_at FROM models m
+      WHERE NOT EXISTS (SELECT 1 FROM models o WHERE o.name = m.name AND (o.created_at < m.created_at OR (o.created_at = m.created_at AND o.sha256 < m.sha256)))`,
+    `ALTER TABLE models ADD COLUMN kept_until INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE models ADD COLUMN published_at INTEGER`,
   ],
 };
 
@@ -63,11 +81,13 @@ const ModelRow = Type.Object({
   jobId: Type.Union([Type.String(), Type.Null()]),
   step: Int,
   createdAt: Int,
+  keptUntil: Int,
+  publishedAt: Type.Union([Int, Type.Null()]),
 });
 type Row = Static<typeof ModelRow>;
 /** A stored model: its kind, its reference (`model`) and the config of its kind, besides the row's other fields. */
 export type ModelRecord = Omit<Row, 'model' | 'config'> & WholeModelConfig & { model: string };
-const COLUMNS = 'sha256, owner, name, bytes, model, config, job_id AS jobId, step, created_at AS createdAt';
+const COLUMNS = 'sha256, owner, name, bytes, model, config, job_id AS jobId, step, created_at AS createdAt, kept_until AS keptUntil, published_at AS publishedAt';
 const readRow = rowReader(ModelRow, 'model');
 function decode(row: unknown): ModelRecord {
   const r = readRow(row);
@@ -84,7 +104,7 @@ function decode(row: unknown): ModelRecord {
 }
 
 /** What storing a model records. */
-export type NewModel = Omit<Row, 'model' | 'config' | 'createdAt'> & WholeModelConfig & { model: string };
+export type NewModel = Omit<Row, 'model' | 'config' | 'createdAt' | 'keptUntil' | 'publishedAt'> & WholeModelConfig & { model: string } & { keptUntil?: number };
 
 export class ModelStore {
   constructor(private readonly db: StateDb) {}
@@ -99,10 +119,11 @@ export class ModelStore {
     return this.db.tx(() => {
       const held = this.get(m.sha256);
       if (held && held.owner.toLowerCase() !== m.owner.toLowerCase()) return { record: held, created: false };
+      this.claimName(m.name, m.owner, now);
       if (held) this.db.run('UPDATE models SET name = ? WHERE sha256 = ?', m.name, m.sha256);
       else {
         this.db.run(
-          'INSERT INTO models (sha256, owner, name, bytes, model, config, job_id, step, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)',
+          'INSERT INTO models (sha256, owner, name, bytes, model, config, job_id, step, created_at, kept_until) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)',
           m.sha256,
           m.owner,
           m.name,
@@ -112,10 +133,29 @@ export class ModelStore {
           m.jobId,
           m.step,
           now,
+          m.keptUntil ?? 0,
         );
       }
       return { record: this.get(m.sha256)!, created: !held };
     });
+  }
+
+  /**
+   * Makes `name` `owner`'s unless it is someone else's: 409 `name_taken` then
+   * (names are compared as they are spelt, as the registry compares them).
+   */
+  claimName(name: string, owner: string, now: number): void {
+    const holder = this.nameOwner(name);
+    if (holder && holder.toLowerCase() !== owner.toLowerCase()) {
+      throw new NimbleError('name_taken', `the model name '${name}' is ${holder}'s (the first to store a model under a name owns it): choose another name`, 409);
+    }
+    if (!holder) this.db.run('INSERT INTO model_names (name, owner, claimed_at) VALUES (?, ?, ?)', name, owner, now);
+  }
+
+  /** Who owns a model name (null: nobody yet). */
+  nameOwner(name: string): string | null {
+    const r = this.db.statement('SELECT owner FROM model_names WHERE name = ?').get(name) as { owner: string } | undefined;
+    return r?.owner ?? null;
   }
 
   /** Drops a row whose bytes could not be stored. */
@@ -132,6 +172,31 @@ export class ModelStore {
     return owner
       ? all(this.db, decode, `SELECT ${COLUMNS} FROM models WHERE LOWER(owner) = LOWER(?) ORDER BY created_at DESC, sha256`, owner)
       : all(this.db, decode, `SELECT ${COLUMNS} FROM models ORDER BY created_at DESC, sha256`);
+  }
+
+  /** Paid for until `until` (a later time only: a keep never shortens). */
+  keep(sha256: string, until: number): void {
+    this.db.run('UPDATE models SET kept_until = ? WHERE sha256 = ? AND kept_until < ?', until, sha256, until);
+  }
+
+  /** Seen published on the registry at `at`: never collected from then on. */
+  markPublished(sha256: string, at: number): void {
+    this.db.run('UPDATE models SET published_at = ? WHERE sha256 = ? AND published_at IS NULL', at, sha256);
+  }
+
+  /** Unpublished models whose free retention (created before `createdBefore`) and paid time (before `now`) have passed, oldest first. */
+  expired(createdBefore: number, now: number, limit: number): ModelRecord[] {
+    return all(this.db, decode, `SELECT ${COLUMNS} FROM models WHERE published_at IS NULL AND created_at < ? AND kept_until < ? ORDER BY created_at, sha256 LIMIT ?`, createdBefore, now, limit);
+  }
+
+  /** Bytes of every stored model. */
+  totalBytes(): number {
+    return scalar(this.db, 'SELECT COALESCE(SUM(bytes), 0) AS n FROM models');
+  }
+
+  /** Bytes of the models kept for free now: not published, not paid for at `now`. */
+  freeBytes(now: number): number {
+    return scalar(this.db, 'SELECT COALESCE(SUM(bytes), 0) AS n FROM models WHERE published_at IS NULL AND kept_until <= ?', now);
   }
 
   countOf(owner: string): number {

@@ -17,6 +17,7 @@ import type { BlobStore } from '../blobs/blobs.ts';
 import { CheckpointEvaluator } from '../jobs/checkpoint-eval.ts';
 import { Deployments, type DeploymentOptions } from '../models/deployments.ts';
 import { Collector, type GcOptions } from '../blobs/gc.ts';
+import { BlobGuard } from '../blobs/blob-guard.ts';
 import { peerWeight } from './issue-policy.ts';
 import { MergeChecks } from './merge-checks.ts';
 import { MergeRounds } from './merges.ts';
@@ -93,6 +94,7 @@ export class Coordinator {
   private readonly queues = new Map<string, number>();
   /** heartbeats taken since this process started (what the calibration bench divides the orchestrator's CPU by) */
   heartbeatsTaken = 0;
+  readonly blobs: BlobGuard; // guarded: a collected blob put again is never lost
   /** the run/stage/round each miner's last heartbeat said it holds (loaded): only replicas at their stage's round are routed to */
   private readonly holding = new Map<string, string>();
   /** each joined miner's session keys, newest first: the current one (also in the miners table) and a few before it, for receipts it signed before restarting */
@@ -100,11 +102,13 @@ export class Coordinator {
 
   constructor(
     readonly state: OrchestratorState,
-    readonly blobs: BlobStore,
+    store: BlobStore,
     options: Partial<CoordinatorOptions> = {},
   ) {
     this.options = { ...COORDINATOR_DEFAULTS, ...options };
     this.now = this.options.now ?? Date.now;
+    // every put passes the guard the collector deletes through (../blobs/blob-guard.ts)
+    const blobs = (this.blobs = BlobGuard.of(store, this.now));
     this.log = this.options.log ?? ((line) => console.error(`orchestrator: ${line}`));
     this.identity = this.options.identity ?? ((key) => ({ key, domain: domainOf(key.publicKey) }))(SessionKey.generate());
     const { key, domain } = this.identity;

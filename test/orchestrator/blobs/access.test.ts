@@ -85,7 +85,7 @@ before(() => {
   const config = gptConfig(MODEL);
   const ref = wholeModelRef({ kind: 'gpt', config });
   for (const [sha, owner] of [[BLOB.model, DEV], [BLOB.published, DEV], [BLOB.served, EVE]] as const) {
-    state.models.claim({ sha256: sha, owner, name: 'm', bytes: 1000, kind: 'gpt', config, model: ref, jobId: null, step: 0 }, now);
+    state.models.claim({ sha256: sha, owner, name: owner === DEV ? 'm' : 'm-eve', bytes: 1000, kind: 'gpt', config, model: ref, jobId: null, step: 0 }, now);
   }
   state.deployments.insert({ id: 'dep-1', sha256: BLOB.served, name: 'm', owner: EVE, model: MODEL, replicas: 1, requestedStages: null, sessions: 1, registry: null, idleLimitMs: 1e9 }, now);
   state.deployments.assign('dep-1', 0, SERVER, now);

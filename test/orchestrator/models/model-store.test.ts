@@ -26,7 +26,7 @@ test('a GPT and an MLP classifier are stored with their kind, reference and conf
   state.models.claim({ ...base, sha256: sha('a'), name: 'micro', kind: 'gpt', model: 'gpt-micro', config: gptConfig('gpt-micro') }, 1);
   state.models.claim({ ...base, sha256: sha('b'), name: 'spam-mlp', kind: 'mlp', model: 'mlp:4096-64-2', config: { inputs: 4096, hidden: [64], classes: 2 } }, 2);
   const mlp = state.models.get(sha('b'))!;
-  assert.deepEqual(mlp, { ...base, sha256: sha('b'), name: 'spam-mlp', kind: 'mlp', model: 'mlp:4096-64-2', config: { inputs: 4096, hidden: [64], classes: 2 }, createdAt: 2 });
+  assert.deepEqual(mlp, { ...base, sha256: sha('b'), name: 'spam-mlp', kind: 'mlp', model: 'mlp:4096-64-2', config: { inputs: 4096, hidden: [64], classes: 2 }, createdAt: 2, keptUntil: 0, publishedAt: null });
   const gpt = state.models.get(sha('a'))!;
   assert.equal(gpt.kind, 'gpt');
   assert.equal(gpt.model, 'gpt-micro');
@@ -57,7 +57,9 @@ test('a file from before the model column migrates: its GPT rows stay readable, 
   const state = OrchestratorState.open(path);
   assert.equal(state.db.versions().models, MODEL_MIGRATIONS.steps.length);
   const named = state.models.get(sha('c'))!;
-  assert.deepEqual(named, { sha256: sha('c'), owner: OWNER, name: 'named', bytes: 30_000, kind: 'gpt', model: 'gpt-micro', config: gptConfig('gpt-micro'), jobId: 'job-00000000000000a1', step: 20, createdAt: 5 });
+  assert.deepEqual(named, { sha256: sha('c'), owner: OWNER, name: 'named', bytes: 30_000, kind: 'gpt', model: 'gpt-micro', config: gptConfig('gpt-micro'), jobId: 'job-00000000000000a1', step: 20, createdAt: 5, keptUntil: 0, publishedAt: null });
+  // each existing name is its first owner's
+  assert.equal(state.models.nameOwner('named'), OWNER);
   const inlineRow = state.models.get(sha('d'))!;
   assert.equal(inlineRow.kind, 'gpt');
   assert.equal(inlineRow.model, 'gpt:v256.t32.c32.l2.h4.r4');

@@ -294,8 +294,9 @@ test('one model upload at a time: a second one while the first is being received
   slow.write(first.subarray(0, first.length >> 1));
   await new Promise((r) => setTimeout(r, 200));
   const second = wholeModelBytes(7);
+  const url2 = '/models/file?name=slow-too&pricePer1kTokens=0'; // another owner's name: 'slow' is dev's
   const post = async (bytes: Uint8Array): Promise<Answer> => {
-    const res = await fetch(`http://127.0.0.1:${port}${url}`, { method: 'POST', body: Buffer.from(bytes), headers: { 'content-type': 'application/octet-stream', ...(await other.sign('POST', url, bytes)) } });
+    const res = await fetch(`http://127.0.0.1:${port}${url2}`, { method: 'POST', body: Buffer.from(bytes), headers: { 'content-type': 'application/octet-stream', ...(await other.sign('POST', url2, bytes)) } });
     return { status: res.status, body: (await res.json()) as Record<string, unknown>, raw: Buffer.alloc(0), headers: {} };
   };
   isError(await post(second), 429, 'rate_limited', /another model upload is under way/);
