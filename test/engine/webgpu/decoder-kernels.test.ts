@@ -125,3 +125,21 @@ test('negative controls: RMSNorm eps ×10 and an overwriting backward, RoPE turn
   for (let r = 0; r < 37; r++) for (let c = 0; c < 101; c++) [swapped[r * 202 + c], swapped[r * 202 + 101 + c]] = [swapped[r * 202 + 101 + c], swapped[r * 202 + c]];
   assertCaught(t, 'SwiGLU with gate and up swapped', compareOutputs(sw, await runGpuCase(set, sw), runWasmCase(e, { ...sw, arrays: { ...sw.arrays, inp: swapped } })));
 });
+
+test('decoder calls refuse an odd head size, heads overrunning a row, KV not dividing H, a row table outside the cache', { skip }, async () => {
+  const { createArray } = await import('../../../src/engine/webgpu/buffers.ts');
+  const { uploadRowTable } = await import('../../../src/engine/webgpu/decoder/decoder.ts');
+  const d = fixture.gpu().device, k = fixture.kernels().decoder;
+  const a = createArray(d, 64), b = createArray(d, 64), pos = createArray(d, 4), table = createArray(d, 64);
+  try {
+    assert.throws(() => k.ropeForward(a, b, 2, 1, 5, 8, pos, 1, table), /headDim 5 must be a positive even integer/);
+    assert.throws(() => k.ropeForward(a, b, 2, 3, 4, 8, pos, 1, table), /3 heads of 4 overrun rows of 8 floats/);
+    assert.throws(() => k.ropeForward({ array: a, offset: 1 }, a, 2, 1, 4, 8, pos, 1, table), /shares its buffer/);
+    assert.throws(() => k.gqaAttentionCached(a, b, table, pos, 1, 0, 0, 3, 2, 4, 4), /KV ≥ 1 dividing H/);
+    assert.throws(() => uploadRowTable(d, Int32Array.of(0, 0, 60, 1), 64, 8, 4), /row 1's cache at 60 \(\+8\) is outside the cache's 64 floats/);
+    assert.throws(() => uploadRowTable(d, Int32Array.of(0, 4), 64, 8, 4), /row 0 has position 4, outside the cache's 0..3/);
+  } finally {
+    for (const x of [a, b, pos, table]) x.destroy();
+  }
+  assert.deepEqual(fixture.gpu().takeErrors(), []);
+});
