@@ -299,56 +299,56 @@ fn main(@builtin(workgroup_id) wg: vec3u, @builtin(local_invocation_index) li: u
     for (var d = 0u; d < HS; d++) { k[d] = qkv[o + KOFF() + d]; v[d] = qkv[o + VOFF() + d]; }
   }
   for (var h = g * rep; h < (g + 1u) * rep; h++) {
-  let bh = b * p.H + h;
-  // queries j0 .. T − 1 are the only ones that see this block's keys
-  for (var i0 = j0; i0 < p.T; i0 += KB) {
-    for (var x = li; x < KB * HS; x += ROWS) {
-      let i = i0 + x / HS;
-      var qx = 0.0;
-      var gx = 0.0;
-      if (i < p.T) {
-        qx = qkv[qkvRow(b, h, i) + x % HS];
-        gx = dout[outRow(b, h, i) + x % HS];
-      }
-      Qs[x] = qx;
-      Gs[x] = gx;
-    }
-    for (var x = li; x < KB; x += ROWS) {
-      let i = i0 + x;
-      var mx = 0.0;
-      var ix = 0.0;
-      var dx = 0.0;
-      if (i < p.T) {
-        let r = bh * p.T + i;
-        mx = stats[2u * r];
-        ix = 1.0 / stats[2u * r + 1u];
-        dx = rowDot[r];
-      }
-      Ms[x] = mx;
-      Inv[x] = ix;
-      Ds[x] = dx;
-    }
-    workgroupBarrier();
-    if (live && i0 + KB > j) {
-      let first = max(j, i0) - i0;
-      let n = min(KB, p.T - i0);
-      for (var ii = first; ii < n; ii++) {
-        var dot = 0.0;
-        var dP = 0.0;
-        for (var d = 0u; d < HS; d++) {
-          dot = fma(Qs[ii * HS + d], k[d], dot);
-          dP = fma(Gs[ii * HS + d], v[d], dP);
+    let bh = b * p.H + h;
+    // queries j0 .. T − 1 are the only ones that see this block's keys
+    for (var i0 = j0; i0 < p.T; i0 += KB) {
+      for (var x = li; x < KB * HS; x += ROWS) {
+        let i = i0 + x / HS;
+        var qx = 0.0;
+        var gx = 0.0;
+        if (i < p.T) {
+          qx = qkv[qkvRow(b, h, i) + x % HS];
+          gx = dout[outRow(b, h, i) + x % HS];
         }
-        let P = exp(dot * p.scale - Ms[ii]) * Inv[ii];
-        let dS = P * (dP - Ds[ii]) * p.scale;
-        for (var d = 0u; d < HS; d++) {
-          dv[d] = fma(P, Gs[ii * HS + d], dv[d]);
-          dk[d] = fma(dS, Qs[ii * HS + d], dk[d]);
+        Qs[x] = qx;
+        Gs[x] = gx;
+      }
+      for (var x = li; x < KB; x += ROWS) {
+        let i = i0 + x;
+        var mx = 0.0;
+        var ix = 0.0;
+        var dx = 0.0;
+        if (i < p.T) {
+          let r = bh * p.T + i;
+          mx = stats[2u * r];
+          ix = 1.0 / stats[2u * r + 1u];
+          dx = rowDot[r];
+        }
+        Ms[x] = mx;
+        Inv[x] = ix;
+        Ds[x] = dx;
+      }
+      workgroupBarrier();
+      if (live && i0 + KB > j) {
+        let first = max(j, i0) - i0;
+        let n = min(KB, p.T - i0);
+        for (var ii = first; ii < n; ii++) {
+          var dot = 0.0;
+          var dP = 0.0;
+          for (var d = 0u; d < HS; d++) {
+            dot = fma(Qs[ii * HS + d], k[d], dot);
+            dP = fma(Gs[ii * HS + d], v[d], dP);
+          }
+          let P = exp(dot * p.scale - Ms[ii]) * Inv[ii];
+          let dS = P * (dP - Ds[ii]) * p.scale;
+          for (var d = 0u; d < HS; d++) {
+            dv[d] = fma(P, Gs[ii * HS + d], dv[d]);
+            dk[d] = fma(dS, Qs[ii * HS + d], dk[d]);
+          }
         }
       }
+      workgroupBarrier();
     }
-    workgroupBarrier();
-  }
   }
   if (live) {
     let o = qkvRow(b, g, j);
