@@ -26,8 +26,12 @@
 //   dP_j     dout_i·v_j: γ(hs)·Σ_d|g_d v_jd|;
 //   D_i      WASM Σ_j P_j dP_j, GPU dout_i·out_i: the larger of the two bounds;
 //   dS_j     P_j(dP_j − D)·scale: from those, plus 3u for its three roundings;
-//   dq, dk, dv  sums of n (or T − j) products of bounded terms, as out.
-import { attentionScale, type AttentionShape } from './attention.ts';
+//   dq, dk, dv  sums of n (or T − j) products of bounded terms, as out; with
+//            grouped-query heads dk and dv sum over the kv head's H/KV query
+//            heads too: (H/KV)·(T − j) terms.
+// Either shape (attention.ts): multi-head (qkv B×T×3C) or grouped-query
+// (qkv B×T×(H + 2KV)·D, out B×T×H·D, att B×H×T×T).
+import { attentionScale, attentionWidths, gqaShapeOf, type AnyAttentionShape } from './attention.ts';
 import { attentionTileRows } from './attention.wgsl.ts';
 import { gamma } from './crosscheck.ts';
 
@@ -37,9 +41,9 @@ const ULP = 2 ** -23;
 const TINY = 2 ** -125;
 
 export interface AttentionInputs {
-  /** B×T×3C */
+  /** B×T×3C (grouped-query: B×T×(H + 2KV)·D) */
   qkv: Float32Array;
-  /** B×T×C: the gradient flowing into out */
+  /** B×T×C (B×T×H·D): the gradient flowing into out */
   dout: Float32Array;
 }
 
@@ -84,14 +88,15 @@ function addTerm(a: number, ea: number, g: number, x: Float32Array, xi: number, 
 }
 
 /** The exact values of `s` on `inputs`, and their bounds. */
-export function attentionReference(s: AttentionShape, inputs: AttentionInputs): AttentionReference {
-  const { B, T, C, NH } = s;
-  const hs = C / NH, C3 = 3 * C, kb = attentionTileRows(hs);
+export function attentionReference(s: AnyAttentionShape, inputs: AttentionInputs): AttentionReference {
+  const { B, T, H: NH, KV, D: hs } = gqaShapeOf(s);
+  const { qkv: W, out: C } = attentionWidths(s);
+  const rep = NH / KV, kb = attentionTileRows(hs);
   const scale = attentionScale(hs);
   const r: AttentionReference = {
     out: new Float64Array(B * T * C), outBound: new Float64Array(B * T * C),
     att: new Float64Array(B * NH * T * T), attBound: new Float64Array(B * NH * T * T),
-    dqkv: new Float64Array(B * T * C3), dqkvBound: new Float64Array(B * T * C3),
+    dqkv: new Float64Array(B * T * W), dqkvBound: new Float64Array(B * T * W),
   };
   // per row: scores, their errors, P and its error, dP and its error
   const sc = new Float64Array(T), sigma = new Float64Array(T), P = new Float64Array(T), EP = new Float64Array(T);
@@ -99,13 +104,15 @@ export function attentionReference(s: AttentionShape, inputs: AttentionInputs): 
   const { qkv, dout } = inputs;
   for (let b = 0; b < B; b++) {
     for (let h = 0; h < NH; h++) {
-      const qAt = (t: number): number => (b * T + t) * C3 + h * hs; // k at + C, v at + 2C
+      const g = Math.floor(h / rep);
+      const qAt = (t: number): number => (b * T + t) * W + h * hs;
+      const kAt = (t: number): number => (b * T + t) * W + (NH + g) * hs; // v at + KV·hs
       const gAt = (t: number): number => (b * T + t) * C + h * hs;
       for (let i = 0; i < T; i++) {
         const n = i + 1, qi = qAt(i), gi = gAt(i);
         let m = -Infinity;
         for (let j = 0; j < n; j++) {
-          dotAbs(qkv, qi, qkv, qAt(j) + C, hs, pair);
+          dotAbs(qkv, qi, qkv, kAt(j), hs, pair);
           sc[j] = scale * pair[0];
           sigma[j] = gamma(hs + 1) * scale * pair[1];
           m = Math.max(m, sc[j]);
@@ -130,12 +137,12 @@ export function attentionReference(s: AttentionShape, inputs: AttentionInputs): 
           EP[j] = P[j] * (EP[j] + common) + TINY;
           r.att[ai + j] = P[j];
           r.attBound[ai + j] = EP[j];
-          addTerm(P[j], EP[j], gamma(n), qkv, qAt(j) + 2 * C, r.out, r.outBound, oi, hs);
+          addTerm(P[j], EP[j], gamma(n), qkv, kAt(j) + KV * hs, r.out, r.outBound, oi, hs);
         }
         // backward of row i: dP, D (either way), dS; dq_i, and row i's share of every dk_j, dv_j
         let D = 0, DAbs = 0, EDw = 0, EDg = 0, outDot = 0;
         for (let j = 0; j < n; j++) {
-          dotAbs(dout, gi, qkv, qAt(j) + 2 * C, hs, pair);
+          dotAbs(dout, gi, qkv, kAt(j) + KV * hs, hs, pair);
           dP[j] = pair[0];
           EdP[j] = gamma(hs) * pair[1];
           D += P[j] * dP[j];
@@ -149,12 +156,12 @@ export function attentionReference(s: AttentionShape, inputs: AttentionInputs): 
         const ED = Math.max(EDw + gamma(n + 1) * DAbs, EDg + gamma(hs) * outDot);
         for (let j = 0; j < n; j++) {
           const diff = dP[j] - D;
-          const g = P[j] * diff * scale;
+          const dS = P[j] * diff * scale;
           const Eg = scale * (EP[j] * Math.abs(diff) + P[j] * (EdP[j] + ED) + 3 * U * P[j] * Math.abs(diff));
-          const kj = qAt(j) + C;
-          addTerm(g, Eg, gamma(n), qkv, kj, r.dqkv, r.dqkvBound, qi, hs); // dq_i += dS_ij k_j
-          addTerm(g, Eg, gamma(T - j), qkv, qi, r.dqkv, r.dqkvBound, kj, hs); // dk_j += dS_ij q_i
-          addTerm(P[j], EP[j], gamma(T - j), dout, gi, r.dqkv, r.dqkvBound, kj + C, hs); // dv_j += P_ij dout_i
+          const kj = kAt(j);
+          addTerm(dS, Eg, gamma(n), qkv, kj, r.dqkv, r.dqkvBound, qi, hs); // dq_i += dS_ij k_j
+          addTerm(dS, Eg, gamma(rep * (T - j)), qkv, qi, r.dqkv, r.dqkvBound, kj, hs); // dk_j += dS_ij q_i
+          addTerm(P[j], EP[j], gamma(rep * (T - j)), dout, gi, r.dqkv, r.dqkvBound, kj + KV * hs, hs); // dv_j += P_ij dout_i
         }
       }
     }

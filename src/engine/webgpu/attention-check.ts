@@ -4,37 +4,48 @@
 // attention computes what the WASM one does (tests, the bench, later a
 // miner's self-check).
 import type { Engine } from '../engine.ts';
-import { attentionStatsLength, type AttentionShape, type GpuAttention } from './attention.ts';
+import { attentionStatsLength, attentionWidths, gqaShapeOf, type AnyAttentionShape, type GpuAttention } from './attention.ts';
 import { attentionReference, compareWithin, type AttentionInputs, type AttentionReference, type BoundComparison } from './attention-bound.ts';
 import { readArray, uploadArray, type GpuArray } from './buffers.ts';
 
 /** What a backend computed: the forward output, the attention matrix (WASM layout) and dqkv. */
 export interface AttentionOutputs {
   out: Float32Array;
-  /** B×NH×T×T: the WASM forward's saved matrix; on the GPU, `probs` from the stats */
+  /** B×H×T×T: the WASM forward's saved matrix; on the GPU, `probs` from the stats */
   att: Float32Array;
   dqkv: Float32Array;
 }
 
 export interface GpuAttentionOutputs extends AttentionOutputs {
-  /** B×NH×T×2: each row's softmax max and sum */
+  /** B×H×T×2: each row's softmax max and sum */
   stats: Float32Array;
 }
 
 /** qkv and dout uniform in [−amplitude, amplitude). */
-export function attentionInputs(s: AttentionShape, random: () => number, amplitude = 1): AttentionInputs {
+export function attentionInputs(s: AnyAttentionShape, random: () => number, amplitude = 1): AttentionInputs {
   const fill = (n: number): Float32Array => Float32Array.from({ length: n }, () => (random() * 2 - 1) * amplitude);
-  return { qkv: fill(s.B * s.T * 3 * s.C), dout: fill(s.B * s.T * s.C) };
+  const w = attentionWidths(s);
+  return { qkv: fill(s.B * s.T * w.qkv), dout: fill(s.B * s.T * w.out) };
 }
 
-/** Forward then backward on the WASM kernels (Kernels.attentionForward / attentionBackward). */
-export function runWasmAttention(engine: Engine, s: AttentionShape, inputs: AttentionInputs): AttentionOutputs {
-  const { B, T, C, NH } = s;
-  const qkv = engine.tensorFrom([B * T * 3 * C], inputs.qkv), dout = engine.tensorFrom([B * T * C], inputs.dout);
-  const out = engine.tensor([B * T * C]), att = engine.tensor([B * NH * T * T]), dqkv = engine.tensor([B * T * 3 * C]);
+/**
+ * Forward then backward on the WASM kernels: Kernels.attentionForward /
+ * attentionBackward for a multi-head shape, gqaAttentionForward /
+ * gqaAttentionBackward for a grouped-query one.
+ */
+export function runWasmAttention(engine: Engine, s: AnyAttentionShape, inputs: AttentionInputs): AttentionOutputs {
+  const { B, T, H, KV, D } = gqaShapeOf(s), w = attentionWidths(s);
+  const qkv = engine.tensorFrom([B * T * w.qkv], inputs.qkv), dout = engine.tensorFrom([B * T * w.out], inputs.dout);
+  const out = engine.tensor([B * T * w.out]), att = engine.tensor([B * H * T * T]), dqkv = engine.tensor([B * T * w.qkv]);
+  const k = engine.kernels;
   try {
-    engine.kernels.attentionForward(out.ptr, att.ptr, qkv.ptr, B, T, C, NH);
-    engine.kernels.attentionBackward(dqkv.ptr, dout.ptr, qkv.ptr, att.ptr, B, T, C, NH);
+    if ('NH' in s) {
+      k.attentionForward(out.ptr, att.ptr, qkv.ptr, B, T, s.C, s.NH);
+      k.attentionBackward(dqkv.ptr, dout.ptr, qkv.ptr, att.ptr, B, T, s.C, s.NH);
+    } else {
+      k.gqaAttentionForward(out.ptr, att.ptr, qkv.ptr, B, T, H, KV, D);
+      k.gqaAttentionBackward(dqkv.ptr, dout.ptr, qkv.ptr, att.ptr, B, T, H, KV, D);
+    }
     return { out: out.data.slice(), att: att.data.slice(), dqkv: dqkv.data.slice() };
   } finally {
     for (const t of [qkv, dout, out, att, dqkv]) engine.free(t);
@@ -46,11 +57,11 @@ export function runWasmAttention(engine: Engine, s: AttentionShape, inputs: Atte
  * and stats); reads all back. The outputs start as NaN, so that an element a
  * kernel fails to write (or adds to instead of writing) fails any comparison.
  */
-export async function runGpuAttention(device: GPUDevice, attention: GpuAttention, s: AttentionShape, inputs: AttentionInputs): Promise<GpuAttentionOutputs> {
-  const { B, T, C, NH } = s;
+export async function runGpuAttention(device: GPUDevice, attention: GpuAttention, s: AnyAttentionShape, inputs: AttentionInputs): Promise<GpuAttentionOutputs> {
+  const { B, T, H } = gqaShapeOf(s), w = attentionWidths(s);
   const qkv = uploadArray(device, inputs.qkv), dout = uploadArray(device, inputs.dout);
   const nan = (n: number): GpuArray => uploadArray(device, new Float32Array(n).fill(NaN));
-  const out = nan(B * T * C), stats = nan(attentionStatsLength(s)), att = nan(B * NH * T * T), dqkv = nan(B * T * 3 * C);
+  const out = nan(B * T * w.out), stats = nan(attentionStatsLength(s)), att = nan(B * H * T * T), dqkv = nan(B * T * w.qkv);
   try {
     attention.forward({ ...s, qkv, out, stats });
     attention.probs({ ...s, qkv, stats, att });
@@ -88,7 +99,7 @@ export interface AttentionCrosscheck {
 }
 
 /** Checks `s` on inputs uniform in [−amplitude, amplitude). */
-export async function crosscheckAttention(engine: Engine, device: GPUDevice, attention: GpuAttention, s: AttentionShape, random: () => number, amplitude = 1): Promise<AttentionCrosscheck> {
+export async function crosscheckAttention(engine: Engine, device: GPUDevice, attention: GpuAttention, s: AnyAttentionShape, random: () => number, amplitude = 1): Promise<AttentionCrosscheck> {
   const inputs = attentionInputs(s, random, amplitude);
   const ref = attentionReference(s, inputs);
   const gpu = await runGpuAttention(device, attention, s, inputs);

@@ -1,5 +1,8 @@
 // Every ported non-GEMM, non-attention kernel, compiled together: element-wise,
-// row, optimizer and embedding kernels (their pipelines compile in parallel).
+// row, optimizer and embedding kernels, and the Llama-family decoder's
+// (decoder/: RMSNorm, RoPE, SwiGLU, the KV cache; their pipelines compile in
+// parallel).
+import { GpuDecoder } from './decoder/decoder.ts';
 import { GpuElementwise } from './elementwise.ts';
 import { GpuEmbedding } from './embedding.ts';
 import { GpuOptimizer } from './optimizer.ts';
@@ -12,17 +15,19 @@ export class GpuKernelSet {
     readonly rows: GpuRows,
     readonly optimizer: GpuOptimizer,
     readonly embedding: GpuEmbedding,
+    readonly decoder: GpuDecoder,
   ) {}
 
   /** `maxGroupsPerDimension` below the device's limit makes tests exercise two-dimensional dispatches. */
   static async create(device: GPUDevice, maxGroupsPerDimension?: number): Promise<GpuKernelSet> {
-    const [elementwise, rows, optimizer, embedding] = await Promise.all([
+    const [elementwise, rows, optimizer, embedding, decoder] = await Promise.all([
       GpuElementwise.create(device, maxGroupsPerDimension),
       GpuRows.create(device, maxGroupsPerDimension),
       GpuOptimizer.create(device, maxGroupsPerDimension),
       GpuEmbedding.create(device, maxGroupsPerDimension),
+      GpuDecoder.create(device, maxGroupsPerDimension),
     ]);
-    return new GpuKernelSet(device, elementwise, rows, optimizer, embedding);
+    return new GpuKernelSet(device, elementwise, rows, optimizer, embedding, decoder);
   }
 
   destroy(): void {
@@ -30,5 +35,6 @@ export class GpuKernelSet {
     this.rows.destroy();
     this.optimizer.destroy();
     this.embedding.destroy();
+    this.decoder.destroy();
   }
 }

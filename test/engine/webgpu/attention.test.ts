@@ -158,7 +158,7 @@ test('the bound catches a missing causal mask, a wrong scale and a wrong head of
       ['forward', 'let n = min(KB, i + 1u - j0);', 'let n = min(KB, p.T - j0);'],
     ]), true],
     ['forward scaled by 1/√C instead of 1/√hs', broken([['forward', 'let sc = dot * p.scale;', 'let sc = dot * p.scale * 0.5;']]), true],
-    ['forward reading q one head over', broken([['forward', '{ q[d] = qkv[o + d]; }', '{ q[d] = qkv[o + ((h + 1u) % p.NH) * HS - h * HS + d]; }']]), true],
+    ['forward reading q one head over', broken([['forward', '{ q[d] = qkv[o + d]; }', '{ q[d] = qkv[o + ((h + 1u) % p.H) * HS - h * HS + d]; }']]), true],
     ['backward without the scale in dS', broken([
       ['backwardQ', 'let dS = P * (dP - D) * p.scale;', 'let dS = P * (dP - D);'],
       ['backwardKV', 'let dS = P * (dP - Ds[ii]) * p.scale;', 'let dS = P * (dP - Ds[ii]);'],
