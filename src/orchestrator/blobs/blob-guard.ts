@@ -61,6 +61,13 @@ export class BlobGuard implements BlobStore {
     });
   }
 
+  async putFile(path: string, id: string): Promise<string> {
+    return this.locked(id, async () => {
+      this.remember(id);
+      return this.inner.putFile(path, id);
+    });
+  }
+
   /**
    * Deletes blob `id`, condemned at `since`, unless `named()` says a row names
    * it, or it was put again after `since`: the check and the delete hold the

@@ -29,7 +29,8 @@ import {
   type GetObjectCommandOutput,
 } from '@aws-sdk/client-s3';
 import { NimbleError } from '../../protocol/errors.ts';
-import { BlobError, assertBlobId, assertBlobPrefix, blobId, type BlobStore } from './blobs.ts';
+import { open, stat } from 'node:fs/promises';
+import { BlobError, assertBlobId, assertBlobPrefix, blobId, checkFileHash, type BlobStore } from './blobs.ts';
 import { describeS3, type S3Location } from './s3-location.ts';
 
 const MiB = 1024 * 1024;
@@ -154,10 +155,38 @@ export class S3BlobStore implements BlobStore {
     const key = this.keyOf(id);
     if ((await this.size(id)) === bytes.length) return id;
     if (bytes.length > this.multipartThreshold) {
-      await this.putMultipart(key, bytes);
+      await this.putMultipart(key, bytes.length, async (start, end) => bytes.subarray(start, end));
     } else {
       await this.call('PutObject', () => this.client.send(new PutObjectCommand({ Bucket: this.bucket, Key: key, Body: bytes, ContentLength: bytes.length, ContentType: 'application/octet-stream' })));
       this.uploads.single++;
+    }
+    return id;
+  }
+
+  async putFile(path: string, id: string): Promise<string> {
+    const key = this.keyOf(id);
+    const size = (await stat(path)).size;
+    await checkFileHash(path, id);
+    if ((await this.size(id)) === size) return id;
+    const fh = await open(path, 'r');
+    try {
+      const read = async (start: number, end: number): Promise<Uint8Array> => {
+        const buf = Buffer.allocUnsafe(end - start);
+        for (let got = 0; got < buf.length; ) {
+          const { bytesRead } = await fh.read(buf, got, buf.length - got, start + got);
+          if (bytesRead === 0) throw new BlobError('corrupt', `${path} ended at ${start + got} of ${size} bytes while stored`);
+          got += bytesRead;
+        }
+        return buf;
+      };
+      if (size > this.multipartThreshold) await this.putMultipart(key, size, read);
+      else {
+        const body = await read(0, size);
+        await this.call('PutObject', () => this.client.send(new PutObjectCommand({ Bucket: this.bucket, Key: key, Body: body, ContentLength: size, ContentType: 'application/octet-stream' })));
+        this.uploads.single++;
+      }
+    } finally {
+      await fh.close();
     }
     return id;
   }
@@ -244,20 +273,21 @@ export class S3BlobStore implements BlobStore {
   }
 
   /** Uploads `bytes` as parts, `partConcurrency` at a time; aborts the upload if any part fails. */
-  private async putMultipart(key: string, bytes: Uint8Array): Promise<void> {
+  /** A multipart upload of `size` bytes, each part read by `read(start, end)` when its turn comes (at most partConcurrency parts in memory). */
+  private async putMultipart(key: string, size: number, read: (start: number, end: number) => Promise<Uint8Array>): Promise<void> {
     const created = await this.call('CreateMultipartUpload', () => this.client.send(new CreateMultipartUploadCommand({ Bucket: this.bucket, Key: key, ContentType: 'application/octet-stream' })));
     const uploadId = created.UploadId;
     if (!uploadId) throw new NimbleError('internal', `S3 CreateMultipartUpload in ${this.where} answered no upload id`, 500);
-    const partSize = Math.max(this.partSize, Math.ceil(bytes.length / MAX_PARTS));
-    const count = Math.ceil(bytes.length / partSize);
+    const partSize = Math.max(this.partSize, Math.ceil(size / MAX_PARTS));
+    const count = Math.ceil(size / partSize);
     const parts: CompletedPart[] = new Array<CompletedPart>(count);
     let next = 0;
     let failed = false;
     const worker = async (): Promise<void> => {
       while (!failed && next < count) {
         const n = next++;
-        const body = bytes.subarray(n * partSize, Math.min(bytes.length, (n + 1) * partSize));
         try {
+          const body = await read(n * partSize, Math.min(size, (n + 1) * partSize));
           const res = await this.call(`UploadPart ${n + 1}/${count}`, () => this.client.send(new UploadPartCommand({ Bucket: this.bucket, Key: key, UploadId: uploadId, PartNumber: n + 1, Body: body, ContentLength: body.length })));
           if (!res.ETag) throw new NimbleError('internal', `S3 UploadPart ${n + 1}/${count} in ${this.where} answered no ETag`, 500);
           parts[n] = { ETag: res.ETag, PartNumber: n + 1 };

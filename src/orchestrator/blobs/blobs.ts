@@ -12,7 +12,8 @@
 // later put of the same bytes repairs it.
 
 import { createHash, randomBytes } from 'node:crypto';
-import { mkdir, open, readdir, rename, rm, stat, unlink, type FileHandle } from 'node:fs/promises';
+import { createReadStream } from 'node:fs';
+import { copyFile, mkdir, open, readdir, rename, rm, stat, unlink, type FileHandle } from 'node:fs/promises';
 import { join } from 'node:path';
 import { NimbleError } from '../../protocol/errors.ts';
 
@@ -40,6 +41,12 @@ export class BlobError extends NimbleError {
 export interface BlobStore {
   /** Stores bytes (idempotent) and returns their id. */
   put(bytes: Uint8Array): Promise<string>;
+  /**
+   * Stores the file at `path` (idempotent), which must hash to `id`: read as a
+   * stream, never whole (a model of gigabytes). The file is left where it is.
+   * BlobError 'corrupt' when it does not hash to `id`.
+   */
+  putFile(path: string, id: string): Promise<string>;
   /** The whole blob, checked against its id. BlobError 'not_found' / 'corrupt'. */
   get(id: string): Promise<Uint8Array>;
   /** Bytes [start, end) of a blob (end is clamped to the size). Not hash-checked: verify the assembled whole. */
@@ -127,6 +134,34 @@ export class FsBlobStore implements BlobStore {
     }
     await fh.close();
     try {
+      await rename(temp, path);
+    } catch (e) {
+      await unlink(temp).catch(() => undefined);
+      throw e;
+    }
+    await syncDir(folder);
+    return id;
+  }
+
+  async putFile(source: string, id: string): Promise<string> {
+    const path = this.pathOf(id);
+    const size = (await stat(source)).size;
+    await checkFileHash(source, id);
+    const existing = await stat(path).catch(() => undefined);
+    if (existing?.size === size) return id;
+    const folder = join(this.dir, id.slice(0, 2));
+    await mkdir(folder, { recursive: true });
+    const temp = join(this.dir, 'tmp', `${id.slice(0, 16)}.${randomBytes(8).toString('hex')}`);
+    try {
+      await copyFile(source, temp);
+      const fh = await open(temp, 'r+');
+      try {
+        await fh.sync();
+      } finally {
+        await fh.close();
+      }
+      // the copy is the bytes hashed: checked again before it is named by its id
+      await checkFileHash(temp, id);
       await rename(temp, path);
     } catch (e) {
       await unlink(temp).catch(() => undefined);
@@ -239,4 +274,13 @@ async function syncDir(dir: string): Promise<void> {
   } finally {
     await fh?.close();
   }
+}
+
+/** Throws BlobError 'corrupt' unless the file at `path` hashes to `id` (read as a stream). */
+export async function checkFileHash(path: string, id: string): Promise<void> {
+  assertBlobId(id);
+  const hash = createHash('sha256');
+  for await (const chunk of createReadStream(path, { highWaterMark: 4 << 20 })) hash.update(chunk as Buffer);
+  const got = hash.digest('hex');
+  if (got !== id) throw new BlobError('corrupt', `the file to store as ${id} has sha256 ${got}`);
 }

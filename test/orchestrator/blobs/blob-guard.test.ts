@@ -24,6 +24,7 @@ function heldDeletes(inner: FsBlobStore): { store: BlobStore; asked: Promise<voi
   const gate = new Promise<void>((r) => (release = r));
   const store: BlobStore = {
     put: (b) => inner.put(b),
+    putFile: (p, id) => inner.putFile(p, id),
     get: (id) => inner.get(id),
     getRange: (id, s, e) => inner.getRange(id, s, e),
     size: (id) => inner.size(id),

@@ -1,6 +1,9 @@
 // The BlobStore contract, run against every implementation (blobs.test.ts for
 // the folder, blobs-s3.test.ts for S3): what the orchestrator may rely on
 // whichever store holds its blobs.
+import { existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { BlobError, blobId, type BlobErrorCode, type BlobStore } from '../../../src/orchestrator/blobs/blobs.ts';
@@ -50,6 +53,28 @@ export function blobStoreContract(kind: string, open: (t: TestContext) => Promis
     assert.equal(await store.size(missing), undefined);
     const e = await rejects(store.get(missing), 'not_found');
     assert.equal(e.status, 404);
+  });
+
+  test(`${kind}: putFile stores a file streamed (multipart past the threshold), idempotent, and refuses a file that is not its id`, async (t) => {
+    const store = await open(t);
+    const dir = mkdtempSync(join(tmpdir(), 'nimble-putfile-'));
+    t.after(() => rmSync(dir, { recursive: true, force: true }));
+    for (const size of [0, 1000, 20 << 20]) {
+      const data = new Uint8Array(size).map((_, i) => (i * 7) % 253);
+      const path = join(dir, `f${size}`);
+      writeFileSync(path, data);
+      const id = blobId(data);
+      assert.equal(await store.putFile(path, id), id);
+      assert.equal(await store.putFile(path, id), id, 'again: the same id');
+      assert.equal(await store.size(id), size);
+      assert.deepEqual(await store.get(id), data);
+      assert.ok(existsSync(path), 'the source file is left where it was');
+    }
+    const path = join(dir, 'liar');
+    writeFileSync(path, bytes('not what the id says'));
+    const claimed = blobId(bytes('something else'));
+    await rejects(store.putFile(path, claimed), 'corrupt');
+    assert.equal(await store.has(claimed), false);
   });
 
   test(`${kind}: getRange returns [start, end) clamped to the size, and refuses bad ranges`, async (t) => {
