@@ -76,12 +76,14 @@ export async function streamCompletion(
       if (!checkChunk.Check(v)) throw new NimbleError('corrupt', `the orchestrator sent a chunk that is not a completion: ${e.data.slice(0, 200)}`);
       out.id = v.id;
       out.chunks++;
-      const text = v.choices[0].text;
-      if (text) {
-        out.text += text;
-        onText(text);
+      // a chunk with no choice carries the usage (stream_options.include_usage)
+      const choice = v.choices[0];
+      if (!choice) continue;
+      if (choice.text) {
+        out.text += choice.text;
+        onText(choice.text);
       }
-      out.finishReason = v.choices[0].finish_reason ?? out.finishReason;
+      out.finishReason = choice.finish_reason ?? out.finishReason;
     }
     if (!done) throw new NimbleError('unreachable', 'the completion stream ended before [DONE]');
     return out;

@@ -26,6 +26,7 @@ import { loadOrCreateOrchestratorIdentity, sharedOrchestratorIdentity, type Orch
 import type { PgDriverOptions } from './state/pg-driver.ts';
 import { OrchestratorState } from './state/index.ts';
 import { SyntheticPrompts, type SyntheticOptions } from './serving/synthetic-prompts.ts';
+import { storedTokenizerBundle, type TokenizerBundleLookup } from './serving/tokenizers.ts';
 
 export interface OrchestratorOptions {
   dataDir: string;
@@ -50,6 +51,8 @@ export interface OrchestratorOptions {
   inferenceChecks?: Partial<InferenceCheckOptions>;
   /** synthetic traffic to the serving deployments (src/orchestrator/serving/synthetic-prompts.ts); absent: none */
   syntheticPrompts?: Partial<SyntheticOptions> & { rate: number };
+  /** where a served model's tokenizer bundle is (src/orchestrator/serving/tokenizers.ts); absent: the model store's record names it */
+  tokenizerBundle?: TokenizerBundleLookup;
   /** host names the dashboard is reached at besides its IP addresses and localhost (the advertised URL's, when it names one) */
   hostNames?: readonly string[];
   /** the key its cluster's members prove forwarded requests with (./cluster/lease.ts; absent: a client address forwarded is never believed) */
@@ -120,7 +123,7 @@ export async function startOrchestrator(options: OrchestratorOptions): Promise<R
   const jobs = new JobService(coordinator, { checkpointRetentionMs: options.checkpointRetentionMs ?? DEFAULT_CHECKPOINT_RETENTION_MS, slots: coordinator.slots, nimPerPetaflop: options.chain?.nimPerPetaflop });
   // an unused dataset is kept as long as an ended job's checkpoints
   const datasets = new DatasetService(state, blobs, { retentionMs: options.checkpointRetentionMs ?? DEFAULT_CHECKPOINT_RETENTION_MS });
-  const completions = new Completions(coordinator);
+  const completions = new Completions(coordinator, { tokenizerBundle: options.tokenizerBundle ?? storedTokenizerBundle(state.models, blobs) });
   const inferenceChecks = new InferenceChecks(
     { state, blobs, engine: () => coordinator.verifier(), offences: coordinator.offences, log: coordinator.log },
     options.inferenceChecks,
