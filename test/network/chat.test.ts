@@ -214,3 +214,30 @@ test('bad requests get OpenAI-shaped 400s: token ids outside the vocabulary, ove
   assert.equal(bytes.usage?.prompt_tokens, 4);
   assert.equal(bytes.usage?.completion_tokens, 5);
 });
+
+test('nbcli generate --chat: a conversation of --system, --message and --prompt, the same text as the openai client\'s', { timeout: 60_000 }, async () => {
+  const conversation = [
+    { role: 'system' as const, content: 'You are a sailor.' },
+    { role: 'user' as const, content: 'Who are you?' },
+    { role: 'assistant' as const, content: 'Ishmael.' },
+    { role: 'user' as const, content: 'Call me Ishmael.' },
+  ];
+  const viaClient = await openai.chat.completions.create({ model: 'chat-micro', messages: conversation, max_tokens: 10, temperature: 0.8, seed: 3 });
+  const home = join(cluster.dir, 'cli');
+  const out = await cluster.nbcli(
+    ['generate', '--chat', '--model', 'chat-micro', '--system', 'You are a sailor.', '--message', 'user:Who are you?', '--message', 'assistant:Ishmael.', '--prompt', 'Call me Ishmael.',
+      '--max-tokens', '10', '--temperature', '0.8', '--seed', '3', '--api-key', apiKey, '--orchestrator', orch.url],
+    home,
+  );
+  assert.equal(out.code, 0, out.stderr);
+  const line = out.out.at(-1) as { text: string; finishReason: string; messages: unknown[] };
+  assert.equal(line.text, viaClient.choices[0].message.content);
+  assert.equal(line.finishReason, viaClient.choices[0].finish_reason);
+  assert.deepEqual(line.messages, conversation);
+  const wrong = await cluster.nbcli(['generate', '--chat', '--model', 'chat-micro', '--message', 'wizard:x', '--prompt', 'y', '--api-key', apiKey, '--orchestrator', orch.url], home);
+  assert.notEqual(wrong.code, 0);
+  assert.match(wrong.stderr, /--message must read ROLE:TEXT/);
+  const plain = await cluster.nbcli(['generate', '--chat', '--model', 'byte-micro', '--prompt', 'y', '--api-key', apiKey, '--orchestrator', orch.url], home);
+  assert.notEqual(plain.code, 0);
+  assert.match(plain.stderr, /no chat template/);
+});
