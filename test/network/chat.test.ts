@@ -241,3 +241,34 @@ test('nbcli generate --chat: a conversation of --system, --message and --prompt,
   assert.notEqual(plain.code, 0);
   assert.match(plain.stderr, /no chat template/);
 });
+
+test('the dashboard playground in chat mode: a system message and two turns, each answer the openai client\'s for the same conversation', { timeout: 90_000 }, async () => {
+  const [{ default: chromium }, { default: pw }, { chromiumExecutablePath }] = await Promise.all([import('@sparticuz/chromium'), import('playwright-core'), import('../../src/engine/webgpu/chromium-unpack.ts')]);
+  const browser = await pw.chromium.launch({ executablePath: await chromiumExecutablePath(chromium), args: chromium.args, headless: true });
+  try {
+    const page = await (await browser.newContext({ locale: 'en-US' })).newPage();
+    await page.goto(`${orch.url}/#/playground`);
+    await page.waitForFunction(() => [...document.querySelectorAll('#pg-model option')].some((o) => o.textContent === 'chat-micro'), null, { timeout: 30_000 });
+    await page.selectOption('#pg-model', 'chat-micro');
+    await page.selectOption('#pg-mode', 'chat');
+    await page.fill('#pg-system', 'You are a sailor.');
+    await page.fill('#pg-max-tokens', '8');
+    await page.fill('#pg-temperature', '0.7');
+    await page.fill('#pg-seed', '5');
+    await page.fill('#pg-key', apiKey);
+    const history: { role: 'system' | 'user' | 'assistant'; content: string }[] = [{ role: 'system', content: 'You are a sailor.' }];
+    for (const say of ['Who are you?', 'Call me Ishmael.']) {
+      history.push({ role: 'user', content: say });
+      const expected = (await openai.chat.completions.create({ model: 'chat-micro', messages: history, max_tokens: 8, temperature: 0.7, seed: 5 })).choices[0].message.content ?? '';
+      await page.fill('#pg-prompt', say);
+      await page.evaluate(() => document.querySelector('#pg-output')?.removeAttribute('data-state'));
+      await page.click('#pg-generate');
+      await page.waitForFunction(() => document.querySelector('#pg-output')?.getAttribute('data-state') === 'done', null, { timeout: 60_000 });
+      assert.equal(await page.textContent('#pg-output'), expected, say);
+      history.push({ role: 'assistant', content: expected });
+    }
+    assert.equal(await page.locator('#pg-conversation .turn').count(), 4);
+  } finally {
+    await browser.close();
+  }
+});
