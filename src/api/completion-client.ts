@@ -5,10 +5,12 @@
 // What `nbcli generate` and `nbcli up` use; any OpenAI client works too.
 import { TypeCompiler } from '@sinclair/typebox/compiler';
 import { NimbleError } from '../protocol/errors.ts';
+import { ChatCompletionChunk, type ChatCompletionBody } from './chat.ts';
 import { Completion, type CompletionBody, OpenAiErrorBody } from './completions.ts';
 import { readEvents } from './event-stream.ts';
 
 const checkChunk = TypeCompiler.Compile(Completion);
+const checkChatChunk = TypeCompiler.Compile(ChatCompletionChunk);
 const checkError = TypeCompiler.Compile(OpenAiErrorBody);
 
 export interface StreamedCompletion {
@@ -40,8 +42,28 @@ function parseJson(raw: string): unknown {
 }
 
 /** Streams a completion from `baseUrl` (the orchestrator), calling `onText` with each piece of text as it arrives. */
-export async function streamCompletion(
-  baseUrl: string, body: CompletionBody, onText: (text: string) => void, options: CompletionClientOptions = {},
+export function streamCompletion(baseUrl: string, body: CompletionBody, onText: (text: string) => void, options: CompletionClientOptions = {}): Promise<StreamedCompletion> {
+  return streamChunks(baseUrl, '/v1/completions', body, (v) => {
+    if (!checkChunk.Check(v)) return null;
+    const c = v.choices[0];
+    return { id: v.id, text: c?.text ?? '', finish: c?.finish_reason ?? null };
+  }, onText, options);
+}
+
+/** Streams a chat completion (POST /v1/chat/completions) from `baseUrl`, calling `onText` with each piece of the assistant's text. */
+export function streamChatCompletion(baseUrl: string, body: ChatCompletionBody, onText: (text: string) => void, options: CompletionClientOptions = {}): Promise<StreamedCompletion> {
+  return streamChunks(baseUrl, '/v1/chat/completions', body, (v) => {
+    if (!checkChatChunk.Check(v)) return null;
+    const c = v.choices[0];
+    return { id: v.id, text: c?.delta.content ?? '', finish: c?.finish_reason ?? null };
+  }, onText, options);
+}
+
+/** A chunk's id, text and finish reason; null when it is not a chunk of the contract. */
+type ReadChunk = (v: unknown) => { id: string; text: string; finish: 'stop' | 'length' | null } | null;
+
+async function streamChunks(
+  baseUrl: string, path: string, body: object, read: ReadChunk, onText: (text: string) => void, options: CompletionClientOptions,
 ): Promise<StreamedCompletion> {
   const controller = new AbortController();
   const idleMs = options.idleTimeoutMs ?? 120_000;
@@ -55,7 +77,7 @@ export async function streamCompletion(
   try {
     let res: Response;
     try {
-      res = await fetch(new URL('/v1/completions', baseUrl), { method: 'POST', headers, body: JSON.stringify({ ...body, stream: true }), signal: controller.signal });
+      res = await fetch(new URL(path, baseUrl), { method: 'POST', headers, body: JSON.stringify({ ...body, stream: true }), signal: controller.signal });
     } catch (err) {
       throw new NimbleError('unreachable', `cannot reach the orchestrator at ${baseUrl}: ${(err as Error).message}`);
     }
@@ -73,15 +95,15 @@ export async function streamCompletion(
       }
       const v = parseJson(e.data);
       if (checkError.Check(v)) throw answerError(502, v, e.data);
-      if (!checkChunk.Check(v)) throw new NimbleError('corrupt', `the orchestrator sent a chunk that is not a completion: ${e.data.slice(0, 200)}`);
-      out.id = v.id;
+      const chunk = read(v);
+      if (!chunk) throw new NimbleError('corrupt', `the orchestrator sent a chunk that is not a completion's: ${e.data.slice(0, 200)}`);
+      out.id = chunk.id;
       out.chunks++;
-      const text = v.choices[0].text;
-      if (text) {
-        out.text += text;
-        onText(text);
+      if (chunk.text) {
+        out.text += chunk.text;
+        onText(chunk.text);
       }
-      out.finishReason = v.choices[0].finish_reason ?? out.finishReason;
+      out.finishReason = chunk.finish ?? out.finishReason;
     }
     if (!done) throw new NimbleError('unreachable', 'the completion stream ended before [DONE]');
     return out;

@@ -28,6 +28,7 @@ import { OrchestratorState } from './state/index.ts';
 import { SyntheticPrompts, type SyntheticOptions } from './serving/synthetic-prompts.ts';
 import { StoreBudget, type StoreBudgetOptions } from './blobs/store-budget.ts';
 import { storagePaymentsOf } from './routes/storage.ts';
+import { storedTokenizerBundle, type TokenizerBundleLookup } from './serving/tokenizers.ts';
 
 /** How often unpublished models past their retention are collected. */
 const MODEL_COLLECT_EVERY_MS = 10_000;
@@ -57,6 +58,8 @@ export interface OrchestratorOptions {
   inferenceChecks?: Partial<InferenceCheckOptions>;
   /** synthetic traffic to the serving deployments (src/orchestrator/serving/synthetic-prompts.ts); absent: none */
   syntheticPrompts?: Partial<SyntheticOptions> & { rate: number };
+  /** where a served model's tokenizer bundle is (src/orchestrator/serving/tokenizers.ts); absent: the model store's record names it */
+  tokenizerBundle?: TokenizerBundleLookup;
   /** host names the dashboard is reached at besides its IP addresses and localhost (the advertised URL's, when it names one) */
   hostNames?: readonly string[];
   /** the key its cluster's members prove forwarded requests with (./cluster/lease.ts; absent: a client address forwarded is never believed) */
@@ -127,7 +130,7 @@ export async function startOrchestrator(options: OrchestratorOptions): Promise<R
   const jobs = new JobService(coordinator, { checkpointRetentionMs: options.checkpointRetentionMs ?? DEFAULT_CHECKPOINT_RETENTION_MS, slots: coordinator.slots, nimPerPetaflop: options.chain?.nimPerPetaflop });
   // an unused dataset is kept as long as an ended job's checkpoints
   const datasets = new DatasetService(state, coordinator.blobs, { retentionMs: options.checkpointRetentionMs ?? DEFAULT_CHECKPOINT_RETENTION_MS });
-  const completions = new Completions(coordinator);
+  const completions = new Completions(coordinator, { tokenizerBundle: options.tokenizerBundle ?? storedTokenizerBundle(state.models, coordinator.blobs) });
   const inferenceChecks = new InferenceChecks(
     { state, blobs: coordinator.blobs, engine: () => coordinator.verifier(), offences: coordinator.offences, log: coordinator.log },
     options.inferenceChecks,

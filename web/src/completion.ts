@@ -1,5 +1,5 @@
-// The playground's client of the orchestrator's POST /v1/completions: streams
-// a completion as its server-sent events arrive (read with
+// The playground's client of the orchestrator's POST /v1/completions and POST
+// /v1/chat/completions: streams a completion as its server-sent events arrive (read with
 // src/api/event-stream.ts, as the CLI's client reads them), the API key the
 // user typed sent in the Authorization header only (never in a URL, never
 // stored, no cookie sent), and an error answer in OpenAI's shape turned into
@@ -9,6 +9,19 @@ import { readEvents } from '../../src/api/event-stream.ts';
 export interface PlaygroundRequest {
   model: string;
   prompt: string;
+  max_tokens: number;
+  temperature: number;
+  seed: number;
+}
+
+export interface ChatMessage {
+  role: 'system' | 'user' | 'assistant';
+  content: string;
+}
+
+export interface PlaygroundChatRequest {
+  model: string;
+  messages: ChatMessage[];
   max_tokens: number;
   temperature: number;
   seed: number;
@@ -35,8 +48,20 @@ function errorMessage(v: unknown): string | null {
 }
 
 /** Streams the completion of `r`, calling `onText` with each piece of text as it arrives. */
-export async function streamCompletion(r: PlaygroundRequest, apiKey: string, onText: (text: string) => void, signal: AbortSignal): Promise<Streamed> {
-  const res = await fetch('/v1/completions', {
+export function streamCompletion(r: PlaygroundRequest, apiKey: string, onText: (text: string) => void, signal: AbortSignal): Promise<Streamed> {
+  return streamFrom('/v1/completions', r, (choice) => (choice as { text?: unknown }).text, apiKey, onText, signal);
+}
+
+/** Streams the assistant's answer to `r`'s conversation (the model's chat template), calling `onText` with each piece. */
+export function streamChat(r: PlaygroundChatRequest, apiKey: string, onText: (text: string) => void, signal: AbortSignal): Promise<Streamed> {
+  return streamFrom('/v1/chat/completions', r, (choice) => {
+    const delta = (choice as { delta?: { content?: unknown } }).delta;
+    return delta && typeof delta === 'object' ? (delta.content ?? '') : undefined;
+  }, apiKey, onText, signal);
+}
+
+async function streamFrom(path: string, r: object, textOf: (choice: object) => unknown, apiKey: string, onText: (text: string) => void, signal: AbortSignal): Promise<Streamed> {
+  const res = await fetch(path, {
     method: 'POST',
     headers: { 'content-type': 'application/json', accept: 'text/event-stream', authorization: `Bearer ${apiKey}` },
     body: JSON.stringify({ ...r, stream: true }),
@@ -58,11 +83,12 @@ export async function streamCompletion(r: PlaygroundRequest, apiKey: string, onT
     }
     const err = errorMessage(v);
     if (err !== null) throw new CompletionError(502, err);
-    const choice = (v as { choices?: { text?: unknown; finish_reason?: unknown }[] }).choices?.[0];
-    if (!choice || typeof choice.text !== 'string') throw new CompletionError(502, 'the orchestrator sent a chunk that is not a completion');
+    const choice = (v as { choices?: { finish_reason?: unknown }[] }).choices?.[0];
+    const text = choice ? textOf(choice) : undefined;
+    if (!choice || typeof text !== 'string') throw new CompletionError(502, 'the orchestrator sent a chunk that is not a completion');
     out.chunks++;
-    out.text += choice.text;
-    if (choice.text) onText(choice.text);
+    out.text += text;
+    if (text) onText(text);
     if (typeof choice.finish_reason === 'string') out.finishReason = choice.finish_reason;
   }
   throw new CompletionError(502, 'the stream ended before [DONE]');

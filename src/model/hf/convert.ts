@@ -28,19 +28,13 @@ import { writeModelFolder } from './folder-writer.ts';
 import { hfTensorSpecs } from './hf-tensors.ts';
 import { engineNameOf, engineTensor, storedTensor } from './hf-weights.ts';
 import { ModelFolder, readFolderJson } from './model-folder.ts';
-import { SafetensorsReader, writeSafetensorsFile } from './safetensors-file.ts';
-import { TextTokenizer } from './tokenizer.ts';
+import { MAX_HEADER_BYTES, SafetensorsReader, writeSafetensorsFile } from './safetensors-file.ts';
+import { TextTokenizer, type TokenizerBundle } from './tokenizer.ts';
 
 /** The metadata keys a model file adds to a checkpoint's. */
 export const HF_CONFIG_KEY = 'hf_config';
 export const TOKENIZER_KEY = 'tokenizer';
 
-/** A model's tokenizer files, as one JSON object (the `tokenizer` metadata of its file). */
-export interface TokenizerBundle {
-  'tokenizer.json': unknown;
-  'tokenizer_config.json': Record<string, unknown>;
-  'generation_config.json': Record<string, unknown>;
-}
 
 export interface ImportResult {
   config: GptConfig;
@@ -85,7 +79,7 @@ export function importFolder(dir: string, out: string, options: { dtype?: FloatD
     // the tokenizer is checked against the model before any weight is read
     TextTokenizer.fromFolder(dir, config.vocabSize);
     const bundle: TokenizerBundle = {
-      'tokenizer.json': readFolderJson(dir, 'tokenizer.json', false),
+      'tokenizer.json': readFolderJson(dir, 'tokenizer.json', false) as Record<string, unknown>,
       'tokenizer_config.json': (readFolderJson(dir, 'tokenizer_config.json', true) ?? {}) as Record<string, unknown>,
       'generation_config.json': (readFolderJson(dir, 'generation_config.json', true) ?? {}) as Record<string, unknown>,
     };
@@ -168,4 +162,27 @@ export function exportModelFile(path: string, dir: string, options: { dtype?: Fl
   } finally {
     reader.close();
   }
+}
+
+/**
+ * A safetensors file's metadata read by ranges (a blob in the store, a file
+ * on a server): its 8-byte length, then the header alone, never the tensors.
+ */
+export async function readFileMetadata(read: (start: number, end: number) => Promise<Uint8Array>, what: string): Promise<Record<string, string>> {
+  const len = await read(0, 8);
+  if (len.length < 8) throw new SafetensorsError(`${what}: too short for a safetensors header`);
+  const n = new DataView(len.buffer, len.byteOffset, 8).getBigUint64(0, true);
+  if (n > BigInt(MAX_HEADER_BYTES)) throw new SafetensorsError(`${what}: a header of ${n} bytes is larger than ${MAX_HEADER_BYTES}`);
+  const bytes = await read(8, 8 + Number(n));
+  if (bytes.length !== Number(n)) throw new SafetensorsError(`${what}: the header is cut short`);
+  let header: unknown;
+  try {
+    header = JSON.parse(new TextDecoder('utf-8', { fatal: true }).decode(bytes));
+  } catch {
+    throw new SafetensorsError(`${what}: the header is not UTF-8 JSON`);
+  }
+  const m = (header as { __metadata__?: unknown } | null)?.__metadata__;
+  if (m === undefined) return {};
+  if (typeof m !== 'object' || m === null || Array.isArray(m) || Object.values(m).some((v) => typeof v !== 'string')) throw new SafetensorsError(`${what}: __metadata__ must map strings to strings`);
+  return m as Record<string, string>;
 }

@@ -12,6 +12,13 @@ import { Tokenizer } from '@huggingface/tokenizers';
 import { ModelFolderError } from './decoder-config.ts';
 import { readFolderJson } from './model-folder.ts';
 
+/** A model's tokenizer files, as one JSON object (the `tokenizer` metadata of an imported model's file: ./convert.ts). */
+export interface TokenizerBundle {
+  'tokenizer.json': Record<string, unknown>;
+  'tokenizer_config.json'?: Record<string, unknown>;
+  'generation_config.json'?: Record<string, unknown>;
+}
+
 export interface ChatMessage {
   readonly role: 'system' | 'user' | 'assistant';
   readonly content: string;

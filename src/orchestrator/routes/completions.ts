@@ -1,57 +1,46 @@
 // The OpenAI-compatible subset (docs/inference.md, "Serve"): `POST
-// /v1/completions` (model, prompt, max_tokens, temperature, top_p, seed, stop,
-// stream: server-sent events) and `GET /v1/models` (the deployed models).
-// The contracts are ../../api/completions.ts. A completion is paid with an
-// API key (`Authorization: Bearer nk-…`, checked before the body is read):
+// /v1/completions` (model, prompt as text or token ids, max_tokens,
+// temperature, top_p, seed, stop, logprobs, stream: server-sent events),
+// `POST /v1/chat/completions` (./chat.ts) and `GET /v1/models` (the deployed
+// models). The contracts are ../../api/completions.ts and ../../api/chat.ts.
+// A completion is paid with an API key (`Authorization: Bearer nk-…`, checked before the body is read):
 // its most is reserved from the key's wallet before generating and what was
 // processed is charged after, even when the client left
 // (../serving/billing.ts, docs/inference.md "Payment").
 // Answers, errors included, are in OpenAI's shape
 // (`{ error: { message, type, param, code } }`), written straight to the
 // socket so that the official `openai` client reads them as it reads
-// OpenAI's; the rules are in ../completions.ts.
-import type { ServerResponse } from 'node:http';
+// OpenAI's (./openai-answers.ts).
 import type { FastifyReply } from 'fastify';
-import { Completion, CompletionBody, ModelList } from '../../api/completions.ts';
+import { Completion, CompletionBody, type Logprobs, ModelList } from '../../api/completions.ts';
+import type { TokenLogprob } from '../../inference/logprobs.ts';
+import type { ServingTokenizer } from '../../inference/tokenizer.ts';
 import type { HttpServer } from '../../http/server.ts';
-import { NimbleError } from '../../protocol/errors.ts';
-import { type CompletionRequest, OpenAiError, parseCompletionRequest } from '../serving/completion-request.ts';
+import { OpenAiError, parseCompletionRequest, withTokenizer } from '../serving/completion-request.ts';
+import { chatRoutes } from './chat.ts';
 import { type CompletionResult, Completions, deploymentFor } from '../serving/completions.ts';
 import type { Coordinator } from '../training/coordinator.ts';
 import { InferenceBilling } from '../serving/billing.ts';
 import type { ApiKeyRecord } from '../state/api-keys.ts';
-import type { DeploymentRecord } from '../state/deployments.ts';
+import { BODY_LIMIT, EventStream, fail, type PaidGenerate, usageOf, writeJson } from './openai-answers.ts';
 
-const BODY_LIMIT = 1 << 20;
-
-function writeJson(res: ServerResponse, status: number, value: unknown): void {
-  const json = JSON.stringify(value);
-  res.writeHead(status, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(json) });
-  res.end(json);
-}
-
-/** Any error as an OpenAI error (a 5xx says no more than "internal error" unless it is ours). */
-function openAi(err: unknown): OpenAiError {
-  if (err instanceof OpenAiError) return err;
-  if (err instanceof NimbleError) return new OpenAiError(err.status, err.status >= 500 ? 'internal error' : err.message, err.code);
-  const e = err as { statusCode?: number; message?: string; code?: string; validation?: { instancePath?: string; message?: string }[] };
-  if (e.validation) {
-    // a body that breaks the schema: name the field, as OpenAI does
-    const first = e.validation[0];
-    const param = first?.instancePath?.split('/')[1] || null;
-    return new OpenAiError(400, `${param ?? 'the body'}: ${first?.message ?? 'does not match the schema'}`, 'invalid_value', param);
+/** Logprobs of `list` in OpenAI's completions shape; text offsets from `offset` (a stream's chunks carry on from the last). */
+export function openAiLogprobs(list: readonly TokenLogprob[], tokenizer: ServingTokenizer, asIds: boolean, offset: number): { logprobs: Logprobs; end: number } {
+  const name = (id: number): string => (asIds ? `token_id:${id}` : tokenizer.tokenString(id));
+  const out: Logprobs = { tokens: [], token_logprobs: [], top_logprobs: [], text_offset: [] };
+  for (const t of list) {
+    const token = name(t.id);
+    out.tokens.push(token);
+    out.token_logprobs.push(t.logprob);
+    const top: Record<string, number> = {};
+    for (const a of t.top) top[name(a.id)] ??= a.logprob;
+    top[token] ??= t.logprob;
+    out.top_logprobs.push(top);
+    out.text_offset.push(offset);
+    // offsets count each token's text (its id's `token_id:N` form counts as the text it stands for)
+    offset += (asIds ? tokenizer.tokenString(t.id) : token).length;
   }
-  if (typeof e.statusCode === 'number' && e.statusCode >= 400 && e.statusCode < 500) {
-    return new OpenAiError(e.statusCode, e.statusCode === 413 ? `the body is over ${BODY_LIMIT} bytes` : (e.message ?? 'bad request'), e.statusCode === 413 ? 'too_large' : 'invalid_body');
-  }
-  return new OpenAiError(500, 'internal error', 'internal');
-}
-
-function fail(reply: FastifyReply, err: unknown): void {
-  const e = openAi(err);
-  if (!reply.sent) reply.hijack();
-  if (!reply.raw.headersSent) writeJson(reply.raw, e.status, e.body());
-  else reply.raw.end();
+  return { logprobs: out, end: offset };
 }
 
 export function completionRoutes(app: HttpServer, c: Coordinator, completions = new Completions(c), billing = new InferenceBilling(c.state, null, null)): void {
@@ -59,9 +48,7 @@ export function completionRoutes(app: HttpServer, c: Coordinator, completions = 
   const keys = new WeakMap<object, ApiKeyRecord>();
 
   /** Generates for `key` with the request reserved before and charged after (what it processed, once). */
-  const paidGenerate = async (
-    key: ApiKeyRecord, d: DeploymentRecord, r: CompletionRequest, onBytes?: (bytes: Uint8Array) => void, aborted?: () => boolean, onId?: (id: string) => void,
-  ): Promise<CompletionResult> => {
+  const paidGenerate: PaidGenerate = async (key, d, r, onBytes, aborted, onId) => {
     const reservation = await billing.reserve(key, d, r);
     let id: string | null = null;
     let result: CompletionResult | null = null;
@@ -101,52 +88,59 @@ export function completionRoutes(app: HttpServer, c: Coordinator, completions = 
     keys.set(req.raw, billing.authorize(req.headers.authorization));
   };
   app.post('/v1/completions', { bodyLimit: BODY_LIMIT, errorHandler, onRequest, schema: { body: CompletionBody, response: { 200: Completion } } }, async (req, reply) => {
-    let r: CompletionRequest;
     try {
       const key = keys.get(req.raw) ?? billing.authorize(req.headers.authorization);
-      r = parseCompletionRequest(req.body);
-      const d = deploymentFor(c, r.model);
+      const parsed = parseCompletionRequest(req.body);
+      const d = deploymentFor(c, parsed.model);
+      const tokenizer = await completions.tokenizers.of(d);
+      const r = withTokenizer(parsed, tokenizer);
       const created = Math.floor(Date.now() / 1000);
+      let offset = 0;
+      /** the logprobs of `list` (null: not asked for), their text offsets carrying on from the last call's */
+      const logprobsOf = (list: TokenLogprob[] | null | undefined): Logprobs | null => {
+        if (r.logprobs === null || r.logprobs === undefined) return null;
+        const out = openAiLogprobs(list ?? [], tokenizer, r.tokenIdsInLogprobs === true, offset);
+        offset = out.end;
+        return out.logprobs;
+      };
       reply.hijack();
       const res = reply.raw;
       if (!r.stream) {
         const out = await paidGenerate(key, d, r);
         writeJson(res, 200, {
           id: out.id, object: 'text_completion', created, model: r.model,
-          choices: [{ text: new TextDecoder().decode(out.bytes), index: 0, logprobs: null, finish_reason: out.finishReason }],
-          usage: { prompt_tokens: out.promptTokens, completion_tokens: out.completionTokens, total_tokens: out.promptTokens + out.completionTokens },
+          choices: [{ text: new TextDecoder().decode(out.bytes), index: 0, logprobs: logprobsOf(out.logprobs), finish_reason: out.finishReason }],
+          usage: usageOf(out),
         });
         return;
       }
       // streamed: the first chunk goes once the first token is known, so an error before it is still a plain 4xx/5xx answer
-      let closed = false;
-      res.on('close', () => (closed = true));
+      const stream = new EventStream(res);
       const decoder = new TextDecoder();
       let id = '';
-      const chunk = (text: string, finish: string | null): void => {
-        if (!res.headersSent) res.writeHead(200, { 'content-type': 'text/event-stream', 'cache-control': 'no-cache', connection: 'keep-alive' });
-        res.write(`data: ${JSON.stringify({ id, object: 'text_completion', created, model: r.model, choices: [{ text, index: 0, logprobs: null, finish_reason: finish }] })}\n\n`);
-      };
+      const chunk = (text: string, logprobs: Logprobs | null, finish: string | null): void =>
+        stream.send({ id, object: 'text_completion', created, model: r.model, choices: [{ text, index: 0, logprobs, finish_reason: finish }] });
       try {
         const out = await paidGenerate(
           key, d, r,
-          (bytes) => {
+          (bytes, lps) => {
             const text = decoder.decode(bytes, { stream: true });
-            if (text) chunk(text, null);
+            const logprobs = logprobsOf(lps);
+            if (text || logprobs) chunk(text, logprobs, null);
           },
-          () => closed,
+          () => stream.closed,
           (cid) => (id = cid),
         );
-        chunk(decoder.decode(), out.finishReason);
-        res.write('data: [DONE]\n\n');
-        res.end();
+        chunk(decoder.decode(), null, out.finishReason);
+        if (r.includeUsage) stream.send({ id, object: 'text_completion', created, model: r.model, choices: [], usage: usageOf(out) });
+        stream.done();
       } catch (err) {
-        if (!res.headersSent) throw err;
-        // mid-stream: an error event (the openai client throws it), then the end
-        if (!closed) res.end(`data: ${JSON.stringify(openAi(err).body())}\n\n`);
+        stream.fail(err);
       }
     } catch (err) {
       fail(reply, err);
     }
   });
+
+  chatRoutes(app, c, { completions, billing, keys, errorHandler, onRequest, fail, paidGenerate, writeJson });
 }

@@ -40,7 +40,9 @@
 import { randomBytes } from 'node:crypto';
 import type { ActivationCodec } from '../../inference/activations.ts';
 import { gptConfigOf } from '../../model/model-ref.ts';
-import { Sampler, stopAt } from '../../inference/sampling.ts';
+import { Sampler } from '../../inference/sampling.ts';
+import { tokenLogprob, type TokenLogprob } from '../../inference/logprobs.ts';
+import { TextOutput } from '../../inference/text-output.ts';
 import { orchestratorAddress } from '../../protocol/network.ts';
 import type { Peer } from '../../protocol/messages.ts';
 import { RequestSigner } from '../../protocol/signing.ts';
@@ -50,6 +52,7 @@ import { StageCallError, StageLane, type LaneStep } from './stage-lanes.ts';
 import { StageChannels } from './stage-channels.ts';
 import { StallDeadlines } from './stall-deadlines.ts';
 import { Admission } from './admission.ts';
+import { ServingTokenizers, type TokenizerBundleLookup } from './tokenizers.ts';
 import type { DeploymentRecord } from '../state/deployments.ts';
 
 export { OpenAiError, parseCompletionRequest, type CompletionRequest } from './completion-request.ts';
@@ -131,10 +134,13 @@ export interface CompletionObserver {
 
 export interface CompletionResult {
   id: string;
+  /** the text, as UTF-8 */
   bytes: Uint8Array;
   finishReason: 'stop' | 'length';
   promptTokens: number;
   completionTokens: number;
+  /** each sampled token's logprobs (null: not asked for) */
+  logprobs?: TokenLogprob[] | null;
 }
 
 /** Options of the serving path. */
@@ -156,6 +162,8 @@ export interface CompletionsOptions {
    * served 1.3 times the tokens/s of 1 lane ("Serve figures").
    */
   lanesPerRoute?: number;
+  /** where a model's tokenizer bundle is (./tokenizers.ts); absent: every model is a byte-level GPT */
+  tokenizerBundle?: TokenizerBundleLookup;
 }
 
 /**
@@ -188,6 +196,8 @@ export class Completions {
   private readonly lanesPerRoute: number | null;
   private turn = 0;
   private sessions = 0;
+  /** each served model's tokenizer */
+  readonly tokenizers: ServingTokenizers;
 
   constructor(private readonly c: Coordinator, options: CompletionsOptions = {}) {
     const { key, domain } = c.identity;
@@ -199,6 +209,7 @@ export class Completions {
     this.maxFailovers = options.maxFailovers ?? DEFAULT_MAX_FAILOVERS;
     if (!(Number.isInteger(this.maxFailovers) && this.maxFailovers >= 0)) throw new RangeError(`maxFailovers must be an integer ≥ 0, got ${this.maxFailovers}`);
     this.lanesPerRoute = options.lanesPerRoute ?? null;
+    this.tokenizers = new ServingTokenizers(options.tokenizerBundle);
     if (this.lanesPerRoute !== null && !(Number.isInteger(this.lanesPerRoute) && this.lanesPerRoute >= 1 && this.lanesPerRoute <= 64)) {
       throw new RangeError(`lanesPerRoute must be an integer in [1, 64], got ${this.lanesPerRoute}`);
     }
@@ -278,15 +289,21 @@ export class Completions {
   }
 
   /**
-   * Generates for a checked request on deployment `d`, calling `onBytes` with
-   * the bytes that may be shown after each token (a stop sequence is held back
-   * until it can no longer start). `aborted()` ends it early (the client left).
+   * Generates for a checked request on deployment `d` (its prompt in the
+   * model's tokens: ./completion-request.ts withTokenizer), calling `onBytes`
+   * with the bytes of text that may be shown after each token (a stop
+   * sequence is held back until it can no longer start) and the logprobs of
+   * the tokens sampled since the last call, when asked for. It ends at
+   * max_tokens, an eos token of the model's tokenizer or a stop sequence.
+   * `aborted()` ends it early (the client left).
    */
   async generate(
-    d: DeploymentRecord, r: CompletionRequest, onBytes: (bytes: Uint8Array) => void = () => {}, aborted: () => boolean = () => false, onId: (id: string) => void = () => {},
+    d: DeploymentRecord, r: CompletionRequest, onBytes: (bytes: Uint8Array, logprobs: TokenLogprob[]) => void = () => {}, aborted: () => boolean = () => false, onId: (id: string) => void = () => {},
   ): Promise<CompletionResult> {
     const config = gptConfigOf(d.model);
-    if (config.vocabSize !== 256) throw new OpenAiError(400, `model '${d.name}' is not a byte-level GPT (vocabulary ${config.vocabSize})`, 'unsupported_model', 'model');
+    const tokenizer = await this.tokenizers.of(d);
+    const sequence = Array.from(r.prompt.length ? r.prompt : tokenizer.encode(''));
+    if (!sequence.every((t) => Number.isInteger(t) && t >= 0 && t < config.vocabSize)) throw new OpenAiError(400, `a prompt token is outside the model's vocabulary [0, ${config.vocabSize})`, 'invalid_value', 'prompt');
     this.c.deployments.noteRequest(d.id);
     let route = await this.admission.admit(d.id, `model '${d.name}'`, () => this.route(d), this.room(d), aborted);
     const id = `cmpl-${randomBytes(12).toString('hex')}`;
@@ -294,10 +311,12 @@ export class Completions {
     const T = config.contextLength;
     const keep = Math.max(1, Math.floor(T / 2));
     const sampler = new Sampler({ temperature: r.temperature, topP: r.topP, seed: r.seed });
-    const sequence = Array.from(r.prompt.length ? r.prompt : [10]);
     const promptTokens = sequence.length;
-    const generated: number[] = [];
-    const hold = r.stop.reduce((m, s) => Math.max(m, s.length - 1), 0);
+    const output = new TextOutput(tokenizer, r.stop);
+    const k = r.logprobs ?? null;
+    const logprobs: TokenLogprob[] = [];
+    let shown = 0;
+    let generated = 0;
     /** every miner this session ran on (each is told to free it at the end) */
     const touched = new Map<string, Peer>(route.map((p) => [p.id, p]));
     const excluded = new Set<string>();
@@ -334,27 +353,27 @@ export class Completions {
       }
     };
 
-    let sent = 0;
     let result: CompletionResult | null = null;
+    const show = (): void => {
+      const bytes = output.take();
+      if (bytes.length > 0 || shown < logprobs.length) onBytes(bytes, logprobs.slice(shown));
+      shown = logprobs.length;
+    };
     try {
       let logits = await step(sequence.slice(windowStart), true);
       let position = sequence.length - windowStart;
       for (;;) {
         const token = sampler.next(logits);
-        generated.push(token);
+        if (k !== null) logprobs.push(tokenLogprob(logits, token, k));
+        generated++;
         sequence.push(token);
-        const cut = stopAt(generated, r.stop);
-        if (cut >= 0 || generated.length >= r.maxTokens) {
-          const end = cut >= 0 ? cut : generated.length;
-          if (end > sent) onBytes(Uint8Array.from(generated.slice(sent, end)));
-          result = { id, bytes: Uint8Array.from(generated.slice(0, end)), finishReason: cut >= 0 ? 'stop' : 'length', promptTokens, completionTokens: generated.length };
+        if (output.push(token) || generated >= r.maxTokens) {
+          output.finish();
+          show();
+          result = { id, bytes: output.text(), finishReason: output.finishReason, promptTokens, completionTokens: generated, logprobs: k === null ? null : logprobs };
           return result;
         }
-        const safe = generated.length - hold;
-        if (safe > sent) {
-          onBytes(Uint8Array.from(generated.slice(sent, safe)));
-          sent = safe;
-        }
+        show();
         if (aborted()) throw new OpenAiError(499, 'the client went away', 'client_closed');
         if (position < T) {
           logits = await step([token], false);

@@ -86,6 +86,6 @@ test('request checks', () => {
   refuse({ model: 'm', prompt: 'x', n: 2 }, 'n');
   refuse({ model: 'm', prompt: 'x', stream: 'yes' }, 'stream');
   const ok = parseCompletionRequest({ model: 'm', prompt: [104, 105], stop: 'x', stream: true, seed: -3 });
-  assert.deepEqual([...ok.prompt], [104, 105]);
+  assert.deepEqual(Array.from(ok.prompt), [104, 105]);
   assert.equal(ok.stream, true);
 });
