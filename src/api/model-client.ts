@@ -4,8 +4,10 @@
 // OrchestratorClient) and get the orchestrator's attestation; list the stored
 // models; open a model's file from an offset (a published model's is public;
 // until then its owner's, so a client with a key signs the request).
+import { open, stat } from 'node:fs/promises';
 import type { OrchestratorClient } from './client.ts';
-import { PublishTicket, StorageQuoteView, StoredModelList, StoredModelView } from './models.ts';
+import { PublishTicket, StorageQuoteView, StoredModelList, StoredModelView, UploadView } from './models.ts';
+import { NimbleError } from '../protocol/errors.ts';
 import { parseJson } from '../protocol/messages.ts';
 
 /** What the attestation will say besides the hash and the owner. */
@@ -29,6 +31,41 @@ export class ModelClient {
   async storeFile(bytes: Uint8Array, terms: PublishTermsInput, keep?: { days: number; payment?: string }): Promise<PublishTicket> {
     const query = new URLSearchParams({ ...wireTerms(terms), ...(keep ? { keepDays: String(keep.days), ...(keep.payment ? { payment: keep.payment } : {}) } : {}) });
     return (await this.api.signed()).postBytes(`/models/file?${query}`, bytes, PublishTicket, 'publish ticket');
+  }
+
+  /**
+   * Uploads a large model file in chunks (POST /models/uploads, PUT each
+   * chunk, then store): read from disk one chunk at a time, and resumed from
+   * where the orchestrator says the upload is when a chunk fails to arrive.
+   */
+  async storeLargeFile(path: string, sha256: string, terms: PublishTermsInput, keep?: { days: number; payment?: string }, progress: (done: number, total: number) => void = () => {}): Promise<PublishTicket> {
+    const signed = await this.api.signed();
+    const bytes = (await stat(path)).size;
+    let u = await signed.postJson('/models/uploads', { bytes, sha256 }, UploadView, 'upload');
+    const fh = await open(path, 'r');
+    try {
+      let failures = 0;
+      while (u.received < u.bytes) {
+        const n = Math.min(u.chunkBytes, u.bytes - u.received);
+        const chunk = Buffer.allocUnsafe(n);
+        const { bytesRead } = await fh.read(chunk, 0, n, u.received);
+        if (bytesRead !== n) throw new NimbleError('invalid', `${path} changed while it was uploaded`);
+        try {
+          u = parseJson(UploadView, await signed.request('PUT', `/models/uploads/${u.id}?offset=${u.received}`, chunk, 'application/octet-stream', 300_000), 'upload');
+          failures = 0;
+        } catch (err) {
+          // a chunk cut short (or answered lost) is sent again from where the orchestrator is
+          if (!(err instanceof NimbleError && (err.code === 'unreachable' || err.status === 409)) || ++failures > 4) throw err;
+          await new Promise((r) => setTimeout(r, 500 * 2 ** failures));
+          u = parseJson(UploadView, await signed.request('GET', `/models/uploads/${u.id}`), 'upload');
+        }
+        progress(u.received, u.bytes);
+      }
+    } finally {
+      await fh.close();
+    }
+    const query = new URLSearchParams({ ...wireTerms(terms), ...(keep ? { keepDays: String(keep.days), ...(keep.payment ? { payment: keep.payment } : {}) } : {}) });
+    return parseJson(PublishTicket, await signed.request('POST', `/models/uploads/${u.id}/store?${query}`, new Uint8Array(0), 'application/octet-stream', 1_800_000), 'publish ticket');
   }
 
   list(owner?: string): Promise<StoredModelView[]> {

@@ -46,6 +46,24 @@ export type StoreFromJobRequest = Static<typeof StoreFromJobRequest>;
 export const StoreFileQuery = Type.Object({ ...terms, ...keepTerms }, { additionalProperties: false });
 export type StoreFileQuery = Static<typeof StoreFileQuery>;
 
+/** `POST /models/uploads`: open an upload of a large model file (src/orchestrator/models/model-uploads.ts). */
+export const CreateUploadRequest = Type.Object({ bytes: Type.Integer({ minimum: 1, maximum: 64 * 2 ** 30 }), sha256: Sha256 }, { additionalProperties: false });
+export type CreateUploadRequest = Static<typeof CreateUploadRequest>;
+
+/** An open upload: how far it is. */
+export const UploadView = Type.Object({
+  id: Type.String({ pattern: '^[0-9a-f]{32}$' }),
+  bytes: Count,
+  received: Count,
+  sha256: Sha256,
+  /** the most bytes one chunk (PUT /models/uploads/:id?offset=N) may carry */
+  chunkBytes: Count,
+});
+export type UploadView = Static<typeof UploadView>;
+
+/** `PUT /models/uploads/:id?offset=N`: where the chunk goes (the upload's `received`). */
+export const UploadChunkQuery = Type.Object({ offset: Count }, { additionalProperties: false });
+
 /** What a stored model is. */
 export const ModelKind = Type.Union([Type.Literal('gpt'), Type.Literal('mlp')]);
 export type ModelKind = Static<typeof ModelKind>;

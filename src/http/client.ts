@@ -10,7 +10,7 @@ import type { RequestSigner } from '../protocol/signing.ts';
 import { Failover, isAbsoluteUrl, type BaseUrls } from './failover.ts';
 import { send, TransportError, type Sent } from './transport.ts';
 
-export type HttpMethod = 'GET' | 'POST' | 'DELETE';
+export type HttpMethod = 'GET' | 'POST' | 'PUT' | 'DELETE';
 
 export interface HttpRequest {
   method: HttpMethod;

@@ -12,6 +12,7 @@ import { partCount } from './parts.ts';
 import { modelRefOf, stageParamSpecs } from './model-ref.ts';
 import type { MlpConfig } from './mlp.ts';
 import type { ParamSpec } from './params.ts';
+import { SafetensorsReader } from './hf/safetensors-file.ts';
 import { decodeSafetensors, SafetensorsError, type SafetensorsFile } from './safetensors.ts';
 
 /** A model of either kind, by its config. */
@@ -46,11 +47,44 @@ export function wholeModelRef(m: WholeModelConfig): string {
  */
 export function checkWholeModel(bytes: Uint8Array): WholeModel {
   const file = decodeSafetensors(bytes);
-  const format = file.metadata.format;
+  return checkWhole(file.metadata, {
+    names: () => file.tensors.keys(),
+    shape: (name) => file.tensors.get(name)?.shape,
+    values: (name) => file.tensors.get(name)!.data,
+  });
+}
+
+/**
+ * checkWholeModel of a file on disk, read one tensor at a time (a model of
+ * gigabytes: src/orchestrator/models/model-uploads.ts); every value is
+ * checked, the file is never held whole.
+ */
+export function checkWholeModelFile(path: string): WholeModel {
+  const reader = SafetensorsReader.open(path);
+  try {
+    return checkWhole(reader.metadata, {
+      names: () => reader.entries.keys(),
+      shape: (name) => reader.entries.get(name)?.shape,
+      values: (name) => reader.read(name),
+    });
+  } finally {
+    reader.close();
+  }
+}
+
+/** The tensors of a checkpoint, however they are held. */
+interface TensorSource {
+  names(): Iterable<string>;
+  shape(name: string): readonly number[] | undefined;
+  values(name: string): Float32Array;
+}
+
+function checkWhole(metadata: Readonly<Record<string, string>>, tensors: TensorSource): WholeModel {
+  const format = metadata.format;
   if (format !== CHECKPOINT_FORMAT && format !== MLP_CHECKPOINT_FORMAT) {
     throw new SafetensorsError(`not a Nimble checkpoint (format '${format?.slice(0, 40) ?? 'none'}'): a published model is a ${CHECKPOINT_FORMAT} (GPT) or ${MLP_CHECKPOINT_FORMAT} (MLP classifier) file`);
   }
-  const info = modelCheckpointInfo(file);
+  const info = modelCheckpointInfo({ tensors: new Map(), metadata: { ...metadata } });
   const parts = info.kind === 'gpt' ? partCount(info.config) : 1;
   if (info.from !== 0 || info.to !== parts) throw new SafetensorsError(`the checkpoint holds parts [${info.from}, ${info.to}) of ${parts}: a published model must hold all of them`);
   let model: string;
@@ -59,23 +93,23 @@ export function checkWholeModel(bytes: Uint8Array): WholeModel {
   } catch (err) {
     throw new SafetensorsError(`the checkpoint's model has no model reference: ${(err as Error).message}`);
   }
-  checkTensors(file, stageParamSpecs(model, { from: 0, to: parts }));
+  checkTensors(tensors, stageParamSpecs(model, { from: 0, to: parts }));
   return { ...info, model };
 }
 
 /** Every tensor `specs` names is in the file, in its shape, finite; the file has no other. */
-function checkTensors(file: SafetensorsFile, specs: readonly ParamSpec[]): void {
-  const expected = new Set<string>();
-  for (const spec of specs) {
-    expected.add(spec.name);
-    const t = file.tensors.get(spec.name);
-    if (!t) throw new SafetensorsError(`the checkpoint lacks ${spec.name}`);
-    if (t.shape.join(',') !== spec.shape.join(',')) throw new SafetensorsError(`${spec.name}: shape [${t.shape.join(', ')}] in the file, [${spec.shape.join(', ')}] expected`);
-    for (let i = 0; i < t.data.length; i++) {
-      if (!Number.isFinite(t.data[i])) throw new SafetensorsError(`${spec.name}: non-finite value at ${i}`);
-    }
-  }
-  for (const name of file.tensors.keys()) {
+function checkTensors(file: TensorSource, specs: readonly ParamSpec[]): void {
+  const expected = new Set(specs.map((s) => s.name));
+  for (const name of file.names()) {
     if (!expected.has(name)) throw new SafetensorsError(`the checkpoint has a tensor its model does not name: ${name.slice(0, 80)}`);
+  }
+  for (const spec of specs) {
+    const shape = file.shape(spec.name);
+    if (!shape) throw new SafetensorsError(`the checkpoint lacks ${spec.name}`);
+    if (shape.join(',') !== spec.shape.join(',')) throw new SafetensorsError(`${spec.name}: shape [${shape.join(', ')}] in the file, [${spec.shape.join(', ')}] expected`);
+    const data = file.values(spec.name);
+    for (let i = 0; i < data.length; i++) {
+      if (!Number.isFinite(data[i])) throw new SafetensorsError(`${spec.name}: non-finite value at ${i}`);
+    }
   }
 }

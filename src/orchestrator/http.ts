@@ -28,6 +28,7 @@ import { jobRoutes } from './routes/jobs.ts';
 import { MAX_UPLOAD_BYTES, minerRoutes } from './routes/miners.ts';
 import { modelRoutes } from './routes/models.ts';
 import { storagePaymentsOf, storageRoutes } from './routes/storage.ts';
+import type { ModelUploads } from './models/model-uploads.ts';
 import { StoreBudget } from './blobs/store-budget.ts';
 import { publicRoutes } from './routes/public.ts';
 import { readWallets } from './dashboard/wallets.ts';
@@ -50,6 +51,8 @@ export interface ApiOptions {
   forwardKey?: string | null;
   /** the store's bounds and prices (default: the default bounds, no disk check) */
   storage?: StoreBudget;
+  /** large model files' uploads in chunks (absent: only POST /models/file, up to its limit) */
+  uploads?: ModelUploads;
 }
 
 export function buildApi(
@@ -93,7 +96,7 @@ export function buildApi(
   minerRoutes(app, coordinator, epochs, access);
   if (jobs) jobRoutes(app, coordinator, jobs, epochs?.jobPayments ?? null, access, { isOperator: (req) => auth.isOperator(req.headers.cookie), clientOf: (req) => clientAddressOf(req, forwardKey) });
   const storage = options.storage ?? new StoreBudget(coordinator.state, storagePaymentsOf(epochs?.jobPayments ?? null));
-  modelRoutes(app, coordinator, epochs?.chain ?? null, access, storage);
+  modelRoutes(app, coordinator, epochs?.chain ?? null, access, storage, options.uploads ?? null);
   storageRoutes(app, coordinator, storage);
   const deployments = deploymentRoutes(app, coordinator, registry);
   completionRoutes(app, coordinator, completions, billing);

@@ -26,6 +26,7 @@ import { loadOrCreateOrchestratorIdentity, sharedOrchestratorIdentity, type Orch
 import type { PgDriverOptions } from './state/pg-driver.ts';
 import { OrchestratorState } from './state/index.ts';
 import { SyntheticPrompts, type SyntheticOptions } from './serving/synthetic-prompts.ts';
+import { ModelUploads } from './models/model-uploads.ts';
 import { StoreBudget, type StoreBudgetOptions } from './blobs/store-budget.ts';
 import { storagePaymentsOf } from './routes/storage.ts';
 import { storedTokenizerBundle, type TokenizerBundleLookup } from './serving/tokenizers.ts';
@@ -166,7 +167,8 @@ export async function startOrchestrator(options: OrchestratorOptions): Promise<R
     collecting ??= storage.collect(published).catch((err: unknown) => console.error(`orchestrator: collecting models failed: ${(err as Error).message}`)).finally(() => (collecting = null));
   };
   let modelsCollectedAt = 0;
-  const app = buildApi(coordinator, epochs, jobs, datasets, completions, billing, options.walletsDataDir ?? null, { auth, hostNames, forwardKey: options.forwardKey ?? null, storage });
+  const uploads = new ModelUploads(join(options.dataDir, 'uploads'));
+  const app = buildApi(coordinator, epochs, jobs, datasets, completions, billing, options.walletsDataDir ?? null, { auth, hostNames, forwardKey: options.forwardKey ?? null, storage, uploads });
   // the ModelRegistry's deployed flag follows the deployments (paid networks)
   const registry = options.chain ? new RegistrySync(state, chainModelRegistry(options.chain), (line) => console.error(`orchestrator: ${line}`)) : null;
   await app.listen({ host, port: options.port ?? 0 });
@@ -214,6 +216,7 @@ export async function startOrchestrator(options: OrchestratorOptions): Promise<R
       await synthetic?.close();
       jobs.closeStreams();
       await app.close();
+      uploads.close();
       completions.close();
       await inferenceChecks.close();
       await jobs.settled();

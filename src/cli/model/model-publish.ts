@@ -11,11 +11,20 @@ import type { PublishTicket } from '../../api/models.ts';
 import { signerFor, type ChainClient } from '../../chain/client.ts';
 import { modelOfSha256, publishModel } from '../../chain/registry.ts';
 import { ensureGas, transferNim } from '../../chain/token.ts';
-import { checkWholeModel } from '../../model/whole-model.ts';
+import { sha256OfFile } from '../../api/download.ts';
+import { checkWholeModel, checkWholeModelFile } from '../../model/whole-model.ts';
 import { NimbleError } from '../../protocol/errors.ts';
 
-/** Largest file this command uploads (the orchestrator's limit, src/orchestrator/models/models.ts). */
+/** Largest file sent in one request (the orchestrator's limit, src/orchestrator/models/models.ts); a larger one goes up in chunks (src/orchestrator/models/model-uploads.ts). */
 const MAX_FILE_BYTES = 256 << 20;
+
+function sizeOf(path: string): number {
+  try {
+    return statSync(path).size;
+  } catch {
+    throw new NimbleError('not_found', `cannot read ${path}`);
+  }
+}
 
 /** Where the weights come from. */
 export type ModelSource = { kind: 'job'; job: string; step?: number } | { kind: 'file'; path: string };
@@ -45,9 +54,24 @@ export function readModelFile(path: string): Uint8Array {
 }
 
 /** Stores the model, checks the attestation, publishes it from `account`. */
-export async function publish(client: ChainClient, models: ModelClient, account: PrivateKeyAccount, source: ModelSource, terms: PublishTermsInput, keepDays?: number): Promise<Published> {
+export async function publish(
+  client: ChainClient, models: ModelClient, account: PrivateKeyAccount, source: ModelSource, terms: PublishTermsInput, keepDays?: number,
+  progress: (done: number, total: number) => void = () => {},
+): Promise<Published> {
   let ticket: PublishTicket;
-  if (source.kind === 'file') {
+  if (source.kind === 'file' && sizeOf(source.path) > MAX_FILE_BYTES) {
+    // a large file (an imported model of gigabytes): checked and hashed streaming, uploaded in chunks
+    try {
+      checkWholeModelFile(source.path);
+    } catch (err) {
+      throw new NimbleError('invalid', `${source.path} is not a whole Nimble model checkpoint: ${(err as Error).message}`);
+    }
+    const sha256 = await sha256OfFile(source.path);
+    await refuseIfPublished(client, sha256);
+    const size = sizeOf(source.path);
+    ticket = await models.storeLargeFile(source.path, sha256, terms, keepDays ? await paidKeep(client, models, account, size, keepDays) : undefined, progress);
+    if (ticket.model.sha256 !== sha256) throw new NimbleError('corrupt', `the orchestrator stored sha256 ${ticket.model.sha256}, this file is ${sha256}`);
+  } else if (source.kind === 'file') {
     const bytes = readModelFile(source.path);
     const sha256 = createHash('sha256').update(bytes).digest('hex');
     await refuseIfPublished(client, sha256);

@@ -15,7 +15,7 @@
 // the copier's own address is refused here.
 import type { Address } from 'viem';
 import type { AttestationView, StoredModelView } from '../../api/models.ts';
-import { checkWholeModel, type WholeModel, type WholeModelConfig } from '../../model/whole-model.ts';
+import { checkWholeModel, checkWholeModelFile, type WholeModel, type WholeModelConfig } from '../../model/whole-model.ts';
 import { NimbleError } from '../../protocol/errors.ts';
 import { blobId, type BlobStore } from '../blobs/blobs.ts';
 import type { ModelAttester, SignedAttestation } from './model-attester.ts';
@@ -86,6 +86,19 @@ export class ModelService {
     return this.keep({ sha256, owner, name, bytes: bytes.length, ...kindOf(info), jobId: null, step: info.step }, bytes, paid);
   }
 
+  /**
+   * Stores a model file uploaded in chunks (./model-uploads.ts): its file at
+   * `path` already hashes to `sha256`; it is checked one tensor at a time and
+   * moved into the blob store streamed.
+   */
+  async storeUploaded(owner: Address, path: string, sha256: string, bytes: number, name: string, paid?: Paid): Promise<ModelRecord> {
+    this.admit(owner);
+    const info = checkWholeModelFile(path);
+    const others = this.state.jobs.checkpointOwners(sha256).filter((o) => o.toLowerCase() !== owner.toLowerCase());
+    if (others.length) throw new NimbleError('forbidden', `model ${sha256} is a checkpoint of a job of ${others[0]}: only that job's owner may publish it`);
+    return this.keep({ sha256, owner, name, bytes, ...kindOf(info), jobId: null, step: info.step }, { path }, paid);
+  }
+
   /** The orchestrator's attestation that the model's owner may publish it with `terms`. */
   async attest(model: ModelRecord, terms: PublishTerms): Promise<AttestationView> {
     const attester = this.attester;
@@ -106,7 +119,7 @@ export class ModelService {
    * its bytes are in the blob store: the row first, so the collector, which
    * deletes only blobs no row names, cannot take them in between.
    */
-  private async keep(m: NewModel, bytes: Uint8Array, paid?: Paid): Promise<ModelRecord> {
+  private async keep(m: NewModel, content: Uint8Array | { path: string }, paid?: Paid): Promise<ModelRecord> {
     const held = this.state.models.get(m.sha256);
     if (held && held.owner.toLowerCase() !== m.owner.toLowerCase()) {
       throw new NimbleError('conflict', `model ${m.sha256} was stored first by ${held.owner}: the first to store a checkpoint owns it, and only its owner gets an attestation`);
@@ -116,15 +129,16 @@ export class ModelService {
     let keptUntil = 0;
     if (!held && this.budget) {
       // the bounds before anything is paid, the payment before anything is kept
-      await this.budget.admit(bytes.length, paid !== undefined);
-      if (paid) keptUntil = await this.budget.pay(m.owner, `model ${m.sha256}`, bytes.length, paid.days, paid.payment, this.now());
+      await this.budget.admit(m.bytes, paid !== undefined);
+      if (paid) keptUntil = await this.budget.pay(m.owner, `model ${m.sha256}`, m.bytes, paid.days, paid.payment, this.now());
     }
     const { record, created } = this.state.models.claim({ ...m, keptUntil }, this.now());
     if (record.owner.toLowerCase() !== m.owner.toLowerCase()) {
       throw new NimbleError('conflict', `model ${m.sha256} was stored first by ${record.owner}: the first to store a checkpoint owns it, and only its owner gets an attestation`);
     }
     try {
-      await this.blobs.put(bytes);
+      if (content instanceof Uint8Array) await this.blobs.put(content);
+      else await this.blobs.putFile(content.path, m.sha256);
     } catch (err) {
       if (created) this.state.models.forget(m.sha256);
       throw err;

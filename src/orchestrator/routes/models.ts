@@ -25,6 +25,8 @@ import { MAX_MODEL_BYTES, MAX_MODEL_UPLOADS_AT_ONCE, ModelService, storedModelVi
 import type { ModelRecord } from '../state/models.ts';
 import { StoreBudget } from '../blobs/store-budget.ts';
 import { parseRange } from './jobs.ts';
+import { modelUploadRoutes } from './model-uploads.ts';
+import type { ModelUploads } from '../models/model-uploads.ts';
 
 const developer = { signed: 'wallet' } as const;
 const Params = Type.Object({ sha256: Sha256 });
@@ -34,7 +36,9 @@ const CHUNK_BYTES = 4 << 20;
 const URI = /^[!-~]{1,512}$/;
 
 /** `chain`: the orchestrator's chain signer (null without a chain: storing is refused, listing and downloads work). */
-export function modelRoutes(app: HttpServer, c: Coordinator, chain: Pick<ChainOptions, 'client' | 'signer'> | null, access: BlobAccess, budget: StoreBudget = new StoreBudget(c.state, null)): ModelService {
+export function modelRoutes(
+  app: HttpServer, c: Coordinator, chain: Pick<ChainOptions, 'client' | 'signer'> | null, access: BlobAccess, budget: StoreBudget = new StoreBudget(c.state, null), uploads: ModelUploads | null = null,
+): ModelService {
   const models = new ModelService(c.state, c.blobs, chain ? chainAttester(chain) : null, budget);
   let uploading = 0;
   const ticket = async (req: FastifyRequest, m: ModelRecord, body: Static<typeof StoreFileQuery>): Promise<PublishTicket> => {
@@ -75,6 +79,8 @@ export function modelRoutes(app: HttpServer, c: Coordinator, chain: Pick<ChainOp
       return ticket(req, await models.storeFile(signerOf(req), req.rawBody ?? new Uint8Array(0), req.query.name, keepDays ? { days: keepDays, payment } : undefined), req.query);
     },
   );
+
+  if (uploads) modelUploadRoutes(app, { models, uploads, budget, ticket });
 
   const withDeployment = (m: ModelRecord): StoredModelView => ({ ...storedModelView(m, budget), deployment: deploymentViewOf(c.state, m.sha256) });
   app.get('/models', { schema: { querystring: Owner, response: { 200: StoredModelList } } }, async (req) => c.state.models.list(req.query.owner).map(withDeployment));
