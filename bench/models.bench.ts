@@ -16,7 +16,7 @@
 //     prefill_ms.t512   prefill of a 512-token prompt into a new session
 //     torch_*, vs_torch.*   the same on PyTorch in the same run (scripts/hf_reference.py
 //         bench: the same folder, float32, KV cache, torch threads = the
-//         engine's), when a python with torch exists; vs_torch = ours / PyTorch's
+//         engine's, OMP_WAIT_POLICY=PASSIVE), when a python with torch exists; vs_torch = ours / PyTorch's
 //         tokens/s (or PyTorch's ms / ours). Target: ≥ 1.0× at batch 8.
 //
 // About 3 minutes on 2 idle cores (twice that on a loaded machine: PyTorch at batch 8 is the longest part).
@@ -195,7 +195,9 @@ export const modelsBenches: Bench[] = [
         if (python) {
           const script = new URL('../scripts/hf_reference.py', import.meta.url).pathname;
           const args = [script, 'bench', dir, '--batches', BATCHES.join(','), '--prompt', String(PROMPT), '--steps', String(DECODE_STEPS), '--repeats', String(REPEATS), '--prefill', String(PREFILL), '--prefill-repeats', String(PREFILL_REPEATS), '--threads', String(engine.threads)];
-          torch = JSON.parse(execFileSync(python, args, { encoding: 'utf8', maxBuffer: 1 << 24, timeout: 600_000 })) as TorchBench;
+          // torch's OpenMP threads spin after each op by default and starve OpenBLAS's own threads (batch 8 ran 4 to 10 times slower here): passive waits
+          const env = { ...process.env, OMP_WAIT_POLICY: 'PASSIVE', OPENBLAS_NUM_THREADS: String(engine.threads) };
+          torch = JSON.parse(execFileSync(python, args, { encoding: 'utf8', env, maxBuffer: 1 << 24, timeout: 600_000 })) as TorchBench;
           o.log(`PyTorch ${torch.torch} (${python}), ${torch.threads} threads, float32:`);
           for (const b of BATCHES) o.log(`  decode b${b}: ${fmt(torch.decode[`b${b}`])} tokens/s`);
           o.log(`  prefill of ${PREFILL} tokens: ${fmt(torch.prefill_ms, 0)} ms`);
