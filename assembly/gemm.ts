@@ -7,6 +7,13 @@
 //
 // Threads split the rows of C; every element of C is summed in the same order
 // whatever the thread count, so results are bitwise identical for any `nt`.
+//
+// A product of at most SMALL_M rows without transposes (a decode step: a few
+// sessions' rows through a weight matrix) skips the packing: threads split
+// the columns instead, and each streams its columns of B once, row by row,
+// for all of A's rows at a time. Each element is summed exactly as the packed
+// path sums it (per KC block from zero, k in order, the same fma; then the
+// bias or C added the same way), so both paths give the same bits.
 import { fma, shareStart } from './simd';
 
 const MR: i32 = 4;   // rows of the micro-kernel
@@ -14,6 +21,9 @@ const NR: i32 = 8;   // columns of the micro-kernel (two vectors)
 const KC: i32 = 256; // depth of a packed block
 const NC: i32 = 512; // columns of a packed B block
 const MC: i32 = 64;  // rows of a packed A block
+
+const SMALL_M: i32 = 8; // rows at or below which the unpacked path runs
+const SC: i32 = 256;    // columns of one strip of the unpacked path (SMALL_M × SC accumulators)
 
 /** Bytes of scratch each thread needs for sgemm. */
 export const SGEMM_WORK_BYTES: i32 = (KC * NC + MC * KC + MR * NR) * 4 + 64;
@@ -103,6 +113,60 @@ function microKernel(ap: usize, bp: usize, kc: i32, c: usize, ldc: i32, h: i32, 
   }
 }
 
+/** op(B)[k, j0 .. j0 + w) as one vector, zero past w (w < 4: the last columns of B). */
+// @ts-ignore: decorator
+@inline function loadTail(row: usize, w: i32): v128 {
+  let v = f32x4.splat(0);
+  v = f32x4.replace_lane(v, 0, load<f32>(row));
+  if (w > 1) v = f32x4.replace_lane(v, 1, load<f32>(row, 4));
+  if (w > 2) v = f32x4.replace_lane(v, 2, load<f32>(row, 8));
+  return v;
+}
+
+/**
+ * C = A·B (+ bias) or C += A·B for M ≤ SMALL_M rows, A and B untransposed:
+ * this thread's columns, in strips of SC, accumulated in `acc` (M × SC).
+ */
+function sgemmSmall(M: i32, N: i32, K: i32, a: usize, lda: i32, b: usize, ldb: i32, c: usize, ldc: i32, accumulate: i32, bias: usize, acc: usize, tid: i32, nt: i32): void {
+  const vecs = (N + 3) >> 2;
+  const j0 = shareStart(vecs, tid, nt) << 2;
+  const j1 = min(N, shareStart(vecs, tid + 1, nt) << 2);
+  for (let js = j0; js < j1; js += SC) {
+    const sc = min(SC, j1 - js);
+    const full = sc & ~3; // whole vectors; the rest (N's last 1 to 3 columns) is loaded lane by lane
+    for (let pc = 0; pc < K; pc += KC) {
+      const kc = min(KC, K - pc);
+      const first = pc == 0 && !accumulate;
+      memory.fill(acc, 0, <usize>(M * SC) << 2);
+      for (let k = pc; k < pc + kc; k++) {
+        const brow = b + ((<usize>k * ldb + js) << 2);
+        for (let i = 0; i < M; i++) {
+          const av = v128.load32_splat(a + ((<usize>i * lda + k) << 2));
+          const arow = acc + ((<usize>i * SC) << 2);
+          for (let j = 0; j < full; j += 4) {
+            const p = arow + (<usize>j << 2);
+            v128.store(p, fma(av, v128.load(brow + (<usize>j << 2)), v128.load(p)));
+          }
+          if (full < sc) {
+            const p = arow + (<usize>full << 2);
+            v128.store(p, fma(av, loadTail(brow + (<usize>full << 2), sc - full), v128.load(p)));
+          }
+        }
+      }
+      for (let i = 0; i < M; i++) {
+        const arow = acc + ((<usize>i * SC) << 2);
+        const crow = c + ((<usize>i * ldc + js) << 2);
+        for (let j = 0; j < sc; j++) {
+          const v = load<f32>(arow + (<usize>j << 2));
+          const dst = crow + (<usize>j << 2);
+          if (first) store<f32>(dst, bias ? load<f32>(bias + (<usize>(js + j) << 2)) + v : v);
+          else store<f32>(dst, load<f32>(dst) + v);
+        }
+      }
+    }
+  }
+}
+
 export function sgemm(
   M: i32, N: i32, K: i32,
   a: usize, lda: i32, transA: i32,
@@ -111,6 +175,10 @@ export function sgemm(
   accumulate: i32, bias: usize,
   work: usize, tid: i32, nt: i32,
 ): void {
+  if (M <= SMALL_M && K > 0 && !transA && !transB) {
+    sgemmSmall(M, N, K, a, lda, b, ldb, c, ldc, accumulate, bias, (work + <usize>tid * SGEMM_WORK_BYTES + 63) & ~(<usize>63), tid, nt);
+    return;
+  }
   // rows of C for this thread, in whole MR blocks
   const blocks = (M + MR - 1) / MR;
   const r0 = shareStart(blocks, tid, nt) * MR;

@@ -19,8 +19,9 @@ import { s3Benches } from './s3.bench.ts';
 import { simBenches } from './sim.bench.ts';
 import { pgBenches } from './pg.bench.ts';
 import { simCalibrationBenches } from './sim-calibration.bench.ts';
+import { modelsBenches } from './models.bench.ts';
 
-const registry: Bench[] = [...engineBenches, ...protocolBenches, ...chainBenches, ...mergeBenches, ...spotCheckBenches, ...networkBenches, ...floodBenches, ...trustBenches, ...spamBenches, ...jobPlanBenches, ...jobSubmitBenches, ...inferenceBenches, ...dashboardBenches, ...webgpuBenches, ...gcBenches, ...s3Benches, ...simBenches, ...pgBenches, ...simCalibrationBenches];
+const registry: Bench[] = [...engineBenches, ...protocolBenches, ...chainBenches, ...mergeBenches, ...spotCheckBenches, ...networkBenches, ...floodBenches, ...trustBenches, ...spamBenches, ...jobPlanBenches, ...jobSubmitBenches, ...inferenceBenches, ...dashboardBenches, ...webgpuBenches, ...gcBenches, ...s3Benches, ...simBenches, ...pgBenches, ...simCalibrationBenches, ...modelsBenches];
 
 const args = process.argv.slice(2);
 const json = args.includes('--json');

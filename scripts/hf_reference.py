@@ -11,6 +11,10 @@ torch (Debian's python3-torch 1.13) and the standard library.
   python3 scripts/hf_reference.py check FOLDER FIXTURE.json [--tolerance 1e-4]
       recomputes FIXTURE's logits from FOLDER (e.g. an `nbcli model export`)
       and exits 1 when any differs by more than the tolerance
+  python3 scripts/hf_reference.py bench FOLDER [--batches 1,8] [--prompt 8] [--steps 32] [--repeats 5] [--prefill 512] [--threads 2]
+      tokens/s of KV-cached greedy decoding (float32) of each batch of sessions
+      after a prompt, the ms of a prefill of --prefill tokens, each repeat's
+      figure (bench/models.bench.ts runs it beside the engine)
 
 The fixtures under test/fixtures/hf-reference/ come from this script
 (scripts/hf-reference-fixtures.ts runs it), so CI needs no PyTorch.
@@ -189,6 +193,82 @@ def greedy(config, w, tokens, steps):
     return seq[len(tokens):]
 
 
+def gpt2_cached(config, w):
+    """A step function over a KV cache: step(tokens [B, n], cache, pos) -> logits of each row [B, n, V]."""
+    w = {k[len("transformer."):] if k.startswith("transformer.") else k: v for k, v in w.items()}
+    C = config["n_embd"]
+    H = config["n_head"]
+    d = C // H
+    eps = config.get("layer_norm_epsilon", 1e-5)
+    head = w["wte.weight"] if config.get("tie_word_embeddings", True) or "lm_head.weight" not in w else w["lm_head.weight"]
+
+    def ln(x, p):
+        return torch.nn.functional.layer_norm(x, (C,), w[p + ".weight"], w[p + ".bias"], eps)
+
+    def conv1d(x, p):
+        return torch.addmm(w[p + ".bias"], x.reshape(-1, x.shape[-1]), w[p + ".weight"]).view(*x.shape[:-1], -1)
+
+    def step(tokens, cache, pos, last_only=True):
+        B, n = tokens.shape
+        x = w["wte.weight"][tokens] + w["wpe.weight"][pos:pos + n]
+        for l in range(config["n_layer"]):
+            p = f"h.{l}."
+            q, k, v = conv1d(ln(x, p + "ln_1"), p + "attn.c_attn").split(C, dim=-1)
+            q, k, v = (t.view(B, n, H, d).transpose(1, 2) for t in (q, k, v))
+            if l in cache:
+                k = torch.cat((cache[l][0], k), dim=2)
+                v = torch.cat((cache[l][1], v), dim=2)
+            cache[l] = (k, v)
+            scores = q @ k.transpose(-1, -2) / math.sqrt(d)
+            if n > 1:
+                mask = torch.ones(n, pos + n, dtype=torch.bool).triu(pos + 1)
+                scores = scores.masked_fill(mask, float("-inf"))
+            a = (torch.softmax(scores, dim=-1) @ v).transpose(1, 2).reshape(B, n, C)
+            x = x + conv1d(a, p + "attn.c_proj")
+            h = torch.nn.functional.gelu(conv1d(ln(x, p + "ln_2"), p + "mlp.c_fc"), approximate="tanh")
+            x = x + conv1d(h, p + "mlp.c_proj")
+        if last_only:
+            x = x[:, -1:]
+        return torch.nn.functional.linear(ln(x, "ln_f"), head)  # lm_head is an nn.Linear in transformers
+
+    return step
+
+
+def bench(args):
+    import time
+    torch.set_num_threads(args.threads)
+    config, w = read_folder(args.folder)
+    if config["model_type"] != "gpt2":
+        raise SystemExit("bench: gpt2 folders only for now")
+    step = gpt2_cached(config, w)
+    V = config["vocab_size"]
+    gen = torch.Generator().manual_seed(1)
+    out = {"torch": torch.__version__, "threads": torch.get_num_threads(), "decode": {}, "prefill_ms": []}
+    with torch.no_grad():
+        for B in [int(b) for b in args.batches.split(",")]:
+            rates = []
+            for r in range(args.repeats + 1):
+                prompt = torch.randint(0, V, (B, args.prompt), generator=gen)
+                cache = {}
+                nxt = step(prompt, cache, 0)[:, -1].argmax(-1, keepdim=True)
+                t0 = time.perf_counter()
+                for t in range(args.steps):
+                    nxt = step(nxt, cache, args.prompt + t)[:, -1].argmax(-1, keepdim=True)
+                dt = time.perf_counter() - t0
+                if r > 0:  # the first run warms up
+                    rates.append(B * args.steps / dt)
+            out["decode"][f"b{B}"] = rates
+        if args.prefill > 0:
+            for r in range(args.prefill_repeats + 1):
+                prompt = torch.randint(0, V, (1, args.prefill), generator=gen)
+                t0 = time.perf_counter()
+                step(prompt, {}, 0).argmax(-1)
+                dt = time.perf_counter() - t0
+                if r > 0:
+                    out["prefill_ms"].append(dt * 1000)
+    json.dump(out, sys.stdout)
+
+
 def main():
     ap = argparse.ArgumentParser()
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -200,7 +280,19 @@ def main():
     ck.add_argument("folder")
     ck.add_argument("fixture")
     ck.add_argument("--tolerance", type=float, default=1e-4)
+    bn = sub.add_parser("bench")
+    bn.add_argument("folder")
+    bn.add_argument("--batches", default="1,8")
+    bn.add_argument("--prompt", type=int, default=8)
+    bn.add_argument("--steps", type=int, default=32)
+    bn.add_argument("--repeats", type=int, default=5)
+    bn.add_argument("--prefill", type=int, default=512)
+    bn.add_argument("--prefill-repeats", type=int, default=3)
+    bn.add_argument("--threads", type=int, default=1)
     args = ap.parse_args()
+    if args.cmd == "bench":
+        bench(args)
+        return
     torch.set_num_threads(1)
     if args.cmd == "logits":
         config, w = read_folder(args.folder)

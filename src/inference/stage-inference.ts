@@ -44,9 +44,11 @@ export interface StageInferenceOptions {
   maxRows?: number;
   /**
    * A call of at most this many rows runs its kernels on the calling thread
-   * alone (Kernels.serial): below 4 rows sgemm gives the other threads no
-   * work, and waking them costs more than the rest saves. Same results either
-   * way. Default 4.
+   * alone (Kernels.serial): on a narrow model a few rows' kernels are so small
+   * that waking the other threads costs more than their share saves. From
+   * 512 channels a row's matrix products are large enough to split (sgemm
+   * splits a product of few rows by columns). Same results either way.
+   * Default 4 below 512 channels, else 0.
    */
   serialRows?: number;
 }
@@ -112,7 +114,7 @@ export class StageInference {
     this.isLast = range.to === parts;
     this.maxSessions = options.maxSessions ?? 16;
     this.maxRows = options.maxRows ?? Math.max(T, this.maxSessions);
-    this.serialRows = options.serialRows ?? 4;
+    this.serialRows = options.serialRows ?? (C < 512 ? 4 : 0);
     if (!(Number.isInteger(this.serialRows) && this.serialRows >= 0)) throw new RangeError(`serialRows must be an integer ≥ 0, got ${this.serialRows}`);
     for (const [name, v] of [['maxSessions', this.maxSessions], ['maxRows', this.maxRows]] as const) {
       if (!(Number.isInteger(v) && v >= 1 && v <= 1 << 16)) throw new RangeError(`${name} must be an integer in [1, 65536], got ${v}`);

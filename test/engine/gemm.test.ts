@@ -72,6 +72,28 @@ test('results are bitwise identical with 1 and 2 threads', () => {
   assert.deepEqual(run(one, d, 7).got, run(two, d, 7).got);
 });
 
+test('a product of at most 8 rows (unpacked, columns split between threads) gives the bits of the same rows in a larger product, on 1 and 2 threads', () => {
+  // the first rows of a 12-row product (the packed path) against 1-, 3- and 8-row products of the same A rows, B, bias and C
+  const N = 1037, K = 600; // N not a multiple of 4; K over three packed blocks
+  for (const [bias, accumulate] of [[false, false], [true, false], [false, true]]) {
+    const product = (engine: Engine, M: number): Float32Array => {
+      const a = engine.tensor([12 * K]), b = engine.tensor([K * N]), biasT = engine.tensor([N]), out = engine.tensor([12 * N]);
+      fillRandom(a.data, 3);
+      fillRandom(b.data, 4);
+      fillRandom(biasT.data, 5);
+      fillRandom(out.data, 6);
+      engine.kernels.sgemm({ M, N, K, a: a.ptr, lda: K, b: b.ptr, ldb: N, c: out.ptr, ldc: N, accumulate, bias: bias ? biasT.ptr : undefined });
+      const got = out.data.slice(0, M * N);
+      for (const t of [a, b, biasT, out]) engine.free(t);
+      return got;
+    };
+    const big = product(one, 12);
+    for (const engine of [one, two]) {
+      for (const M of [1, 3, 8]) assert.deepEqual(product(engine, M), big.slice(0, M * N), `M ${M}, ${engine.threads} threads, bias ${bias}, accumulate ${accumulate}`);
+    }
+  }
+});
+
 test('the plain-SIMD build (no relaxed FMA) computes the same products within rounding', async () => {
   const plain = await Engine.create({ threads: 2, simd: 'plain' });
   try {
