@@ -13,7 +13,7 @@ import { modelRefOf, stageParamSpecs } from './model-ref.ts';
 import type { MlpConfig } from './mlp.ts';
 import type { ParamSpec } from './params.ts';
 import { SafetensorsReader } from './hf/safetensors-file.ts';
-import { decodeSafetensors, SafetensorsError, type SafetensorsFile } from './safetensors.ts';
+import { decodeSafetensors, SafetensorsError } from './safetensors.ts';
 
 /** A model of either kind, by its config. */
 export type WholeModelConfig = { kind: 'gpt'; config: GptConfig } | { kind: 'mlp'; config: MlpConfig };
