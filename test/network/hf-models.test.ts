@@ -7,12 +7,17 @@
 // tokenizer's eos), token for token. Then `nbcli model export` writes the
 // published model back as a folder whose tensors are the original's.
 import assert from 'node:assert/strict';
+import { createHash } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { after, test } from 'node:test';
 import OpenAI from 'openai';
 import { generatePrivateKey } from 'viem/accounts';
+import { OrchestratorClient } from '../../src/api/client.ts';
+import { ModelClient } from '../../src/api/model-client.ts';
 import { saveWallet } from '../../src/chain/wallets.ts';
+import { importFolder } from '../../src/model/hf/convert.ts';
+import { NimbleError } from '../../src/protocol/errors.ts';
 import { Engine } from '../../src/engine/engine.ts';
 import { Generator } from '../../src/inference/generator.ts';
 import { inferenceFromCheckpoint } from '../../src/inference/load.ts';
@@ -21,7 +26,7 @@ import { ModelFolder } from '../../src/model/hf/model-folder.ts';
 import { TextTokenizer } from '../../src/model/hf/tokenizer.ts';
 import type { StageRange } from '../../src/model/parts.ts';
 import type { DeploymentView } from '../../src/api/deployments.ts';
-import { TINY_LLAMA_CONFIG, writeRandomFolder } from '../helpers/hf-folder.ts';
+import { TINY_LLAMA_CONFIG, TINY_QWEN2_CONFIG, writeRandomFolder } from '../helpers/hf-folder.ts';
 import { Cluster } from './helpers.ts';
 
 const cluster = new Cluster();
@@ -32,7 +37,8 @@ test('an imported Llama folder, deployed on 2 stages of 2 miners, streams a chat
   process.env.NIMBLE_PASSWORD = 'hf-test';
   await cluster.startOrchestrator(['--min-stake', '0'], { chain: true });
   const home = join(cluster.dir, 'orch');
-  saveWallet(home, 'dev', generatePrivateKey(), 'hf-test', 'light');
+  const devKey = generatePrivateKey();
+  saveWallet(home, 'dev', devKey, 'hf-test', 'light');
   for (const n of ['a', 'b']) saveWallet(home, `w-${n}`, generatePrivateKey(), 'hf-test', 'light');
   await Promise.all(['a', 'b'].map((n) => cluster.startMiner(n, ['--data-dir', home, '--wallet.name', `w-${n}`, '--serve', 'inference'])));
   const nbcli = (...args: string[]) => cluster.nbcli([...args, '--orchestrator', cluster.url], home);
@@ -86,6 +92,28 @@ test('an imported Llama folder, deployed on 2 stages of 2 miners, streams a chat
   assert.equal(finish, eos < 0 ? 'length' : 'stop');
   assert.equal(usage?.prompt_tokens, prompt.length);
   assert.equal(usage?.completion_tokens, eos < 0 ? tokens.length : eos + 1);
+
+  // a large file goes up in chunks (what publish does past 256 MiB): resumable, its opener's alone, checked whole before it is stored
+  const qwenFolder = join(cluster.dir, 'tiny-qwen');
+  writeRandomFolder(qwenFolder, TINY_QWEN2_CONFIG, { seed: 22 });
+  const qwenFile = join(cluster.dir, 'tiny-qwen.safetensors');
+  importFolder(qwenFolder, qwenFile);
+  const qwenBytes = new Uint8Array(readFileSync(qwenFile));
+  const qwenSha = createHash('sha256').update(qwenBytes).digest('hex');
+  const mine = new ModelClient(new OrchestratorClient(cluster.url, { wallet: devKey }));
+  const ticket = await mine.storeLargeFile(qwenFile, qwenSha, { name: 'tiny-qwen', pricePer1kTokens: 0n });
+  assert.equal(ticket.model.sha256, qwenSha);
+  assert.match(ticket.model.model, /^qwen2:/);
+  const stored = await (await mine.openFile(qwenSha)).arrayBuffer();
+  assert.deepEqual(new Uint8Array(stored), qwenBytes);
+  const stranger = (await new OrchestratorClient(cluster.url, { wallet: generatePrivateKey() }).signed());
+  const api = await new OrchestratorClient(cluster.url, { wallet: devKey }).signed();
+  const open = JSON.parse(new TextDecoder().decode(await api.request('POST', '/models/uploads', new TextEncoder().encode(JSON.stringify({ bytes: qwenBytes.length, sha256: 'ab'.repeat(32) })), 'application/json'))) as { id: string };
+  await assert.rejects(stranger.request('PUT', `/models/uploads/${open.id}?offset=0`, qwenBytes.subarray(0, 10)), (e: unknown) => e instanceof NimbleError && e.status === 404);
+  await assert.rejects(api.request('PUT', `/models/uploads/${open.id}?offset=5`, qwenBytes.subarray(0, 10)), (e: unknown) => e instanceof NimbleError && e.status === 409 && /at byte 0, not 5/.test(e.message));
+  await api.request('PUT', `/models/uploads/${open.id}?offset=0`, qwenBytes);
+  await assert.rejects(api.request('POST', `/models/uploads/${open.id}/store?name=liar&pricePer1kTokens=0`, new Uint8Array(0)), (e: unknown) => e instanceof NimbleError && e.status === 400 && /not the declared/.test(e.message));
+  assert.equal((await fetch(`${cluster.url}/models/${'ab'.repeat(32)}`)).status, 404, 'nothing stored under the false sha256');
 
   // export: the published model, downloaded and checked against the chain, as a folder of the original tensors
   const out = join(cluster.dir, 'exported');
