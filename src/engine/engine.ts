@@ -26,10 +26,14 @@ export interface EngineOptions {
   /** Worker threads including this one; defaults to every core. */
   threads?: number;
   /** 'auto' uses relaxed SIMD (FMA) when the runtime has it. */
-  simd?: 'auto' | 'relaxed' | 'plain';
+  simd?: SimdChoice;
   /** where a GPT stage runs (default 'wasm'); 'webgpu' fails when no adapter opens */
   backend?: BackendChoice;
 }
+
+/** The two WASM kernel builds: relaxed SIMD (fused multiply-add) or plain SIMD; 'auto' takes relaxed where the runtime has it. */
+export type SimdChoice = 'auto' | 'relaxed' | 'plain';
+export const SIMD_CHOICES: readonly SimdChoice[] = ['auto', 'relaxed', 'plain'];
 
 export type Backend = 'wasm' | 'webgpu';
 export type BackendChoice = Backend | 'auto';
@@ -137,7 +141,7 @@ function kernelAbort(): never {
 let compiled: Promise<{ module: WebAssembly.Module; relaxed: boolean; flags: string[] }> | undefined;
 let compiledMode: string | undefined;
 
-async function compileKernels(mode: 'auto' | 'relaxed' | 'plain') {
+async function compileKernels(mode: SimdChoice) {
   if (compiled && compiledMode === mode) return compiled;
   compiledMode = mode;
   compiled = (async () => {

@@ -22,7 +22,7 @@ import { randomBytes } from 'node:crypto';
 import type { AddressInfo } from 'node:net';
 import { join } from 'node:path';
 import type { Address } from 'viem';
-import { Engine, type Backend, type BackendChoice } from '../engine/engine.ts';
+import { Engine, type Backend, type BackendChoice, type SimdChoice } from '../engine/engine.ts';
 import { OrchestratorClient } from '../api/client.ts';
 import { SignedClient } from '../http/client.ts';
 import { Failover } from '../http/failover.ts';
@@ -79,6 +79,8 @@ export interface MinerOptions {
   serve?: ServeSetting;
   /** where its GPT stages run (`--backend`; default wasm): src/engine/engine.ts */
   backend?: BackendChoice;
+  /** which WASM kernel build it runs (`--simd`; default auto: relaxed SIMD when the runtime has it): src/engine/engine.ts */
+  simd?: SimdChoice;
   /**
    * the ModelRegistry to check deployed models' weights against (null: none, so a paid network's are refused);
    * absent: the one of the chain the orchestrator names, checked on `chain.rpcUrl` or the orchestrator's RPC (./chain.ts)
@@ -214,7 +216,7 @@ export class Miner {
     const privateKey = options.privateKey ?? loadOrCreateKeyFile(join(options.dataDir, 'miner-key.json')).privateKey;
     const orchestrators = new Failover(options.orchestrator, (from, to, why) => options.log?.(`orchestrator ${from} ${why}; now using ${to}`));
     const network = await findNetwork(orchestrators);
-    const engine = await Engine.create({ threads: options.threads, backend: options.backend });
+    const engine = await Engine.create({ threads: options.threads, backend: options.backend, simd: options.simd });
     const miner = new Miner(options, engine, privateKey, throttle, network, orchestrators);
     try {
       await miner.app.listen({ host: options.host ?? '127.0.0.1', port: options.port ?? 0 });

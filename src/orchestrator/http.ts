@@ -23,6 +23,7 @@ import { completionRoutes } from './routes/completions.ts';
 import { dashboardRoutes } from './routes/dashboard.ts';
 import { creditRoutes } from './routes/credits.ts';
 import { InferenceBilling } from './serving/billing.ts';
+import type { BuildProbes } from './serving/build-probe.ts';
 import { deploymentRoutes } from './routes/deployments.ts';
 import { jobRoutes } from './routes/jobs.ts';
 import { MAX_UPLOAD_BYTES, minerRoutes } from './routes/miners.ts';
@@ -53,6 +54,8 @@ export interface ApiOptions {
   storage?: StoreBudget;
   /** large model files' uploads in chunks (absent: only POST /models/file, up to its limit) */
   uploads?: ModelUploads;
+  /** the cross-build probe a model passes before it deploys (default: none) */
+  probes?: BuildProbes;
 }
 
 export function buildApi(
@@ -98,7 +101,7 @@ export function buildApi(
   const storage = options.storage ?? new StoreBudget(coordinator.state, storagePaymentsOf(epochs?.jobPayments ?? null));
   modelRoutes(app, coordinator, epochs?.chain ?? null, access, storage, options.uploads ?? null);
   storageRoutes(app, coordinator, storage);
-  const deployments = deploymentRoutes(app, coordinator, registry);
+  const deployments = deploymentRoutes(app, coordinator, registry, options.probes ?? null);
   completionRoutes(app, coordinator, completions, billing);
   creditRoutes(app, coordinator.state, billing, epochs?.credits ?? null, epochs?.chain.client ?? null);
   datasetRoutes(app, coordinator, datasets ?? new DatasetService(coordinator.state, coordinator.blobs), storage);

@@ -19,6 +19,7 @@ import type { DashboardFeed } from './dashboard/feed.ts';
 import { OperatorAuth } from './dashboard/auth.ts';
 import { InferenceBilling, registryPrices } from './serving/billing.ts';
 import { modelOfSha256 } from '../chain/registry.ts';
+import { BuildProbes } from './serving/build-probe.ts';
 import { InferenceChecks, type InferenceCheckOptions } from './serving/checks.ts';
 import { DEFAULT_CHECKPOINT_RETENTION_MS, JobService } from './jobs/jobs.ts';
 import { slashWindowMs } from './training/spot-checks.ts';
@@ -132,8 +133,10 @@ export async function startOrchestrator(options: OrchestratorOptions): Promise<R
   // an unused dataset is kept as long as an ended job's checkpoints
   const datasets = new DatasetService(state, coordinator.blobs, { retentionMs: options.checkpointRetentionMs ?? DEFAULT_CHECKPOINT_RETENTION_MS });
   const completions = new Completions(coordinator, { tokenizerBundle: options.tokenizerBundle ?? storedTokenizerBundle(state.models, coordinator.blobs) });
+  // each deployed model run under both kernel builds: its checks' thresholds, and a refusal of one no check can hold (serving/build-probe.ts)
+  const probes = new BuildProbes({ blobs: coordinator.blobs, engine: () => coordinator.verifier(), log: coordinator.log });
   const inferenceChecks = new InferenceChecks(
-    { state, blobs: coordinator.blobs, engine: () => coordinator.verifier(), offences: coordinator.offences, log: coordinator.log },
+    { state, blobs: coordinator.blobs, engine: () => coordinator.verifier(), offences: coordinator.offences, log: coordinator.log, probes },
     options.inferenceChecks,
   );
   completions.observe(inferenceChecks.recorder);
@@ -168,7 +171,7 @@ export async function startOrchestrator(options: OrchestratorOptions): Promise<R
   };
   let modelsCollectedAt = 0;
   const uploads = new ModelUploads(join(options.dataDir, 'uploads'));
-  const app = buildApi(coordinator, epochs, jobs, datasets, completions, billing, options.walletsDataDir ?? null, { auth, hostNames, forwardKey: options.forwardKey ?? null, storage, uploads });
+  const app = buildApi(coordinator, epochs, jobs, datasets, completions, billing, options.walletsDataDir ?? null, { auth, hostNames, forwardKey: options.forwardKey ?? null, storage, uploads, probes });
   // the ModelRegistry's deployed flag follows the deployments (paid networks)
   const registry = options.chain ? new RegistrySync(state, chainModelRegistry(options.chain), (line) => console.error(`orchestrator: ${line}`)) : null;
   await app.listen({ host, port: options.port ?? 0 });
@@ -219,6 +222,7 @@ export async function startOrchestrator(options: OrchestratorOptions): Promise<R
       uploads.close();
       completions.close();
       await inferenceChecks.close();
+      await probes.close();
       await jobs.settled();
       await collecting;
       await registry?.settled();

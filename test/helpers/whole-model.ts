@@ -42,3 +42,34 @@ export function mlpModelTensors(config: MlpConfig, seed: number): NamedTensor[] 
 export function mlpModelBytes(seed = 1, step = 7, config: MlpConfig = SMALL_MLP): Uint8Array {
   return encodeMlpCheckpoint(mlpModelTensors(config, seed), { config, step });
 }
+
+/**
+ * A gpt-micro built against the inference spot checks (issue 33): in each
+ * block the MLP's hidden units come in identical pairs whose output weights
+ * are +A·w and −A·w, so they cancel in real arithmetic and leave each kernel
+ * build's own rounding (about A × 6e-8), which the next normalization
+ * amplifies. A = 3e4 puts the two builds ~3e-3 apart in norm (past the
+ * training checks' 1e-3); A = 1e6 puts them ~1e-2 apart in cosine.
+ */
+export function opposingWeightsBytes(A: number, seed = 41, config: GptConfig = gptConfig('gpt-micro')): Uint8Array {
+  const tensors = wholeModelTensors(config, seed);
+  const get = (name: string): Float32Array => tensors.find((t) => t.name === name)!.data;
+  const C = config.channels;
+  const I = get('h.0.mlp.fc.b').length;
+  const half = I / 2;
+  for (let l = 0; l < config.layers; l++) {
+    const fc = get(`h.${l}.mlp.fc.w`);
+    const fb = get(`h.${l}.mlp.fc.b`);
+    const proj = get(`h.${l}.mlp.proj.w`);
+    for (let k = 0; k < half; k++) {
+      for (let c = 0; c < C; c++) fc[c * I + k + half] = fc[c * I + k];
+      fb[k + half] = fb[k];
+      for (let c = 0; c < C; c++) {
+        const w = proj[k * C + c];
+        proj[k * C + c] = A * w;
+        proj[(k + half) * C + c] = -A * w;
+      }
+    }
+  }
+  return encodeCheckpoint(tensors, { config, range: { from: 0, to: partCount(config) }, step: 1 });
+}

@@ -16,25 +16,18 @@
 // there, one JSON object a line).
 import assert from 'node:assert/strict';
 import { randomInt } from 'node:crypto';
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { writeFileSync } from 'node:fs';
 import { Agent } from 'node:http';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
 import { after, before, test } from 'node:test';
 import { generatePrivateKey } from 'viem/accounts';
 import { OrchestratorClient } from '../../src/api/client.ts';
 import { findNetwork } from '../../src/api/network.ts';
-import { routesOf, type RouteSummary } from '../../src/http/server.ts';
-import { buildPeerApi } from '../../src/miner/peer-api.ts';
-import { FsBlobStore } from '../../src/orchestrator/blobs/blobs.ts';
-import { Coordinator } from '../../src/orchestrator/training/coordinator.ts';
-import { buildApi } from '../../src/orchestrator/http.ts';
-import { OrchestratorState } from '../../src/orchestrator/state/index.ts';
 import { SessionKey } from '../../src/protocol/session-key.ts';
-import { RequestSigner, RequestVerifier } from '../../src/protocol/signing.ts';
+import { RequestSigner } from '../../src/protocol/signing.ts';
 import { forgedHeaders, randomAddress, rssOf, sampleMax, streamUpload, type UploadResult } from '../helpers/http-flood.ts';
 import { fuzzRoute, prng, rawRequest, unknownRoute, type FuzzKeys, type FuzzRequest, type FuzzWorld } from '../helpers/fuzz-requests.ts';
 import { sendFuzz, type FuzzResult } from '../helpers/fuzz-send.ts';
+import { declaredRoutes, missingFromCorpus, type DeclaredRoutes } from '../helpers/fuzz-routes.ts';
 import { CreditClient } from '../../src/api/credit-client.ts';
 import { JobClient } from '../../src/api/job-client.ts';
 import { Cluster } from './helpers.ts';
@@ -50,7 +43,7 @@ const miners: { url: string; address: string }[] = [];
 let runId: string;
 let keys: FuzzKeys;
 let attacker: { wallet: RequestSigner; session: RequestSigner; key: `0x${string}` };
-let routes: { orchestrator: RouteSummary[]; peer: RouteSummary[] };
+let routes: DeclaredRoutes;
 
 /** Logs in to the dashboard as its operator: the session cookie the login URL sets. */
 async function operatorCookie(loginUrl: string): Promise<string> {
@@ -96,33 +89,6 @@ before(async () => {
 
 after(() => cluster.stop());
 
-/** The routes the orchestrator and the peer API declare, read from servers built in process (never started). */
-async function declaredRoutes(): Promise<{ orchestrator: RouteSummary[]; peer: RouteSummary[] }> {
-  const dir = mkdtempSync(join(tmpdir(), 'nimble-fuzz-routes-'));
-  const state = OrchestratorState.open(join(dir, 'o.sqlite'));
-  try {
-    const coordinator = new Coordinator(state, await FsBlobStore.open(join(dir, 'blobs')));
-    const api = buildApi(coordinator);
-    await api.ready();
-    const stats = { forward: 0, backward: 0, merges: 0, bytesSent: 0, rejected: 0 };
-    const peer = buildPeerApi({
-      verifier: new RequestVerifier(),
-      network: { domain: 'd', orchestratorKey: '', sessionKey: SessionKey.generate(), previousStage: () => [], nextStage: () => [] },
-      work: { runner: null, queued: 0, expectsGradient: () => false, push: () => {} },
-      stats,
-      health: () => ({ ok: true, address: randomAddress(), stage: null, stats }),
-      log: () => {},
-    });
-    await peer.ready();
-    const found = { orchestrator: [...routesOf(api)], peer: [...routesOf(peer)] };
-    await Promise.all([api.close(), peer.close(), coordinator.close()]);
-    return found;
-  } finally {
-    state.close();
-    rmSync(dir, { recursive: true, force: true });
-  }
-}
-
 function alive(): string[] {
   return cluster.procs.filter((p) => p.child.exitCode !== null || p.child.signalCode !== null).map((p) => `pid ${p.child.pid} exited (${p.child.exitCode ?? p.child.signalCode}):\n${p.lines.slice(-15).join('\n')}`);
 }
@@ -151,6 +117,14 @@ function isErrorBody(body: string, path: string): boolean {
   }
 }
 
+test('the fuzz corpus holds every route src/ registers (the job routes, datasets, credits, storage, models, /v1, the dashboard, a miner\'s serving routes)', () => {
+  assert.deepEqual(missingFromCorpus(routes), [], 'routes src/ registers that the servers the fuzz reads its routes from do not declare: they would never be fuzzed');
+  const ids = new Set([...routes.orchestrator, ...routes.peer].map((r) => `${r.method} ${r.url}`));
+  for (const id of ['POST /jobs', 'GET /jobs/:id/events', 'POST /escrows/:escrowId/release', 'POST /datasets', 'POST /credits', 'GET /storage/quote', 'POST /models/:sha256/keep', 'DELETE /models/:sha256', 'POST /v1/completions', 'GET /login', 'POST /infer']) {
+    assert.ok(ids.has(id), `${id} is in the fuzz corpus`);
+  }
+});
+
 const describe = (r: FuzzResult): string =>
   `${r.req.method} ${r.req.target}${r.req.path.slice(0, 160)} [${r.req.route}; ${r.req.kind.join(', ').slice(0, 200)}] -> ${r.status ?? r.error}: ${r.body.slice(0, 200)}`;
 
@@ -163,8 +137,8 @@ test(`every route of the orchestrator and of the peer API takes ${REQUESTS} rand
   const othersJob = await new JobClient(cluster.api).submit({ name: 'private', model: 'gpt-micro', data: 'moby-dick', training: { steps: 10 } });
   const world: FuzzWorld = { runIds: [runId, ownRun.id], addresses: [...miners.map((m) => m.address), attacker.wallet.address], jobIds: [ownJob.id, othersJob.id] };
   const targets = [
-    { base: cluster.url, routes: routes.orchestrator, share: 0.8 },
-    ...miners.map((m) => ({ base: m.url, routes: routes.peer, share: 0.1 })),
+    { base: cluster.url, routes: routes.orchestrator, share: 0.8, next: 0 },
+    ...miners.map((m) => ({ base: m.url, routes: routes.peer, share: 0.1, next: 0 })),
   ];
   const requests: FuzzRequest[] = [];
   while (requests.length < REQUESTS) {
@@ -177,7 +151,8 @@ test(`every route of the orchestrator and of the peer API takes ${REQUESTS} rand
       const u = rng();
       if (u < 0.03) batch.push(Promise.resolve([unknownRoute(rng, t.base)]));
       else if (u < 0.05) batch.push(Promise.resolve([rawRequest(rng, t.base)]));
-      else batch.push(fuzzRoute(rng, t.base, t.routes[Math.floor(rng() * t.routes.length)], keys, world));
+      // each server's routes in turn, so that every one gets its share however many there are
+      else batch.push(fuzzRoute(rng, t.base, t.routes[t.next++ % t.routes.length], keys, world));
     }
     for (const reqs of await Promise.all(batch)) requests.push(...reqs);
     await new Promise((r) => setImmediate(r));

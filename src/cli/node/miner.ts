@@ -8,7 +8,7 @@
 import { NimbleError } from '../../protocol/errors.ts';
 import { join } from 'node:path';
 import type { Command } from 'commander';
-import { BACKEND_CHOICES, type BackendChoice } from '../../engine/engine.ts';
+import { BACKEND_CHOICES, SIMD_CHOICES, type BackendChoice, type SimdChoice } from '../../engine/engine.ts';
 import { Miner } from '../../miner/miner.ts';
 import type { ServeSetting } from '../../protocol/messages.ts';
 import { chainRpcOf } from '../chain-options.ts';
@@ -29,6 +29,7 @@ interface Flags extends CommonOptions {
   gpuMemory?: string;
   serve: string;
   backend: string;
+  simd: string;
   chainRpc?: string;
 }
 
@@ -81,6 +82,7 @@ export function registerMiner(program: Command): void {
       .option('--merge-delay-ms <ms>', 'wait this long before merging partitions (for failure testing)', '0')
       .option('--serve <what>', 'what this miner offers: inference (serve deployed models), training, or both', 'both')
       .option('--backend <b>', 'where stages train (GPT or MLP): wasm (the CPU), webgpu (the GPU; a software adapter is taken too, for tests) or auto (a hardware GPU if there is one, else wasm)', 'wasm')
+      .option('--simd <build>', 'the WASM kernel build: auto (relaxed SIMD, with fused multiply-add, where the runtime has it), relaxed or plain (the two round differently; inference spot checks accept either)', 'auto')
       .option('--chain-rpc <url>', "check deployed models' weights against the ModelRegistry on the chain at this RPC URL (addresses from <data-dir>/chain/deployment.json; default: the local node of the data dir, if it has one; $NIMBLE_CHAIN_RPC)")
       .option('--wallet.name <name>', 'sign with this wallet (<data-dir>/wallets/NAME.json; password from $NIMBLE_PASSWORD or a prompt) instead of <data-dir>/miner/miner-key.json'),
   ).action(async (flags: Flags) => {
@@ -106,10 +108,12 @@ export function registerMiner(program: Command): void {
     const serve = flags.serve as ServeSetting;
     if (!(BACKEND_CHOICES as readonly string[]).includes(flags.backend)) throw new NimbleError('invalid', `--backend must be ${BACKEND_CHOICES.join(', ')}, got '${flags.backend}'`);
     const backend = flags.backend as BackendChoice;
+    if (!(SIMD_CHOICES as readonly string[]).includes(flags.simd)) throw new NimbleError('invalid', `--simd must be ${SIMD_CHOICES.join(', ')}, got '${flags.simd}'`);
+    const simd = flags.simd as SimdChoice;
     // a miner that serves checks deployed models on the chain its orchestrator names (src/miner/chain.ts)
     const chain = { rpcUrl: chainRpcOf(flags), dataDir: resolveDataDir(flags) };
     const privateKey = await signingKey(flags, 'miner-key.json', dataDir);
-    const miner = await Miner.start({ orchestrator, dataDir, name: flags.name, threads, throttle, host: flags.host, port, slots, log, mergeDelayMs, privateKey, memoryBytes, gpuMemoryBytes, serve, chain, backend });
+    const miner = await Miner.start({ orchestrator, dataDir, name: flags.name, threads, throttle, host: flags.host, port, slots, log, mergeDelayMs, privateKey, memoryBytes, gpuMemoryBytes, serve, chain, backend, simd });
     emit(flags, { event: 'started', address: miner.address, url: miner.url, serve, backend: miner.backend, chain: serve !== 'training' }, () => `miner ${miner.address} serving peers on ${miner.url} (offers ${serve === 'both' ? 'training and inference' : serve}, trains on ${miner.backend})`);
     await waitForSignal();
     await miner.stop();

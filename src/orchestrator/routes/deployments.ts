@@ -20,6 +20,7 @@ import { checkDeployRate, type ModelRegistryAccess } from '../models/deployment-
 import { checkDeployable, deploymentView } from '../models/deployments.ts';
 import type { RegistryEntry } from '../state/deployments.ts';
 import type { ModelRecord } from '../state/models.ts';
+import type { BuildProbes } from '../serving/build-probe.ts';
 
 const developer = { signed: 'wallet' } as const;
 const Params = Type.Object({ sha256: Sha256 });
@@ -30,8 +31,8 @@ export interface OperatorDeployments {
   undeploy(sha256: string): DeploymentView;
 }
 
-/** `registry`: the chain's ModelRegistry (null: an unpaid network). */
-export function deploymentRoutes(app: HttpServer, c: Coordinator, registry: ModelRegistryAccess | null): OperatorDeployments {
+/** `registry`: the chain's ModelRegistry (null: an unpaid network); `probes`: the cross-build probe a model passes first (null: none). */
+export function deploymentRoutes(app: HttpServer, c: Coordinator, registry: ModelRegistryAccess | null, probes: BuildProbes | null = null): OperatorDeployments {
   const stored = (sha256: string): ModelRecord => {
     const m = c.state.models.get(sha256);
     if (!m) throw new NimbleError('not_found', `no stored model ${sha256}`);
@@ -61,8 +62,12 @@ export function deploymentRoutes(app: HttpServer, c: Coordinator, registry: Mode
     return { owner, entry };
   };
 
-  const deploy = (m: ModelRecord, owner: { owner: string; entry: RegistryEntry | null }, body: DeployRequest): DeploymentView =>
-    deploymentView(c.state, c.deployments.deploy({ model: m, owner: owner.owner, registry: owner.entry, replicas: body.replicas, stages: body.stages, idleLimitMs: body.idleLimitMs }));
+  // a model whose two kernel builds answer too far apart for any check to tell an honest miner from a cheat is refused
+  const deploy = async (m: ModelRecord, owner: { owner: string; entry: RegistryEntry | null }, body: DeployRequest): Promise<DeploymentView> => {
+    const live = c.state.deployments.liveOf(m.sha256);
+    if (!live) await probes?.checkDeployable(m.sha256, m.name);
+    return deploymentView(c.state, c.deployments.deploy({ model: m, owner: owner.owner, registry: owner.entry, replicas: body.replicas, stages: body.stages, idleLimitMs: body.idleLimitMs }));
+  };
   const undeploy = (m: ModelRecord, by: string): DeploymentView => {
     const live = c.state.deployments.liveOf(m.sha256);
     if (!live) throw new NimbleError('conflict', `model ${m.sha256} ('${m.name}') is not deployed`);

@@ -16,10 +16,20 @@
 // |norm ratio − 1| ≤ 4.1e-6). Rows are compared one by one, so a row
 // changed in a long prefill is not averaged away; a miner adding 1% noise
 // to its activations fails (1 − cosine ≈ 5e-5).
+//
+// Two builds. A model can make the builds' rounding differ by far more than
+// that (./build-probe.ts: huge opposing weights before a normalization), so
+// a window's thresholds are its deployment's, set by the probe at deploy
+// (never tighter than the ones above), and a step that fails on the
+// orchestrator's build is replayed on the other build as well (`other`: the
+// same stage loaded on the other engine, caught up from the window's start
+// only when a step is not exact): an answer that is exact on, or within the
+// thresholds of, either replay passes. An honest miner of either build is
+// never failed.
 import type { StageInference } from '../../inference/stage-inference.ts';
 import { decodeFrame, encodeFrame } from '../../protocol/frame.ts';
 import type { RecordedWindow } from './check-recorder.ts';
-import { CHECK_THRESHOLDS, compare } from '../training/spot-check-verify.ts';
+import { CHECK_THRESHOLDS, compare, type Thresholds } from '../training/spot-check-verify.ts';
 
 export interface WindowOutcome {
   passed: boolean;
@@ -31,7 +41,18 @@ export interface WindowOutcome {
   minCosine: number | null;
   /** the largest |norm ratio − 1| of a row that was not exact */
   maxNormDeviation: number | null;
+  /** steps that passed only against the other build's replay */
+  otherBuild: number;
   detail: string;
+}
+
+export interface VerifyOptions {
+  /** the window's thresholds (default: the training checks' for f16) */
+  thresholds?: Thresholds;
+  /** the same stage on the other kernel build, with room for one more session (null: none) */
+  other?: StageInference | null;
+  /** runs between two steps (the caller yields to its event loop there) */
+  pause?: () => Promise<void>;
 }
 
 /** A window that cannot be replayed here (its inputs do not fit the stage): not the miner's fault, nothing is decided. */
@@ -62,8 +83,8 @@ export interface StepComparison {
   badRow: number;
 }
 
-/** Compares `sent` with `recomputed`, rows of `width` values. */
-export function compareStep(recomputed: Float32Array, sent: Float32Array, width: number): StepComparison {
+/** Compares `sent` with `recomputed`, rows of `width` values, against thresholds `t`. */
+export function compareStep(recomputed: Float32Array, sent: Float32Array, width: number, t: Thresholds = T): StepComparison {
   if (recomputed.length !== sent.length || width <= 0 || recomputed.length % width !== 0) throw new RangeError(`compareStep: ${sent.length} values sent, ${recomputed.length} recomputed, rows of ${width}`);
   if (equal(recomputed, sent)) return { exact: 'f32', minCosine: 1, maxNormDeviation: 0, badRow: -1 };
   if (equal(roundedToF16(recomputed), sent)) return { exact: 'f16', minCosine: 1, maxNormDeviation: 0, badRow: -1 };
@@ -75,7 +96,7 @@ export function compareStep(recomputed: Float32Array, sent: Float32Array, width:
     const dev = Math.abs(normRatio - 1);
     minCosine = Math.min(minCosine, cosine);
     maxNormDeviation = Math.max(maxNormDeviation, Number.isFinite(dev) ? dev : Infinity);
-    if (badRow < 0 && !(cosine >= T.minCosine && dev <= T.maxNormDeviation)) badRow = r;
+    if (badRow < 0 && !(cosine >= t.minCosine && dev <= t.maxNormDeviation)) badRow = r;
   }
   return { exact: null, minCosine, maxNormDeviation, badRow };
 }
@@ -91,39 +112,74 @@ function tokens(input: Float32Array, vocab: number): Int32Array {
   return out;
 }
 
+/** A replay of a window's steps on one stage, in its own session. */
+class Replay {
+  /** steps run so far */
+  at = 0;
+  private joined = false;
+  constructor(private readonly stage: StageInference, private readonly session: string) {}
+
+  /** The output of step `i`, running the steps up to it (an input outside the stage's shape is the replay's fault). */
+  upTo(w: RecordedWindow, i: number): Float32Array {
+    if (!this.joined) {
+      try {
+        this.stage.join(this.session);
+      } catch (err) {
+        throw new UncheckableError(`the replay stage has no room: ${(err as Error).message}`);
+      }
+      this.joined = true;
+    }
+    const V = this.stage.config.vocabSize;
+    let out: Float32Array | null = null;
+    for (; this.at <= i; this.at++) {
+      const step = w.steps[this.at];
+      try {
+        out = this.stage.run([{ session: this.session, input: this.stage.isFirst ? tokens(step.input, V) : step.input }]);
+      } catch (err) {
+        if (err instanceof UncheckableError) throw err;
+        throw new UncheckableError(`step ${this.at} cannot be replayed: ${(err as Error).message}`);
+      }
+    }
+    // the relay let through only frames of the stage's shape: a mismatch is this replay's, not the miner's
+    if (!out || out.length !== w.steps[i].output.length) throw new UncheckableError(`step ${i}: ${w.steps[i].output.length} values recorded, the replay gives ${out?.length ?? 'nothing'}`);
+    return out;
+  }
+
+  leave(): void {
+    if (this.joined) this.stage.leave(this.session);
+  }
+}
+
 /**
  * Replays `w` on `stage` (the window's stage range of the published model,
- * with room for one more session) and compares every answer. `pause` runs
- * between steps (the caller yields to its event loop there). Throws
+ * with room for one more session) and compares every answer; a step that
+ * fails is compared with `options.other`'s replay too. Throws
  * UncheckableError when the window cannot be replayed on this stage.
  */
-export async function verifyWindow(stage: StageInference, w: RecordedWindow, pause: () => Promise<void> = () => Promise.resolve()): Promise<WindowOutcome> {
-  const { channels: C, vocabSize: V } = stage.config;
-  const width = stage.isLast ? V : C;
-  const session = `check-${w.seq}`;
+export async function verifyWindow(stage: StageInference, w: RecordedWindow, options: VerifyOptions | (() => Promise<void>) = {}): Promise<WindowOutcome> {
+  const o: VerifyOptions = typeof options === 'function' ? { pause: options } : options;
+  const pause = o.pause ?? (() => Promise.resolve());
+  const t = o.thresholds ?? T;
+  const width = stage.isLast ? stage.config.vocabSize : stage.config.channels;
   let exact = 0;
+  let otherBuild = 0;
   let minCosine: number | null = null;
   let maxNormDeviation: number | null = null;
   if (w.steps.length === 0) throw new UncheckableError('the window has no step');
-  try {
-    stage.join(session);
-  } catch (err) {
-    throw new UncheckableError(`the replay stage has no room: ${(err as Error).message}`);
-  }
+  const mine = new Replay(stage, `check-${w.seq}`);
+  const other = o.other ? new Replay(o.other, `check-${w.seq}-other`) : null;
   try {
     for (let i = 0; i < w.steps.length; i++) {
       if (i > 0) await pause();
       const step = w.steps[i];
-      const input = stage.isFirst ? tokens(step.input, V) : step.input;
-      let out: Float32Array;
-      try {
-        out = stage.run([{ session, input }]);
-      } catch (err) {
-        throw new UncheckableError(`step ${i} cannot be replayed: ${(err as Error).message}`);
+      let c = compareStep(mine.upTo(w, i), step.output, width, t);
+      if (!c.exact && c.badRow >= 0 && other) {
+        const alt = compareStep(other.upTo(w, i), step.output, width, t);
+        if (alt.exact || alt.badRow < 0) {
+          otherBuild++;
+          c = alt;
+        }
       }
-      // the relay let through only frames of the stage's shape: a mismatch is this replay's, not the miner's
-      if (out.length !== step.output.length) throw new UncheckableError(`step ${i}: ${step.output.length} values recorded, the replay gives ${out.length}`);
-      const c = compareStep(out, step.output, width);
       if (c.exact) {
         exact++;
         continue;
@@ -131,14 +187,17 @@ export async function verifyWindow(stage: StageInference, w: RecordedWindow, pau
       minCosine = Math.min(minCosine ?? 1, c.minCosine);
       maxNormDeviation = Math.max(maxNormDeviation ?? 0, c.maxNormDeviation);
       if (c.badRow >= 0) {
-        const detail = `step ${i} of ${w.steps.length} (${out.length / width} rows): row ${c.badRow} is off the recomputation: min cosine ${c.minCosine.toFixed(6)} (at least ${T.minCosine}), norm ratio deviation ${c.maxNormDeviation.toExponential(2)} (at most ${T.maxNormDeviation})`;
-        return { passed: false, steps: i + 1, exact, minCosine, maxNormDeviation, detail };
+        const rows = step.output.length / width;
+        const detail = `step ${i} of ${w.steps.length} (${rows} rows): row ${c.badRow} is off the recomputation${other ? ' on both kernel builds' : ''}: min cosine ${c.minCosine.toFixed(6)} (at least ${t.minCosine}), norm ratio deviation ${c.maxNormDeviation.toExponential(2)} (at most ${t.maxNormDeviation})`;
+        return { passed: false, steps: i + 1, exact, minCosine, maxNormDeviation, otherBuild, detail };
       }
     }
   } finally {
-    stage.leave(session);
+    mine.leave();
+    other?.leave();
   }
   const n = w.steps.length;
-  const detail = exact === n ? `${n} steps, each bitwise equal to the recomputation` : `${n} steps, ${exact} bitwise equal, the others within the thresholds (min cosine ${minCosine!.toFixed(8)}, norm ratio deviation ${maxNormDeviation!.toExponential(2)})`;
-  return { passed: true, steps: n, exact, minCosine, maxNormDeviation, detail };
+  const also = otherBuild > 0 ? `, ${otherBuild} matching the other kernel build's recomputation` : '';
+  const detail = exact === n ? `${n} steps, each bitwise equal to the recomputation${also}` : `${n} steps, ${exact} bitwise equal, the others within the thresholds (min cosine ${minCosine!.toFixed(8)}, norm ratio deviation ${maxNormDeviation!.toExponential(2)})${also}`;
+  return { passed: true, steps: n, exact, minCosine, maxNormDeviation, otherBuild, detail };
 }

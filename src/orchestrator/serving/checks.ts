@@ -13,7 +13,10 @@
 //      model store's file (the blob named by its sha256, which the store
 //      checked) as a miner loads it (inferenceFromCheckpoint), replays the
 //      steps (./check-verify.ts): every answer must be bitwise the
-//      replay's, or within the training checks' thresholds.
+//      replay's, or within the deployment's thresholds (the training
+//      checks', or looser where ./build-probe.ts measured the two kernel
+//      builds apart on this model); a step that fails is replayed on the
+//      other kernel build too, and passes if it matches that.
 //   4. Decide. A failed window is an offence (./offences.ts): 'failed_check'
 //      work, on a paid network a slash under a key naming the window (unique:
 //      charged once), and the miner is evicted, which takes it out of serving
@@ -27,6 +30,7 @@ import type { BlobStore } from '../blobs/blobs.ts';
 import { remember } from '../cache.ts';
 import { ByteBudget, InferenceRecorder, type Draw, type RecordedWindow, type RecorderCounts } from './check-recorder.ts';
 import { UncheckableError, verifyWindow, type WindowOutcome } from './check-verify.ts';
+import type { BuildProbes } from './build-probe.ts';
 import type { Offences } from '../rewards/offences.ts';
 import type { OrchestratorState } from '../state/index.ts';
 
@@ -43,8 +47,8 @@ export interface InferenceCheckOptions {
 
 export const INFERENCE_CHECK_DEFAULTS: InferenceCheckOptions = { rate: 0.02, maxBytes: 64 << 20, maxQueued: 64, idleMs: 30_000 };
 
-/** Replay stages kept (by model file and parts). */
-const STAGES_KEPT = 2;
+/** Replay stages kept (by model file, parts and kernel build). */
+const STAGES_KEPT = 4;
 
 export interface InferenceCheckCounts extends RecorderCounts {
   passed: number;
@@ -70,6 +74,8 @@ export interface InferenceCheckDeps {
   draw?: Draw;
   /** runs between two steps of a replay (default: the event loop's next turn) */
   pause?: () => Promise<void>;
+  /** the cross-build probes: each model's thresholds, and the other kernel build's engine (absent: the training checks' thresholds, one build) */
+  probes?: BuildProbes;
 }
 
 export class InferenceChecks {
@@ -163,9 +169,15 @@ export class InferenceChecks {
     const what = `inference check of miner ${w.minerId} (deployment ${w.deploymentId} stage ${w.stage}, session ${w.session}, ${w.steps.length} steps)`;
     let outcome: WindowOutcome;
     try {
-      const stage = await this.stageFor(w);
+      const engine = await this.deps.engine();
+      const stage = await this.stageFor(w, engine);
+      const cut = this.cutOf(w);
+      const probes = this.deps.probes;
+      const thresholds = probes ? await probes.thresholds(w.sha256, cut.fromPart, cut.toPart) : undefined;
+      const otherEngine = probes ? await probes.otherEngine() : null;
+      const other = otherEngine ? await this.stageFor(w, otherEngine) : null;
       if (this.closed) return;
-      outcome = await verifyWindow(stage, w, this.pause);
+      outcome = await verifyWindow(stage, w, { pause: this.pause, thresholds, other });
     } catch (err) {
       if (!(err instanceof UncheckableError)) throw err;
       this.decided.uncheckable++;
@@ -195,11 +207,17 @@ export class InferenceChecks {
     );
   }
 
-  /** The replay stage of the window's parts, loaded from the model store's file (kept for the next windows). */
-  private async stageFor(w: RecordedWindow): Promise<StageInference> {
+  /** The parts of the window's deployment stage. */
+  private cutOf(w: RecordedWindow): { fromPart: number; toPart: number } {
     const cut = this.deps.state.deployments.stages(w.deploymentId).find((s) => s.stage === w.stage);
     if (!cut) throw new UncheckableError(`deployment ${w.deploymentId} has no stage ${w.stage}`);
-    const key = `${w.sha256}/${cut.fromPart}/${cut.toPart}`;
+    return cut;
+  }
+
+  /** The replay stage of the window's parts on `engine`'s kernel build, loaded from the model store's file (kept for the next windows). */
+  private async stageFor(w: RecordedWindow, engine: Engine): Promise<StageInference> {
+    const cut = this.cutOf(w);
+    const key = `${w.sha256}/${cut.fromPart}/${cut.toPart}/${engine.relaxedSimd ? 'relaxed' : 'plain'}`;
     const kept = this.stages.get(key);
     if (kept) return kept;
     let bytes: Uint8Array;
@@ -208,7 +226,6 @@ export class InferenceChecks {
     } catch (err) {
       throw new UncheckableError(`the model file ${w.sha256.slice(0, 12)} cannot be read: ${(err as Error).message}`);
     }
-    const engine = await this.deps.engine();
     let stage: StageInference;
     try {
       stage = inferenceFromCheckpoint(engine, bytes, { from: cut.fromPart, to: cut.toPart }, { maxSessions: 1 });
