@@ -20,8 +20,9 @@ import { simBenches } from './sim.bench.ts';
 import { pgBenches } from './pg.bench.ts';
 import { simCalibrationBenches } from './sim-calibration.bench.ts';
 import { modelsBenches } from './models.bench.ts';
+import { tinyllamaBenches } from './tinyllama.bench.ts';
 
-const registry: Bench[] = [...engineBenches, ...protocolBenches, ...chainBenches, ...mergeBenches, ...spotCheckBenches, ...networkBenches, ...floodBenches, ...trustBenches, ...spamBenches, ...jobPlanBenches, ...jobSubmitBenches, ...inferenceBenches, ...dashboardBenches, ...webgpuBenches, ...gcBenches, ...s3Benches, ...simBenches, ...pgBenches, ...simCalibrationBenches, ...modelsBenches];
+const registry: Bench[] = [...engineBenches, ...protocolBenches, ...chainBenches, ...mergeBenches, ...spotCheckBenches, ...networkBenches, ...floodBenches, ...trustBenches, ...spamBenches, ...jobPlanBenches, ...jobSubmitBenches, ...inferenceBenches, ...dashboardBenches, ...webgpuBenches, ...gcBenches, ...s3Benches, ...simBenches, ...pgBenches, ...simCalibrationBenches, ...modelsBenches, ...tinyllamaBenches];
 
 const args = process.argv.slice(2);
 const json = args.includes('--json');

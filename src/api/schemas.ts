@@ -55,7 +55,7 @@ export type MergePhase = Static<typeof MergePhase>;
 export const CreateRunRequest = Type.Object(
   {
     /** a model reference (src/model/model-ref.ts): `gpt-tiny`, `gpt:v256.t64.c128.l4.h4.r4`, `mlp:4096-64-2` */
-    model: Type.String({ minLength: 1, maxLength: 128, pattern: '^[A-Za-z0-9_.:-]+$' }),
+    model: Type.String({ minLength: 1, maxLength: 160, pattern: '^[A-Za-z0-9_.:-]+$' }),
     data: Type.String({ minLength: 1, maxLength: 1024, pattern: '^[^\\x00-\\x1f\\x7f]+$' }),
     /** microbatches: 10 M of them is years of a small network's work */
     steps: Type.Integer({ minimum: 1, maximum: 10_000_000 }),

@@ -139,7 +139,7 @@ export const StageAssignment = Type.Object({
   from: Count,
   to: Positive,
   /** a model reference (src/model/model-ref.ts: MAX_MODEL_REF_LENGTH), parsed and validated by the miner */
-  model: Type.String({ minLength: 1, maxLength: 128 }),
+  model: Type.String({ minLength: 1, maxLength: 160 }),
   data: Type.String({ maxLength: 1024 }),
   batchSize: Type.Integer({ minimum: 1, maximum: 4096 }),
   seed: Count,
@@ -168,9 +168,10 @@ export type Peer = Static<typeof Peer>;
 export const DeploymentAssignment = Type.Object({
   deploymentId: Id,
   sha256: Sha256,
-  bytes: Positive,
+  /** the file's size: an imported model is gigabytes (64 GiB at most, src/orchestrator/models/model-uploads.ts) */
+  bytes: Type.Integer({ minimum: 1, maximum: 64 * 2 ** 30 }),
   /** a GPT's model reference (src/model/model-ref.ts), parsed and checked against the file by the miner */
-  model: Type.String({ minLength: 1, maxLength: 128 }),
+  model: Type.String({ minLength: 1, maxLength: 160 }),
   stage: StageIndex,
   stageCount: Type.Integer({ minimum: 1, maximum: 1024 }),
   from: Count,

@@ -75,7 +75,7 @@ test('a run request with absurd steps, batch, learning rates or names is refused
   refuses(CreateRunRequest, run, 'minMiners', ABSURD, 100_000);
   refuses(CreateRunRequest, run, 'lr', [...ABSURD, 1e-30, 0, 2], 1e-8);
   refuses(CreateRunRequest, run, 'outerLr', [...ABSURD, 1e-30, 11], 10);
-  refuses(CreateRunRequest, run, 'model', ['../gpt', 'gpt micro', 'x'.repeat(129), 'mlp:4096-64-2\n']);
+  refuses(CreateRunRequest, run, 'model', ['../gpt', 'gpt micro', 'x'.repeat(161), 'mlp:4096-64-2\n']);
   refuses(CreateRunRequest, run, 'data', ['moby\u0000dick']);
 });
 
@@ -125,4 +125,15 @@ test('safetensors files with absurd shapes, and checkpoints with absurd steps, p
   for (const over of [{ vocabSize: 1e30 }, { vocabSize: 2 ** 52 }, { layers: 2 ** 53 - 1 }, { channels: 1 << 15, layers: 1024 }]) {
     assert.throws(() => checkpointInfo(decodeSafetensors(checkpoint({ config: JSON.stringify({ ...tiny, ...over }) }))), /config is invalid/, JSON.stringify(over));
   }
+});
+
+test('a deployment assignment carries an imported model of gigabytes and its full inline reference', async () => {
+  const { DeploymentAssignment } = await import('../../src/protocol/messages.ts');
+  const { Value } = await import('@sinclair/typebox/value');
+  const a = {
+    deploymentId: 'dep-1', sha256: 'ab'.repeat(32), bytes: 2_200_000_000,
+    model: 'llama:v128256.t131072.c4096.l32.h32.k8.d128.i14336.e0.00001.r500000.sllama3-8-1-4-8192.b000.w0', stage: 0, stageCount: 4, from: 0, to: 9, maxSessions: 16, registry: null,
+  };
+  assert.ok(Value.Check(DeploymentAssignment, a), JSON.stringify([...Value.Errors(DeploymentAssignment, a)].slice(0, 2)));
+  assert.ok(!Value.Check(DeploymentAssignment, { ...a, bytes: 2 ** 53 }));
 });
