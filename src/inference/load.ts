@@ -40,9 +40,10 @@ export function inferenceFromCheckpoint(
 /**
  * The inference path of parts `range` of a Nimble GPT checkpoint on disk,
  * reading only those parts' tensors (in F32, F16 or BF16), each checked for
- * its shape and finite values. Throws a SafetensorsError naming the problem.
+ * its shape and finite values, one at a time with the event loop's turns
+ * between them. Rejects with a SafetensorsError naming the problem.
  */
-export function inferenceFromFile(engine: Engine, path: string, range?: StageRange, options: StageInferenceOptions = {}): StageInference {
+export async function inferenceFromFile(engine: Engine, path: string, range?: StageRange, options: StageInferenceOptions = {}): Promise<StageInference> {
   const reader = SafetensorsReader.open(path);
   try {
     const info = checkpointInfo({ tensors: new Map(), metadata: { ...reader.metadata } });
@@ -54,6 +55,9 @@ export function inferenceFromFile(engine: Engine, path: string, range?: StageRan
       const t = reader.entries.get(e.name);
       if (!t) throw new SafetensorsError(`checkpoint lacks ${e.name}`);
       if (t.shape.join(',') !== e.shape.join(',')) throw new SafetensorsError(`${e.name}: shape [${t.shape}] in file, [${e.shape}] expected`);
+      // a turn of the event loop between tensors: a miner loading a quarter of a 1.1B model keeps heartbeating (the
+      // orchestrator lets a miner go after 4 s without one)
+      await new Promise((r) => setImmediate(r));
       const values = reader.read(e.name);
       for (let i = 0; i < values.length; i++) if (!Number.isFinite(values[i])) throw new SafetensorsError(`${e.name}: non-finite value at ${i}`);
       weights.set(values, e.offset);

@@ -130,7 +130,7 @@ export class DeploymentServing {
     const sha256 = await sha256OfFile(path);
     const verifiedBy = await checkModelFile(sha256, a, this.options.lookup);
     if (h.abort.signal.aborted) throw new Error('let go while loading');
-    const inference = inferenceFromFile(this.options.engine, path, { from: a.from, to: a.to }, { maxSessions: a.maxSessions });
+    const inference = await inferenceFromFile(this.options.engine, path, { from: a.from, to: a.to }, { maxSessions: a.maxSessions });
     const held = wholeModelRef({ kind: 'gpt', config: inference.config });
     if (held !== a.model && held !== wholeModelRef({ kind: 'gpt', config })) {
       inference.release();

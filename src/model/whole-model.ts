@@ -55,18 +55,29 @@ export function checkWholeModel(bytes: Uint8Array): WholeModel {
 }
 
 /**
- * checkWholeModel of a file on disk, read one tensor at a time (a model of
- * gigabytes: src/orchestrator/models/model-uploads.ts); every value is
- * checked, the file is never held whole.
+ * checkWholeModel of a file on disk, read one tensor at a time with the event
+ * loop's turns between them (a model of gigabytes, received by an orchestrator
+ * that must keep answering heartbeats: src/orchestrator/models/model-uploads.ts);
+ * every value is checked, the file is never held whole.
  */
-export function checkWholeModelFile(path: string): WholeModel {
+export async function checkWholeModelFile(path: string): Promise<WholeModel> {
   const reader = SafetensorsReader.open(path);
   try {
-    return checkWhole(reader.metadata, {
+    const values = new Map<string, Float32Array>();
+    const source: TensorSource = {
       names: () => reader.entries.keys(),
       shape: (name) => reader.entries.get(name)?.shape,
-      values: (name) => reader.read(name),
-    });
+      values: (name) => values.get(name)!,
+    };
+    // the metadata and the tensor set first (nothing read), then each tensor's values, read and checked in turn
+    const whole = checkWhole(reader.metadata, { ...source, values: () => new Float32Array(0) });
+    for (const spec of stageParamSpecs(whole.model, { from: 0, to: whole.kind === 'gpt' ? partCount(whole.config) : 1 })) {
+      await new Promise((r) => setImmediate(r));
+      values.set(spec.name, reader.read(spec.name));
+      checkTensors({ ...source, names: () => [spec.name] }, [spec]);
+      values.delete(spec.name);
+    }
+    return whole;
   } finally {
     reader.close();
   }

@@ -62,7 +62,7 @@ export async function publish(
   if (source.kind === 'file' && sizeOf(source.path) > MAX_FILE_BYTES) {
     // a large file (an imported model of gigabytes): checked and hashed streaming, uploaded in chunks
     try {
-      checkWholeModelFile(source.path);
+      await checkWholeModelFile(source.path);
     } catch (err) {
       throw new NimbleError('invalid', `${source.path} is not a whole Nimble model checkpoint: ${(err as Error).message}`);
     }

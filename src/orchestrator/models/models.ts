@@ -93,7 +93,7 @@ export class ModelService {
    */
   async storeUploaded(owner: Address, path: string, sha256: string, bytes: number, name: string, paid?: Paid): Promise<ModelRecord> {
     this.admit(owner);
-    const info = checkWholeModelFile(path);
+    const info = await checkWholeModelFile(path);
     const others = this.state.jobs.checkpointOwners(sha256).filter((o) => o.toLowerCase() !== owner.toLowerCase());
     if (others.length) throw new NimbleError('forbidden', `model ${sha256} is a checkpoint of a job of ${others[0]}: only that job's owner may publish it`);
     return this.keep({ sha256, owner, name, bytes, ...kindOf(info), jobId: null, step: info.step }, { path }, paid);

@@ -31,7 +31,7 @@ after(() => {
 const fixture = (name: string): { tokens: number[]; logits: number[][] } => JSON.parse(readFileSync(new URL(`../../fixtures/hf-reference/${name}.json`, import.meta.url), 'utf8'));
 
 for (const c of REFERENCE_CASES.filter((x) => ['llama-bf16', 'qwen2-f32', 'gpt2-f32', 'llama3-rope-f32'].includes(x.name))) {
-  test(`${c.name}: import writes one model file that serves PyTorch's logits; export gives the folder back tensor for tensor`, () => {
+  test(`${c.name}: import writes one model file that serves PyTorch's logits; export gives the folder back tensor for tensor`, async () => {
     const dir = join(root, c.name);
     writeRandomFolder(dir, c.hfConfig, { dtype: c.dtype, seed: c.seed, scale: c.scale });
     const file = join(root, `${c.name}.safetensors`);
@@ -58,7 +58,7 @@ for (const c of REFERENCE_CASES.filter((x) => ['llama-bf16', 'qwen2-f32', 'gpt2-
     assert.ok(max <= 1e-4, `max |Δlogit| ${max}`);
     // a miner reads only its stage's tensors from the file on disk: the same weights
     for (const range of splitEvenly(r.config, 2)) {
-      const fromFile = inferenceFromFile(engine, file, range), fromBytes = inferenceFromCheckpoint(engine, bytes, range);
+      const fromFile = await inferenceFromFile(engine, file, range), fromBytes = inferenceFromCheckpoint(engine, bytes, range);
       assert.deepEqual(fromFile.params.flat.data, fromBytes.params.flat.data);
       fromFile.release();
       fromBytes.release();
