@@ -70,7 +70,7 @@ export interface FuzzKeys {
   futureSession: RequestSigner;
   /** a session key nobody bound */
   stranger: RequestSigner;
-  /** an API key of the attacker's wallet: /v1/completions requests that get past the key check */
+  /** an API key of the attacker's wallet: /v1/completions and /v1/chat/completions requests that get past the key check */
   apiKey: string;
   /** the Cookie header of an operator's dashboard session: /operator/* requests that get past the login */
   operatorCookie: string;
@@ -445,7 +445,7 @@ export async function fuzzRoute(rng: Rng, target: string, route: RouteSummary, k
     }
   }
   const { headers, replay } = await sign(rng, keys, route, method, path, body, kind);
-  if (route.url === '/v1/completions' && chance(rng, 0.8)) {
+  if ((route.url === '/v1/completions' || route.url === '/v1/chat/completions') && chance(rng, 0.8)) {
     const own = chance(rng, 0.9);
     headers.authorization = own ? `Bearer ${keys.apiKey}` : `Bearer nk-${hex(rng, 48)}`;
     kind.push(own ? 'api-key:valid' : 'api-key:unknown');

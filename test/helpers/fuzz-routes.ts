@@ -19,6 +19,7 @@ import { buildPeerApi } from '../../src/miner/peer-api.ts';
 import { serveRoutes } from '../../src/miner/serve-api.ts';
 import { FsBlobStore } from '../../src/orchestrator/blobs/blobs.ts';
 import { buildApi } from '../../src/orchestrator/http.ts';
+import { ModelUploads } from '../../src/orchestrator/models/model-uploads.ts';
 import { DatasetService } from '../../src/orchestrator/jobs/datasets.ts';
 import { DEFAULT_CHECKPOINT_RETENTION_MS, JobService } from '../../src/orchestrator/jobs/jobs.ts';
 import { OrchestratorState } from '../../src/orchestrator/state/index.ts';
@@ -42,7 +43,8 @@ export async function declaredRoutes(): Promise<DeclaredRoutes> {
     const coordinator = new Coordinator(state, await FsBlobStore.open(join(dir, 'blobs')));
     const jobs = new JobService(coordinator, { checkpointRetentionMs: DEFAULT_CHECKPOINT_RETENTION_MS, slots: coordinator.slots });
     const datasets = new DatasetService(state, coordinator.blobs);
-    const api = buildApi(coordinator, null, jobs, datasets);
+    const uploads = new ModelUploads(join(dir, 'uploads'));
+    const api = buildApi(coordinator, null, jobs, datasets, undefined, null, null, { uploads });
     await api.ready();
     const stats = { forward: 0, backward: 0, merges: 0, bytesSent: 0, rejected: 0 };
     const verifier = new RequestVerifier();

@@ -89,7 +89,7 @@ test('public reads answer their declared views', async () => {
   isError(await request('GET', '/epochs/999'), 404, 'not_found');
   isError(await request('GET', '/nowhere'), 404, 'not_found');
   // under /v1 the OpenAI-compatible subset answers in OpenAI's error shape, unknown paths included
-  const v1 = await request('POST', '/v1/chat/completions', { json: { model: 'm', messages: [] } });
+  const v1 = await request('POST', '/v1/embeddings', { json: { model: 'm', input: 'x' } });
   assert.equal(v1.status, 404);
   assert.deepEqual(Object.keys(v1.body.error as object).sort(), ['code', 'message', 'param', 'type']);
   assert.equal((v1.body.error as unknown as { code: string }).code, 'unknown_url');
