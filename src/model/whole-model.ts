@@ -47,11 +47,9 @@ export function wholeModelRef(m: WholeModelConfig): string {
  */
 export function checkWholeModel(bytes: Uint8Array): WholeModel {
   const file = decodeSafetensors(bytes);
-  return checkWhole(file.metadata, {
-    names: () => file.tensors.keys(),
-    shape: (name) => file.tensors.get(name)?.shape,
-    values: (name) => file.tensors.get(name)!.data,
-  });
+  const { whole, specs } = checkWholeMeta(file.metadata, { names: () => file.tensors.keys(), shape: (name) => file.tensors.get(name)?.shape });
+  for (const spec of specs) checkFinite(spec.name, file.tensors.get(spec.name)!.data);
+  return whole;
 }
 
 /**
@@ -63,19 +61,10 @@ export function checkWholeModel(bytes: Uint8Array): WholeModel {
 export async function checkWholeModelFile(path: string): Promise<WholeModel> {
   const reader = SafetensorsReader.open(path);
   try {
-    const values = new Map<string, Float32Array>();
-    const source: TensorSource = {
-      names: () => reader.entries.keys(),
-      shape: (name) => reader.entries.get(name)?.shape,
-      values: (name) => values.get(name)!,
-    };
-    // the metadata and the tensor set first (nothing read), then each tensor's values, read and checked in turn
-    const whole = checkWhole(reader.metadata, { ...source, values: () => new Float32Array(0) });
-    for (const spec of stageParamSpecs(whole.model, { from: 0, to: whole.kind === 'gpt' ? partCount(whole.config) : 1 })) {
+    const { whole, specs } = checkWholeMeta(reader.metadata, { names: () => reader.entries.keys(), shape: (name) => reader.entries.get(name)?.shape });
+    for (const spec of specs) {
       await new Promise((r) => setImmediate(r));
-      values.set(spec.name, reader.read(spec.name));
-      checkTensors({ ...source, names: () => [spec.name] }, [spec]);
-      values.delete(spec.name);
+      checkFinite(spec.name, reader.read(spec.name));
     }
     return whole;
   } finally {
@@ -83,14 +72,14 @@ export async function checkWholeModelFile(path: string): Promise<WholeModel> {
   }
 }
 
-/** The tensors of a checkpoint, however they are held. */
-interface TensorSource {
+/** The tensors of a checkpoint, however they are held: their names and shapes. */
+interface TensorSet {
   names(): Iterable<string>;
   shape(name: string): readonly number[] | undefined;
-  values(name: string): Float32Array;
 }
 
-function checkWhole(metadata: Readonly<Record<string, string>>, tensors: TensorSource): WholeModel {
+/** The metadata (a whole model of a reference) and the tensor set (every tensor its model names, in its shape, no other), nothing read. */
+function checkWholeMeta(metadata: Readonly<Record<string, string>>, tensors: TensorSet): { whole: WholeModel; specs: readonly ParamSpec[] } {
   const format = metadata.format;
   if (format !== CHECKPOINT_FORMAT && format !== MLP_CHECKPOINT_FORMAT) {
     throw new SafetensorsError(`not a Nimble checkpoint (format '${format?.slice(0, 40) ?? 'none'}'): a published model is a ${CHECKPOINT_FORMAT} (GPT) or ${MLP_CHECKPOINT_FORMAT} (MLP classifier) file`);
@@ -104,23 +93,21 @@ function checkWhole(metadata: Readonly<Record<string, string>>, tensors: TensorS
   } catch (err) {
     throw new SafetensorsError(`the checkpoint's model has no model reference: ${(err as Error).message}`);
   }
-  checkTensors(tensors, stageParamSpecs(model, { from: 0, to: parts }));
-  return { ...info, model };
-}
-
-/** Every tensor `specs` names is in the file, in its shape, finite; the file has no other. */
-function checkTensors(file: TensorSource, specs: readonly ParamSpec[]): void {
+  const specs = stageParamSpecs(model, { from: 0, to: parts });
   const expected = new Set(specs.map((s) => s.name));
-  for (const name of file.names()) {
+  for (const name of tensors.names()) {
     if (!expected.has(name)) throw new SafetensorsError(`the checkpoint has a tensor its model does not name: ${name.slice(0, 80)}`);
   }
   for (const spec of specs) {
-    const shape = file.shape(spec.name);
+    const shape = tensors.shape(spec.name);
     if (!shape) throw new SafetensorsError(`the checkpoint lacks ${spec.name}`);
     if (shape.join(',') !== spec.shape.join(',')) throw new SafetensorsError(`${spec.name}: shape [${shape.join(', ')}] in the file, [${spec.shape.join(', ')}] expected`);
-    const data = file.values(spec.name);
-    for (let i = 0; i < data.length; i++) {
-      if (!Number.isFinite(data[i])) throw new SafetensorsError(`${spec.name}: non-finite value at ${i}`);
-    }
+  }
+  return { whole: { ...info, model }, specs };
+}
+
+function checkFinite(name: string, data: Float32Array): void {
+  for (let i = 0; i < data.length; i++) {
+    if (!Number.isFinite(data[i])) throw new SafetensorsError(`${name}: non-finite value at ${i}`);
   }
 }
