@@ -10,9 +10,11 @@
 // of an upload is kept in memory beyond one chunk.
 //
 // Bounds, for an upload needs only a wallet signature: the store's budget
-// admits the declared size before a byte is taken (../blobs/store-budget.ts:
-// the global bound, the disk, the free pool); one open upload per owner and
-// MAX_UPLOADS in all; an upload idle for IDLE_MS is dropped with its file.
+// admits the declared size, with every open upload's, before a byte is taken
+// (../blobs/store-budget.ts: the global bound, the disk); one open upload per
+// owner and MAX_UPLOADS in all; an upload idle for IDLE_MS, or not done by
+// its deadline (IDLE_MS plus its size at MIN_BYTES_PER_S: a trickle cannot
+// hold a slot for ever), is dropped with its file.
 // Uploads live in this process (an orchestrator restart drops them: the
 // client opens a new one).
 import { createHash, randomBytes, type Hash } from 'node:crypto';
@@ -28,6 +30,8 @@ export const MAX_UPLOAD_BYTES = 64 * 2 ** 30;
 export const MAX_UPLOADS = 2;
 /** An upload without a chunk this long is dropped. */
 export const IDLE_MS = 10 * 60_000;
+/** The slowest an upload may come in on average (1 MiB/s: a 2.2 GB model in 35 minutes). */
+export const MIN_BYTES_PER_S = 1 << 20;
 
 export interface Upload {
   id: string;
@@ -37,6 +41,8 @@ export interface Upload {
   received: number;
   path: string;
   lastMs: number;
+  /** dropped if not stored by then */
+  deadlineMs: number;
 }
 
 interface Open extends Upload {
@@ -66,7 +72,9 @@ export class ModelUploads {
     const id = randomBytes(16).toString('hex');
     const path = join(this.dir, id);
     closeSync(openSync(path, 'wx'));
-    const u: Open = { id, owner: owner.toLowerCase(), bytes, sha256, received: 0, path, lastMs: this.now(), hash: createHash('sha256') };
+    const now = this.now();
+    const deadlineMs = now + IDLE_MS + Math.ceil((bytes / MIN_BYTES_PER_S) * 1000);
+    const u: Open = { id, owner: owner.toLowerCase(), bytes, sha256, received: 0, path, lastMs: now, deadlineMs, hash: createHash('sha256') };
     this.open.set(id, u);
     return view(u);
   }
@@ -111,11 +119,19 @@ export class ModelUploads {
     }
   }
 
-  /** Drops uploads idle past IDLE_MS. */
+  /** Bytes the open uploads declared: what they will take once stored (the budget admits a new one beside them). */
+  pendingBytes(): number {
+    this.sweep();
+    let n = 0;
+    for (const u of this.open.values()) n += u.bytes;
+    return n;
+  }
+
+  /** Drops uploads idle past IDLE_MS or past their deadline. */
   sweep(): void {
     const now = this.now();
     for (const u of this.open.values()) {
-      if (now - u.lastMs <= IDLE_MS) continue;
+      if (now - u.lastMs <= IDLE_MS && now <= u.deadlineMs) continue;
       this.open.delete(u.id);
       rmSync(u.path, { force: true });
     }
@@ -136,5 +152,5 @@ export class ModelUploads {
 }
 
 function view(u: Open): Upload {
-  return { id: u.id, owner: u.owner, bytes: u.bytes, sha256: u.sha256, received: u.received, path: u.path, lastMs: u.lastMs };
+  return { id: u.id, owner: u.owner, bytes: u.bytes, sha256: u.sha256, received: u.received, path: u.path, lastMs: u.lastMs, deadlineMs: u.deadlineMs };
 }

@@ -34,8 +34,9 @@ export function modelUploadRoutes(
   app.post('/models/uploads', { config: developer, schema: { body: CreateUploadRequest, response: { 200: UploadView } } }, async (req) => {
     const owner = signerOf(req);
     models.admit(owner);
-    // the store's bounds, the disk and the free pool, for the declared size (checked again when it is stored)
-    await budget.admit(req.body.bytes, true);
+    // the store's bounds and the disk, for the declared size beside every open upload's (the free pool and a payment are
+    // checked when it is stored)
+    await budget.admit(req.body.bytes + uploads.pendingBytes(), true);
     return viewOf(uploads.create(owner, req.body.bytes, req.body.sha256));
   });
 
