@@ -26,7 +26,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Engine } from '../src/engine/engine.ts';
 import { StageInference, stageParamLayout } from '../src/inference/stage-inference.ts';
-import { gptConfigOfDecoder } from '../src/model/arch.ts';
+import { gptConfigOfDecoder } from '../src/model/hf/decoder-config.ts';
 import type { GptConfig } from '../src/model/config.ts';
 import { hfWeights } from '../src/model/hf/hf-weights.ts';
 import { ModelFolder } from '../src/model/hf/model-folder.ts';

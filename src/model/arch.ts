@@ -11,13 +11,23 @@
 // last stages share no weights): a tied checkpoint's head is loaded as the
 // embedding's transpose (./hf/hf-weights.ts).
 import { Type, type Static } from '@sinclair/typebox';
-import { RopeScaling, type DecoderConfig } from './hf/decoder-config.ts';
 
 const Int = Type.Integer({ minimum: 1, maximum: 1 << 24 });
 
-export const DecoderArch = Type.Object({
-  /** the Hugging Face family it came from (mistral is read as llama): what an export writes back */
-  family: Type.Union([Type.Literal('llama'), Type.Literal('qwen2'), Type.Literal('gpt2')]),
+export const RopeScaling = Type.Union([
+  Type.Object({ kind: Type.Literal('linear'), factor: Type.Number({ exclusiveMinimum: 0 }) }),
+  Type.Object({
+    kind: Type.Literal('llama3'),
+    factor: Type.Number({ exclusiveMinimum: 0 }),
+    lowFreqFactor: Type.Number({ exclusiveMinimum: 0 }),
+    highFreqFactor: Type.Number({ exclusiveMinimum: 0 }),
+    originalContextLength: Int,
+  }),
+]);
+export type RopeScaling = Static<typeof RopeScaling>;
+
+/** A block's fields besides the family: what a Hugging Face decoder config (./hf/decoder-config.ts) has too. */
+export const ARCH_FIELDS = {
   /** key/value heads (grouped-query attention: heads is a multiple of it) */
   kvHeads: Int,
   /** width of one head (Llama and Qwen2 may have heads · headDim ≠ channels) */
@@ -40,6 +50,15 @@ export const DecoderArch = Type.Object({
   mlpBias: Type.Boolean(),
   /** the checkpoint it came from tied its head to the embedding (the engine keeps both: an export may tie them again) */
   tiedEmbeddings: Type.Boolean(),
+};
+
+/** The Hugging Face families (mistral is read as llama). */
+export const ArchFamily = Type.Union([Type.Literal('llama'), Type.Literal('qwen2'), Type.Literal('gpt2')]);
+
+export const DecoderArch = Type.Object({
+  /** the Hugging Face family it came from: what an export writes back */
+  family: ArchFamily,
+  ...ARCH_FIELDS,
 });
 export type DecoderArch = Static<typeof DecoderArch>;
 
@@ -103,35 +122,4 @@ export function validateArch(c: ArchSizes): void {
   if (!(a.ropeTheta > 0 && Number.isFinite(a.ropeTheta))) throw new Error(`model arch: ropeTheta ${a.ropeTheta} must be positive`);
   if (a.family === 'gpt2' && (a.norm !== 'layernorm' || a.position !== 'learned' || a.mlp !== 'gelu')) throw new Error('model arch: a gpt2 block has LayerNorm, learned positions and GELU');
   if (a.family !== 'gpt2' && (a.norm !== 'rmsnorm' || a.position !== 'rope' || a.mlp !== 'swiglu')) throw new Error(`model arch: a ${a.family} block has RMSNorm, rotary positions and SwiGLU`);
-}
-
-/** The engine's config of a Hugging Face decoder (./hf/decoder-config.ts). */
-export function gptConfigOfDecoder(d: DecoderConfig): {
-  vocabSize: number; contextLength: number; channels: number; layers: number; heads: number; mlpRatio: number; arch: DecoderArch;
-} {
-  return {
-    vocabSize: d.vocabSize,
-    contextLength: d.contextLength,
-    channels: d.channels,
-    layers: d.layers,
-    heads: d.heads,
-    // not read when arch is set (arch.intermediateSize is the MLP's width); kept a positive integer for the schema
-    mlpRatio: Math.max(1, Math.round(d.intermediateSize / d.channels)),
-    arch: {
-      family: d.architecture, kvHeads: d.kvHeads, headDim: d.headDim, intermediateSize: d.intermediateSize,
-      norm: d.norm, normEps: d.normEps, position: d.position, ropeTheta: d.ropeTheta, ropeScaling: d.ropeScaling, mlp: d.mlp,
-      qkvBias: d.qkvBias, attnOutBias: d.attnOutBias, mlpBias: d.mlpBias, tiedEmbeddings: d.tiedEmbeddings,
-    },
-  };
-}
-
-/** The Hugging Face decoder config of an engine config with an arch (the inverse of gptConfigOfDecoder): what an export describes. */
-export function decoderOfGptConfig(c: ArchSizes & { layers: number }): DecoderConfig {
-  const a = c.arch;
-  if (!a) throw new Error('the byte-level GPT has no Hugging Face architecture: only a model with an arch exports');
-  return {
-    architecture: a.family, vocabSize: c.vocabSize, contextLength: c.contextLength, channels: c.channels, layers: c.layers, heads: c.heads,
-    kvHeads: a.kvHeads, headDim: a.headDim, intermediateSize: a.intermediateSize, norm: a.norm, normEps: a.normEps, position: a.position,
-    ropeTheta: a.ropeTheta, ropeScaling: a.ropeScaling, mlp: a.mlp, qkvBias: a.qkvBias, attnOutBias: a.attnOutBias, mlpBias: a.mlpBias, tiedEmbeddings: a.tiedEmbeddings,
-  };
 }

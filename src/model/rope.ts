@@ -14,7 +14,7 @@
 // rounded once.
 import type { Engine } from '../engine/engine.ts';
 import type { Tensor } from '../engine/tensor.ts';
-import type { RopeScaling } from './hf/decoder-config.ts';
+import type { RopeScaling } from './arch.ts';
 
 const f = Math.fround;
 

@@ -6,10 +6,9 @@
 import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
 import { Engine } from '../../src/engine/engine.ts';
-import { gptConfigOfDecoder } from '../../src/model/arch.ts';
 import type { GptConfig } from '../../src/model/config.ts';
 import { GptStage } from '../../src/model/gpt.ts';
-import { decoderConfigFromHf } from '../../src/model/hf/decoder-config.ts';
+import { decoderConfigFromHf, gptConfigOfDecoder } from '../../src/model/hf/decoder-config.ts';
 import { partCount, partParams, splitEvenly, type StageRange } from '../../src/model/parts.ts';
 import { TINY_LLAMA_CONFIG, TINY_QWEN2_CONFIG } from '../helpers/hf-folder.ts';
 

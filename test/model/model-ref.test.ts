@@ -160,8 +160,7 @@ test('an MLP checkpoint round-trips by reference; the GPT-only readers refuse it
 });
 
 test('a decoder with an arch (Llama, Qwen2, GPT-2, rope scaling) round-trips through its inline reference, one spelling each', async () => {
-  const { gptConfigOfDecoder } = await import('../../src/model/arch.ts');
-  const { decoderConfigFromHf } = await import('../../src/model/hf/decoder-config.ts');
+  const { decoderConfigFromHf, gptConfigOfDecoder } = await import('../../src/model/hf/decoder-config.ts');
   const { TINY_LLAMA_CONFIG, TINY_QWEN2_CONFIG, TINY_GPT2_CONFIG } = await import('../helpers/hf-folder.ts');
   const tinyllama = {
     model_type: 'llama', vocab_size: 32000, hidden_size: 2048, intermediate_size: 5632, num_hidden_layers: 22, num_attention_heads: 32,

@@ -6,7 +6,7 @@ import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
 import { after, before, test } from 'node:test';
 import { Engine } from '../../src/engine/engine.ts';
-import type { RopeScaling } from '../../src/model/hf/decoder-config.ts';
+import type { RopeScaling } from '../../src/model/arch.ts';
 import { createRopeTable, ropeCosSin, ropeInvFreq } from '../../src/model/rope.ts';
 
 interface Case {

@@ -15,14 +15,13 @@
 // memory at a time, so the peak is about the largest tensor, not the model.
 // A failure leaves nothing behind (the file is written aside and renamed).
 import { renameSync, rmSync } from 'node:fs';
-import { gptConfigOfDecoder, decoderOfGptConfig } from '../arch.ts';
+import { decoderOfGptConfig, gptConfigOfDecoder, ModelFolderError } from './decoder-config.ts';
 import { CHECKPOINT_FORMAT, checkpointInfo } from '../checkpoint.ts';
 import type { GptConfig } from '../config.ts';
 import { gptModelRef } from '../model-ref.ts';
 import { ParamLayout, type ParamSpec } from '../params.ts';
 import { partCount, partParams } from '../parts.ts';
 import { SafetensorsError } from '../safetensors.ts';
-import { ModelFolderError } from './decoder-config.ts';
 import type { FloatDtype } from './dtype.ts';
 import { writeModelFolder } from './folder-writer.ts';
 import { hfTensorSpecs } from './hf-tensors.ts';

@@ -8,24 +8,14 @@
 // the context) is refused with one line naming the field.
 import { Type, type Static } from '@sinclair/typebox';
 import { NimbleError } from '../../protocol/errors.ts';
+import { ARCH_FIELDS, ArchFamily, type ArchSizes, type DecoderArch, type RopeScaling } from '../arch.ts';
 
 const Int = Type.Integer({ minimum: 1, maximum: 1 << 24 });
 
-export const RopeScaling = Type.Union([
-  Type.Object({ kind: Type.Literal('linear'), factor: Type.Number({ exclusiveMinimum: 0 }) }),
-  Type.Object({
-    kind: Type.Literal('llama3'),
-    factor: Type.Number({ exclusiveMinimum: 0 }),
-    lowFreqFactor: Type.Number({ exclusiveMinimum: 0 }),
-    highFreqFactor: Type.Number({ exclusiveMinimum: 0 }),
-    originalContextLength: Int,
-  }),
-]);
-export type RopeScaling = Static<typeof RopeScaling>;
 
 export const DecoderConfig = Type.Object({
   /** the Hugging Face model_type it came from (mistral is read as llama) */
-  architecture: Type.Union([Type.Literal('llama'), Type.Literal('qwen2'), Type.Literal('gpt2')]),
+  architecture: ArchFamily,
   vocabSize: Int,
   /** longest sequence served or trained */
   contextLength: Int,
@@ -34,28 +24,7 @@ export const DecoderConfig = Type.Object({
   layers: Int,
   /** query heads */
   heads: Int,
-  /** key/value heads (grouped-query attention: heads is a multiple of it) */
-  kvHeads: Int,
-  /** width of one head */
-  headDim: Int,
-  /** hidden width of the MLP */
-  intermediateSize: Int,
-  norm: Type.Union([Type.Literal('layernorm'), Type.Literal('rmsnorm')]),
-  normEps: Type.Number({ exclusiveMinimum: 0, maximum: 1 }),
-  /** learned position embeddings (GPT-2) or rotary embeddings on q and k */
-  position: Type.Union([Type.Literal('learned'), Type.Literal('rope')]),
-  ropeTheta: Type.Number({ exclusiveMinimum: 0 }),
-  ropeScaling: Type.Union([RopeScaling, Type.Null()]),
-  /** GELU (tanh form) between two linears, or SiLU(gate) × up then down */
-  mlp: Type.Union([Type.Literal('gelu'), Type.Literal('swiglu')]),
-  /** biases on the q, k and v projections */
-  qkvBias: Type.Boolean(),
-  /** a bias on the attention's output projection */
-  attnOutBias: Type.Boolean(),
-  /** biases on the MLP's projections */
-  mlpBias: Type.Boolean(),
-  /** the head reuses the token embedding (then there is no lm_head tensor) */
-  tiedEmbeddings: Type.Boolean(),
+  ...ARCH_FIELDS,
 });
 export type DecoderConfig = Static<typeof DecoderConfig>;
 
@@ -209,4 +178,35 @@ export function decoderParamCount(c: DecoderConfig): number {
   const block = 2 * norm + attn + mlp;
   const embed = c.vocabSize * c.channels + (c.position === 'learned' ? c.contextLength * c.channels : 0);
   return embed + c.layers * block + norm + (c.tiedEmbeddings ? 0 : c.vocabSize * c.channels);
+}
+
+/** The engine's config of a Hugging Face decoder: the sizes, and the block as an arch (../arch.ts). */
+export function gptConfigOfDecoder(d: DecoderConfig): {
+  vocabSize: number; contextLength: number; channels: number; layers: number; heads: number; mlpRatio: number; arch: DecoderArch;
+} {
+  return {
+    vocabSize: d.vocabSize,
+    contextLength: d.contextLength,
+    channels: d.channels,
+    layers: d.layers,
+    heads: d.heads,
+    // not read when arch is set (arch.intermediateSize is the MLP's width); kept a positive integer for the schema
+    mlpRatio: Math.max(1, Math.round(d.intermediateSize / d.channels)),
+    arch: {
+      family: d.architecture, kvHeads: d.kvHeads, headDim: d.headDim, intermediateSize: d.intermediateSize,
+      norm: d.norm, normEps: d.normEps, position: d.position, ropeTheta: d.ropeTheta, ropeScaling: d.ropeScaling, mlp: d.mlp,
+      qkvBias: d.qkvBias, attnOutBias: d.attnOutBias, mlpBias: d.mlpBias, tiedEmbeddings: d.tiedEmbeddings,
+    },
+  };
+}
+
+/** The Hugging Face decoder config of an engine config with an arch (the inverse of gptConfigOfDecoder): what an export describes. */
+export function decoderOfGptConfig(c: ArchSizes & { layers: number }): DecoderConfig {
+  const a = c.arch;
+  if (!a) throw new Error('the byte-level GPT has no Hugging Face architecture: only a model with an arch exports');
+  return {
+    architecture: a.family, vocabSize: c.vocabSize, contextLength: c.contextLength, channels: c.channels, layers: c.layers, heads: c.heads,
+    kvHeads: a.kvHeads, headDim: a.headDim, intermediateSize: a.intermediateSize, norm: a.norm, normEps: a.normEps, position: a.position,
+    ropeTheta: a.ropeTheta, ropeScaling: a.ropeScaling, mlp: a.mlp, qkvBias: a.qkvBias, attnOutBias: a.attnOutBias, mlpBias: a.mlpBias, tiedEmbeddings: a.tiedEmbeddings,
+  };
 }

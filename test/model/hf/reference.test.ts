@@ -12,7 +12,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, test } from 'node:test';
 import { Engine } from '../../../src/engine/engine.ts';
-import { gptConfigOfDecoder } from '../../../src/model/arch.ts';
+import { gptConfigOfDecoder } from '../../../src/model/hf/decoder-config.ts';
 import type { GptConfig } from '../../../src/model/config.ts';
 import { GptStage } from '../../../src/model/gpt.ts';
 import { hfWeights } from '../../../src/model/hf/hf-weights.ts';
