@@ -180,6 +180,24 @@ test(`every route of the orchestrator and of the peer API takes ${REQUESTS} rand
     return true;
   })));
   const seconds = (performance.now() - t0) / 1000;
+  // Wallet signatures are costly to check, so the orchestrator takes only a few a second from everyone together
+  // (src/http/server.ts): at the pace above most of a wallet route's valid requests get 429, and a route can draw none
+  // that passes. Such a route is fuzzed again, one validly signed request at a time at a pace the bucket allows, until
+  // one gets past authentication (each still checked below like the rest).
+  const passed = (r: FuzzResult): boolean => r.status !== 401 && r.status !== 429;
+  for (const [name, list] of [['orchestrator', routes.orchestrator], ['peer', routes.peer.filter((r) => !r.signed)]] as const) {
+    const target = name === 'orchestrator' ? targets[0] : targets[1];
+    for (const route of list) {
+      const id = `${route.method} ${route.url}`;
+      for (let tries = 0; tries < 40 && !results.some((r) => r.req.route === id && passed(r)); ) {
+        const reqs = await fuzzRoute(rng, target.base, route, keys, world);
+        if (!reqs[0].kind.includes('auth:valid') && !reqs[0].kind.includes('auth:none')) continue;
+        tries++;
+        await new Promise((r) => setTimeout(r, 100));
+        for (const req of reqs) results.push(await sendFuzz(req, agent));
+      }
+    }
+  }
   fuzzing = false;
   await heartbeats;
   agent.destroy();
@@ -205,7 +223,7 @@ test(`every route of the orchestrator and of the peer API takes ${REQUESTS} rand
       assert.ok(mine.length >= 20, `${name} route ${id} got only ${mine.length} requests`);
       // a peer takes signatures only from the neighbours the orchestrator named, which the attacker is not
       const reachable = name === 'orchestrator' || !route.signed;
-      if (reachable) assert.ok(mine.some((r) => r.status !== 401 && r.status !== 429), `${name} route ${id}: no request got past authentication`);
+      if (reachable) assert.ok(mine.some(passed), `${name} route ${id}: no request got past authentication`);
     }
   }
 
