@@ -47,57 +47,12 @@ export class SafetensorsReader {
     }
     try {
       const size = fstatSync(fd).size;
-      const fail = (what: string): never => {
-        throw new SafetensorsError(`${path}: ${what}`);
-      };
-      if (size < 8) fail(`${size} bytes: too short for a safetensors header`);
       const lenBytes = Buffer.alloc(8);
-      readSync(fd, lenBytes, 0, 8, 0);
-      const headerLen = lenBytes.readBigUInt64LE(0);
-      if (headerLen > BigInt(MAX_HEADER_BYTES)) fail(`header of ${headerLen} bytes is larger than ${MAX_HEADER_BYTES}`);
-      if (headerLen > BigInt(size - 8)) fail(`header of ${headerLen} bytes runs past the end of the file (${size} bytes): truncated`);
-      const hl = Number(headerLen);
+      if (size >= 8) readSync(fd, lenBytes, 0, 8, 0);
+      const hl = safetensorsHeaderLength(lenBytes, size, path);
       const headerBytes = Buffer.alloc(hl);
       readSync(fd, headerBytes, 0, hl, 8);
-      let header: unknown;
-      try {
-        header = JSON.parse(new TextDecoder('utf-8', { fatal: true }).decode(headerBytes));
-      } catch {
-        fail('header is not valid UTF-8 JSON');
-      }
-      if (typeof header !== 'object' || header === null || Array.isArray(header)) fail('header is not a JSON object');
-      const dataStart = 8 + hl;
-      const dataLen = size - dataStart;
-      const entries = new Map<string, TensorEntry>();
-      let metadata: Record<string, string> = {};
-      for (const [name, raw] of Object.entries(header as Record<string, unknown>)) {
-        if (name === '__metadata__') {
-          if (typeof raw !== 'object' || raw === null || Array.isArray(raw) || Object.values(raw).some((v) => typeof v !== 'string')) fail('__metadata__ must map strings to strings');
-          metadata = raw as Record<string, string>;
-          continue;
-        }
-        const e = raw as { dtype?: unknown; shape?: unknown; data_offsets?: unknown } | null;
-        if (typeof e !== 'object' || e === null) fail(`${name}: not a tensor entry`);
-        if (!isFloatDtype(e!.dtype)) fail(`${name}: dtype ${JSON.stringify(e!.dtype)} is not supported (F32, F16 or BF16)`);
-        const shape = e!.shape;
-        if (!Array.isArray(shape) || shape.length > MAX_RANK || !shape.every((d) => Number.isSafeInteger(d) && d >= 0)) fail(`${name}: bad shape ${JSON.stringify(shape)}`);
-        const count = numel(shape as number[]);
-        if (count > MAX_TENSOR_VALUES) fail(`${name}: ${count} values, more than ${MAX_TENSOR_VALUES}`);
-        const off = e!.data_offsets;
-        if (!Array.isArray(off) || off.length !== 2 || !off.every((d) => Number.isSafeInteger(d) && d >= 0) || off[0] > off[1]) fail(`${name}: bad data_offsets`);
-        const [start, end] = off as [number, number];
-        if (end > dataLen) fail(`${name}: data [${start}, ${end}) runs past the end of the file (${dataLen} data bytes): truncated`);
-        const dtype = e!.dtype as FloatDtype;
-        if (end - start !== count * dtypeBytes(dtype)) fail(`${name}: ${end - start} bytes do not hold shape [${shape}] of ${dtype}`);
-        entries.set(name, { name, dtype, shape: shape as number[], start, end });
-      }
-      const ranges = [...entries.values()].sort((a, b) => a.start - b.start || a.end - b.end);
-      let cursor = 0;
-      for (const r of ranges) {
-        if (r.start !== cursor) fail(`${r.name}: data does not follow the previous tensor (gap or overlap at byte ${cursor})`);
-        cursor = r.end;
-      }
-      if (cursor !== dataLen) fail(`${dataLen - cursor} bytes after the last tensor: corrupt or oversized file`);
+      const { dataStart, entries, metadata } = parseSafetensorsHeader(headerBytes, size, path);
       return new SafetensorsReader(path, fd, dataStart, entries, metadata);
     } catch (err) {
       closeSync(fd);
@@ -170,4 +125,75 @@ export function writeSafetensorsFile(path: string, tensors: readonly TensorToWri
     closeSync(fd);
   }
   return 8 + Buffer.byteLength(json) + offset;
+}
+
+/** A safetensors file's parsed header: where the data starts, its tensors and its metadata. */
+export interface SafetensorsHeader {
+  readonly dataStart: number;
+  readonly entries: ReadonlyMap<string, TensorEntry>;
+  readonly metadata: Readonly<Record<string, string>>;
+}
+
+/**
+ * Checks the header's length word (the file's first 8 bytes) against the
+ * file's size and returns the header's byte length.
+ */
+export function safetensorsHeaderLength(lenBytes: Uint8Array, size: number, what: string): number {
+  if (size < 8 || lenBytes.length < 8) throw new SafetensorsError(`${what}: ${size} bytes: too short for a safetensors header`);
+  const headerLen = new DataView(lenBytes.buffer, lenBytes.byteOffset, 8).getBigUint64(0, true);
+  if (headerLen > BigInt(MAX_HEADER_BYTES)) throw new SafetensorsError(`${what}: header of ${headerLen} bytes is larger than ${MAX_HEADER_BYTES}`);
+  if (headerLen > BigInt(size - 8)) throw new SafetensorsError(`${what}: header of ${headerLen} bytes runs past the end of the file (${size} bytes): truncated`);
+  return Number(headerLen);
+}
+
+/**
+ * Parses and checks the header of a safetensors file of `size` bytes (its
+ * JSON, after the 8-byte length): each tensor's dtype, shape and byte range,
+ * ranges that tile the data exactly. Throws a SafetensorsError naming `what`.
+ */
+export function parseSafetensorsHeader(headerBytes: Uint8Array, size: number, what: string): SafetensorsHeader {
+  const fail = (problem: string): never => {
+    throw new SafetensorsError(`${what}: ${problem}`);
+  };
+  const hl = headerBytes.length;
+  let header: unknown;
+  try {
+    header = JSON.parse(new TextDecoder('utf-8', { fatal: true }).decode(headerBytes));
+  } catch {
+    fail('header is not valid UTF-8 JSON');
+  }
+  if (typeof header !== 'object' || header === null || Array.isArray(header)) fail('header is not a JSON object');
+  const dataStart = 8 + hl;
+  const dataLen = size - dataStart;
+  const entries = new Map<string, TensorEntry>();
+  let metadata: Record<string, string> = {};
+  for (const [name, raw] of Object.entries(header as Record<string, unknown>)) {
+    if (name === '__metadata__') {
+      if (typeof raw !== 'object' || raw === null || Array.isArray(raw) || Object.values(raw).some((v) => typeof v !== 'string')) fail('__metadata__ must map strings to strings');
+      metadata = raw as Record<string, string>;
+      continue;
+    }
+    const e = raw as { dtype?: unknown; shape?: unknown; data_offsets?: unknown } | null;
+    if (typeof e !== 'object' || e === null) fail(`${name}: not a tensor entry`);
+    if (!isFloatDtype(e!.dtype)) fail(`${name}: dtype ${JSON.stringify(e!.dtype)} is not supported (F32, F16 or BF16)`);
+    const shape = e!.shape;
+    if (!Array.isArray(shape) || shape.length > MAX_RANK || !shape.every((d) => Number.isSafeInteger(d) && d >= 0)) fail(`${name}: bad shape ${JSON.stringify(shape)}`);
+    const count = numel(shape as number[]);
+    if (count > MAX_TENSOR_VALUES) fail(`${name}: ${count} values, more than ${MAX_TENSOR_VALUES}`);
+    const off = e!.data_offsets;
+    if (!Array.isArray(off) || off.length !== 2 || !off.every((d) => Number.isSafeInteger(d) && d >= 0) || off[0] > off[1]) fail(`${name}: bad data_offsets`);
+    const [start, end] = off as [number, number];
+    if (end > dataLen) fail(`${name}: data [${start}, ${end}) runs past the end of the file (${dataLen} data bytes): truncated`);
+    const dtype = e!.dtype as FloatDtype;
+    if (end - start !== count * dtypeBytes(dtype)) fail(`${name}: ${end - start} bytes do not hold shape [${shape}] of ${dtype}`);
+    entries.set(name, { name, dtype, shape: shape as number[], start, end });
+  }
+  const ranges = [...entries.values()].sort((a, b) => a.start - b.start || a.end - b.end);
+  let cursor = 0;
+  for (const r of ranges) {
+    if (r.start !== cursor) fail(`${r.name}: data does not follow the previous tensor (gap or overlap at byte ${cursor})`);
+    cursor = r.end;
+  }
+  if (cursor !== dataLen) fail(`${dataLen - cursor} bytes after the last tensor: corrupt or oversized file`);
+  return { dataStart, entries, metadata };
 }

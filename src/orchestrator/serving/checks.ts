@@ -11,7 +11,8 @@
 //      back between its steps.
 //   3. Replay. The window's stage of the published model, loaded from the
 //      model store's file (the blob named by its sha256, which the store
-//      checked) as a miner loads it (inferenceFromCheckpoint), replays the
+//      checked) as a miner loads it, streamed by ranges and hash-checked
+//      again, keeping only the stage (../../inference/load-ranges.ts), replays the
 //      steps (./check-verify.ts): every answer must be bitwise the
 //      replay's, or within the deployment's thresholds (the training
 //      checks', or looser where ./build-probe.ts measured the two kernel
@@ -23,7 +24,7 @@
 //      (its deployment stage is given to another miner). A window that
 //      cannot be replayed here (the model file gone) charges nobody.
 import type { Engine } from '../../engine/engine.ts';
-import { inferenceFromCheckpoint } from '../../inference/load.ts';
+import { inferenceFromRanges } from '../../inference/load-ranges.ts';
 import type { StageInference } from '../../inference/stage-inference.ts';
 import { gptConfigOf } from '../../model/model-ref.ts';
 import type { BlobStore } from '../blobs/blobs.ts';
@@ -220,15 +221,12 @@ export class InferenceChecks {
     const key = `${w.sha256}/${cut.fromPart}/${cut.toPart}/${engine.relaxedSimd ? 'relaxed' : 'plain'}`;
     const kept = this.stages.get(key);
     if (kept) return kept;
-    let bytes: Uint8Array;
-    try {
-      bytes = await this.deps.blobs.get(w.sha256); // checked against its sha256
-    } catch (err) {
-      throw new UncheckableError(`the model file ${w.sha256.slice(0, 12)} cannot be read: ${(err as Error).message}`);
-    }
+    const size = await this.deps.blobs.size(w.sha256).catch(() => undefined);
+    if (size === undefined) throw new UncheckableError(`the model file ${w.sha256.slice(0, 12)} is not in the store`);
     let stage: StageInference;
     try {
-      stage = inferenceFromCheckpoint(engine, bytes, { from: cut.fromPart, to: cut.toPart }, { maxSessions: 1 });
+      // streamed by ranges and checked against its sha256: only the stage's tensors are kept
+      stage = await inferenceFromRanges(engine, { size, read: (start, end) => this.deps.blobs.getRange(w.sha256, start, end) }, { sha256: w.sha256, range: { from: cut.fromPart, to: cut.toPart }, stage: { maxSessions: 1 } });
     } catch (err) {
       throw new UncheckableError(`the model file does not load: ${(err as Error).message}`);
     }
