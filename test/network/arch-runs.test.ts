@@ -33,6 +33,7 @@ import { HfTokenizer } from '../../src/inference/tokenizer.ts';
 import { chainRegistryLookup } from '../../src/inference/verify.ts';
 import { Miner } from '../../src/miner/miner.ts';
 import { TextTokenizer } from '../../src/model/hf/tokenizer.ts';
+import { NimbleError } from '../../src/protocol/errors.ts';
 import type { StageRange } from '../../src/model/parts.ts';
 import { checkpointInfo } from '../../src/model/checkpoint.ts';
 import { archModelRef } from '../../src/model/arch-ref.ts';
@@ -121,6 +122,9 @@ async function servingCuts(name: string, replicas: number): Promise<{ deployment
 test('a Llama reference trains on 2 stages x 2 replicas of real miners: replicas merge, the loss falls, the checkpoint exports as a Llama folder; Qwen2 and GPT-2 runs complete and export', { timeout: 240_000 }, async () => {
   await startCluster();
   const trainers = await Promise.all(['t-a', 't-b', 't-c', 't-d'].map((n) => cluster.startMiner(n, ['--serve', 'training'])));
+  // the corpora are bytes: a vocabulary of 512 is refused before anything is planned
+  const wide = archModelRef(gptConfigOfDecoder(decoderConfigFromHf(TINY_LLAMA_CONFIG)));
+  await assert.rejects(cluster.createRun({ model: wide, data: 'moby-dick', steps: 8, stages: 2 }), (e: unknown) => e instanceof NimbleError && e.status === 400 && /vocabulary of 256, not 512/.test(e.message));
   const llama = smallRef(TINY_LLAMA_CONFIG);
   assert.match(llama, /^llama:v256\.t64\.c64\.l2\.h4\.k2\.d16\.i160\./);
   const run = await cluster.createRun({ model: llama, data: 'moby-dick', steps: 80, stages: 2, mergeEvery: 10, batchSize: 8, lr: 0.003, minMiners: 4 });
