@@ -15,6 +15,7 @@
 // memory at a time, so the peak is about the largest tensor, not the model.
 // A failure leaves nothing behind (the file is written aside and renamed).
 import { renameSync, rmSync } from 'node:fs';
+import { hfConfigOfDecoder } from './config-json.ts';
 import { decoderOfGptConfig, gptConfigOfDecoder, ModelFolderError } from './decoder-config.ts';
 import { CHECKPOINT_FORMAT, checkpointInfo } from '../checkpoint.ts';
 import type { GptConfig } from '../config.ts';
@@ -155,7 +156,8 @@ export function exportModelFile(path: string, dir: string, options: { dtype?: Fl
       return { name: spec.name, shape: spec.shape, values: () => storedTensor(decoder, name, entry.shape, engine(name), spec.name, spec.shape) };
     });
     const files: Record<string, unknown> = tokenizer ? { ...tokenizer } : {};
-    const base = hfConfig ?? {};
+    // a model trained from an inline reference has no config.json of its own: the one its decoder reads back from
+    const base = hfConfig ?? hfConfigOfDecoder(decoder);
     const bytes = writeModelFolder(dir, { hfConfig: { ...base, tie_word_embeddings: decoder.tiedEmbeddings }, tensors, dtype, files, overwrite: options.overwrite });
     return { bytes, dtype, config };
   } finally {
