@@ -288,7 +288,8 @@ for (const engine of ['sqlite', 'postgres'] as const) {
       assert.equal(state.ledger.openEpoch(8).fromLog, 3, 'the next epoch starts after the closed one');
       assert.equal(state.ledger.runMergesMark('r1'), 1);
       state.ledger.setChainEpoch(open.id, 12n, 31337);
-      state.ledger.setEpochError(open.id, 'rpc down');
+      state.ledger.setEpochError(open.id, 'rpc down', 1, 1009);
+      assert.deepEqual([state.ledger.epoch(open.id)!.attempts, state.ledger.epoch(open.id)!.retryAt], [1, 1009]);
       assert.equal(state.ledger.maxChainEpoch(), 12n);
       state.ledger.markSettled(open.id, '0xdead', 9);
       const e = state.ledger.epoch(open.id)!;
