@@ -189,6 +189,7 @@ export class StoreBudget {
   remove(sha256: string, now = this.now()): void {
     this.state.tx(() => {
       this.state.models.forget(sha256);
+      this.state.buildProbes.forget(sha256);
       this.state.garbage.condemn([sha256], now);
     });
   }
