@@ -1,8 +1,8 @@
 // The dataset half of the orchestrator's public API (routes in
 // src/orchestrator/routes/datasets.ts, contracts in ./datasets.ts): whether
 // a dataset is stored (for its uploader), the upload of packed bytes (signed
-// with the developer's wallet key, streamed with progress), the list, and
-// deleting one.
+// with the developer's wallet key, streamed with progress; paid past the
+// network's free store), the list, keeping one longer and deleting one.
 import { request as httpRequest, type IncomingMessage } from 'node:http';
 import { request as httpsRequest } from 'node:https';
 import { errorOf } from '../http/client.ts';
@@ -37,11 +37,13 @@ export class DatasetClient {
 
   /**
    * Uploads packed bytes, stating their sha256 (the orchestrator hashes them
-   * itself and refuses a mismatch). `onProgress` hears the bytes sent so far.
+   * itself and refuses a mismatch). `onProgress` hears the bytes sent so far;
+   * `keep`: stored paid for that many days (past the network's free store).
    */
-  async upload(bytes: Uint8Array, sha256: string, onProgress: (sent: number, total: number) => void = () => {}): Promise<UploadedDataset> {
+  async upload(bytes: Uint8Array, sha256: string, onProgress: (sent: number, total: number) => void = () => {}, keep?: { days: number; payment?: string }): Promise<UploadedDataset> {
     const signed = await this.api.signed();
-    const path = `/datasets?sha256=${sha256}`;
+    const query = new URLSearchParams({ sha256, ...(keep ? { keepDays: String(keep.days), ...(keep.payment ? { payment: keep.payment } : {}) } : {}) });
+    const path = `/datasets?${query.toString()}`;
     for (let attempt = 0; ; attempt++) {
       const headers = { ...(await signed.signer.sign('POST', path, bytes)), 'content-type': 'application/octet-stream', 'content-length': String(bytes.length) };
       try {
@@ -53,6 +55,11 @@ export class DatasetClient {
         await new Promise((r) => setTimeout(r, Math.min(8000, 250 * 2 ** attempt) * (0.5 + Math.random())));
       }
     }
+  }
+
+  /** Keeps one of the developer's datasets `days` more (`payment`: the NIM transfer of the quote, on a paid network). */
+  async keep(sha256: string, days: number, payment?: string): Promise<DatasetView> {
+    return (await this.api.signed()).postJson(`/datasets/${encodeURIComponent(sha256)}/keep`, payment ? { days, payment } : { days }, DatasetView, 'dataset');
   }
 
   /** Deletes one of the developer's datasets (refused while a job of theirs uses it). */

@@ -168,6 +168,9 @@ export const EpochView = Type.Object({
   txHash: Nullable(Type.String()),
   settledAt: Nullable(Ms),
   error: Nullable(Type.String()),
+  /** failed tries of its settlement, and when it is tried next (null: at the next pass): a failing one backs off, 1 s doubling to 5 min */
+  attempts: Count,
+  retryAt: Nullable(Ms),
   rewards: Type.Array(
     Type.Object({
       miner: Address,
@@ -206,6 +209,9 @@ export const EpochView = Type.Object({
       txHash: Nullable(Type.String()),
       reason: Type.String(),
       error: Nullable(Type.String()),
+      /** failed tries, and when it is tried next (a failing slash backs off, never re-sent at every pass) */
+      attempts: Count,
+      retryAt: Nullable(Ms),
     }),
   ),
 });

@@ -133,8 +133,8 @@ export async function startOrchestrator(options: OrchestratorOptions): Promise<R
   // an unused dataset is kept as long as an ended job's checkpoints
   const datasets = new DatasetService(state, coordinator.blobs, { retentionMs: options.checkpointRetentionMs ?? DEFAULT_CHECKPOINT_RETENTION_MS });
   const completions = new Completions(coordinator, { tokenizerBundle: options.tokenizerBundle ?? storedTokenizerBundle(state.models, coordinator.blobs) });
-  // each deployed model run under both kernel builds: its checks' thresholds, and a refusal of one no check can hold (serving/build-probe.ts)
-  const probes = new BuildProbes({ blobs: coordinator.blobs, engine: () => coordinator.verifier(), log: coordinator.log });
+  // each deployed model run under both kernel builds: its checks' thresholds, and a refusal of one no check can hold, kept in the state (serving/build-probe.ts)
+  const probes = new BuildProbes({ blobs: coordinator.blobs, store: state.buildProbes, engine: () => coordinator.verifier(), log: coordinator.log });
   const inferenceChecks = new InferenceChecks(
     { state, blobs: coordinator.blobs, engine: () => coordinator.verifier(), offences: coordinator.offences, log: coordinator.log, probes },
     options.inferenceChecks,

@@ -105,6 +105,8 @@ export function epochView(state: OrchestratorState, e: EpochRecord): EpochView {
     txHash: e.txHash,
     settledAt: e.settledAt,
     error: e.error,
+    attempts: e.attempts,
+    retryAt: e.retryAt,
     rewards: state.ledger.rewards(e.id).map((r) => ({
       miner: r.miner,
       name: state.miners.get(r.miner)?.name ?? null,
@@ -124,6 +126,8 @@ export function epochView(state: OrchestratorState, e: EpochRecord): EpochView {
       txHash: x.txHash,
       reason: x.reason,
       error: x.error,
+      attempts: x.attempts,
+      retryAt: x.retryAt,
     })),
   };
 }

@@ -120,7 +120,7 @@ function isErrorBody(body: string, path: string): boolean {
 test('the fuzz corpus holds every route src/ registers (the job routes, datasets, credits, storage, models, /v1, the dashboard, a miner\'s serving routes)', () => {
   assert.deepEqual(missingFromCorpus(routes), [], 'routes src/ registers that the servers the fuzz reads its routes from do not declare: they would never be fuzzed');
   const ids = new Set([...routes.orchestrator, ...routes.peer].map((r) => `${r.method} ${r.url}`));
-  for (const id of ['POST /jobs', 'GET /jobs/:id/events', 'POST /escrows/:escrowId/release', 'POST /datasets', 'POST /credits', 'GET /storage/quote', 'POST /models/:sha256/keep', 'DELETE /models/:sha256', 'POST /v1/completions', 'GET /login', 'POST /infer']) {
+  for (const id of ['POST /jobs', 'GET /jobs/:id/events', 'POST /escrows/:escrowId/release', 'POST /datasets', 'POST /datasets/:sha256/keep', 'POST /credits', 'GET /storage/quote', 'POST /models/:sha256/keep', 'DELETE /models/:sha256', 'POST /v1/completions', 'GET /login', 'POST /infer']) {
     assert.ok(ids.has(id), `${id} is in the fuzz corpus`);
   }
 });

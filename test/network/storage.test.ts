@@ -87,7 +87,7 @@ test('storing costs what does not multiply with keys: a free allowance per netwo
   }
   const full = await nbcli('model', 'publish', '--file', e.path, '--name', 'dev-e', '--keep-days', '1', '--wallet.name', 'dev');
   assert.notEqual(full.code, 0);
-  assert.match(full.stderr, /model store holds \d+ of its 200000 bytes: \d+ more do not fit \(nothing was paid\)/);
+  assert.match(full.stderr, /model and dataset store holds \d+ of its 200000 bytes: \d+ more do not fit \(nothing was paid\)/);
   await refused(outsider().storeFile(e.bytes, terms('junk-e'), { days: 1, payment: `0x${'ab'.repeat(32)}` }), 507, 'store_full', /holds .* of its .* \(--store-limit\)/);
 
   // 4. the outsider's unpublished model is collected after its retention; then the free allowance takes the next upload

@@ -6,11 +6,12 @@
 import { readFileSync, statSync } from 'node:fs';
 import { createHash } from 'node:crypto';
 import { getAddress, type Address, type Hex, type PrivateKeyAccount } from 'viem';
+import { payStore, type PaidKeep } from '../store-payment.ts';
 import type { ModelClient, PublishTermsInput } from '../../api/model-client.ts';
 import type { PublishTicket } from '../../api/models.ts';
 import { signerFor, type ChainClient } from '../../chain/client.ts';
 import { modelOfSha256, publishModel } from '../../chain/registry.ts';
-import { ensureGas, transferNim } from '../../chain/token.ts';
+import { ensureGas } from '../../chain/token.ts';
 import { sha256OfFile } from '../../api/download.ts';
 import { checkWholeModel, checkWholeModelFile } from '../../model/whole-model.ts';
 import { NimbleError } from '../../protocol/errors.ts';
@@ -96,15 +97,8 @@ export async function publish(
 }
 
 /** Pays the orchestrator's quote for keeping `bytes` `days` (nothing on an unpaid network): the store is then past the free allowance. */
-async function paidKeep(client: ChainClient, models: ModelClient, account: PrivateKeyAccount, bytes: number, days: number): Promise<{ days: number; payment?: string }> {
-  const quote = await models.quote(bytes, days);
-  // refused before paying: what the store would refuse anyway
-  if (quote.store.used + bytes > quote.store.limit) throw new NimbleError('store_full', `the orchestrator's model store holds ${quote.store.used} of its ${quote.store.limit} bytes: ${bytes} more do not fit (nothing was paid)`);
-  if (quote.disk.free !== null && quote.disk.free - bytes < quote.disk.reserve) throw new NimbleError('disk_full', `the orchestrator's disk has ${quote.disk.free} bytes free, under its reserve with ${bytes} more (nothing was paid)`);
-  if (BigInt(quote.price) === 0n || !quote.payee) return { days };
-  await ensureGas(client, account.address);
-  const tx = await transferNim(client, signerFor(client, account), getAddress(quote.payee), BigInt(quote.price));
-  return { days, payment: tx.hash };
+function paidKeep(client: ChainClient, models: ModelClient, account: PrivateKeyAccount, bytes: number, days: number): Promise<PaidKeep> {
+  return payStore(client, (b, d) => models.quote(b, d), account, bytes, days);
 }
 
 async function refuseIfPublished(client: ChainClient, sha256: string): Promise<void> {

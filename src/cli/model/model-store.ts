@@ -7,19 +7,18 @@
 // deployed). NAME is a sha256, or a name: every model of the wallet stored
 // under it.
 import type { Command } from 'commander';
-import { getAddress, type Address, type Hex } from 'viem';
+import type { Address, Hex } from 'viem';
 import { privateKeyToAccount } from 'viem/accounts';
 import { OrchestratorClient } from '../../api/client.ts';
 import { ModelClient } from '../../api/model-client.ts';
 import type { StoredModelView } from '../../api/models.ts';
 import { formatNim } from '../../chain/amounts.ts';
-import { signerFor } from '../../chain/client.ts';
-import { transferNim } from '../../chain/token.ts';
 import { loadWalletFile, unlockWallet } from '../../chain/wallets.ts';
 import { NimbleError } from '../../protocol/errors.ts';
 import { onChain, type ChainCommandOptions } from '../chain-options.ts';
 import { emit, parsePositiveInt, resolveDataDir } from '../common.ts';
 import { readPassword } from '../prompt.ts';
+import { payStore } from '../store-payment.ts';
 
 interface Flags extends ChainCommandOptions {
   orchestrator: string;
@@ -50,9 +49,8 @@ export async function keepModel(flags: ChainCommandOptions, client: ModelClient,
   const quote = await client.quote(m.bytes, days);
   const price = BigInt(quote.price);
   if (price === 0n || !quote.payee) return { model: await client.keep(m.sha256, days), paid: 0n };
-  const payee = getAddress(quote.payee);
-  const tx = await onChain(flags, (chain) => transferNim(chain, signerFor(chain, privateKeyToAccount(key)), payee, price), { orchestrator: api });
-  return { model: await client.keep(m.sha256, days, tx.hash), paid: price };
+  const paid = await onChain(flags, (chain) => payStore(chain, async () => quote, privateKeyToAccount(key), m.bytes, days, false), { orchestrator: api });
+  return { model: await client.keep(m.sha256, days, paid.payment), paid: price };
 }
 
 export function registerModelStore(group: Command, common: (cmd: Command) => Command): void {

@@ -55,7 +55,7 @@ export function registerOrchestrator(program: Command): void {
       .option('--checkpoint-retention <duration>', "how long an ended job's checkpoints are kept (e.g. 3d, 12h)", '3d')
       .option('--store-limit <bytes>', 'all stored models and datasets together at most (e.g. 16GiB); a store past it is refused', '16GiB')
       .option('--disk-reserve <bytes>', "free disk a model or dataset store must leave on the blob folder's file system for training", '2GiB')
-      .option('--free-store <bytes>', 'unpaid, unpublished models and datasets kept for free, for the whole network together; past it a model is stored only paid (NIM per GB-day)', '1GiB')
+      .option('--free-store <bytes>', 'unpaid, unpublished models and unpaid datasets kept for free, for the whole network together; past it a model or dataset is stored only paid (NIM per GB-day)', '1GiB')
       .option('--model-retention <duration>', 'an unpublished stored model is collected this long after it was stored, unless kept longer (nbcli model keep)', '3d')
       .option('--slash-fraction <share>', 'share of its stake a miner loses for each offence: a failed spot check, a forged receipt or claim, a poisoned merge (paid networks)', '0.05'),
   )).action(async (flags: Flags) => {

@@ -9,18 +9,21 @@
 //     front (507 `disk_full`), so checkpoints, merge uploads and stage states
 //     always find room, and no write discovers a full disk half-way;
 //   - a free allowance, `freeStoreBytes` (--free-store, 1 GiB), for the whole
-//     network, not per key: unpaid, unpublished models together (datasets,
-//     never paid for, count in the global bound and the disk check beside
-//     their per-key quota and retention: ../jobs/datasets.ts).
-//     Past it, a model is stored only paid (`keepDays` and a NIM transfer of
-//     the quote, as `checkpoint keep` pays: 402 `payment_required` else);
-//   - a price per GB-day (STORAGE_NIM_PER_GB_DAY) to keep a model beyond its
-//     free retention (`nbcli model keep NAME --days N`, GET /storage/quote);
+//     network, not per key: unpaid, unpublished models and unpaid datasets
+//     together (a dataset counts as at least DATASET_MIN_BYTES, so tiny rows
+//     do not flood it for nothing). Past it, a model or dataset is stored
+//     only paid (`keepDays` and a NIM transfer of the quote, as `checkpoint
+//     keep` pays: 402 `payment_required` else);
+//   - a price per GB-day (STORAGE_NIM_PER_GB_DAY) to keep a model or dataset
+//     beyond its free retention (`nbcli model keep NAME --days N`, `nbcli
+//     dataset keep ID --days N`, GET /storage/quote);
 //   - retention: an unpublished model is collected `retentionMs`
 //     (--model-retention, 3 days) after it was stored, or when its paid time
 //     ends if later; a published one stays (publishing is a transaction of
 //     its owner's); its owner deletes it (`nbcli model rm`) whenever no
-//     deployment is live. Datasets keep their own retention (../jobs/datasets.ts).
+//     deployment is live. A dataset is collected its retention after its last
+//     use, or when its paid time ends if later (../jobs/datasets.ts), and its
+//     owner deletes it (`nbcli dataset rm`) when no job of theirs uses it.
 // Collection deletes the rows; their blobs go to the collector (./gc.ts),
 // which deletes each through the guard (./blob-guard.ts) unless named again.
 import { statfs } from 'node:fs/promises';
@@ -33,11 +36,16 @@ export const DEFAULT_STORE_LIMIT_BYTES = 16 * GIB;
 export const DEFAULT_DISK_RESERVE_BYTES = 2 * GIB;
 export const DEFAULT_FREE_STORE_BYTES = 1 * GIB;
 export const DEFAULT_MODEL_RETENTION_MS = 3 * 86_400_000;
+/** What one unpaid dataset counts as in the free store at least (64 KiB). */
+export const DATASET_MIN_BYTES = 64 * 1024;
 /** Days a keep may pay for at once. */
 export const MAX_KEEP_DAYS = 3650;
 const DAY_MS = 86_400_000;
 /** Rows collected per pass at most. */
 const COLLECT_BATCH = 500;
+
+/** What is stored: a model (POST /models, /models/file) or a dataset (POST /datasets). */
+export type StoredKind = 'model' | 'dataset';
 
 export interface StoreBudgetOptions {
   storeLimitBytes: number;
@@ -86,30 +94,36 @@ export class StoreBudget {
     this.options = { storeLimitBytes: DEFAULT_STORE_LIMIT_BYTES, diskReserveBytes: DEFAULT_DISK_RESERVE_BYTES, freeStoreBytes: DEFAULT_FREE_STORE_BYTES, retentionMs: DEFAULT_MODEL_RETENTION_MS, dir: null, ...options };
   }
 
-  /** Bytes of all models and datasets, and of the models kept for free. */
+  /** Bytes of all models and datasets, and of those kept for free (unpaid, unpublished models and unpaid datasets). */
   usage(): { used: number; free: number } {
     const now = this.now();
-    return { used: this.state.models.totalBytes() + this.state.datasets.totalBytes(), free: this.state.models.freeBytes(now) };
+    return {
+      used: this.state.models.totalBytes() + this.state.datasets.totalBytes(),
+      free: this.state.models.freeBytes(now) + this.state.datasets.freeBytes(now, DATASET_MIN_BYTES),
+    };
   }
 
   /**
-   * Whether `bytes` more fit: the global bound and the disk always, the free
-   * allowance unless `paid` (the store is paid for). Throws the one error
-   * that says which and what to do.
+   * Whether `bytes` more of a `kind` fit: the global bound and the disk
+   * always, the free allowance unless `paid` (the store is paid for). Throws
+   * the one error that says which and what to do.
    */
-  async admit(bytes: number, paid: boolean): Promise<void> {
+  async admit(bytes: number, paid: boolean, kind: StoredKind = 'model'): Promise<void> {
     const { storeLimitBytes, freeStoreBytes, diskReserveBytes, dir } = this.options;
     const { used, free } = this.usage();
     if (used + bytes > storeLimitBytes) {
-      throw new NimbleError('store_full', `this orchestrator's model and dataset store holds ${gib(used)} of its ${gib(storeLimitBytes)} (--store-limit): ${gib(bytes)} more do not fit; delete models you no longer need (nbcli model rm NAME) or retry once unpublished ones expire`, 507);
+      throw new NimbleError('store_full', `this orchestrator's model and dataset store holds ${gib(used)} of its ${gib(storeLimitBytes)} (--store-limit): ${gib(bytes)} more do not fit; delete models or datasets you no longer need (nbcli model rm NAME, nbcli dataset rm ID) or retry once unused ones expire`, 507);
     }
     if (dir !== null) {
       const left = await this.freeDisk(dir);
       if (left - bytes < diskReserveBytes) throw new NimbleError('disk_full', `the orchestrator's disk has ${gib(left)} free; storing ${gib(bytes)} would leave less than its reserve of ${gib(diskReserveBytes)} (--disk-reserve) for training`, 507);
     }
-    if (!paid && free + bytes > freeStoreBytes) {
-      const how = this.payments ? `pay to keep it: nbcli model publish --keep-days N (GET /storage/quote?bytes=${bytes}&days=N says the price, ${STORAGE_NIM_PER_GB_DAY} NIM per GB-day)` : 'retry once unpublished models expire';
-      throw new NimbleError('payment_required', `the network's free store (${gib(freeStoreBytes)} for everyone together, --free-store) holds ${gib(free)}: ${gib(bytes)} more are not free; ${how}`, 402);
+    const charged = kind === 'dataset' ? Math.max(bytes, DATASET_MIN_BYTES) : bytes;
+    // on an unpaid network nothing is paid for: a store claiming it is as free as any other
+    if (!(paid && this.payments) && free + charged > freeStoreBytes) {
+      const command = kind === 'dataset' ? 'nbcli dataset upload PATH --keep-days N' : 'nbcli model publish --keep-days N';
+      const how = this.payments ? `pay to keep it: ${command} (GET /storage/quote?bytes=${bytes}&days=N says the price, ${STORAGE_NIM_PER_GB_DAY} NIM per GB-day)` : 'retry once unpaid models and datasets expire';
+      throw new NimbleError('payment_required', `the network's free store (${gib(freeStoreBytes)} for everyone together, --free-store) holds ${gib(free)}: ${gib(charged)} more are not free; ${how}`, 402);
     }
   }
 
@@ -132,12 +146,14 @@ export class StoreBudget {
     };
   }
 
-  /** Checks a payment for keeping `bytes` `days` more (free on an unpaid network); returns the time it is kept until, from `from`. */
+  /** Checks a payment for keeping `bytes` `days` more (refused on an unpaid network); returns the time it is kept until, from `from`. */
   async pay(payer: string, what: string, bytes: number, days: number, payment: string | undefined, from: number): Promise<number> {
     checkDays(days);
-    const price = this.payments?.price(bytes, days) ?? 0n;
-    if (this.payments && price > 0n) {
-      if (!payment) throw new NimbleError('payment_required', `keeping ${what} (${(bytes / 1e6).toFixed(1)} MB) ${days} days costs ${price} wei of NIM: transfer it to ${this.payments.payee} and send the transaction's hash (nbcli model keep does both)`, 402);
+    // a keep that cost nothing would lift a store out of the free allowance for nothing
+    if (!this.payments) throw new NimbleError('unpaid_network', `this orchestrator runs unpaid (no JobEscrow on its chain, or no chain): ${what} cannot be paid for; what is stored is kept for free for its retention, within the network's free store (--free-store)`, 409);
+    const price = this.payments.price(bytes, days);
+    if (price > 0n) {
+      if (!payment) throw new NimbleError('payment_required', `keeping ${what} (${(bytes / 1e6).toFixed(1)} MB) ${days} days costs ${price} wei of NIM: transfer it to ${this.payments.payee} and send the transaction's hash (nbcli model keep and nbcli dataset keep do both)`, 402);
       await this.payments.check(payment, payer, price, what, days);
     }
     return Math.max(from, this.now()) + days * DAY_MS;
@@ -173,6 +189,7 @@ export class StoreBudget {
   remove(sha256: string, now = this.now()): void {
     this.state.tx(() => {
       this.state.models.forget(sha256);
+      this.state.buildProbes.forget(sha256);
       this.state.garbage.condemn([sha256], now);
     });
   }
@@ -188,5 +205,6 @@ async function diskFree(dir: string): Promise<number> {
 }
 
 function gib(bytes: number): string {
-  return bytes >= GIB ? `${(bytes / GIB).toFixed(2)} GiB` : `${(bytes / 2 ** 20).toFixed(1)} MiB`;
+  if (bytes >= GIB) return `${(bytes / GIB).toFixed(2)} GiB`;
+  return bytes >= 2 ** 20 ? `${(bytes / 2 ** 20).toFixed(1)} MiB` : `${(bytes / 1024).toFixed(1)} KiB`;
 }

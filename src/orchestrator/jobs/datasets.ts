@@ -6,29 +6,35 @@
 // and lets only an uploader's jobs and runs train on them; miners download
 // the blob (GET /blobs/:id) and check it against the id.
 //
-// Quota: MAX_DATASETS_PER_OWNER datasets and MAX_DATASET_BYTES_PER_OWNER
-// bytes per address (403 `quota_exceeded`), one upload received at a time
-// (429, retried by the client).
+// What storing costs (../blobs/store-budget.ts, the one home of it, shared
+// with the model store): a dataset counts in the network's free store
+// (--free-store, for everyone together, not per key) until it is paid for;
+// past that pool an upload is stored only paid (`keepDays` and a NIM transfer
+// of the quote: 402 `payment_required` else), and its owner keeps it longer
+// (POST /datasets/:sha256/keep, `nbcli dataset keep`). Beside it, at most
+// MAX_DATASETS_PER_OWNER rows per address (403 `quota_exceeded`: one key's
+// listing stays short; it protects nothing of the disk, which the store's
+// bounds do) and one upload received at a time (429, retried by the client).
 //
 // Retention: a dataset is never deleted while a job or run of its owner that
 // has not ended names it. After the last one ended (or after its upload) it
 // is kept for the retention period, the orchestrator's checkpoint retention
-// (`--checkpoint-retention`, 3 days by default), then the collector deletes
-// its row, and its blob unless another row names the same bytes. Its owner
-// may delete it earlier (DELETE /datasets/:sha256), except while in use.
+// (`--checkpoint-retention`, 3 days by default), or until its paid time ends
+// if later, then the collector deletes its row, and its blob unless another
+// row names the same bytes. Its owner may delete it earlier (DELETE
+// /datasets/:sha256), except while in use.
 import type { Address } from 'viem';
 import type { DatasetView } from '../../api/datasets.ts';
 import { checkCorpusSize, datasetHex, isDatasetId, MAX_DATASET_BYTES } from '../../data/dataset.ts';
 import { NAMED_DATA_SETS, type ResolvedJob } from '../../jobs/spec.ts';
 import { NimbleError } from '../../protocol/errors.ts';
 import { blobId, type BlobStore } from '../blobs/blobs.ts';
+import type { StoreBudget } from '../blobs/store-budget.ts';
 import type { DatasetRecord } from '../state/datasets.ts';
 import type { OrchestratorState } from '../state/index.ts';
 
-/** Datasets one address keeps at most. */
+/** Datasets one address keeps at most (its listing's bound; the bytes are the store budget's). */
 export const MAX_DATASETS_PER_OWNER = 16;
-/** Bytes of datasets one address keeps at most (four of the largest). */
-export const MAX_DATASET_BYTES_PER_OWNER = 4 * MAX_DATASET_BYTES;
 /** Dataset uploads received at once (all developers together): they never crowd out the miners' merge uploads. */
 export const MAX_DATASET_UPLOADS_AT_ONCE = 1;
 /** By default an unused dataset is kept as long as an ended job's checkpoints (DEFAULT_CHECKPOINT_RETENTION_MS). */
@@ -56,34 +62,43 @@ export class DatasetService {
     this.options = { retentionMs: DEFAULT_DATASET_RETENTION_MS, ...options };
   }
 
-  /** What an upload must pass before its body is read: its announced size, and room in its owner's quota. */
-  admit(owner: string, announcedBytes: number): void {
+  /**
+   * What an upload must pass before its body is read: its announced size,
+   * room for one more row of its owner, and (with a `budget`) the store's
+   * bounds, the disk and, unless `paid`, the network's free store.
+   */
+  async admit(owner: string, announcedBytes: number, budget: StoreBudget | null = null, paid = false): Promise<void> {
     if (announcedBytes > MAX_DATASET_BYTES) throw tooLarge(announcedBytes);
-    const used = this.state.datasets.usageOf(owner);
-    if (used.count >= MAX_DATASETS_PER_OWNER) {
-      throw new NimbleError('quota_exceeded', `${owner} keeps ${used.count} datasets, the most one address may; delete one (nbcli dataset rm ID) or wait until one expires`, 403);
+    const count = this.state.datasets.countOf(owner);
+    if (count >= MAX_DATASETS_PER_OWNER) {
+      throw new NimbleError('quota_exceeded', `${owner} keeps ${count} datasets, the most one address may; delete one (nbcli dataset rm ID) or wait until one expires`, 403);
     }
-    if (used.bytes + announcedBytes > MAX_DATASET_BYTES_PER_OWNER) {
-      throw new NimbleError(
-        'quota_exceeded',
-        `${owner} keeps ${mib(used.bytes)} of datasets; with this one (${mib(announcedBytes)}) it would pass the ${mib(MAX_DATASET_BYTES_PER_OWNER)} one address may keep; delete one (nbcli dataset rm ID) or wait until one expires`,
-        403,
-      );
-    }
+    await budget?.admit(announcedBytes, paid, 'dataset');
   }
 
   /**
    * Stores uploaded bytes for `owner`: hashed here (a stated `expected`
-   * sha256 that differs is refused, nothing kept), the row first, then the
-   * blob (so that the collector cannot take it in between).
+   * sha256 that differs is refused, nothing kept); a new row passes the
+   * store's bounds (`budget`) and, `paid`, its payment is checked before
+   * anything is kept; the row first, then the blob (so that the collector
+   * cannot take it in between). The same bytes again from their owner take
+   * nothing more (paid: they are kept longer).
    */
-  async store(owner: Address, bytes: Uint8Array, expected?: string): Promise<{ record: DatasetRecord; created: boolean }> {
+  async store(owner: Address, bytes: Uint8Array, expected?: string, budget: StoreBudget | null = null, paid?: PaidKeep): Promise<{ record: DatasetRecord; created: boolean }> {
     if (bytes.length === 0) throw new NimbleError('invalid', 'the dataset is empty');
     if (bytes.length > MAX_DATASET_BYTES) throw tooLarge(bytes.length);
     const sha256 = blobId(bytes);
     if (expected !== undefined && expected !== sha256) throw new NimbleError('sha_mismatch', `the body has sha256 ${sha256}, not ${expected} as stated; nothing was stored`, 400);
-    if (!this.state.datasets.heldBy(sha256, owner)) this.admit(owner, bytes.length);
-    const { record, created } = this.state.datasets.add({ sha256, owner, bytes: bytes.length, retentionMs: this.options.retentionMs }, this.now());
+    let keptUntil = 0;
+    const held = this.state.datasets.heldBy(sha256, owner);
+    if (held && paid && budget) {
+      await this.keep(sha256, owner, paid, budget);
+    } else if (!held) {
+      // the bounds before anything is paid, the payment before anything is kept
+      await this.admit(owner, bytes.length, budget, paid !== undefined);
+      if (paid && budget) keptUntil = await budget.pay(owner, `dataset sha256:${sha256}`, bytes.length, paid.days, paid.payment, this.now());
+    }
+    const { record, created } = this.state.datasets.add({ sha256, owner, bytes: bytes.length, retentionMs: this.options.retentionMs, keptUntil }, this.now());
     try {
       await this.blobs.put(bytes);
     } catch (err) {
@@ -98,6 +113,14 @@ export class DatasetService {
     const d = owner ? this.state.datasets.heldBy(sha256, owner) : this.state.datasets.first(sha256);
     if (!d) throw new NimbleError('not_found', `no dataset sha256:${sha256}${owner ? ` uploaded by ${owner}` : ''}`);
     return d;
+  }
+
+  /** Its owner keeps a dataset `paid.days` more after it would expire, paid first on a paid network (`budget.pay`). */
+  async keep(sha256: string, owner: string, paid: PaidKeep, budget: StoreBudget): Promise<DatasetRecord> {
+    const d = this.get(sha256, owner);
+    const until = await budget.pay(d.owner, `dataset sha256:${sha256}`, d.bytes, paid.days, paid.payment, datasetExpiresAt(d));
+    this.state.datasets.keep(sha256, d.owner, until);
+    return this.get(sha256, owner);
   }
 
   /** Its owner deletes a dataset no job or run of theirs that has not ended names. */
@@ -170,16 +193,23 @@ export function requireDataset(state: OrchestratorState, data: string, owner: st
   return d;
 }
 
+/** A keep paid for `days` by transaction `payment` (none on an unpaid network). */
+export interface PaidKeep {
+  days: number;
+  payment?: string;
+}
+
+/** When a dataset is collected unless used again or kept longer: its retention after its last use, or its paid time if later. */
+export function datasetExpiresAt(d: DatasetRecord): number {
+  return Math.max(d.usedAt + d.retentionMs, d.keptUntil);
+}
+
 export function datasetView(d: DatasetRecord): DatasetView {
-  return { id: `sha256:${d.sha256}`, sha256: d.sha256, owner: d.owner, bytes: d.bytes, createdAt: d.createdAt, usedAt: d.usedAt, expiresAt: d.usedAt + d.retentionMs };
+  return { id: `sha256:${d.sha256}`, sha256: d.sha256, owner: d.owner, bytes: d.bytes, createdAt: d.createdAt, usedAt: d.usedAt, keptUntil: d.keptUntil, expiresAt: datasetExpiresAt(d) };
 }
 
 function tooLarge(bytes: number): NimbleError {
   return new NimbleError('too_large', `a dataset may have at most ${MAX_DATASET_BYTES} bytes (256 MiB), this one has ${bytes}`, 413);
-}
-
-function mib(bytes: number): string {
-  return bytes < 2 ** 20 ? `${bytes} bytes` : `${(bytes / 2 ** 20).toFixed(1)} MiB`;
 }
 
 function sameAddress(a: string, b: string): boolean {

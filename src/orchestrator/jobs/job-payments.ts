@@ -35,7 +35,7 @@
 // inference credit (../serving/credits.ts) is locked the same way.
 //
 // A failing chain call (a payment, a lock renewal, a close) is retried with
-// exponential backoff (retryDelayMs: 1 s doubling to 10 min), its attempts,
+// exponential backoff (../rewards/backoff.ts: 1 s doubling to 5 min), its attempts,
 // next try and error recorded on its row, shown in the job's `payment` and
 // noted in the job's events; never in a tight loop. An escrow found closed on
 // chain with payments pending (its owner's close after the lock lapsed) marks
@@ -44,6 +44,7 @@ import { getAddress, parseEventLogs, type Address, type Hex } from 'viem';
 import type { ChainClient, SigningClient } from '../../chain/client.ts';
 import { chainTime, closeEscrow, escrowAddress, escrowLockTimeout, lockEscrow, payJob, readEscrow, type JobEscrowState } from '../../chain/escrow.ts';
 import { formatDuration } from '../../jobs/duration.ts';
+import { retryDelayMs } from '../rewards/backoff.ts';
 import { formatNim } from '../../chain/amounts.ts';
 import { nimAbi } from '../../chain/abis.ts';
 import { DEFAULT_PRICING, STORAGE_NIM_PER_GB_DAY } from '../../jobs/plan-constants.ts';
@@ -60,17 +61,8 @@ import type { EscrowRecord } from '../state/escrows.ts';
  * it alone (1 day): the ended job's last epochs close and are paid well within.
  */
 export const SETTLEMENT_MARGIN_MS = 86_400_000;
-/** The first retry of a failed chain call comes this long after it (1 s)… */
-export const RETRY_BASE_MS = 1_000;
-/** …each next one twice as long after the last, never longer than this (10 min). */
-export const RETRY_MAX_MS = 600_000;
 /** How often the locks of escrows that pay for work are checked against the chain's clock. */
 const LOCK_CHECK_MS = 5_000;
-
-/** How long after its `attempts`-th failed try a chain call is tried again. */
-export function retryDelayMs(attempts: number): number {
-  return Math.min(RETRY_MAX_MS, RETRY_BASE_MS * 2 ** Math.max(0, Math.min(30, attempts - 1)));
-}
 
 /** One line of an error. */
 function firstLine(err: unknown): string {

@@ -22,32 +22,34 @@
 // already shows it settled with the same digest it is only marked settled,
 // otherwise the remaining batches are sent.
 //
-// Slashing: every offence (./offences.ts) gets a 'pending' slash row; its
-// amount is fixed and written before the first send, and its unique reason's
-// keccak256 is the offence id Staking refuses a second time. The chain is asked
-// first, and the transaction's hash written as soon as the node took it, so a
-// retry waits for that transaction instead of sending another. The unstake
-// cooldown must outlast an open check (raised on a local chain at start, a
-// remote chain's refused if shorter). docs/security.md, "Money".
+// Slashing: every offence (./offences.ts) gets a 'pending' slash row, sent
+// once per offence id by ./slasher.ts at each step. The unstake cooldown must
+// outlast an open check (raised on a local chain at start, a remote chain's
+// refused if shorter). docs/security.md, "Money".
+//
+// A settlement or slash that fails is tried again after a growing wait (1 s
+// doubling to 5 min, ./backoff.ts), its tries, next try and error on its row
+// (a restart waits the same) and in GET /epochs, each failure logged.
 import { FINAL_RUN_STATUSES } from '../../api/schemas.ts';
-import { formatEther, TransactionNotFoundError, TransactionReceiptNotFoundError, WaitForTransactionReceiptTimeoutError, type Address, type Hash } from 'viem';
+import { formatEther, type Address, type Hash } from 'viem';
 import type { ChainClient, SigningClient } from '../../chain/client.ts';
 import { normalizeRewards, readEpoch, rewardsDigest, settleEpoch, settlementTxOf, type Reward } from '../../chain/rewards.ts';
-import { ChainTxError } from '../../chain/tx.ts';
-import { findSlash, isOffenceSlashed, offenceIdOf, readStake, setCooldown, slashStake, stakingHasOffences, stakingTotals } from '../../chain/staking.ts';
+import { readStake, setCooldown, stakingTotals } from '../../chain/staking.ts';
+import { formatDuration } from '../../jobs/duration.ts';
 import { NimbleError } from '../../protocol/errors.ts';
 import { CreditService } from '../serving/credits.ts';
 import { JobPayments } from '../jobs/job-payments.ts';
 import type { OrchestratorState } from '../state/index.ts';
-import type { EpochRecord, SlashRecord } from '../state/ledger.ts';
+import type { EpochRecord } from '../state/ledger.ts';
+import { retryDelayMs, retryDue } from './backoff.ts';
+import { Slasher } from './slasher.ts';
 import { scoreEpoch, splitEmission, stageSharesOf, type StageShares } from './scoring.ts';
 
 export const DEFAULT_EMISSION = 100n * 10n ** 18n;
 export const DEFAULT_EPOCH_ROUNDS = 1;
 /** An epoch closes once the oldest work or inference charge it owes is this old, whatever else closes it (10 minutes). */
 export const DEFAULT_PAY_WITHIN_MS = 10 * 60_000;
-/** How long a slash's receipt is awaited before the pass moves on (the transaction is looked for again at the next). */
-export const SLASH_RECEIPT_TIMEOUT_MS = 60_000;
+export { SLASH_RECEIPT_TIMEOUT_MS } from './slasher.ts';
 
 export interface ChainOptions {
   client: ChainClient;
@@ -101,6 +103,7 @@ export class Epochs {
   private timer: NodeJS.Timeout | null = null;
   private running: Promise<void> | null = null;
   private stakesCheckedAt = 0;
+  private readonly slasher: Slasher;
 
   constructor(
     readonly state: OrchestratorState,
@@ -120,6 +123,7 @@ export class Epochs {
       ? new JobPayments(state, { client: chain.client, signer: chain.signer, nimPerPetaflop: chain.nimPerPetaflop, log: this.log }, now)
       : null;
     this.credits = this.jobPayments ? new CreditService(state, this.jobPayments, { client: chain.client, signer: chain.signer }, this.log, now) : null;
+    this.slasher = new Slasher(state, chain, this.log, (minerId) => this.evictIfBelowMinimum(minerId), now);
   }
 
   /** Checks the unstake cooldown, finishes every epoch left in 'settling' (crash recovery), then runs a step every intervalMs. */
@@ -152,120 +156,27 @@ export class Epochs {
     return this.running;
   }
 
-  /** Settles every 'settling' epoch, oldest first, then sends pending slashes; errors are recorded and retried later. */
+  /**
+   * Settles every 'settling' epoch, oldest first, then sends pending slashes.
+   * A failure is recorded on its row with its tries and next try, logged,
+   * and tried again only after its backoff (./backoff.ts), never at every pass.
+   */
   async reconcile(): Promise<void> {
     for (const e of this.state.ledger.epochs('settling')) {
+      if (!retryDue(e.retryAt, this.now())) continue;
       try {
         await this.settle(e);
       } catch (err) {
         const message = (err as Error).message.split('\n')[0];
-        this.state.ledger.setEpochError(e.id, message);
-        this.log(`epoch ${e.id}: settlement failed, will retry: ${message}`);
+        const attempts = e.attempts + 1;
+        const wait = retryDelayMs(attempts);
+        this.state.ledger.setEpochError(e.id, message, attempts, this.now() + wait);
+        this.log(`epoch ${e.id}: settlement failed (attempt ${attempts}), retrying in ${formatDuration(wait)}: ${message}`);
       }
     }
-    for (const s of this.state.ledger.slashes({ status: 'pending' })) {
-      try {
-        await this.slash(s);
-      } catch (err) {
-        const message = (err as Error).message.split('\n')[0];
-        this.state.ledger.setSlashError(s.id, message);
-        this.log(`slashing ${s.miner} (${s.reason}) failed, will retry: ${message}`);
-      }
-    }
+    await this.slasher.reconcile();
     await this.jobPayments?.reconcile();
     await this.credits?.reconcile();
-  }
-
-  /**
-   * Sends one pending slash exactly once. The chain is asked first: the
-   * Staking contract records each offence id its caller slashed (and refuses
-   * a second), so a slash whose receipt was lost, or sent just before a
-   * crash, is found there. A transaction recorded as sent and not mined yet
-   * is waited for, never sent again beside it.
-   */
-  private async slash(s: SlashRecord): Promise<void> {
-    const { client, signer } = this.chain;
-    const account = s.miner as Address;
-    const offence = offenceIdOf(s.reason);
-    if (await stakingHasOffences(client)) {
-      if (await isOffenceSlashed(client, signer.account.address, offence)) return this.foundSlashed(s);
-    } else {
-      // a Staking that predates offence ids (a local chain kept from then): the Slashed event with this reason is the record
-      const found = await findSlash(client, account, s.reason);
-      if (found) {
-        this.state.ledger.markSlashed(s.id, found.txHash, found.amount);
-        return;
-      }
-    }
-    if (s.txHash !== null) {
-      const sent = await this.sentSlash(s.txHash as Hash);
-      if (sent === 'success') return this.foundSlashed(s);
-      if (sent === 'pending') throw new Error(`slash transaction ${s.txHash} is not mined yet: waiting for it, not sending another`);
-      // dropped by the node, or mined and reverted: sent again below (the contract takes an offence once)
-    }
-    let amount = s.amount === null ? null : BigInt(s.amount);
-    if (amount === null) {
-      // the stake at the offence (this pass runs within a second of it)
-      const p = await readStake(client, account);
-      amount = ((p.staked + p.unstaking) * BigInt(Math.round(s.fraction * 1e6))) / 1_000_000n;
-      this.state.ledger.setSlashAmount(s.id, amount); // durable before sending
-    }
-    if (amount === 0n) {
-      this.state.ledger.skipSlash(s.id, 'nothing staked to slash');
-      this.log(`${s.miner} has nothing staked to slash (${s.reason})`);
-      return;
-    }
-    try {
-      const tx = await slashStake(client, signer, account, amount, s.reason, {
-        offence,
-        // durable as soon as the node has it: a lost receipt, an RPC error or a restart finds this transaction, not a new one
-        onSent: (hash) => this.state.ledger.setSlashSent(s.id, hash),
-        receiptTimeoutMs: this.chain.receiptTimeoutMs ?? SLASH_RECEIPT_TIMEOUT_MS,
-      });
-      this.state.ledger.markSlashed(s.id, tx.hash);
-      this.log(`slashed ${formatEther(amount)} NIM of ${s.miner} (${s.reason}; tx ${tx.hash})`);
-      await this.evictIfBelowMinimum(s.miner);
-    } catch (err) {
-      if (err instanceof ChainTxError && err.errorName === 'OffenceAlreadySlashed') return this.foundSlashed(s);
-      if (!(err instanceof ChainTxError && err.errorName === 'InsufficientStake')) throw err;
-      // slashed meanwhile for another check: take what is left (the amount was fixed; the stake is gone only by slashes within the cooldown)
-      const p = await readStake(client, account);
-      const left = p.staked + p.unstaking;
-      if (left === 0n) this.state.ledger.skipSlash(s.id, 'nothing left staked to slash');
-      else this.state.ledger.setSlashAmount(s.id, left, `only ${formatEther(left)} NIM left to slash`);
-    }
-  }
-
-  /** Records a slash the chain shows done: its transaction and amount from the Slashed event with its reason. */
-  private async foundSlashed(s: SlashRecord): Promise<void> {
-    const found = await findSlash(this.chain.client, s.miner as Address, s.reason);
-    const txHash = found?.txHash ?? s.txHash;
-    if (!txHash) throw new Error(`the chain records offence '${s.reason}' as slashed but shows no Slashed event for it`);
-    this.state.ledger.markSlashed(s.id, txHash, found?.amount);
-    this.log(`slash of ${s.miner} (${s.reason}) found on chain (tx ${txHash}): not sent again`);
-    await this.evictIfBelowMinimum(s.miner);
-  }
-
-  /** What became of a slash transaction sent before: mined (success or reverted), still pending, or unknown to the node (dropped). */
-  private async sentSlash(hash: Hash): Promise<'success' | 'reverted' | 'pending' | 'dropped'> {
-    const { client } = this.chain;
-    const receipt = await client.public.getTransactionReceipt({ hash }).catch((err: unknown) => {
-      if (err instanceof TransactionReceiptNotFoundError) return null;
-      throw err;
-    });
-    if (receipt) return receipt.status === 'success' ? 'success' : 'reverted';
-    const tx = await client.public.getTransaction({ hash }).catch((err: unknown) => {
-      if (err instanceof TransactionNotFoundError) return null;
-      throw err;
-    });
-    if (!tx) return 'dropped';
-    try {
-      const mined = await client.public.waitForTransactionReceipt({ hash, timeout: this.chain.receiptTimeoutMs ?? SLASH_RECEIPT_TIMEOUT_MS });
-      return mined.status === 'success' ? 'success' : 'reverted';
-    } catch (err) {
-      if (err instanceof WaitForTransactionReceiptTimeoutError) return 'pending';
-      throw err;
-    }
   }
 
   /**

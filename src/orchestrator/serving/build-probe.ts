@@ -32,6 +32,7 @@ import { partCount } from '../../model/parts.ts';
 import { decodeSafetensors } from '../../model/safetensors.ts';
 import { NimbleError } from '../../protocol/errors.ts';
 import type { BlobStore } from '../blobs/blobs.ts';
+import type { BuildProbeStore } from '../state/build-probes.ts';
 import { CHECK_THRESHOLDS, compare, type Thresholds } from '../training/spot-check-verify.ts';
 
 /** A range's thresholds are at least this many times the deviation the two builds showed on it. */
@@ -135,7 +136,6 @@ export async function probeBuilds(sha256: string, bytes: Uint8Array, a: Engine, 
       }
     }
     const ranges = [...worst.values()];
-    const top = ranges.reduce((m, r) => (r.oneMinusCosine > m.oneMinusCosine ? r : m), ranges[0]);
     const bad = ranges.find((r) => {
       const t = thresholdsFor(r);
       return t.minCosine < SEPARABLE.minCosine || t.maxNormDeviation > SEPARABLE.maxNormDeviation;
@@ -143,13 +143,19 @@ export async function probeBuilds(sha256: string, bytes: Uint8Array, a: Engine, 
     const refused = bad
       ? `honest miners on the two kernel builds (relaxed and plain SIMD) answer parts [${bad.from}, ${bad.to}) of this model up to 1 − cosine ${bad.oneMinusCosine.toExponential(2)}, norm ratio deviation ${bad.normDeviation.toExponential(2)} apart on the deploy probe's prompts: a spot check loose enough to pass them (at most 1 − cosine ${(1 - SEPARABLE.minCosine).toExponential(0)}, ${SEPARABLE.maxNormDeviation.toExponential(0)}) would not catch a miner that changes its answers, so the model cannot be served with checks (weights that cancel each other before a normalization do this)`
       : null;
-    return { sha256, ranges, worst: top, refused };
+    return resultOf(sha256, ranges, refused);
   } finally {
     for (const p of parts) {
       p.a.release();
       p.b.release();
     }
   }
+}
+
+/** A probe's result from its ranges (the worst: the one that deviates most by 1 − cosine). */
+function resultOf(sha256: string, ranges: RangeDeviation[], refused: string | null): BuildProbeResult {
+  const worst = ranges.reduce((m, r) => (r.oneMinusCosine > m.oneMinusCosine ? r : m), ranges[0]);
+  return { sha256, ranges, worst, refused };
 }
 
 /** One session's steps on a one-part stage, from an empty cache. */
@@ -179,6 +185,8 @@ export async function otherBuildEngine(primary: Engine): Promise<Engine | null> 
 export interface BuildProbeDeps {
   /** the model store's files */
   blobs: BlobStore;
+  /** where probes are kept across restarts (../state/build-probes.ts; absent: in memory only, as in tests of the probe alone) */
+  store?: BuildProbeStore;
   /** the orchestrator's verification engine (the build its checks replay on) */
   engine: () => Promise<Engine>;
   log?: (line: string) => void;
@@ -193,8 +201,10 @@ const KEPT = 64;
 
 /**
  * The probes of the models deployed here, made once per model file (at
- * deploy, or by the first check after a restart) and kept: what the checks'
- * thresholds for a range are, and whether a model may deploy.
+ * deploy, or by the first check of a model deployed before) and kept in the
+ * state: after a restart a deployment's checks have the same thresholds and
+ * its model is not probed again. What the checks' thresholds for a range
+ * are, and whether a model may deploy.
  */
 export class BuildProbes {
   private readonly done = new Map<string, Promise<BuildProbeResult | null>>();
@@ -244,6 +254,8 @@ export class BuildProbes {
   }
 
   private async make(sha256: string): Promise<BuildProbeResult | null> {
+    const kept = this.deps.store?.get(sha256);
+    if (kept) return resultOf(kept.sha256, kept.ranges, kept.refused);
     try {
       const [a, b] = [await this.deps.engine(), await this.otherEngine()];
       if (!b) {
@@ -260,6 +272,7 @@ export class BuildProbes {
       const bytes = await this.deps.blobs.get(sha256);
       const t0 = Date.now();
       const r = await probeBuilds(sha256, bytes, a, b, this.pause);
+      this.deps.store?.put(r, Date.now());
       const t = thresholdsFor(r.worst);
       this.log(
         `build probe of ${sha256.slice(0, 12)}: ${r.ranges.length} ranges of parts in ${Date.now() - t0} ms, worst [${r.worst.from}, ${r.worst.to}) 1 − cosine ${r.worst.oneMinusCosine.toExponential(2)}, norm ratio deviation ${r.worst.normDeviation.toExponential(2)}: ` +

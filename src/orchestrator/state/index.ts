@@ -2,6 +2,7 @@
 // or PostgreSQL) and a store per domain. Everything the orchestrator
 // remembers across a restart goes through here.
 import { ApiKeyStore, API_KEY_MIGRATIONS } from './api-keys.ts';
+import { BuildProbeStore, BUILD_PROBE_MIGRATIONS } from './build-probes.ts';
 import { ClaimStore, CLAIM_MIGRATIONS } from './claims.ts';
 import { CreditStore, CREDIT_MIGRATIONS } from './credits.ts';
 import { DatasetStore, DATASET_MIGRATIONS } from './datasets.ts';
@@ -22,7 +23,7 @@ import { ModelStore, MODEL_MIGRATIONS } from './models.ts';
 import { RunStore, RUN_MIGRATIONS } from './runs.ts';
 import { SpotCheckStore, SPOT_CHECK_MIGRATIONS } from './spot-checks.ts';
 
-export const MIGRATIONS = [MINER_MIGRATIONS, RUN_MIGRATIONS, MICROBATCH_MIGRATIONS, CLAIM_MIGRATIONS, MERGE_ROUND_MIGRATIONS, LEDGER_MIGRATIONS, SPOT_CHECK_MIGRATIONS, GARBAGE_MIGRATIONS, JOB_MIGRATIONS, MODEL_MIGRATIONS, ESCROW_MIGRATIONS, DATASET_MIGRATIONS, DEPLOYMENT_MIGRATIONS, API_KEY_MIGRATIONS, CREDIT_MIGRATIONS, INFERENCE_REQUEST_MIGRATIONS, LOSS_POINT_MIGRATIONS, IDENTITY_MIGRATIONS];
+export const MIGRATIONS = [MINER_MIGRATIONS, RUN_MIGRATIONS, MICROBATCH_MIGRATIONS, CLAIM_MIGRATIONS, MERGE_ROUND_MIGRATIONS, LEDGER_MIGRATIONS, SPOT_CHECK_MIGRATIONS, GARBAGE_MIGRATIONS, JOB_MIGRATIONS, MODEL_MIGRATIONS, ESCROW_MIGRATIONS, DATASET_MIGRATIONS, DEPLOYMENT_MIGRATIONS, API_KEY_MIGRATIONS, CREDIT_MIGRATIONS, INFERENCE_REQUEST_MIGRATIONS, LOSS_POINT_MIGRATIONS, IDENTITY_MIGRATIONS, BUILD_PROBE_MIGRATIONS];
 
 export class OrchestratorState {
   readonly miners: MinerStore;
@@ -45,6 +46,7 @@ export class OrchestratorState {
   readonly lossPoints: LossPointStore;
   /** the network's key when the state is shared (PostgreSQL) */
   readonly identity: IdentityStore;
+  readonly buildProbes: BuildProbeStore;
 
   private constructor(readonly db: StateDb) {
     this.miners = new MinerStore(db);
@@ -65,6 +67,7 @@ export class OrchestratorState {
     this.inferenceRequests = new InferenceRequestStore(db);
     this.lossPoints = new LossPointStore(db);
     this.identity = new IdentityStore(db);
+    this.buildProbes = new BuildProbeStore(db);
   }
 
   /**

@@ -52,6 +52,11 @@ export const LEDGER_MIGRATIONS: Migrations = {
       units REAL NOT NULL, entries INTEGER NOT NULL,
       PRIMARY KEY (miner_id, run_id, deployment_id, kind, stage)
     )`,
+    // a failing settlement or slash is tried again after a growing wait (src/orchestrator/rewards/backoff.ts): its tries and the next
+    `ALTER TABLE epochs ADD COLUMN attempts INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE epochs ADD COLUMN retry_at INTEGER;
+    ALTER TABLE slashes ADD COLUMN attempts INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE slashes ADD COLUMN retry_at INTEGER`,
   ],
 };
 
@@ -108,11 +113,14 @@ const EpochRow = Type.Object({
   txHash: NullableText,
   settledAt: NullableInt,
   error: NullableText,
+  /** failed tries of its settlement, and when it is tried next (null: at the next pass) */
+  attempts: Int,
+  retryAt: NullableInt,
 });
 export type EpochRecord = Static<typeof EpochRow>;
 const EPOCH_COLUMNS = `id, run_id AS runId, from_log AS fromLog, to_log AS toLog, opened_at AS openedAt, closed_at AS closedAt,
   merges_mark AS mergesMark, status, emission, remainder, chain_id AS chainId, chain_epoch AS chainEpoch, tx_hash AS txHash,
-  settled_at AS settledAt, error`;
+  settled_at AS settledAt, error, attempts, retry_at AS retryAt`;
 const decodeEpoch = rowReader(EpochRow, 'epoch');
 
 /** What closing an epoch records. */
@@ -162,9 +170,12 @@ const SlashRow = Type.Object({
   /** the transaction (pending: sent, its receipt not seen yet) */
   txHash: NullableText,
   error: NullableText,
+  /** failed tries, and when it is tried next (null: at the next pass) */
+  attempts: Int,
+  retryAt: NullableInt,
 });
 export type SlashRecord = Static<typeof SlashRow>;
-const SLASH_COLUMNS = 'id, epoch, miner, check_id AS checkId, failed, fraction, amount, reason, status, tx_hash AS txHash, error';
+const SLASH_COLUMNS = 'id, epoch, miner, check_id AS checkId, failed, fraction, amount, reason, status, tx_hash AS txHash, error, attempts, retry_at AS retryAt';
 const decodeSlash = rowReader(SlashRow, 'slash');
 
 export class Ledger {
@@ -346,11 +357,12 @@ export class Ledger {
 
   /** settling → settled. */
   markSettled(id: number, txHash: string | null, now: number): void {
-    this.db.run("UPDATE epochs SET status = 'settled', tx_hash = COALESCE(?, tx_hash), settled_at = ?, error = NULL WHERE id = ?", txHash, now, id);
+    this.db.run("UPDATE epochs SET status = 'settled', tx_hash = COALESCE(?, tx_hash), settled_at = ?, error = NULL, retry_at = NULL WHERE id = ?", txHash, now, id);
   }
 
-  setEpochError(id: number, error: string): void {
-    this.db.run('UPDATE epochs SET error = ? WHERE id = ?', error.slice(0, 500), id);
+  /** A failed try of its settlement: the error, the tries so far, the next (src/orchestrator/rewards/backoff.ts). */
+  setEpochError(id: number, error: string, attempts: number, retryAt: number): void {
+    this.db.run('UPDATE epochs SET error = ?, attempts = ?, retry_at = ? WHERE id = ?', error.slice(0, 500), attempts, retryAt, id);
   }
 
   /** The highest on-chain epoch id used so far (0n when none). */
@@ -406,15 +418,16 @@ export class Ledger {
 
   /** pending → slashed. */
   markSlashed(id: number, txHash: string, amount?: bigint): void {
-    this.db.run("UPDATE slashes SET status = 'slashed', tx_hash = ?, amount = COALESCE(?, amount), error = NULL WHERE id = ?", txHash, amount === undefined ? null : amount.toString(), id);
+    this.db.run("UPDATE slashes SET status = 'slashed', tx_hash = ?, amount = COALESCE(?, amount), error = NULL, retry_at = NULL WHERE id = ?", txHash, amount === undefined ? null : amount.toString(), id);
   }
 
   /** pending → skipped. */
   skipSlash(id: number, why: string): void {
-    this.db.run("UPDATE slashes SET status = 'skipped', error = ? WHERE id = ?", why, id);
+    this.db.run("UPDATE slashes SET status = 'skipped', error = ?, retry_at = NULL WHERE id = ?", why, id);
   }
 
-  setSlashError(id: number, error: string): void {
-    this.db.run('UPDATE slashes SET error = ? WHERE id = ?', error.slice(0, 500), id);
+  /** A failed try: the error, the tries so far, the next (src/orchestrator/rewards/backoff.ts). */
+  setSlashError(id: number, error: string, attempts: number, retryAt: number): void {
+    this.db.run('UPDATE slashes SET error = ?, attempts = ?, retry_at = ? WHERE id = ?', error.slice(0, 500), attempts, retryAt, id);
   }
 }

@@ -1,8 +1,9 @@
 // The dataset store, in process (fastify inject, and one real socket for the
 // one-upload-at-a-time rule): a developer uploads packed bytes, hashed by the
 // orchestrator itself; the same bytes again are not stored twice; a stated
-// sha256 that differs, an oversized or empty body, an unsigned upload and one
-// past the owner's quota are refused and store nothing. Runs and jobs may
+// sha256 that differs, an oversized or empty body, an unsigned upload, one
+// past the owner's row quota and one past the network's free store (its
+// bytes are not counted per key) are refused and store nothing. Runs and jobs may
 // name only a dataset their owner uploaded, large enough for the model; a
 // dataset is kept while a run names it, deleted by its owner or after its
 // retention, and its blob is collected when no row names it any more.
@@ -21,7 +22,8 @@ import type { HttpServer } from '../../../src/http/server.ts';
 import { resolveJobSpec } from '../../../src/jobs/spec.ts';
 import { FsBlobStore } from '../../../src/orchestrator/blobs/blobs.ts';
 import { Coordinator } from '../../../src/orchestrator/training/coordinator.ts';
-import { checkJobData, DatasetService, MAX_DATASET_BYTES_PER_OWNER, MAX_DATASETS_PER_OWNER } from '../../../src/orchestrator/jobs/datasets.ts';
+import { DEFAULT_FREE_STORE_BYTES } from '../../../src/orchestrator/blobs/store-budget.ts';
+import { checkJobData, DatasetService, MAX_DATASETS_PER_OWNER } from '../../../src/orchestrator/jobs/datasets.ts';
 import { buildApi } from '../../../src/orchestrator/http.ts';
 import { OrchestratorState } from '../../../src/orchestrator/state/index.ts';
 import { NimbleError } from '../../../src/protocol/errors.ts';
@@ -151,7 +153,7 @@ test('a stated sha256 that differs, an oversized, empty, unsigned or foreign-sig
   assert.deepEqual(await stored(), before);
 });
 
-test(`the quota: at most ${MAX_DATASETS_PER_OWNER} datasets and ${MAX_DATASET_BYTES_PER_OWNER / 2 ** 20} MiB per address (403, from the headers); the same bytes again take no quota`, async () => {
+test(`the quota: at most ${MAX_DATASETS_PER_OWNER} datasets per address (403, from the headers); the bytes are the network's free store, not per key (402); the same bytes again take nothing`, async () => {
   const hoarder = new RequestSigner(generatePrivateKey(), { domain: coordinator.identity.domain });
   const kept = corpus(2000, 'kept');
   assert.equal((await upload(kept, hoarder)).status, 201);
@@ -161,10 +163,17 @@ test(`the quota: at most ${MAX_DATASETS_PER_OWNER} datasets and ${MAX_DATASET_BY
   assert.equal((await upload(kept, hoarder)).status, 200, 'its own dataset again is taken');
   assert.deepEqual(await stored(), before);
 
+  // one key holds the network's free store: a fresh key's upload is refused, whoever it is; the same bytes again from their owner pass
   const big = new RequestSigner(generatePrivateKey(), { domain: coordinator.identity.domain });
-  state.datasets.add({ sha256: sha(corpus(100, 'big')), owner: big.address, bytes: MAX_DATASET_BYTES_PER_OWNER - 1000, retentionMs: DAY }, clock);
-  isError(await upload(corpus(2000, 'too much'), big), 403, 'quota_exceeded', /keeps 1024\.0 MiB of datasets; with this one \(2000 bytes\) it would pass the 1024\.0 MiB one address may keep/);
-  assert.equal((await upload(corpus(900, 'fits'), big)).status, 201);
+  const hog = sha(corpus(100, 'big'));
+  state.datasets.add({ sha256: hog, owner: big.address, bytes: DEFAULT_FREE_STORE_BYTES - 100_000, retentionMs: DAY }, clock);
+  const fresh = new RequestSigner(generatePrivateKey(), { domain: coordinator.identity.domain });
+  isError(await upload(corpus(2000, 'too much'), fresh), 402, 'payment_required', /the network's free store \(1\.00 GiB for everyone together, --free-store\) holds .*: 64\.0 KiB more are not free/);
+  isError(await upload(corpus(2000, 'too much'), big), 402, 'payment_required', /free store/);
+  // claiming to pay on an unpaid network is no way past it
+  isError(await send('POST', `/datasets?sha256=${sha(corpus(2000, 'too much'))}&keepDays=3`, { bytes: corpus(2000, 'too much'), signer: fresh }), 402, 'payment_required', /retry once unpaid models and datasets expire/);
+  state.datasets.remove(hog, big.address);
+  assert.equal((await upload(corpus(900, 'fits'), fresh)).status, 201);
 });
 
 test('one dataset upload is received at a time: a second one meanwhile is refused from its headers (429), then goes through', async () => {

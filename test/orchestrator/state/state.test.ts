@@ -288,7 +288,8 @@ for (const engine of ['sqlite', 'postgres'] as const) {
       assert.equal(state.ledger.openEpoch(8).fromLog, 3, 'the next epoch starts after the closed one');
       assert.equal(state.ledger.runMergesMark('r1'), 1);
       state.ledger.setChainEpoch(open.id, 12n, 31337);
-      state.ledger.setEpochError(open.id, 'rpc down');
+      state.ledger.setEpochError(open.id, 'rpc down', 1, 1009);
+      assert.deepEqual([state.ledger.epoch(open.id)!.attempts, state.ledger.epoch(open.id)!.retryAt], [1, 1009]);
       assert.equal(state.ledger.maxChainEpoch(), 12n);
       state.ledger.markSettled(open.id, '0xdead', 9);
       const e = state.ledger.epoch(open.id)!;
@@ -303,11 +304,29 @@ for (const engine of ['sqlite', 'postgres'] as const) {
       state.ledger.setSlashAmount(first.id, 5n);
       state.ledger.setSlashAmount(first.id, null, 'stake fell');
       assert.deepEqual([state.ledger.slashes()[0].amount, state.ledger.slashes()[0].error], [null, 'stake fell']);
+      state.ledger.setSlashError(first.id, 'rpc down', 3, 4321);
+      assert.deepEqual([state.ledger.slashes()[0].attempts, state.ledger.slashes()[0].retryAt], [3, 4321]);
       state.ledger.markSlashed(first.id, '0xbeef', 4n);
+      assert.equal(state.ledger.slashes()[0].retryAt, null);
       state.ledger.skipSlash(second.id, 'nothing staked');
       const s = state.ledger.slashes({ epoch: open.id })[0];
       assert.deepEqual([s.status, s.txHash, s.amount, s.error, s.failed], ['slashed', '0xbeef', '4', null, 1]);
       assert.deepEqual(state.ledger.slashes({ status: 'pending' }), []);
+    });
+
+    test('datasets in the free store (each at least a minimum, paid ones not) and build probes (non-finite deviations kept finite)', async () => {
+      const { state } = await openState(engine);
+      state.datasets.add({ sha256: 'a'.repeat(64), owner: '0xA', bytes: 10, retentionMs: 100 }, 1);
+      state.datasets.add({ sha256: 'b'.repeat(64), owner: '0xa', bytes: 5000, retentionMs: 100 }, 1);
+      assert.equal(state.datasets.freeBytes(1, 1000), 6000);
+      state.datasets.keep('b'.repeat(64), '0xA', 500);
+      state.datasets.keep('b'.repeat(64), '0xA', 400); // never shortened
+      assert.deepEqual([state.datasets.freeBytes(1, 1000), state.datasets.heldBy('b'.repeat(64), '0xa')!.keptUntil, state.datasets.countOf('0xa')], [1000, 500, 2]);
+      assert.deepEqual(state.datasets.expired(450, 10).map((d) => d.sha256), ['a'.repeat(64)], 'kept until 500: not expired at 450');
+      state.buildProbes.put({ sha256: 'c'.repeat(64), ranges: [{ from: 0, to: 1, oneMinusCosine: 1e-14, normDeviation: Infinity }], refused: 'too far' }, 7);
+      assert.deepEqual(state.buildProbes.get('c'.repeat(64)), { sha256: 'c'.repeat(64), ranges: [{ from: 0, to: 1, oneMinusCosine: 1e-14, normDeviation: Number.MAX_VALUE }], refused: 'too far', probedAt: 7 });
+      state.buildProbes.forget('c'.repeat(64));
+      assert.deepEqual(state.buildProbes.list(), []);
     });
 
     test('claims: one row per hop and claimant, written once; attempts kept apart', async () => {
