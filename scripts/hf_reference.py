@@ -5,9 +5,12 @@ config.json and safetensors files (F32, F16 or BF16; one file or shards with
 model.safetensors.index.json). No transformers, no safetensors package: only
 torch (Debian's python3-torch 1.13) and the standard library.
 
-  python3 scripts/hf_reference.py logits FOLDER --tokens 1,2,3 [--greedy 32] > out.json
+  python3 scripts/hf_reference.py logits FOLDER --tokens 1,2,3 [--greedy 32] [--adapter DIR] > out.json
       the logits of every position for the tokens (float32 math), and the
-      greedy continuation of `--greedy` steps
+      greedy continuation of `--greedy` steps; with --adapter, a LoRA adapter
+      in PEFT's layout (adapter_config.json, adapter_model.safetensors) over
+      the folder's weights, applied unmerged as PEFT's forward does in eval
+      mode: y = base(x) + (lora_alpha / r) * (x A^T) B^T on each adapted module
   python3 scripts/hf_reference.py check FOLDER FIXTURE.json [--tolerance 1e-4]
       recomputes FIXTURE's logits from FOLDER (e.g. an `nbcli model export`)
       and exits 1 when any differs by more than the tolerance
@@ -68,6 +71,41 @@ def read_folder(folder):
     return config, tensors
 
 
+def read_adapter(folder):
+    """A PEFT LoRA folder: {module name: (A [r, in], B [out, r], scale)}, module
+    names as the model's (model.layers.0.self_attn.q_proj, transformer.h.0.attn.c_attn)."""
+    with open(os.path.join(folder, "adapter_config.json")) as f:
+        cfg = json.load(f)
+    if cfg.get("peft_type") != "LORA" or cfg.get("use_dora") or cfg.get("use_rslora"):
+        raise SystemExit("adapter: plain LoRA only")
+    scale = cfg["lora_alpha"] / cfg["r"]
+    tensors = read_safetensors(os.path.join(folder, "adapter_model.safetensors"))
+    out = {}
+    prefix = "base_model.model."
+    for name, t in tensors.items():
+        if not name.startswith(prefix) or not (name.endswith(".lora_A.weight") or name.endswith(".lora_B.weight")):
+            raise SystemExit(f"adapter: unexpected tensor {name}")
+        module = name[len(prefix):-len(".lora_A.weight")]
+        a, b = out.get(module, (None, None))
+        if name.endswith(".lora_A.weight"):
+            a = t
+        else:
+            b = t
+        out[module] = (a, b)
+    for module, (a, b) in out.items():
+        if a is None or b is None or a.shape[0] != cfg["r"] or b.shape[1] != cfg["r"]:
+            raise SystemExit(f"adapter: {module} needs lora_A [r, in] and lora_B [out, r]")
+    return {m: (a, b, scale) for m, (a, b) in out.items()}
+
+
+def lora_delta(adapter, module, x):
+    """The adapter's addition to module's output for input x (0 when the module is not adapted)."""
+    if not adapter or module not in adapter:
+        return 0
+    a, b, scale = adapter[module]
+    return (x @ a.T) @ b.T * scale
+
+
 def rope_inv_freq(config, head_dim):
     theta = config.get("rope_theta", 10000.0)
     inv = 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim))
@@ -103,7 +141,7 @@ def attention(q, k, v, T):
     return torch.softmax(scores, dim=-1) @ v
 
 
-def llama_forward(config, w, tokens):
+def llama_forward(config, w, tokens, adapter=None):
     C = config["hidden_size"]
     H = config["num_attention_heads"]
     KV = config.get("num_key_value_heads", H)
@@ -118,7 +156,8 @@ def llama_forward(config, w, tokens):
 
     def lin(x, name, bias):
         y = x @ w[name + ".weight"].T
-        return y + w[name + ".bias"] if bias and (name + ".bias") in w else y
+        y = y + w[name + ".bias"] if bias and (name + ".bias") in w else y
+        return y + lora_delta(adapter, name, x)
 
     inv = rope_inv_freq(config, d)
     pos = torch.arange(T, dtype=torch.float32)
@@ -147,7 +186,7 @@ def llama_forward(config, w, tokens):
     return x @ head.T
 
 
-def gpt2_forward(config, w, tokens):
+def gpt2_forward(config, w, tokens, adapter=None):
     w = {k[len("transformer."):] if k.startswith("transformer.") else k: v for k, v in w.items()}
     C = config["n_embd"]
     H = config["n_head"]
@@ -159,7 +198,8 @@ def gpt2_forward(config, w, tokens):
         return torch.nn.functional.layer_norm(x, (C,), w[p + ".weight"], w[p + ".bias"], eps)
 
     def conv1d(x, p):
-        return x @ w[p + ".weight"] + w[p + ".bias"]
+        # Conv1D's weight is [in, out]; PEFT's adapter on it is the same lora_A [r, in], lora_B [out, r]
+        return x @ w[p + ".weight"] + w[p + ".bias"] + lora_delta(adapter, "transformer." + p, x)
 
     x = w["wte.weight"][torch.tensor(tokens)] + w["wpe.weight"][:T]
     for l in range(config["n_layer"]):
@@ -177,19 +217,19 @@ def gpt2_forward(config, w, tokens):
     return x @ head.T
 
 
-def forward(config, w, tokens):
+def forward(config, w, tokens, adapter=None):
     with torch.no_grad():
         if config["model_type"] in ("llama", "mistral", "qwen2"):
-            return llama_forward(config, w, tokens)
+            return llama_forward(config, w, tokens, adapter)
         if config["model_type"] == "gpt2":
-            return gpt2_forward(config, w, tokens)
+            return gpt2_forward(config, w, tokens, adapter)
     raise SystemExit(f"model_type {config['model_type']} is not implemented here")
 
 
-def greedy(config, w, tokens, steps):
+def greedy(config, w, tokens, steps, adapter=None):
     seq = list(tokens)
     for _ in range(steps):
-        seq.append(int(forward(config, w, seq)[-1].argmax()))
+        seq.append(int(forward(config, w, seq, adapter)[-1].argmax()))
     return seq[len(tokens):]
 
 
@@ -276,6 +316,7 @@ def main():
     lg.add_argument("folder")
     lg.add_argument("--tokens", required=True)
     lg.add_argument("--greedy", type=int, default=0)
+    lg.add_argument("--adapter", default=None)
     ck = sub.add_parser("check")
     ck.add_argument("folder")
     ck.add_argument("fixture")
@@ -297,8 +338,13 @@ def main():
     if args.cmd == "logits":
         config, w = read_folder(args.folder)
         tokens = [int(t) for t in args.tokens.split(",")]
-        logits = forward(config, w, tokens)
-        out = {"model_type": config["model_type"], "tokens": tokens, "logits": logits.tolist(), "greedy": greedy(config, w, tokens, args.greedy), "torch": torch.__version__}
+        adapter = read_adapter(args.adapter) if args.adapter else None
+        if adapter is not None:
+            unknown = [m for m in adapter if m.replace("transformer.", "", 1) + ".weight" not in w and m + ".weight" not in w]
+            if unknown:
+                raise SystemExit(f"adapter: no module {unknown[0]} in the base model")
+        logits = forward(config, w, tokens, adapter)
+        out = {"model_type": config["model_type"], "tokens": tokens, "logits": logits.tolist(), "greedy": greedy(config, w, tokens, args.greedy, adapter), "torch": torch.__version__}
         json.dump(out, sys.stdout)
         return
     with open(args.fixture) as f:

@@ -27,6 +27,8 @@ import { createRopeTable, type RopeTable } from '../model/rope.ts';
 import { headPart, partCount, partParams, type StageRange } from '../model/parts.ts';
 import { FlatTensors, ParamLayout, type ParamSpec } from '../model/params.ts';
 import * as L from '../model/layers.ts';
+import { mergeLora } from '../model/lora-merge.ts';
+import { validateLoraSpec, type LoraSpec } from '../model/lora.ts';
 import { NimbleError } from '../protocol/errors.ts';
 import { KvCache, kvLayerOffsets } from './kv-cache.ts';
 
@@ -51,6 +53,13 @@ export interface StageInferenceOptions {
    * Default 4 below 512 channels, else 0.
    */
   serialRows?: number;
+  /**
+   * LoRA adapters over the base `weights`: the spec, and the adapters of the
+   * stage's blocks (laid out by src/model/lora.ts's loraLayout). They are
+   * merged into the weights at load (W + (alpha / r) B A, as PEFT's merge),
+   * so the stage then serves at the base model's cost.
+   */
+  lora?: { spec: LoraSpec; adapters: Float32Array };
 }
 
 /** One session's rows in a call: token ids (first stage) or activation rows of width C (later stages). */
@@ -122,7 +131,8 @@ export class StageInference {
     this.layout = stageParamLayout(config, range);
     if (weights.length !== this.layout.size) throw new RangeError(`stage [${range.from}, ${range.to}) takes ${this.layout.size} weights, got ${weights.length}`);
     this.params = new FlatTensors(this.layout, engine);
-    this.params.flat.data.set(weights);
+    const lora = options.lora;
+    this.params.flat.data.set(lora ? mergeLora(config, validateLoraSpec(lora.spec, config), range, this.layout, weights, lora.adapters) : weights);
     for (let p = Math.max(1, range.from); p < Math.min(range.to, headPart(config)); p++) this.blockIds.push(p - 1);
 
     const R = this.maxRows;

@@ -10,12 +10,17 @@
 // multi-head (the byte GPT's kernel, when heads are C / H and there is no
 // rotation) or grouped-query; act is tanh-GELU of fc, or SwiGLU of fc's
 // [gate | up]. Parameter names are ./parts.ts's.
+//
+// With LoRA (./lora-linear.ts) the four linears carry adapters and every base
+// tensor is frozen: G has no entry for them (G(name) is null), so their
+// backward gives the input's gradient and nothing else.
 import type { Kernels } from '../engine/kernels.ts';
 import type { Tensor } from '../engine/tensor.ts';
 import { blockWidths, isClassicAttention, resolveArch, type BlockWidths, type DecoderArch } from './arch.ts';
 import type { GptConfig } from './config.ts';
 import * as D from './decoder-layers.ts';
 import * as L from './layers.ts';
+import { loraLinearBackward, loraLinearForward, type BlockLora } from './lora-linear.ts';
 import type { RopeTable } from './rope.ts';
 
 /** What a block's kernels need to know of the model, worked out once per stage. */
@@ -115,13 +120,21 @@ function normForward(k: Kernels, s: BlockShape, P: BlockTensors, name: string, o
   else D.rmsnormForward(k, out, rstd, inp, need(P, name + '.w'), s.arch.normEps, N, C);
 }
 
-/** dinp += the norm's input gradient; its parameters' gradients += */
+/** dinp += the norm's input gradient; its parameters' gradients += (none when G has no entry for them: frozen) */
 function normBackward(
   k: Kernels, s: BlockShape, P: BlockTensors, G: BlockTensors, name: string, dinp: Tensor, dout: Tensor, inp: Tensor, mean: Tensor, rstd: Tensor, N: number,
 ): void {
   const C = s.config.channels;
-  if (s.arch.norm === 'layernorm') L.layernormBackward(k, dinp, need(G, name + '.w'), need(G, name + '.b'), dout, inp, need(P, name + '.w'), mean, rstd, N, C);
-  else D.rmsnormBackward(k, dinp, need(G, name + '.w'), dout, inp, need(P, name + '.w'), rstd, N, C);
+  const dw = G(name + '.w');
+  const w = need(P, name + '.w');
+  if (!dw) {
+    // frozen (LoRA): the input's gradient alone
+    if (s.arch.norm === 'layernorm') k.layernormBackwardInput(dinp.ptr, dout.ptr, inp.ptr, w.ptr, mean.ptr, rstd.ptr, N, C);
+    else k.rmsnormBackwardInput(dinp.ptr, dout.ptr, inp.ptr, w.ptr, rstd.ptr, N, C);
+    return;
+  }
+  if (s.arch.norm === 'layernorm') L.layernormBackward(k, dinp, dw, need(G, name + '.b'), dout, inp, w, mean, rstd, N, C);
+  else D.rmsnormBackward(k, dinp, dw, dout, inp, w, rstd, N, C);
 }
 
 /** The final norm of a stage's head (the same norm as the blocks'). */
@@ -133,52 +146,60 @@ export const headNormBackward = (
 ): void => normBackward(k, s, P, G, 'lnf', dinp, dout, inp, mean, rstd, N);
 
 /** The MLP half: out = res2 + down(act(fc(ln2))), ln2 already normed. */
-function mlpForward(k: Kernels, s: BlockShape, P: BlockTensors, out: Tensor, res2: Tensor, ln2: Tensor, fch: Tensor, fchAct: Tensor, tmp: Tensor, N: number): void {
+function mlpForward(
+  k: Kernels, s: BlockShape, P: BlockTensors, out: Tensor, res2: Tensor, ln2: Tensor, fch: Tensor, fchAct: Tensor, tmp: Tensor, N: number, lora: BlockLora | null,
+): void {
   const C = s.config.channels, w = s.widths;
-  L.linearForward(k, fch, ln2, need(P, 'mlp.fc.w'), P('mlp.fc.b'), N, C, w.fc);
+  loraLinearForward(k, fch, ln2, need(P, 'mlp.fc.w'), P('mlp.fc.b'), N, C, w.fc, lora, 'mlp.fc');
   if (s.arch.mlp === 'gelu') L.geluForward(k, fchAct, fch, N * w.hidden);
   else D.swigluForward(k, fchAct, fch, N, w.hidden);
-  L.linearForward(k, tmp, fchAct, need(P, 'mlp.proj.w'), P('mlp.proj.b'), N, w.hidden, C);
+  loraLinearForward(k, tmp, fchAct, need(P, 'mlp.proj.w'), P('mlp.proj.b'), N, w.hidden, C, lora, 'mlp.proj');
   L.residualForward(k, out, res2, tmp, N * C);
 }
 
-/** Block forward on B sequences of T rows (training): a's activations are kept for blockBackward. */
-export function blockForward(k: Kernels, s: BlockShape, P: BlockTensors, a: BlockActs, tmp: Tensor, rope: BlockRope | null, B: number, T: number): void {
+/** Block forward on B sequences of T rows (training): a's activations are kept for blockBackward; `lora` adds the block's adapters. */
+export function blockForward(k: Kernels, s: BlockShape, P: BlockTensors, a: BlockActs, tmp: Tensor, rope: BlockRope | null, B: number, T: number, lora: BlockLora | null = null): void {
   const { channels: C, heads: NH } = s.config;
   const N = B * T, w = s.widths;
   normForward(k, s, P, 'ln1', a.ln1, a.ln1Mean, a.ln1Rstd, a.input, N);
-  L.linearForward(k, a.qkv, a.ln1, need(P, 'attn.qkv.w'), P('attn.qkv.b'), N, C, w.qkv);
+  loraLinearForward(k, a.qkv, a.ln1, need(P, 'attn.qkv.w'), P('attn.qkv.b'), N, C, w.qkv, lora, 'attn.qkv');
   if (s.classic) {
     L.attentionForward(k, a.atty, a.att, a.qkv, B, T, C, NH);
   } else {
     if (rope) D.ropeForward(k, a.qkv, N, s.heads, rope.positions, rope.table);
     D.gqaAttentionForward(k, a.atty, a.att, a.qkv, B, T, s.heads);
   }
-  L.linearForward(k, tmp, a.atty, need(P, 'attn.proj.w'), P('attn.proj.b'), N, w.attn, C);
+  loraLinearForward(k, tmp, a.atty, need(P, 'attn.proj.w'), P('attn.proj.b'), N, w.attn, C, lora, 'attn.proj');
   L.residualForward(k, a.res2, a.input, tmp, N * C);
   normForward(k, s, P, 'ln2', a.ln2, a.ln2Mean, a.ln2Rstd, a.res2, N);
-  mlpForward(k, s, P, a.out, a.res2, a.ln2, a.fch, a.fchAct, tmp, N);
+  mlpForward(k, s, P, a.out, a.res2, a.ln2, a.fch, a.fchAct, tmp, N, lora);
 }
 
-/** Block backward of blockForward's pass: x.dres holds d(out) on entry and d(input) on return; parameter gradients accumulate (+=) into G. */
-export function blockBackward(k: Kernels, s: BlockShape, P: BlockTensors, G: BlockTensors, a: BlockActs, x: BlockScratch, rope: BlockRope | null, B: number, T: number): void {
+/**
+ * Block backward of blockForward's pass: x.dres holds d(out) on entry and
+ * d(input) on return; parameter gradients accumulate (+=) into G (those G
+ * lacks are frozen), the adapters' into their own.
+ */
+export function blockBackward(
+  k: Kernels, s: BlockShape, P: BlockTensors, G: BlockTensors, a: BlockActs, x: BlockScratch, rope: BlockRope | null, B: number, T: number, lora: BlockLora | null = null,
+): void {
   const { channels: C, heads: NH } = s.config;
   const N = B * T, w = s.widths;
   // out = res2 + mlp(ln2(res2)): the residual passes dres through unchanged
-  L.linearBackward(k, x.dhidden, need(G, 'mlp.proj.w'), G('mlp.proj.b'), x.dres, a.fchAct, need(P, 'mlp.proj.w'), N, w.hidden, C);
+  loraLinearBackward(k, x.dhidden, G('mlp.proj.w'), G('mlp.proj.b'), x.dres, a.fchAct, need(P, 'mlp.proj.w'), N, w.hidden, C, lora, 'mlp.proj');
   if (s.arch.mlp === 'gelu') L.geluBackward(k, x.dfc, a.fch, x.dhidden, N * w.hidden);
   else D.swigluBackward(k, x.dfc, a.fch, x.dhidden, N, w.hidden);
-  L.linearBackward(k, x.dsmall, need(G, 'mlp.fc.w'), G('mlp.fc.b'), x.dfc, a.ln2, need(P, 'mlp.fc.w'), N, C, w.fc);
+  loraLinearBackward(k, x.dsmall, G('mlp.fc.w'), G('mlp.fc.b'), x.dfc, a.ln2, need(P, 'mlp.fc.w'), N, C, w.fc, lora, 'mlp.fc');
   normBackward(k, s, P, G, 'ln2', x.dres, x.dsmall, a.res2, a.ln2Mean, a.ln2Rstd, N);
   // res2 = input + proj(attn(ln1(input)))
-  L.linearBackward(k, x.dattn, need(G, 'attn.proj.w'), G('attn.proj.b'), x.dres, a.atty, need(P, 'attn.proj.w'), N, w.attn, C);
+  loraLinearBackward(k, x.dattn, G('attn.proj.w'), G('attn.proj.b'), x.dres, a.atty, need(P, 'attn.proj.w'), N, w.attn, C, lora, 'attn.proj');
   if (s.classic) {
     L.attentionBackward(k, x.dqkv, x.dattn, a.qkv, a.att, B, T, C, NH);
   } else {
     D.gqaAttentionBackward(k, x.dqkv, x.dattn, a.qkv, a.att, B, T, s.heads);
     if (rope) D.ropeBackward(k, x.dqkv, N, s.heads, rope.positions, rope.table);
   }
-  L.linearBackward(k, x.dsmall, need(G, 'attn.qkv.w'), G('attn.qkv.b'), x.dqkv, a.ln1, need(P, 'attn.qkv.w'), N, C, w.qkv);
+  loraLinearBackward(k, x.dsmall, G('attn.qkv.w'), G('attn.qkv.b'), x.dqkv, a.ln1, need(P, 'attn.qkv.w'), N, C, w.qkv, lora, 'attn.qkv');
   normBackward(k, s, P, G, 'ln1', x.dres, x.dsmall, a.input, a.ln1Mean, a.ln1Rstd, N);
 }
 
@@ -217,5 +238,5 @@ export function blockForwardCached(
   L.linearForward(k, x.tmp, x.atty, need(P, 'attn.proj.w'), P('attn.proj.b'), rows, w.attn, C);
   L.residualForward(k, x.res2, x.x, x.tmp, rows * C);
   normForward(k, s, P, 'ln2', x.ln, x.mean, x.rstd, x.res2, rows);
-  mlpForward(k, s, P, x.x, x.res2, x.ln, x.fch, x.fchAct, x.tmp, rows);
+  mlpForward(k, s, P, x.x, x.res2, x.ln, x.fch, x.fchAct, x.tmp, rows, null);
 }

@@ -6,6 +6,12 @@
 // The head is untied from the token embedding, so the first and last stage
 // share no weights and can live on different machines. The blocks are
 // ./block.ts's.
+//
+// With a LoRA spec (options.lora, ./lora.ts) the stage holds its parts'
+// weights frozen in `base` and trains only the adapters of its blocks:
+// `params` and `grads` (what the optimizer, merges and checkpoints see) are
+// the adapters alone, so AdamW state exists only for what trains. The
+// activations' gradients flow through the frozen weights as before.
 import type { Engine } from '../engine/engine.ts';
 import type { Tensor } from '../engine/tensor.ts';
 import { blockActs, blockBackward, blockForward, blockScratch, blockShape, headNormBackward, headNormForward, type BlockActs, type BlockRope, type BlockScratch, type BlockShape, type BlockTensors } from './block.ts';
@@ -13,6 +19,9 @@ import { type GptConfig, validateGptConfig } from './config.ts';
 import { sequencePositions } from './decoder-layers.ts';
 import { initParams } from './init.ts';
 import * as L from './layers.ts';
+import { frozenLinearBackward, type BlockLora } from './lora-linear.ts';
+import { blockLora, createLoraParams, loraScratch } from './lora-stage.ts';
+import { validateLoraSpec, type LoraSpec } from './lora.ts';
 import { FlatTensors, ParamLayout, type ParamSpec } from './params.ts';
 import { partCount, partParams, rangeParts, type StageRange } from './parts.ts';
 import { createRopeTable, type RopeTable } from './rope.ts';
@@ -23,6 +32,8 @@ interface SlotActs {
   targets: L.IntBuffer;
   inputAct: Tensor;
   blocks: BlockActs[];
+  /** each block's adapters (LoRA), else empty */
+  lora: BlockLora[];
   lnf?: Tensor;
   lnfMean?: Tensor;
   lnfRstd?: Tensor;
@@ -39,13 +50,17 @@ interface SlotActs {
  * same weights, whole or split) and gradients (zero), laid out by its parts.
  */
 export function createStageParams(engine: Engine, config: GptConfig, range: StageRange, seed: number): { layout: ParamLayout; params: FlatTensors; grads: FlatTensors } {
+  const params = createStageWeights(engine, config, range, seed);
+  return { layout: params.layout, params, grads: new FlatTensors(params.layout, engine) };
+}
+
+/** A stage's flat weights alone, initialised from `seed` (a LoRA stage's frozen base, until real weights are copied in). */
+export function createStageWeights(engine: Engine, config: GptConfig, range: StageRange, seed: number): FlatTensors {
   const specs: ParamSpec[] = [];
   for (let p = range.from; p < range.to; p++) specs.push(...partParams(config, p));
-  const layout = new ParamLayout(specs);
-  const params = new FlatTensors(layout, engine);
-  const grads = new FlatTensors(layout, engine);
-  initParams(layout, params.flat.data, seed);
-  return { layout, params, grads };
+  const params = new FlatTensors(new ParamLayout(specs), engine);
+  initParams(params.layout, params.flat.data, seed);
+  return params;
 }
 
 export interface StageOptions {
@@ -58,12 +73,18 @@ export interface StageOptions {
    * yet): each slot keeps its own activations. Default 1.
    */
   slots?: number;
+  /** train LoRA adapters of these targets over frozen base weights (the stage's `base`) instead of every weight */
+  lora?: LoraSpec;
 }
 
 export class GptStage {
+  /** what trains: every weight, or with LoRA the adapters alone */
   readonly layout: ParamLayout;
   readonly params: FlatTensors;
   readonly grads: FlatTensors;
+  /** LoRA: the spec (targets in layout order), and the parts' frozen weights (laid out as a full stage's params); null when every weight trains */
+  readonly lora: LoraSpec | null = null;
+  readonly base: FlatTensors | null = null;
   readonly isFirst: boolean;
   readonly isLast: boolean;
   readonly maxBatch: number;
@@ -78,6 +99,12 @@ export class GptStage {
   // backward scratch, shared by the slots
   private readonly scratch: BlockScratch;
   private readonly dlogits?: Tensor;
+  /** the weights the forward runs on: params, or LoRA's frozen base */
+  private readonly weights: FlatTensors;
+  private readonly seed: number;
+  /** forwards run so far: the default seed of each one's dropout masks */
+  private forwards = 0;
+  private dropoutOn = true;
   private released = false;
 
   constructor(
@@ -95,7 +122,15 @@ export class GptStage {
     this.isFirst = range.from === 0;
     this.isLast = range.to === parts;
     this.maxBatch = options.batchSize;
-    ({ layout: this.layout, params: this.params, grads: this.grads } = createStageParams(engine, config, range, options.seed ?? 1337));
+    this.seed = options.seed ?? 1337;
+    if (options.lora) {
+      this.lora = validateLoraSpec(options.lora, config);
+      this.base = createStageWeights(engine, config, range, this.seed);
+      ({ layout: this.layout, params: this.params, grads: this.grads } = createLoraParams(engine, config, this.lora, range, this.seed));
+    } else {
+      ({ layout: this.layout, params: this.params, grads: this.grads } = createStageParams(engine, config, range, this.seed));
+    }
+    this.weights = this.base ?? this.params;
 
     const { contextLength: T, channels: C, vocabSize: V } = config;
     const B = options.batchSize;
@@ -114,17 +149,19 @@ export class GptStage {
       this.tensors.push(table.tensor);
       this.rope = { table, positions: { buffer: positions, offset: 0, stride: 1 } };
     }
+    const loraShared = this.lora && this.blockIds.length > 0 ? loraScratch(config, this.lora, t, N) : null;
     const slotCount = options.slots ?? 1;
     if (!Number.isInteger(slotCount) || slotCount < 1) throw new RangeError(`slots must be a positive integer, got ${slotCount}`);
     for (let i = 0; i < slotCount; i++) {
       const tokens = engine.int32(N);
       const targets = engine.int32(N);
       this.ints.push(tokens, targets);
-      const slot: SlotActs = { tokens, targets, inputAct: t([N, C]), blocks: [], B: 0, T: 0 };
+      const slot: SlotActs = { tokens, targets, inputAct: t([N, C]), blocks: [], lora: [], B: 0, T: 0 };
       let prev = slot.inputAct;
       for (let b = 0; b < this.blockIds.length; b++) {
         const a = blockActs(this.shape, t, prev, B, T);
         slot.blocks.push(a);
+        if (this.lora && loraShared) slot.lora.push(blockLora(config, this.lora, this.blockIds[b], this.params, this.grads, loraShared, t, N));
         prev = a.out;
       }
       if (this.isLast) {
@@ -144,6 +181,16 @@ export class GptStage {
   /** Parameters in this stage. */
   get paramCount(): number {
     return this.layout.size;
+  }
+
+  /** LoRA dropout applies (training, the default) or not (held-out figures, recomputations of an evaluation). */
+  get training(): boolean {
+    return this.dropoutOn;
+  }
+
+  set training(on: boolean) {
+    this.dropoutOn = on;
+    for (const s of this.slots) for (const l of s.lora) l.training = on;
   }
 
   /** Microbatches this stage can hold between forward and backward. */
@@ -169,8 +216,11 @@ export class GptStage {
    * Returns the output activation [B·T·C] (a view, valid until the next call),
    * or for the last stage the mean loss (with targets) or the logits [B·T·V] (without).
    * `slot` picks which activation set keeps this microbatch until its backward.
+   * `dropoutSeed` draws LoRA's dropout masks (the same seed, the same masks:
+   * a recomputation passes the seed of the forward it checks); by default
+   * each forward draws from (the stage's seed, how many forwards it ran).
    */
-  forward(input: Int32Array | Float32Array, B: number, T: number, targets?: Int32Array, slotIndex = 0): Float32Array | number {
+  forward(input: Int32Array | Float32Array, B: number, T: number, targets?: Int32Array, slotIndex = 0, dropoutSeed?: number): Float32Array | number {
     this.checkAlive();
     const slot = this.slot(slotIndex);
     const { channels: C, vocabSize: V } = this.config;
@@ -181,7 +231,10 @@ export class GptStage {
     slot.B = B;
     slot.T = T;
     const k = this.engine.kernels;
-    const P = this.params;
+    const P = this.weights;
+    const maskSeed = dropoutSeed ?? (Math.imul(this.seed, 0x9e3779b1) + this.forwards) >>> 0;
+    this.forwards++;
+    for (const l of slot.lora) l.maskSeed = maskSeed;
     if (this.isFirst) {
       if (!(input instanceof Int32Array) || input.length !== N) throw new TypeError(`first stage takes ${N} token ids`);
       for (let i = 0; i < N; i++) {
@@ -196,7 +249,9 @@ export class GptStage {
       slot.inputAct.data.set(input);
     }
     if (this.rope) sequencePositions(this.rope.positions.buffer, B, T);
-    for (let i = 0; i < slot.blocks.length; i++) blockForward(k, this.shape, this.blockTensors(P, this.blockIds[i]), slot.blocks[i], this.scratch.tmp, this.rope, B, T);
+    for (let i = 0; i < slot.blocks.length; i++) {
+      blockForward(k, this.shape, this.blockTensors(P, this.blockIds[i]), slot.blocks[i], this.scratch.tmp, this.rope, B, T, slot.lora[i] ?? null);
+    }
     if (!this.isLast) return this.streamOut(slot).data.subarray(0, N * C);
     const x = this.streamOut(slot);
     headNormForward(k, this.shape, this.headTensors(P), slot.lnf!, slot.lnfMean!, slot.lnfRstd!, x, N);
@@ -231,12 +286,13 @@ export class GptStage {
     const B = slot.B, T = slot.T, N = B * T;
     if (N === 0) throw new Error('backward before forward');
     const k = this.engine.kernels;
-    const P = this.params, G = this.grads;
+    const P = this.weights, G = this.grads;
     const { dres, dsmall } = this.scratch;
     if (this.isLast) {
       if (dOutput) throw new TypeError('the last stage starts backward from its loss');
       L.crossEntropyBackward(k, this.dlogits!, slot.probs!, slot.targets, N, V);
-      L.linearBackward(k, dsmall, G.get('lm_head.w'), null, this.dlogits!, slot.lnf!, P.get('lm_head.w'), N, C, V);
+      if (this.lora) frozenLinearBackward(k, dsmall, this.dlogits!, P.get('lm_head.w'), N, C, V);
+      else L.linearBackward(k, dsmall, G.get('lm_head.w'), null, this.dlogits!, slot.lnf!, P.get('lm_head.w'), N, C, V);
       dres.data.fill(0, 0, N * C);
       headNormBackward(k, this.shape, this.headTensors(P), this.headTensors(G), dres, dsmall, this.streamOut(slot), slot.lnfMean!, slot.lnfRstd!, N);
     } else {
@@ -246,9 +302,10 @@ export class GptStage {
     if (this.rope) sequencePositions(this.rope.positions.buffer, B, T);
     for (let i = slot.blocks.length - 1; i >= 0; i--) {
       const l = this.blockIds[i];
-      blockBackward(k, this.shape, this.blockTensors(P, l), this.blockTensors(G, l), slot.blocks[i], this.scratch, this.rope, B, T);
+      blockBackward(k, this.shape, this.blockTensors(P, l), this.blockTensors(G, l), slot.blocks[i], this.scratch, this.rope, B, T, slot.lora[i] ?? null);
     }
     if (this.isFirst) {
+      if (this.lora) return null;
       if (this.shape.arch.position === 'learned') L.embeddingBackward(k, G.get('wte'), G.get('wpe'), dres, slot.tokens, B, T, C);
       else this.scatterEmbeddingGrads(G.get('wte'), dres, slot.tokens.data.subarray(0, N));
       return null;
@@ -267,6 +324,7 @@ export class GptStage {
     for (const t of this.tensors) this.engine.free(t);
     this.engine.free(this.params.flat);
     this.engine.free(this.grads.flat);
+    if (this.base) this.engine.free(this.base.flat);
     for (const b of this.ints) this.engine.free(b);
   }
 
@@ -287,7 +345,7 @@ export class GptStage {
   /** out[r] = wte[token r] (rotary positions: no position embedding). */
   private gatherEmbeddings(out: Tensor, tokens: Int32Array): void {
     const C = this.config.channels;
-    const wte = this.params.get('wte').data;
+    const wte = this.weights.get('wte').data;
     for (let r = 0; r < tokens.length; r++) out.data.set(wte.subarray(tokens[r] * C, (tokens[r] + 1) * C), r * C);
   }
 

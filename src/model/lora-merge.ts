@@ -1,0 +1,45 @@
+// Merging LoRA adapters into their base weights, as PEFT's merge does:
+// W' = W + (alpha / r) · B A for each adapted module. The engine stores its
+// linears [in, out] (./parts.ts), so the update of a module with output
+// columns [col, col + w) is added as (B A)ᵀ to those columns: W'[i, col + j]
+// += s · Σ_k B[j, k] A[k, i] (PEFT's fan_in_fan_out transpose, for GPT-2's
+// Conv1D, is this same orientation). The merged weights serve at the base
+// model's cost (src/inference/stage-inference.ts); they differ from the
+// unmerged forward by f32 rounding only.
+import type { GptConfig } from './config.ts';
+import { loraLayout, loraParamName, loraScale, loraSites, LoraError, type LoraSpec } from './lora.ts';
+import type { ParamLayout } from './params.ts';
+import { rangeParts, type StageRange } from './parts.ts';
+
+/**
+ * The stage weights `base` (laid out by `baseLayout`: the parts of `range`)
+ * with the adapters `adapters` (laid out by loraLayout(config, spec, range))
+ * merged in. `base` is left as it was.
+ */
+export function mergeLora(config: GptConfig, spec: LoraSpec, range: StageRange, baseLayout: ParamLayout, base: Float32Array, adapters: Float32Array): Float32Array {
+  const layout = loraLayout(config, spec, range);
+  if (base.length !== baseLayout.size) throw new LoraError(`merge: ${base.length} base weights where the stage takes ${baseLayout.size}`);
+  if (adapters.length !== layout.size) throw new LoraError(`merge: ${adapters.length} adapter values where the spec takes ${layout.size}`);
+  for (let i = 0; i < adapters.length; i++) if (!Number.isFinite(adapters[i])) throw new LoraError(`merge: adapter value ${i} is not finite`);
+  const out = base.slice();
+  const r = spec.rank, s = loraScale(spec);
+  for (const l of rangeParts(config, range).blocks) {
+    for (const site of loraSites(config, spec)) {
+      const w = baseLayout.byName.get(`h.${l}.${site.linear}.w`);
+      const a = layout.byName.get(loraParamName(l, site, 'A'))!, b = layout.byName.get(loraParamName(l, site, 'B'))!;
+      if (!w) throw new LoraError(`merge: the stage has no h.${l}.${site.linear}.w`);
+      const [IN, OUT] = w.shape;
+      if (IN !== site.inFeatures || site.col + site.width > OUT) throw new LoraError(`merge: ${site.module} does not fit h.${l}.${site.linear}.w [${IN}, ${OUT}]`);
+      const A = adapters.subarray(a.offset, a.offset + a.size), B = adapters.subarray(b.offset, b.offset + b.size);
+      for (let i = 0; i < IN; i++) {
+        const row = w.offset + i * OUT + site.col;
+        for (let j = 0; j < site.width; j++) {
+          let d = 0;
+          for (let k = 0; k < r; k++) d += B[j * r + k] * A[k * IN + i];
+          out[row + j] += s * d;
+        }
+      }
+    }
+  }
+  return out;
+}
