@@ -18,14 +18,9 @@ import { ModelClient } from '../../src/api/model-client.ts';
 import { saveWallet } from '../../src/chain/wallets.ts';
 import { importFolder } from '../../src/model/hf/convert.ts';
 import { NimbleError } from '../../src/protocol/errors.ts';
-import { Engine } from '../../src/engine/engine.ts';
-import { Generator } from '../../src/inference/generator.ts';
-import { inferenceFromCheckpoint } from '../../src/inference/load.ts';
-import { HfTokenizer } from '../../src/inference/tokenizer.ts';
 import { ModelFolder } from '../../src/model/hf/model-folder.ts';
-import { TextTokenizer } from '../../src/model/hf/tokenizer.ts';
-import type { StageRange } from '../../src/model/parts.ts';
 import type { DeploymentView } from '../../src/api/deployments.ts';
+import { chatReference, cutsOf, SAILOR_CHAT, streamChat } from '../helpers/hf-chat-reference.ts';
 import { TINY_LLAMA_CONFIG, TINY_QWEN2_CONFIG, writeRandomFolder } from '../helpers/hf-folder.ts';
 import { Cluster } from './helpers.ts';
 
@@ -53,7 +48,7 @@ test('an imported Llama folder, deployed on 2 stages of 2 miners, streams a chat
   const deployed = await nbcli('model', 'deploy', 'tiny-llama', '--stages', '2', '--wallet.name', 'dev', '--wait', '--timeout', '90');
   assert.equal(deployed.code, 0, deployed.stderr);
   const d = (deployed.out.find((o) => o.event === 'deployed')!.deployment as DeploymentView);
-  const cuts: StageRange[] = d.stages.map((s) => ({ from: s.parts[0], to: s.parts[1] }));
+  const cuts = cutsOf(d);
   assert.equal(cuts.length, 2);
   assert.equal(new Set(d.stages.flatMap((s) => s.miners.map((m) => m.id))).size, 2, 'two miners, one stage each');
   const key = await nbcli('api-key', 'create', '--name', 'hf-test', '--wallet.name', 'dev');
@@ -61,37 +56,14 @@ test('an imported Llama folder, deployed on 2 stages of 2 miners, streams a chat
   const openai = new OpenAI({ baseURL: `${cluster.url}/v1`, apiKey: key.out[0].key as string, maxRetries: 0 });
 
   // the reference: the model file in this process, cut the same way
-  const bytes = new Uint8Array(readFileSync(file));
-  const tokenizer = new HfTokenizer(TextTokenizer.fromFolder(folder, 512), 512);
-  const messages = [
-    { role: 'system' as const, content: 'You are a sailor.' },
-    { role: 'user' as const, content: 'Call me Ishmael.' },
-  ];
-  const prompt = tokenizer.chatPrompt(messages);
-  const engine = await Engine.create({ threads: 1 });
-  const stages = cuts.map((range) => inferenceFromCheckpoint(engine, bytes, range, { maxSessions: 1 }));
-  const g = new Generator(stages, { activations: 'f16' });
-  g.add({ prompt, maxTokens: 24, sampling: { temperature: 0.8, topP: 0.95, seed: 11 } });
-  const tokens = g.runToEnd()[0].tokens;
-  for (const s of stages) s.release();
-  await engine.close();
-  const eos = tokens.findIndex((t) => tokenizer.eosTokenIds.includes(t));
-  const expected = tokenizer.text.decode(eos < 0 ? tokens : tokens.slice(0, eos), true);
-  assert.ok(expected.length > 0);
-
-  let text = '';
-  let finish: string | null = null;
-  let usage: { completion_tokens: number; prompt_tokens: number } | null = null;
-  const stream = await openai.chat.completions.create({ model: 'tiny-llama', messages, max_tokens: 24, temperature: 0.8, top_p: 0.95, seed: 11, stream: true, stream_options: { include_usage: true } });
-  for await (const chunk of stream) {
-    text += chunk.choices[0]?.delta.content ?? '';
-    finish = chunk.choices[0]?.finish_reason ?? finish;
-    if (chunk.usage) usage = chunk.usage;
-  }
-  assert.equal(text, expected);
-  assert.equal(finish, eos < 0 ? 'length' : 'stop');
-  assert.equal(usage?.prompt_tokens, prompt.length);
-  assert.equal(usage?.completion_tokens, eos < 0 ? tokens.length : eos + 1);
+  const sampling = { maxTokens: 24, temperature: 0.8, topP: 0.95, seed: 11 };
+  const ref = await chatReference(file, folder, TINY_LLAMA_CONFIG.vocab_size, cuts, SAILOR_CHAT, sampling);
+  assert.ok(ref.expected.length > 0);
+  const got = await streamChat(openai, 'tiny-llama', SAILOR_CHAT, sampling);
+  assert.equal(got.text, ref.expected);
+  assert.equal(got.finishReason, ref.finishReason);
+  assert.equal(got.usage?.prompt_tokens, ref.prompt.length);
+  assert.equal(got.usage?.completion_tokens, ref.completionTokens);
 
   // a large file goes up in chunks (what publish does past 256 MiB): resumable, its opener's alone, checked whole before it is stored
   const qwenFolder = join(cluster.dir, 'tiny-qwen');

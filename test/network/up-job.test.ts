@@ -32,7 +32,7 @@ test('up --job trains the job on a local network to completion and prints how to
   const file = join(cluster.dir, 'nimble.job.json');
   writeFileSync(file, JSON.stringify(spec));
   const home = join(cluster.dir, 'home');
-  up = cluster.spawnNbcli(['up', '--job', file, '--miners', '1', '--no-chain', '--data-dir', home], home);
+  up = cluster.spawnNbcli(['up', '--job', file, '--miners', '1', '--no-chain', '--port', '0', '--data-dir', home], home);
 
   const printed = await up.waitFor((v) => v.event === 'checkpoints', 50_000);
   const events = up.lines.flatMap((l) => {
@@ -74,12 +74,12 @@ test('up --job refuses the demo run\'s options and an invalid spec before starti
   const file = join(cluster.dir, 'nimble.job.json');
   writeFileSync(file, JSON.stringify(spec));
   const home = join(cluster.dir, 'refused');
-  const steps = await cluster.nbcli(['up', '--job', file, '--steps', '5', '--no-chain', '--data-dir', home], home);
+  const steps = await cluster.nbcli(['up', '--job', file, '--steps', '5', '--no-chain', '--port', '0', '--data-dir', home], home);
   assert.notEqual(steps.code, 0);
   assert.match(steps.stderr, /--steps is for the demo run only/);
   const bad = join(cluster.dir, 'bad.job.json');
   writeFileSync(bad, JSON.stringify({ ...spec, model: 'gpt-9' }));
-  const invalid = await cluster.nbcli(['up', '--job', bad, '--no-chain', '--data-dir', home], home);
+  const invalid = await cluster.nbcli(['up', '--job', bad, '--no-chain', '--port', '0', '--data-dir', home], home);
   assert.notEqual(invalid.code, 0);
   assert.match(invalid.stderr, /\/model: expected a model name/);
 });
@@ -87,7 +87,7 @@ test('up --job refuses the demo run\'s options and an invalid spec before starti
 test('up (the demo run) trains, publishes the model on the local chain, deploys it on its miners and prints a generation served through them', { timeout: 150_000 }, async () => {
   const home = join(cluster.dir, 'demo');
   process.env.NIMBLE_CHAIN_RPC = '';
-  const run = await cluster.nbcli(['up', '--model', 'gpt-micro', '--steps', '16', '--miners', '2', '--stages', '2', '--eval-batches', '2', '--min-stake', '0', '--data-dir', home], home);
+  const run = await cluster.nbcli(['up', '--model', 'gpt-micro', '--steps', '16', '--miners', '2', '--stages', '2', '--eval-batches', '2', '--min-stake', '0', '--port', '0', '--data-dir', home], home);
   assert.equal(run.code, 0, run.stderr);
   const event = (name: string): Record<string, unknown> => {
     const e = run.out.find((v) => v.event === name);

@@ -37,7 +37,7 @@ import { DEVELOPER_KEY_FILE } from '../keys.ts';
 import { orchestratorChain, withOrchestratorChainOptions, type OrchestratorChainFlags } from '../node/orchestrator-chain.ts';
 import { describeEpoch } from '../chain/rewards.ts';
 import { nbcliArgv } from '../self.ts';
-import { trainUpJob } from './up-job.ts';
+import { trainUpJob, UP_JOB_MINER_WAIT_MS, waitForMiners } from './up-job.ts';
 import { serveUpModel } from './up-serve.ts';
 import { isLocalData, packJobData } from '../job/job-data.ts';
 
@@ -53,6 +53,9 @@ interface Flags extends OrchestratorChainFlags {
   mergeEvery?: string;
   evalBatches: string;
   job?: string;
+  port: string;
+  /** false with --no-demo: train nothing, serve what the developer brings */
+  demo: boolean;
 }
 
 /** Options of the demo run, which --job replaces. */
@@ -61,6 +64,29 @@ const RUN_OPTIONS = ['steps', 'stages', 'model', 'mergeEvery', 'evalBatches'] as
 /** Throttles of the demo miners, so the network is heterogeneous. */
 const THROTTLES = [1, 0.8, 0.6, 0.45, 0.9, 0.7, 0.5, 0.35];
 const DEFAULT_STEPS = 2000;
+/** The orchestrator's port, the one nbcli's commands reach unless told (DEFAULT_ORCHESTRATOR). */
+const DEFAULT_PORT = 7070;
+
+/** `mergeEvery` → `--merge-every`. */
+const flagName = (option: string): string => `--${option.replace(/[A-Z]/g, (c) => `-${c.toLowerCase()}`)}`;
+
+function parsePort(value: string): number {
+  const port = Number(value);
+  if (!/^\d+$/.test(value.trim()) || !Number.isInteger(port) || port > 65535) throw new NimbleError('invalid', `--port must be 0-65535, got '${value}'`);
+  return port;
+}
+
+/** What `up --no-demo` prints once its miners joined: the commands that bring a model onto this network (docs/models.md). */
+function bringYourModel(url: string, miners: number): string {
+  return [
+    `the network serves with ${miners} miner${miners === 1 ? '' : 's'}; Ctrl+C stops every process. Bring a Hugging Face model folder (docs/models.md):`,
+    '  nbcli wallet create --wallet.name dev',
+    `  nbcli model import DIR --name NAME --wallet.name dev --orchestrator ${url}`,
+    `  nbcli model deploy NAME --stages 2 --wallet.name dev --wait --orchestrator ${url}`,
+    `  nbcli api-key create --wallet.name dev --orchestrator ${url}`,
+    `then any OpenAI client on ${url}/v1 with that key (or: nbcli generate --chat --model NAME --api-key KEY --orchestrator ${url})`,
+  ].join('\n');
+}
 
 export function registerUp(program: Command): void {
   withCommonOptions(withOrchestratorChainOptions(
@@ -68,6 +94,8 @@ export function registerUp(program: Command): void {
       .command('up')
       .description('start a local network (orchestrator + miners) and train gpt-tiny on Moby Dick, or a job (--job FILE)')
       .option('--job <file>', 'train this job spec (nimble.job.json) instead: submit it, follow it, print how to download its checkpoints, keep serving')
+      .option('--no-demo', 'train nothing: start the network and serve until Ctrl+C, for the models you import and deploy (docs/models.md) and the jobs you submit')
+      .option('--port <port>', "the orchestrator's port on 127.0.0.1 (0: any free port)", String(DEFAULT_PORT))
       .option('--miners <n>', 'miner child processes', '4')
       .option('--steps <n>', `microbatches to train; exit when done (without: ${DEFAULT_STEPS}, then keep serving until Ctrl+C)`)
       .option('--stages <n>', 'pipeline stages', '2')
@@ -80,12 +108,15 @@ export function registerUp(program: Command): void {
     const spec = flags.job === undefined ? null : readJobSpec(flags.job);
     const packed = spec && isLocalData(spec.data) ? packJobData(spec, flags.job!) : undefined; // a bad data path fails before anything starts
     const given = RUN_OPTIONS.filter((o) => cmd.getOptionValueSource(o) === 'cli');
-    if (spec && given.length) throw new NimbleError('invalid', `--job trains the job as its spec says; ${given.map((o) => `--${o.replace(/[A-Z]/g, (c) => `-${c.toLowerCase()}`)}`).join(', ')} ${given.length === 1 ? 'is' : 'are'} for the demo run only`);
+    if (!flags.demo && spec) throw new NimbleError('invalid', '--no-demo trains nothing; --job trains a job: give one of them');
+    if (!flags.demo && given.length) throw new NimbleError('invalid', `--no-demo trains nothing; ${given.map(flagName).join(', ')} ${given.length === 1 ? 'is' : 'are'} for the demo run only`);
+    if (spec && given.length) throw new NimbleError('invalid', `--job trains the job as its spec says; ${given.map(flagName).join(', ')} ${given.length === 1 ? 'is' : 'are'} for the demo run only`);
     const steps = parsePositiveInt('--steps', flags.steps, DEFAULT_STEPS);
     const stages = parsePositiveInt('--stages', flags.stages, 2);
     const evalBatches = parsePositiveInt('--eval-batches', flags.evalBatches, 200);
+    const port = parsePort(flags.port);
     if (!spec) gptConfig(flags.model); // an unknown model fails before anything starts
-    if (!spec && stages > minerCount) throw new NimbleError('invalid', `--stages ${stages} needs at least ${stages} miners`);
+    if (!spec && flags.demo && stages > minerCount) throw new NimbleError('invalid', `--stages ${stages} needs at least ${stages} miners`);
     const root = join(resolveDataDir(flags), 'up');
     const say = (event: Record<string, unknown>, human: string): void => emit(flags, event, () => human);
     if (flags.chainRpc || process.env.NIMBLE_CHAIN_RPC) throw new NimbleError('invalid', 'nbcli up runs on the local chain; use orchestrator start --chain-rpc for another one');
@@ -104,7 +135,10 @@ export function registerUp(program: Command): void {
           `local chain ${chain.client.chainId} (${join(dataDir, 'chain')}): demo miners' wallets ${wallets.map((w) => w.name).join(', ')} in ${walletsDir(dataDir)}${stake > 0n ? `, ${showNim(stake)} NIM staked each` : ''}`,
         );
       }
-      orch = await startOrchestrator({ dataDir: join(root, 'orchestrator'), walletsDataDir: dataDir, port: 0, chain: chain ?? undefined });
+      orch = await startOrchestrator({ dataDir: join(root, 'orchestrator'), walletsDataDir: dataDir, port, chain: chain ?? undefined }).catch((err: unknown) => {
+        if ((err as NodeJS.ErrnoException).code === 'EADDRINUSE') throw new NimbleError('conflict', `port ${port} on 127.0.0.1 is taken (another nbcli up or orchestrator?): stop it, or give --port 0 for any free port`);
+        throw err;
+      });
     } catch (err) {
       await chain?.close?.();
       throw err;
@@ -155,6 +189,12 @@ export function registerUp(program: Command): void {
       }
       // the run or job is the demo developer's: its key in the data dir signs it and downloads its checkpoints
       const api = new OrchestratorClient(orch.url, { wallet: developerKey(root) });
+      if (!flags.demo) {
+        const alive = await waitForMiners(api, minerCount, UP_JOB_MINER_WAIT_MS);
+        say({ event: 'serving', url: orch.url, openaiBaseUrl: `${orch.url}/v1`, miners: alive }, bringYourModel(orch.url, alive));
+        await waitForSignal();
+        return;
+      }
       if (spec) await trainUpJob(api, spec, { miners: minerCount, keyDir: root, key: developerKey(root), flags, specFile: flags.job, packed });
       else await trainDemoRun(api, { steps, stages, minerCount, evalBatches, root, model: flags.model, mergeEvery: flags.mergeEvery, chain: chain?.client ?? null, key: developerKey(root) }, flags);
       if (orch.epochs) {
@@ -170,7 +210,7 @@ export function registerUp(program: Command): void {
         );
       }
       if (flags.steps === undefined) {
-        say({ event: 'serving' }, 'the network keeps serving; Ctrl+C stops every process');
+        say({ event: 'serving', url: orch.url, openaiBaseUrl: `${orch.url}/v1` }, 'the network keeps serving; Ctrl+C stops every process');
         await waitForSignal();
       }
     } catch (err) {
