@@ -19,7 +19,7 @@ import { join } from 'node:path';
 import { after, test } from 'node:test';
 import Database from 'better-sqlite3';
 import OpenAI from 'openai';
-import { parseAbiItem, parseEther, type Address } from 'viem';
+import { parseEther, type Address } from 'viem';
 import { generatePrivateKey, privateKeyToAccount } from 'viem/accounts';
 import type { DeploymentView } from '../../src/api/deployments.ts';
 import { signerFor } from '../../src/chain/client.ts';
@@ -43,6 +43,7 @@ import { ModelFolder } from '../../src/model/hf/model-folder.ts';
 import { decodeSafetensors } from '../../src/model/safetensors.ts';
 import { saveWallet } from '../../src/chain/wallets.ts';
 import { TINY_GPT2_CONFIG, TINY_LLAMA_CONFIG, TINY_QWEN2_CONFIG, writeRandomFolder } from '../helpers/hf-folder.ts';
+import { slashedEvents } from '../helpers/chain-events.ts';
 import { Cluster, type Proc } from './helpers.ts';
 
 const PASSWORD = 'arch-runs-test';
@@ -243,12 +244,7 @@ test('inference spot checks of an imported Llama on 2 stages pass an honest mine
     assert.ok(slashes.every((x) => x.miner.toLowerCase() === cheat.toLowerCase()), JSON.stringify(slashes));
     const sent = slashes.filter((x) => x.status === 'slashed');
     assert.ok(sent.length >= 1, JSON.stringify(slashes));
-    const events = await session.client.public.getLogs({
-      address: session.client.deployment.staking,
-      event: parseAbiItem('event Slashed(address indexed account, uint256 amount, string reason)'),
-      fromBlock: 0n,
-      toBlock: 'latest',
-    });
+    const events = await slashedEvents(session.client);
     assert.equal(events.length, sent.length, 'one Slashed event per slashed row, none twice');
     const slashed = sent.reduce((a, x) => a + BigInt(x.amountWei!), 0n);
     const cheatStake = await readStake(session.client, cheat as Address);

@@ -19,7 +19,7 @@ import { join } from 'node:path';
 import { writeFileSync } from 'node:fs';
 import { after, test } from 'node:test';
 import Database from 'better-sqlite3';
-import { parseAbiItem, parseEther, type Address } from 'viem';
+import { parseEther, type Address } from 'viem';
 import { generatePrivateKey, privateKeyToAccount } from 'viem/accounts';
 import type { EpochView } from '../../src/api/schemas.ts';
 import { signerFor } from '../../src/chain/client.ts';
@@ -30,6 +30,7 @@ import { saveWallet } from '../../src/chain/wallets.ts';
 import { chainRegistryLookup } from '../../src/inference/verify.ts';
 import { Miner } from '../../src/miner/miner.ts';
 import { opposingWeightsBytes } from '../helpers/whole-model.ts';
+import { slashedEvents } from '../helpers/chain-events.ts';
 import { Cluster } from './helpers.ts';
 
 const cluster = new Cluster();
@@ -116,12 +117,7 @@ test('a model with opposing weights before a norm: an honest plain-SIMD miner pa
     assert.ok(slashes.every((s) => s.miner.toLowerCase() === cheat.toLowerCase()), JSON.stringify(slashes));
     const sent = slashes.filter((s) => s.status === 'slashed');
     assert.ok(sent.length >= 1, JSON.stringify(slashes));
-    const events = await session.client.public.getLogs({
-      address: session.client.deployment.staking,
-      event: parseAbiItem('event Slashed(address indexed account, uint256 amount, string reason)'),
-      fromBlock: 0n,
-      toBlock: 'latest',
-    });
+    const events = await slashedEvents(session.client);
     assert.equal(events.length, sent.length, 'one Slashed event per slashed row, none twice');
     assert.ok(events.every((e) => e.args.account?.toLowerCase() === cheat.toLowerCase() && /^nimble inference check dep-/.test(e.args.reason ?? '')));
     const cheatStake = await readStake(session.client, cheat as Address);

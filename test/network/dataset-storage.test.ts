@@ -26,21 +26,12 @@ import { faucet } from '../../src/chain/token.ts';
 import { saveWallet } from '../../src/chain/wallets.ts';
 import { packDataset } from '../../src/data/dataset.ts';
 import { wholeModelBytes } from '../helpers/whole-model.ts';
+import { assertRefused } from '../helpers/refusals.ts';
 import { Cluster } from './helpers.ts';
 
 const cluster = new Cluster();
 after(() => cluster.stopGracefully());
 const PASSWORD = 'dataset-storage-test';
-
-async function refused(p: Promise<unknown>, status: number, code: string, message: RegExp): Promise<void> {
-  await assert.rejects(p, (e: unknown) => {
-    const err = e as { status?: number; code?: string; message: string };
-    assert.equal(err.status, status, err.message);
-    assert.equal(err.code, code, err.message);
-    assert.match(err.message, message);
-    return true;
-  });
-}
 
 test('datasets count in the network-wide free store with models: many fresh keys store no more than it for free; past it a dataset is stored paid, and kept longer paid', { timeout: 240_000 }, async () => {
   process.env.NIMBLE_CHAIN_RPC = '';
@@ -78,18 +69,18 @@ test('datasets count in the network-wide free store with models: many fresh keys
   assert.equal((await first.datasets.upload(a.bytes, a.sha256)).created, true);
   for (let i = 0; i < 10; i++) {
     const d = i === 0 ? text('tiny', 100) : text(`junk-${i}`, 30_000);
-    await refused(outsider().datasets.upload(d.bytes, d.sha256), 402, 'payment_required', /the network's free store \(97\.7 KiB for everyone together, --free-store\) holds 64\.0 KiB: 64\.0 KiB more are not free; pay to keep it: nbcli dataset upload PATH --keep-days N/);
+    await assertRefused(outsider().datasets.upload(d.bytes, d.sha256), 402, 'payment_required', /the network's free store \(97\.7 KiB for everyone together, --free-store\) holds 64\.0 KiB: 64\.0 KiB more are not free; pay to keep it: nbcli dataset upload PATH --keep-days N/);
     assert.equal(await stored(d.sha256), null, 'a refused upload stores nothing');
   }
   // models share the free store with datasets
-  await refused(outsider().models.storeFile(wholeModelBytes(71, 500), { name: 'junk-model', pricePer1kTokens: 0n }), 402, 'payment_required', /free store/);
+  await assertRefused(outsider().models.storeFile(wholeModelBytes(71, 500), { name: 'junk-model', pricePer1kTokens: 0n }), 402, 'payment_required', /free store/);
   const list = (await (await fetch(`${cluster.url}/datasets`)).json()) as DatasetView[];
   assert.deepEqual(list.map((d) => d.sha256), [a.sha256], 'one dataset stored for free, whatever the number of keys');
 
   // 2. claiming to have paid does not pass: no transaction, or a transaction that is not a NIM transfer from the uploader
   const b = text('junk-b', 30_000);
-  await refused(outsider().datasets.upload(b.bytes, b.sha256, () => {}, { days: 1 }), 402, 'payment_required', /costs \d+ wei of NIM: transfer it to 0x[0-9a-fA-F]{40}/);
-  await refused(outsider().datasets.upload(b.bytes, b.sha256, () => {}, { days: 1, payment: `0x${'ab'.repeat(32)}` }), 402, 'payment_required', /is not a successful transaction/);
+  await assertRefused(outsider().datasets.upload(b.bytes, b.sha256, () => {}, { days: 1 }), 402, 'payment_required', /costs \d+ wei of NIM: transfer it to 0x[0-9a-fA-F]{40}/);
+  await assertRefused(outsider().datasets.upload(b.bytes, b.sha256, () => {}, { days: 1, payment: `0x${'ab'.repeat(32)}` }), 402, 'payment_required', /is not a successful transaction/);
   assert.equal(await stored(b.sha256), null);
 
   // 3. the developer uploads paid past the free store: a NIM transfer of the quote, checked on chain
@@ -103,20 +94,20 @@ test('datasets count in the network-wide free store with models: many fresh keys
   const paid = (await stored(c.sha256, dev.address))!;
   assert.ok(paid.keptUntil >= Date.now() + 2 * 86_400_000 - 60_000, `kept paid two days: ${JSON.stringify(paid)}`);
   // its transaction paid for that store once: another key cannot reuse it (not its transfer), nor can the developer for another upload
-  await refused(outsider().datasets.upload(b.bytes, b.sha256, () => {}, { days: 1, payment: String(event.payment) }), 402, 'payment_required', /moved 0(\.0+)? NIM from/);
+  await assertRefused(outsider().datasets.upload(b.bytes, b.sha256, () => {}, { days: 1, payment: String(event.payment) }), 402, 'payment_required', /moved 0(\.0+)? NIM from/);
   const devClient = new DatasetClient(new OrchestratorClient(cluster.url, { wallet: devKey }));
-  await refused(devClient.upload(b.bytes, b.sha256, () => {}, { days: 1, payment: String(event.payment) }), 409, 'conflict', /has paid for a keep already/);
+  await assertRefused(devClient.upload(b.bytes, b.sha256, () => {}, { days: 1, payment: String(event.payment) }), 409, 'conflict', /has paid for a keep already/);
   assert.equal(await stored(b.sha256), null);
 
   // 4. the free store still refuses fresh keys (a paid dataset is not free); the developer keeps its dataset longer, paid
-  await refused(outsider().datasets.upload(b.bytes, b.sha256), 402, 'payment_required', /free store/);
+  await assertRefused(outsider().datasets.upload(b.bytes, b.sha256), 402, 'payment_required', /free store/);
   const kept = await nbcli('dataset', 'keep', `sha256:${c.sha256}`, '--days', '3', '--wallet.name', 'dev');
   assert.equal(kept.code, 0, kept.stderr);
   assert.ok((await stored(c.sha256, dev.address))!.expiresAt >= paid.expiresAt + 3 * 86_400_000 - 1000, 'kept three days more');
   assert.ok(Number(kept.out.find((o) => o.event === 'kept')!.paid) > 0);
 
   // 5. an outsider keeps or deletes only its own rows
-  await refused(first.datasets.keep(c.sha256, 1), 404, 'not_found', /uploaded by/);
-  await refused(first.datasets.remove(c.sha256), 404, 'not_found', /uploaded by/);
+  await assertRefused(first.datasets.keep(c.sha256, 1), 404, 'not_found', /uploaded by/);
+  await assertRefused(first.datasets.remove(c.sha256), 404, 'not_found', /uploaded by/);
   assert.ok(await stored(c.sha256, dev.address));
 });

@@ -25,21 +25,12 @@ import { ensureGas, faucet } from '../../src/chain/token.ts';
 import { saveWallet } from '../../src/chain/wallets.ts';
 import { GAS_LIMITS } from '../../src/orchestrator/rewards/gas.ts';
 import { wholeModelBytes } from '../helpers/whole-model.ts';
+import { assertRefused } from '../helpers/refusals.ts';
 import { Cluster } from './helpers.ts';
 
 const cluster = new Cluster();
 after(() => cluster.stopGracefully());
 const PASSWORD = 'gas-limits';
-
-async function refused(p: Promise<unknown>, status: number, code: string, message: RegExp): Promise<void> {
-  await assert.rejects(p, (e: unknown) => {
-    const err = e as { status?: number; code?: string; message: string };
-    assert.equal(err.status, status, err.message);
-    assert.equal(err.code, code, err.message);
-    assert.match(err.message, message);
-    return true;
-  });
-}
 
 test("deploy/undeploy cycles, escrow releases and credit escrows cost the orchestrator gas only a few times an hour per owner", { timeout: 240_000 }, async () => {
   process.env.NIMBLE_CHAIN_RPC = '';
@@ -97,12 +88,12 @@ test("deploy/undeploy cycles, escrow releases and credit escrows cost the orches
       assert.ok(r.tx, 'released by a transaction of the orchestrator');
     }
     const extra = await escrow(100);
-    await refused(jobs.release(extra), 429, 'rate_limited', /released 10 escrows in the last hour, each a transaction the orchestrator pays: 10 an hour at most; the next in \d+ minutes?/);
+    await assertRefused(jobs.release(extra), 429, 'rate_limited', /released 10 escrows in the last hour, each a transaction the orchestrator pays: 10 an hour at most; the next in \d+ minutes?/);
     assert.equal((await sent()) - releasedBefore, GAS_LIMITS.escrowReleasesPerOwner, 'no transaction for the refused release');
     for (let i = 0; i < GAS_LIMITS.creditEscrowsPerOwner; i++) await credits.add(await escrow(200 + i));
-    await refused(credits.add(extra), 429, 'rate_limited', /added 10 credit escrows in the last hour, each closed by a transaction the orchestrator pays: 10 an hour at most/);
+    await assertRefused(credits.add(extra), 429, 'rate_limited', /added 10 credit escrows in the last hour, each closed by a transaction the orchestrator pays: 10 an hour at most/);
     // the limit is the owner's: another wallet is not held back, and gets the 4xx its request earns
-    await refused(new CreditClient(new OrchestratorClient(cluster.url, { wallet: generatePrivateKey() })).add(extra), 403, 'forbidden', /not 0x/);
+    await assertRefused(new CreditClient(new OrchestratorClient(cluster.url, { wallet: generatePrivateKey() })).add(extra), 403, 'forbidden', /not 0x/);
   } finally {
     await session.close();
   }

@@ -8,7 +8,7 @@
 import assert from 'node:assert/strict';
 import { join } from 'node:path';
 import { after, test } from 'node:test';
-import { parseAbiItem, parseEther, type Address } from 'viem';
+import { parseEther, type Address } from 'viem';
 import { generatePrivateKey, privateKeyToAccount } from 'viem/accounts';
 import { signerFor } from '../../src/chain/client.ts';
 import { openChain } from '../../src/chain/session.ts';
@@ -16,6 +16,7 @@ import { addStake, readStake } from '../../src/chain/staking.ts';
 import { ensureGas, faucet } from '../../src/chain/token.ts';
 import { Miner } from '../../src/miner/miner.ts';
 import type { EpochView } from '../../src/api/schemas.ts';
+import { slashedEvents } from '../helpers/chain-events.ts';
 import { Cluster } from './helpers.ts';
 
 const cluster = new Cluster();
@@ -73,13 +74,7 @@ test('spot checks pass an honest miner and slash a dishonest one', async () => {
     const sent = slashes.filter((s) => s.status === 'slashed');
     assert.ok(sent.length >= 1 && slashes.every((s) => s.status === 'slashed' || s.status === 'skipped'), JSON.stringify(slashes));
     assert.ok(slashes.length <= bad.failed, 'at most one slash per failed check');
-    const events = await session.client.public.getLogs({
-      address: session.client.deployment.staking,
-      event: parseAbiItem('event Slashed(address indexed account, uint256 amount, string reason)'),
-      args: { account: address as Address },
-      fromBlock: 0n,
-      toBlock: 'latest',
-    });
+    const events = await slashedEvents(session.client, address as Address);
     assert.equal(events.length, sent.length, 'one Slashed event per slashed row, none twice');
     assert.deepEqual(new Set(events.map((e) => e.args.reason)).size, events.length);
     const earned = (await epochs()).flatMap((e) => e.rewards).filter((r) => r.miner === address).reduce((a, r) => a + BigInt(r.amountWei), 0n);

@@ -24,21 +24,12 @@ import { openChain } from '../../src/chain/session.ts';
 import { faucet } from '../../src/chain/token.ts';
 import { saveWallet } from '../../src/chain/wallets.ts';
 import { wholeModelBytes } from '../helpers/whole-model.ts';
+import { assertRefused } from '../helpers/refusals.ts';
 import { Cluster } from './helpers.ts';
 
 const cluster = new Cluster();
 after(() => cluster.stopGracefully());
 const PASSWORD = 'storage-test';
-
-async function refused(p: Promise<unknown>, status: number, code: string, message: RegExp): Promise<void> {
-  await assert.rejects(p, (e: unknown) => {
-    const err = e as { status?: number; code?: string; message: string };
-    assert.equal(err.status, status, err.message);
-    assert.equal(err.code, code, err.message);
-    assert.match(err.message, message);
-    return true;
-  });
-}
 
 test('storing costs what does not multiply with keys: a free allowance per network, a global bound, a price per GB-day, retention, deletion', { timeout: 180_000 }, async () => {
   process.env.NIMBLE_CHAIN_RPC = '';
@@ -71,14 +62,14 @@ test('storing costs what does not multiply with keys: a free allowance per netwo
   const first = await outsider().storeFile(a.bytes, terms('junk-a'));
   assert.equal(first.model.sha256, a.sha256);
   const second = outsider();
-  await refused(second.storeFile(b.bytes, terms('junk-b')), 402, 'payment_required', /the network's free store \(100\.0 KiB|free store \([0-9.]+ (KiB|MiB) for everyone together, --free-store\) holds/);
+  await assertRefused(second.storeFile(b.bytes, terms('junk-b')), 402, 'payment_required', /the network's free store \(100\.0 KiB|free store \([0-9.]+ (KiB|MiB) for everyone together, --free-store\) holds/);
 
   // 2. the quote: the price per GB-day, the payee, how full the store is
   const quote = (await (await fetch(`${cluster.url}/storage/quote?bytes=${c.bytes.length}&days=2`)).json()) as StorageQuoteView;
   assert.equal(quote.nimPerGbDay, 0.1);
   assert.ok(BigInt(quote.price) > 0n && quote.payee, JSON.stringify(quote));
   assert.deepEqual([quote.free.limit, quote.free.used, quote.store.limit], [100_000, a.bytes.length, 200_000]);
-  await refused(new ModelClient(new OrchestratorClient(cluster.url)).quote(0, 1), 400, 'invalid', /bytes/);
+  await assertRefused(new ModelClient(new OrchestratorClient(cluster.url)).quote(0, 1), 400, 'invalid', /bytes/);
 
   // 3. the developer stores paid past the free allowance, until the global bound
   for (const [m, name] of [[c, 'dev-c'], [d, 'dev-d']] as const) {
@@ -88,7 +79,7 @@ test('storing costs what does not multiply with keys: a free allowance per netwo
   const full = await nbcli('model', 'publish', '--file', e.path, '--name', 'dev-e', '--keep-days', '1', '--wallet.name', 'dev');
   assert.notEqual(full.code, 0);
   assert.match(full.stderr, /model and dataset store holds \d+ of its 200000 bytes: \d+ more do not fit \(nothing was paid\)/);
-  await refused(outsider().storeFile(e.bytes, terms('junk-e'), { days: 1, payment: `0x${'ab'.repeat(32)}` }), 507, 'store_full', /holds .* of its .* \(--store-limit\)/);
+  await assertRefused(outsider().storeFile(e.bytes, terms('junk-e'), { days: 1, payment: `0x${'ab'.repeat(32)}` }), 507, 'store_full', /holds .* of its .* \(--store-limit\)/);
 
   // 4. the outsider's unpublished model is collected after its retention; then the free allowance takes the next upload
   const until = Date.now() + 60_000;
@@ -102,8 +93,8 @@ test('storing costs what does not multiply with keys: a free allowance per netwo
   const kept = await nbcli('model', 'keep', 'dev-c', '--days', '3', '--wallet.name', 'dev');
   assert.equal(kept.code, 0, kept.stderr);
   assert.ok((await stored(c.sha256))!.expiresAt! >= before + 3 * 86_400_000 - 1000, 'kept three days more');
-  await refused(second.keep(d.sha256, 1), 403, 'forbidden', /only its owner may keep it/);
-  await refused(second.remove(d.sha256), 403, 'forbidden', /only its owner may delete it/);
+  await assertRefused(second.keep(d.sha256, 1), 403, 'forbidden', /only its owner may keep it/);
+  await assertRefused(second.remove(d.sha256), 403, 'forbidden', /only its owner may delete it/);
   const rm = await nbcli('model', 'rm', 'dev-d', '--wallet.name', 'dev');
   assert.equal(rm.code, 0, rm.stderr);
   assert.equal(await stored(d.sha256), null);
