@@ -11,8 +11,10 @@
 // file is one model: its sha256, which the ModelRegistry attests and miners
 // check, covers the weights and the tokenizer alike.
 //
-// Both directions stream: one stored tensor (or one engine tensor) is in
-// memory at a time, so the peak is about the largest tensor, not the model.
+// Both directions stream, so the peak is about the largest tensor, not the
+// model: an import writes each engine tensor in pieces of rows (holding at
+// most a transposed tensor's stored bytes), an export one stored tensor at a
+// time.
 // A failure leaves nothing behind (the file is written aside and renamed).
 import { renameSync, rmSync } from 'node:fs';
 import { hfConfigOfDecoder } from './config-json.ts';
@@ -26,7 +28,7 @@ import { SafetensorsError } from '../safetensors.ts';
 import type { FloatDtype } from './dtype.ts';
 import { writeModelFolder } from './folder-writer.ts';
 import { hfTensorSpecs } from './hf-tensors.ts';
-import { engineNameOf, engineTensor, storedTensor } from './hf-weights.ts';
+import { engineNameOf, engineTensor, engineTensorChunks, storedTensor } from './hf-weights.ts';
 import { ModelFolder, readFolderJson } from './model-folder.ts';
 import { MAX_HEADER_BYTES, SafetensorsReader, writeSafetensorsFile } from './safetensors-file.ts';
 import { TextTokenizer, type TokenizerBundle } from './tokenizer.ts';
@@ -89,7 +91,7 @@ export function importFolder(dir: string, out: string, options: { dtype?: FloatD
       format: CHECKPOINT_FORMAT, config: JSON.stringify(config), from: '0', to: String(partCount(config)), step: '0',
       [HF_CONFIG_KEY]: JSON.stringify(folder.hfConfig), [TOKENIZER_KEY]: JSON.stringify(bundle),
     };
-    const tensors = layout.entries.map((e) => ({ name: e.name, shape: e.shape, values: () => engineTensor(folder, e) }));
+    const tensors = layout.entries.map((e) => ({ name: e.name, shape: e.shape, values: () => engineTensor(folder, e), chunks: () => engineTensorChunks(folder, e) }));
     rmSync(tmp, { force: true });
     const bytes = writeSafetensorsFile(tmp, tensors, dtype, metadata);
     renameSync(tmp, out);

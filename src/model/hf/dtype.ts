@@ -80,6 +80,16 @@ export function decodeFloats(bytes: Uint8Array, dtype: FloatDtype, out: Float32A
   }
 }
 
+/** The value at element `index` of little-endian `dtype` values viewed by `view` (for gathers that do not decode a whole tensor). */
+export function floatAt(view: DataView, dtype: FloatDtype, index: number): number {
+  if (dtype === 'F32') return view.getFloat32(4 * index, true);
+  if (dtype === 'BF16') {
+    u32[0] = view.getUint16(2 * index, true) << 16;
+    return f32[0];
+  }
+  return halfToFloat(view.getUint16(2 * index, true));
+}
+
 /** f32 values to little-endian bytes of `dtype`. */
 export function encodeFloats(values: Float32Array, dtype: FloatDtype): Uint8Array {
   const n = values.length;

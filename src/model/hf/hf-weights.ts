@@ -12,11 +12,13 @@
 //   back only when the model was not tied (a tied model's head is the
 //   embedding's: trained apart, an export unties it).
 //
-// Import reads one stored tensor at a time (ModelFolder.read); export makes
-// one stored tensor at a time from the engine's flat weights.
+// Import reads one stored tensor at a time (ModelFolder.read), or writes an
+// engine tensor in pieces of rows (engineTensorChunks); export makes one
+// stored tensor at a time from the engine's flat weights.
 import type { ParamEntry, ParamLayout } from '../params.ts';
 import { ModelFolderError, type DecoderConfig } from './decoder-config.ts';
-import type { ModelFolder } from './model-folder.ts';
+import { floatAt } from './dtype.ts';
+import { nonFinite, type ModelFolder } from './model-folder.ts';
 
 /** A stored tensor's part of an engine tensor: its columns [col, col + cols) of the engine's [in, out] matrix (or elements, for a vector). */
 export interface TensorSource {
@@ -112,7 +114,63 @@ export function hfWeights(folder: ModelFolder, layout: ParamLayout): Float32Arra
   return out;
 }
 
-/** One engine tensor of `layout` made from a model folder (what an import writes, one tensor in memory at a time). */
+/** Values per piece of an engine matrix an import writes (16 MiB as f32). */
+const CHUNK_VALUES = 4 << 20;
+
+/**
+ * One engine tensor of `layout` made from a model folder in pieces of whole
+ * rows (about `chunkValues` values each), in order: what an import writes,
+ * so that no f32 copy of a large tensor is ever whole in memory. A stored
+ * tensor placed as is is read a piece of rows at a time; one that is
+ * transposed ([out, in] to the engine's [in, out]) is held undecoded (its
+ * stored bytes) while its columns are gathered piece by piece.
+ */
+export function* engineTensorChunks(folder: ModelFolder, e: ParamEntry, chunkValues = CHUNK_VALUES): Generator<Float32Array> {
+  if (e.shape.length !== 2) {
+    yield engineTensor(folder, e);
+    return;
+  }
+  const [rows, cols] = e.shape;
+  const sources = sourcesOf(folder.config, e.name);
+  const entries = folder.entries;
+  const widths = sources.map((src) => {
+    const entry = entries.get(src.tensor);
+    if (!entry) throw new ModelFolderError(`${folder.dir}: no tensor ${src.tensor}`);
+    const [a, b] = entry.shape;
+    const width = src.transpose ? a : b;
+    if (entry.shape.length !== 2 || (src.transpose ? b : a) !== rows || src.col + width > cols) throw new ModelFolderError(`${src.tensor}: shape [${entry.shape}] does not fit the engine's ${e.name} [${rows}, ${cols}]`);
+    return width;
+  });
+  const filled = widths.reduce((a, b) => a + b, 0);
+  if (filled !== cols) throw new ModelFolderError(`${sources.map((s) => s.tensor).join(' + ')}: ${filled * rows} values where the engine's ${e.name} takes ${e.size}`);
+  const stored = sources.map((src) => (src.transpose ? folder.readStored(src.tensor) : null));
+  const step = Math.max(1, Math.floor(chunkValues / cols));
+  for (let r0 = 0; r0 < rows; r0 += step) {
+    const r1 = Math.min(rows, r0 + step);
+    const out = new Float32Array((r1 - r0) * cols);
+    for (let k = 0; k < sources.length; k++) {
+      const col = sources[k].col, width = widths[k], raw = stored[k];
+      if (raw) {
+        // stored [width, rows]: its columns [r0, r1) are the engine's rows
+        for (let j = 0; j < width; j++) {
+          const base = j * rows;
+          for (let i = r0; i < r1; i++) {
+            const v = floatAt(raw.view, raw.dtype, base + i);
+            if (!Number.isFinite(v)) throw nonFinite(raw.file, raw.name, base + i);
+            out[(i - r0) * cols + col + j] = v;
+          }
+        }
+      } else {
+        const values = folder.readRows(sources[k].tensor, r0, r1);
+        if (width === cols) out.set(values);
+        else for (let i = 0; i < r1 - r0; i++) out.set(values.subarray(i * width, (i + 1) * width), i * cols + col);
+      }
+    }
+    yield out;
+  }
+}
+
+/** One engine tensor of `layout` made from a model folder, whole (a stage's load; an import writes engineTensorChunks). */
 export function engineTensor(folder: ModelFolder, e: ParamEntry): Float32Array {
   const out = new Float32Array(e.size);
   fill(folder, e, out, 0);

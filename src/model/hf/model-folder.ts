@@ -4,13 +4,14 @@
 // (`tokenizer.json`, `tokenizer_config.json`, `generation_config.json` when
 // present). Opening reads every header and checks the whole tensor set
 // against the config (./hf-tensors.ts) before a single weight is read; then
-// tensors are read one at a time (./safetensors-file.ts). Every problem is
+// tensors are read one at a time, or in rows (./safetensors-file.ts). Every problem is
 // one line naming the file.
 import { existsSync, readFileSync, statSync } from 'node:fs';
 import { basename, join } from 'node:path';
 import { SafetensorsError } from '../safetensors.ts';
 import { decoderConfigFromHf, ModelFolderError, type DecoderConfig } from './decoder-config.ts';
 import { canonicalTensorName, checkTensorSet, isBufferTensor } from './hf-tensors.ts';
+import { decodeFloats, dtypeBytes, type FloatDtype } from './dtype.ts';
 import { SafetensorsReader, type TensorEntry } from './safetensors-file.ts';
 
 /** The largest JSON file of a folder read (tokenizer.json of a 150k vocabulary is about 11 MB). */
@@ -59,6 +60,20 @@ function weightFiles(dir: string): { files: string[]; declared: Map<string, stri
     declared.set(name, file);
   }
   return { files: [...new Set(declared.values())].sort(), declared };
+}
+
+/** A stored tensor's undecoded bytes (ModelFolder.readStored). */
+export interface StoredTensor {
+  readonly file: string;
+  readonly name: string;
+  readonly dtype: FloatDtype;
+  readonly shape: readonly number[];
+  readonly view: DataView;
+}
+
+/** The error of a NaN or Inf weight: the file, the tensor, the element. */
+export function nonFinite(file: string, name: string, index: number): ModelFolderError {
+  return new ModelFolderError(`${file}: ${name} holds a non-finite value at ${index}`);
 }
 
 interface Located {
@@ -132,13 +147,44 @@ export class ModelFolder {
 
   /** One tensor as f32, checked finite (a NaN or Inf weight is refused, naming the tensor). */
   read(name: string): Float32Array {
+    const t = this.located(name);
+    const values = t.reader.read(t.entry.name);
+    this.checkFinite(t, name, values, 0);
+    return values;
+  }
+
+  /** Rows [r0, r1) of a tensor (its first dimension; elements of a vector) as f32, checked finite. */
+  readRows(name: string, r0: number, r1: number): Float32Array {
+    const t = this.located(name);
+    const rowValues = t.entry.shape.slice(1).reduce((a, b) => a * b, 1);
+    const size = dtypeBytes(t.entry.dtype);
+    const values = new Float32Array((r1 - r0) * rowValues);
+    decodeFloats(t.reader.readBytes(t.entry.name, r0 * rowValues * size, r1 * rowValues * size), t.entry.dtype, values);
+    this.checkFinite(t, name, values, r0 * rowValues);
+    return values;
+  }
+
+  /**
+   * A tensor's bytes as stored, undecoded (half the memory of f32 for BF16
+   * and F16): what a transposed gather reads in pieces (./hf-weights.ts).
+   * Values are checked finite as they are taken (`floatAt`).
+   */
+  readStored(name: string): StoredTensor {
+    const t = this.located(name);
+    const bytes = t.reader.readBytes(t.entry.name, 0, t.entry.end - t.entry.start);
+    return { file: basename(t.reader.path), name, dtype: t.entry.dtype, shape: t.entry.shape, view: new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength) };
+  }
+
+  private located(name: string): Located {
     const t = this.tensors.get(name);
     if (!t) throw new ModelFolderError(`${this.dir}: no tensor ${name}`);
-    const values = t.reader.read(t.entry.name);
+    return t;
+  }
+
+  private checkFinite(t: Located, name: string, values: Float32Array, first: number): void {
     for (let i = 0; i < values.length; i++) {
-      if (!Number.isFinite(values[i])) throw new ModelFolderError(`${basename(t.reader.path)}: ${name} holds a non-finite value at ${i}`);
+      if (!Number.isFinite(values[i])) throw nonFinite(basename(t.reader.path), name, first + i);
     }
-    return values;
   }
 
   close(): void {

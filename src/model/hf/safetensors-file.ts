@@ -62,19 +62,31 @@ export class SafetensorsReader {
 
   /** The tensor `name` as f32 values (converted from its stored dtype). */
   read(name: string): Float32Array {
-    const e = this.entries.get(name);
-    if (!e) throw new SafetensorsError(`${this.path}: no tensor ${name}`);
+    const e = this.entry(name);
+    const out = new Float32Array(numel(e.shape));
+    decodeFloats(this.readBytes(name, 0, e.end - e.start), e.dtype, out);
+    return out;
+  }
+
+  /** Bytes [from, to) of the tensor `name`'s data, as stored (no conversion): a tensor read in pieces. */
+  readBytes(name: string, from: number, to: number): Buffer {
+    const e = this.entry(name);
     if (this.fd === null) throw new Error(`${this.path}: closed`);
-    const bytes = Buffer.allocUnsafe(e.end - e.start);
+    if (!(Number.isSafeInteger(from) && Number.isSafeInteger(to) && from >= 0 && from <= to && to <= e.end - e.start)) throw new RangeError(`${name}: bytes [${from}, ${to}) are outside its ${e.end - e.start}`);
+    const bytes = Buffer.allocUnsafe(to - from);
     let got = 0;
     while (got < bytes.length) {
-      const n = readSync(this.fd, bytes, got, bytes.length - got, this.dataStart + e.start + got);
+      const n = readSync(this.fd, bytes, got, bytes.length - got, this.dataStart + e.start + from + got);
       if (n === 0) throw new SafetensorsError(`${this.path}: ${e.name} ends early: the file was truncated while being read`);
       got += n;
     }
-    const out = new Float32Array(numel(e.shape));
-    decodeFloats(bytes, e.dtype, out);
-    return out;
+    return bytes;
+  }
+
+  private entry(name: string): TensorEntry {
+    const e = this.entries.get(name);
+    if (!e) throw new SafetensorsError(`${this.path}: no tensor ${name}`);
+    return e;
   }
 
   close(): void {
@@ -87,11 +99,16 @@ function writeAll(fd: number, bytes: Uint8Array): void {
   for (let at = 0; at < bytes.length; ) at += writeSync(fd, bytes, at, bytes.length - at);
 }
 
-/** A tensor to write: its name, shape, and its values when the writer asks for them. */
+/**
+ * A tensor to write: its name, shape, and its values when the writer asks for
+ * them, whole or (`chunks`, used when present) as consecutive pieces in
+ * row-major order, so that a large tensor need never be in memory whole.
+ */
 export interface TensorToWrite {
   readonly name: string;
   readonly shape: readonly number[];
   values(): Float32Array;
+  chunks?(): Iterable<Float32Array>;
 }
 
 /**
@@ -117,9 +134,13 @@ export function writeSafetensorsFile(path: string, tensors: readonly TensorToWri
     writeAll(fd, len);
     writeAll(fd, Buffer.from(json));
     for (const t of tensors) {
-      const values = t.values();
-      if (values.length !== numel(t.shape)) throw new SafetensorsError(`${t.name}: ${values.length} values do not fill shape [${t.shape}]`);
-      writeAll(fd, encodeFloats(values, dtype));
+      let written = 0;
+      for (const piece of t.chunks ? t.chunks() : [t.values()]) {
+        written += piece.length;
+        if (written > numel(t.shape)) break;
+        writeAll(fd, encodeFloats(piece, dtype));
+      }
+      if (written !== numel(t.shape)) throw new SafetensorsError(`${t.name}: ${written} values do not fill shape [${t.shape}]`);
     }
   } finally {
     closeSync(fd);

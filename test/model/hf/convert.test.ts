@@ -10,10 +10,12 @@ import { after, before, test } from 'node:test';
 import { Engine } from '../../../src/engine/engine.ts';
 import { inferenceFromCheckpoint, inferenceFromFile } from '../../../src/inference/load.ts';
 import { exportModelFile, importFolder, modelFileInfo } from '../../../src/model/hf/convert.ts';
-import { ModelFolderError } from '../../../src/model/hf/decoder-config.ts';
+import { gptConfigOfDecoder, ModelFolderError } from '../../../src/model/hf/decoder-config.ts';
+import { engineTensor, engineTensorChunks } from '../../../src/model/hf/hf-weights.ts';
+import { ParamLayout } from '../../../src/model/params.ts';
 import { ModelFolder } from '../../../src/model/hf/model-folder.ts';
 import { SafetensorsReader } from '../../../src/model/hf/safetensors-file.ts';
-import { splitEvenly } from '../../../src/model/parts.ts';
+import { partCount, partParams, splitEvenly } from '../../../src/model/parts.ts';
 import { checkWholeModel } from '../../../src/model/whole-model.ts';
 import { TINY_LLAMA_CONFIG, writeRandomFolder } from '../../helpers/hf-folder.ts';
 import { REFERENCE_CASES } from '../../helpers/hf-reference.ts';
@@ -84,6 +86,33 @@ for (const c of REFERENCE_CASES.filter((x) => ['llama-bf16', 'qwen2-f32', 'gpt2-
     assert.equal(JSON.parse(readFileSync(join(out, 'config.json'), 'utf8')).model_type, c.hfConfig.model_type);
   });
 }
+
+test('an import writes each engine tensor in pieces of rows that join to the whole tensor, transposed and fused ones included', () => {
+  for (const c of REFERENCE_CASES.filter((x) => ['llama-bf16', 'qwen2-f32', 'gpt2-f32'].includes(x.name))) {
+    const dir = join(root, `${c.name}-chunks`);
+    writeRandomFolder(dir, { ...c.hfConfig, tie_word_embeddings: false }, { dtype: c.dtype, seed: c.seed, scale: c.scale });
+    const folder = ModelFolder.open(dir);
+    try {
+      const config = gptConfigOfDecoder(folder.config);
+      for (let p = 0; p < partCount(config); p++) {
+        for (const e of new ParamLayout(partParams(config, p)).entries) {
+          const pieces = [...engineTensorChunks(folder, e, 7)];
+          const joined = new Float32Array(e.size);
+          let at = 0;
+          for (const piece of pieces) {
+            joined.set(piece, at);
+            at += piece.length;
+          }
+          assert.equal(at, e.size, e.name);
+          if (e.shape.length === 2 && e.shape[1] <= 7) assert.equal(pieces.length, e.shape[0], `${e.name}: one row a piece`);
+          assert.deepEqual(joined, engineTensor(folder, e), `${c.name} ${e.name}`);
+        }
+      }
+    } finally {
+      folder.close();
+    }
+  }
+});
 
 test('export in another dtype rounds as PyTorch does; a byte-level GPT file does not export', () => {
   const c = REFERENCE_CASES.find((x) => x.name === 'llama-f32')!;

@@ -3,10 +3,11 @@
 // in F32, F16 or BF16, read one tensor at a time; and every bad folder
 // refused with one line that names the file and what is wrong.
 import assert from 'node:assert/strict';
-import { appendFileSync, mkdtempSync, readFileSync, rmSync, truncateSync, writeFileSync } from 'node:fs';
+import { appendFileSync, existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, truncateSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, test } from 'node:test';
+import { importFolder } from '../../../src/model/hf/convert.ts';
 import { decoderConfigFromHf, decoderParamCount } from '../../../src/model/hf/decoder-config.ts';
 import { hfTensorSpecs } from '../../../src/model/hf/hf-tensors.ts';
 import { ModelFolder } from '../../../src/model/hf/model-folder.ts';
@@ -172,4 +173,17 @@ test('bad folders are refused, each with one line naming the file and the proble
   const f = ModelFolder.open(d);
   assert.throws(() => f.read('model.norm.weight'), /model\.norm\.weight holds a non-finite value at 0/);
   f.close();
+  // an import, which reads in pieces of rows or gathers a transposed tensor from its stored bytes, names the tensor and the element too, and leaves no file
+  for (const [name, at] of [['model.layers.1.self_attn.k_proj.weight', 37], ['model.embed_tokens.weight', 300]] as const) {
+    d = folder(TINY_LLAMA_CONFIG);
+    rewrite(d, (t) => {
+      const i = t.findIndex((x) => x.name === name);
+      const values = t[i].values();
+      values[at] = -Infinity;
+      t[i] = { ...t[i], values: () => values };
+    });
+    const out = join(d, 'out.safetensors');
+    assert.throws(() => importFolder(d, out), new RegExp(`${name.replace(/\./g, '\\.')} holds a non-finite value at ${at}$`));
+    assert.ok(!existsSync(out) && !readdirSync(d).some((n) => n.startsWith('out.')), 'nothing is left');
+  }
 });
