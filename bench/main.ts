@@ -19,10 +19,11 @@ import { s3Benches } from './s3.bench.ts';
 import { simBenches } from './sim.bench.ts';
 import { pgBenches } from './pg.bench.ts';
 import { simCalibrationBenches } from './sim-calibration.bench.ts';
+import { gpt2MinerBenches } from './gpt2-miner.bench.ts';
 import { modelsBenches } from './models.bench.ts';
 import { tinyllamaBenches } from './tinyllama.bench.ts';
 
-const registry: Bench[] = [...engineBenches, ...protocolBenches, ...chainBenches, ...mergeBenches, ...spotCheckBenches, ...networkBenches, ...floodBenches, ...trustBenches, ...spamBenches, ...jobPlanBenches, ...jobSubmitBenches, ...inferenceBenches, ...dashboardBenches, ...webgpuBenches, ...gcBenches, ...s3Benches, ...simBenches, ...pgBenches, ...simCalibrationBenches, ...modelsBenches, ...tinyllamaBenches];
+const registry: Bench[] = [...engineBenches, ...protocolBenches, ...chainBenches, ...mergeBenches, ...spotCheckBenches, ...networkBenches, ...floodBenches, ...trustBenches, ...spamBenches, ...jobPlanBenches, ...jobSubmitBenches, ...inferenceBenches, ...dashboardBenches, ...webgpuBenches, ...gcBenches, ...s3Benches, ...simBenches, ...pgBenches, ...simCalibrationBenches, ...modelsBenches, ...gpt2MinerBenches, ...tinyllamaBenches];
 
 const args = process.argv.slice(2);
 const json = args.includes('--json');
