@@ -69,7 +69,10 @@ export const tinyllamaBenches: Bench[] = [
         const nbcli = (...args: string[]) => cluster.nbcli([...args, '--orchestrator', cluster.url], home);
         t0 = performance.now();
         const published = await nbcli('model', 'publish', '--file', file, '--name', 'tinyllama', '--wallet.name', 'dev');
-        if (published.code !== 0) throw new Error(`publish failed: ${published.stderr}`);
+        if (published.code !== 0) {
+          for (const l of cluster.orchestrator?.lines.slice(-30) ?? []) o.log(`orchestrator: ${l.slice(0, 300)}`);
+          throw new Error(`publish failed: ${published.stderr}`);
+        }
         o.log(`tinyllama: published (uploaded in chunks) in ${((performance.now() - t0) / 1000).toFixed(0)} s`);
         t0 = performance.now();
         const deployed = await nbcli('model', 'deploy', 'tinyllama', '--stages', '4', '--wallet.name', 'dev', '--wait', '--timeout', '900');

@@ -6,7 +6,7 @@
 // until then its owner's, so a client with a key signs the request).
 import { open, stat } from 'node:fs/promises';
 import type { OrchestratorClient } from './client.ts';
-import { PublishTicket, StorageQuoteView, StoredModelList, StoredModelView, UploadView } from './models.ts';
+import { PublishTicket, STORE_ANSWER_MS, StorageQuoteView, StoredModelList, StoredModelView, UploadView } from './models.ts';
 import { NimbleError } from '../protocol/errors.ts';
 import { parseJson } from '../protocol/messages.ts';
 
@@ -65,7 +65,7 @@ export class ModelClient {
       await fh.close();
     }
     const query = new URLSearchParams({ ...wireTerms(terms), ...(keep ? { keepDays: String(keep.days), ...(keep.payment ? { payment: keep.payment } : {}) } : {}) });
-    return parseJson(PublishTicket, await signed.request('POST', `/models/uploads/${u.id}/store?${query}`, new Uint8Array(0), 'application/octet-stream', 1_800_000), 'publish ticket');
+    return parseJson(PublishTicket, await signed.request('POST', `/models/uploads/${u.id}/store?${query}`, new Uint8Array(0), 'application/octet-stream', STORE_ANSWER_MS), 'publish ticket');
   }
 
   list(owner?: string): Promise<StoredModelView[]> {

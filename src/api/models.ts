@@ -42,6 +42,13 @@ const keepTerms = {
 export const StoreFromJobRequest = Type.Object({ job: JobId, step: Type.Optional(Count), ...terms, ...keepTerms }, { additionalProperties: false });
 export type StoreFromJobRequest = Static<typeof StoreFromJobRequest>;
 
+/**
+ * How long `POST /models/uploads/:id/store` may take to answer: the store
+ * checks every tensor of the file first (gigabytes, for a 1B model). The
+ * client waits this long, and the server keeps that one socket open as long.
+ */
+export const STORE_ANSWER_MS = 30 * 60_000;
+
 /** `POST /models/file?…`: the query of an upload (the body is the safetensors file); `keepDays` (+ `payment`) stores it paid, past the free allowance. */
 export const StoreFileQuery = Type.Object({ ...terms, ...keepTerms }, { additionalProperties: false });
 export type StoreFileQuery = Static<typeof StoreFileQuery>;

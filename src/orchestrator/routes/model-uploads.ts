@@ -7,7 +7,7 @@
 // upload is its opener's alone.
 import { Type, type Static } from '@sinclair/typebox';
 import type { FastifyRequest } from 'fastify';
-import { CreateUploadRequest, PublishTicket, StoreFileQuery, UploadChunkQuery, UploadView } from '../../api/models.ts';
+import { CreateUploadRequest, PublishTicket, STORE_ANSWER_MS, StoreFileQuery, UploadChunkQuery, UploadView } from '../../api/models.ts';
 import type { HttpServer } from '../../http/server.ts';
 import { signerOf } from '../../http/signed.ts';
 import type { StoreBudget } from '../blobs/store-budget.ts';
@@ -54,6 +54,10 @@ export function modelUploadRoutes(
     async (req) => {
       const owner = signerOf(req);
       const { keepDays, payment } = req.query;
+      // the store checks every tensor of the file (src/model/whole-model.ts) before it answers: for a model of gigabytes on a
+      // busy machine that is longer than the 30 s of silence after which the server drops a connection
+      // (src/http/server.ts), so this one socket waits as long as the client does (STORE_ANSWER_MS)
+      req.raw.socket.setTimeout(STORE_ANSWER_MS);
       const m = await uploads.finish(owner, req.params.id, (u) => models.storeUploaded(owner, u.path, u.sha256, u.bytes, req.query.name, keepDays ? { days: keepDays, payment } : undefined));
       return deps.ticket(req, m, req.query);
     },
