@@ -8,7 +8,7 @@
 // published model back as a folder whose tensors are the original's.
 import assert from 'node:assert/strict';
 import { createHash } from 'node:crypto';
-import { readFileSync } from 'node:fs';
+import { existsSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { after, test } from 'node:test';
 import OpenAI from 'openai';
@@ -17,6 +17,10 @@ import { OrchestratorClient } from '../../src/api/client.ts';
 import { ModelClient } from '../../src/api/model-client.ts';
 import { saveWallet } from '../../src/chain/wallets.ts';
 import { importFolder } from '../../src/model/hf/convert.ts';
+import { decoderConfigFromHf, gptConfigOfDecoder } from '../../src/model/hf/decoder-config.ts';
+import { writePeftAdapter } from '../../src/model/hf/peft.ts';
+import { loraLayout } from '../../src/model/lora.ts';
+import { partCount } from '../../src/model/parts.ts';
 import { NimbleError } from '../../src/protocol/errors.ts';
 import { ModelFolder } from '../../src/model/hf/model-folder.ts';
 import type { DeploymentView } from '../../src/api/deployments.ts';
@@ -98,4 +102,40 @@ test('an imported Llama folder, deployed on 2 stages of 2 miners, streams a chat
     a.close();
     b.close();
   }
+
+  // export --merge: a PEFT adapter of the model merged into the weights written (its numerics against PyTorch: test/model/hf/lora-reference.test.ts)
+  const config = gptConfigOfDecoder(decoderConfigFromHf(TINY_LLAMA_CONFIG));
+  const spec = { rank: 2, alpha: 4, dropout: 0, targets: ['q_proj', 'down_proj'] };
+  const layout = loraLayout(config, spec, { from: 0, to: partCount(config) });
+  const adapters = Float32Array.from({ length: layout.size }, (_, i) => Math.sin(i) * 0.1);
+  const adapterDir = join(cluster.dir, 'adapter');
+  writePeftAdapter(adapterDir, config, { spec, adapters, baseModel: 'tiny-llama', overwrite: true });
+  const mergedDir = join(cluster.dir, 'merged');
+  const merged = await nbcli('model', 'export', 'tiny-llama', '--merge', adapterDir, '--out', mergedDir, '--dtype', 'f32');
+  assert.equal(merged.code, 0, merged.stderr);
+  const base = ModelFolder.open(folder), m = ModelFolder.open(mergedDir);
+  try {
+    const q = 'model.layers.1.self_attn.q_proj.weight', k = 'model.layers.1.self_attn.k_proj.weight', down = 'model.layers.0.mlp.down_proj.weight';
+    assert.notDeepEqual(m.read(q), base.read(q), 'q_proj changed');
+    assert.notDeepEqual(m.read(down), base.read(down), 'down_proj changed');
+    assert.deepEqual(m.read(k), base.read(k), 'an untargeted module is the base');
+    // PEFT's merge: W' = W + (alpha / r) B A, W stored [out, in]
+    const B = adapters.subarray(layout.byName.get('h.1.lora.self_attn.q_proj.B')!.offset), A = adapters.subarray(layout.byName.get('h.1.lora.self_attn.q_proj.A')!.offset);
+    const w = base.read(q), w2 = m.read(q), IN = config.channels;
+    for (const [o, i] of [[0, 0], [3, 5], [7, IN - 1]]) {
+      const d = 2 * (B[o * 2] * A[i] + B[o * 2 + 1] * A[IN + i]);
+      assert.ok(Math.abs(w2[o * IN + i] - (w[o * IN + i] + d)) < 1e-6, `q_proj[${o}, ${i}]`);
+    }
+  } finally {
+    base.close();
+    m.close();
+  }
+  // an adapter of another model is refused with one line, and nothing is written
+  const wrong = join(cluster.dir, 'adapter-wrong');
+  writePeftAdapter(wrong, config, { spec, adapters, baseModel: null, overwrite: true });
+  writeFileSync(join(wrong, 'adapter_config.json'), JSON.stringify({ ...JSON.parse(readFileSync(join(wrong, 'adapter_config.json'), 'utf8')), target_modules: ['c_attn'] }));
+  const refused = await nbcli('model', 'export', 'tiny-llama', '--merge', wrong, '--out', join(cluster.dir, 'merged-wrong'));
+  assert.notEqual(refused.code, 0);
+  assert.match(refused.stderr, /c_attn/);
+  assert.ok(!existsSync(join(cluster.dir, 'merged-wrong')), 'nothing is written');
 });

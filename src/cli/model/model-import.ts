@@ -44,6 +44,7 @@ interface ExportFlags extends PublishFlags {
   out?: string;
   file?: string;
   dtype?: string;
+  merge?: string;
 }
 
 const DTYPES: Record<string, FloatDtype> = { f32: 'F32', bf16: 'BF16', f16: 'F16' };
@@ -99,6 +100,7 @@ export function registerModelImport(group: Command, common: (cmd: Command) => Co
       .option('--out <dir>', 'the folder to write (must not exist, or be empty)')
       .option('--file <path>', 'a local model file (as model import --local writes) instead of a published model')
       .option('--dtype <dtype>', "the weights' dtype: f32, bf16 or f16 (default: the model file's)")
+      .option('--merge <adapter-dir>', "merge a LoRA adapter in PEFT's layout (adapter_config.json, adapter_model.safetensors) into the weights written")
       .option('--owner <address>', 'the owner, when several published that name'),
   ).action(async (ref: string | undefined, flags: ExportFlags) => {
     if (!flags.out) throw new NimbleError('invalid', '--out DIR is required: the folder to write');
@@ -115,8 +117,9 @@ export function registerModelImport(group: Command, common: (cmd: Command) => Co
       throw new NimbleError('not_found', `${file}: no such model file`);
     }
     try {
-      const r = exportModelFile(file, out, dtype ? { dtype } : {});
-      emit(flags, { event: 'exported', path: out, dtype: r.dtype, bytes: r.bytes }, () => `${out}: a ${r.config.arch?.family} model folder, ${mb(r.bytes)} of ${r.dtype} weights`);
+      const mergeAdapter = flags.merge === undefined ? undefined : resolve(flags.merge);
+      const r = exportModelFile(file, out, { ...(dtype ? { dtype } : {}), ...(mergeAdapter ? { mergeAdapter } : {}) });
+      emit(flags, { event: 'exported', path: out, dtype: r.dtype, bytes: r.bytes, ...(mergeAdapter ? { merged: mergeAdapter } : {}) }, () => `${out}: a ${r.config.arch?.family} model folder, ${mb(r.bytes)} of ${r.dtype} weights${mergeAdapter ? `, ${mergeAdapter} merged in` : ''}`);
     } finally {
       if (downloaded) rmSync(downloaded, { force: true });
     }

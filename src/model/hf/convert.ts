@@ -27,6 +27,8 @@ import { partCount, partParams } from '../parts.ts';
 import { SafetensorsError } from '../safetensors.ts';
 import type { FloatDtype } from './dtype.ts';
 import { writeModelFolder } from './folder-writer.ts';
+import { readPeftAdapter } from './peft.ts';
+import { addLoraUpdate } from '../lora-merge.ts';
 import { hfTensorSpecs } from './hf-tensors.ts';
 import { engineNameOf, engineTensor, engineTensorChunks, storedTensor } from './hf-weights.ts';
 import { ModelFolder, readFolderJson } from './model-folder.ts';
@@ -136,9 +138,12 @@ export function modelFileInfo(metadata: Readonly<Record<string, string>>): Model
 /**
  * Writes a model file (a whole Nimble checkpoint of a model with an arch) back
  * as a Hugging Face folder at `dir`: config.json, the weights in `dtype`
- * (default: the file's), the tokenizer files. Returns the data bytes written.
+ * (default: the file's), the tokenizer files. With `mergeAdapter` (a PEFT
+ * adapter folder of this model) the weights written are the base's with the
+ * adapter merged in, as PEFT's merge_and_unload gives them. Returns the data
+ * bytes written.
  */
-export function exportModelFile(path: string, dir: string, options: { dtype?: FloatDtype; overwrite?: boolean } = {}): { bytes: number; dtype: FloatDtype; config: GptConfig } {
+export function exportModelFile(path: string, dir: string, options: { dtype?: FloatDtype; overwrite?: boolean; mergeAdapter?: string } = {}): { bytes: number; dtype: FloatDtype; config: GptConfig } {
   const reader = SafetensorsReader.open(path);
   try {
     const { config, hfConfig, tokenizer } = modelFileInfo(reader.metadata);
@@ -146,10 +151,16 @@ export function exportModelFile(path: string, dir: string, options: { dtype?: Fl
     const decoder = decoderOfGptConfig(config);
     const engineNames = [...reader.entries.keys()];
     const dtype = options.dtype ?? [...reader.entries.values()][0]?.dtype ?? 'F32';
+    // a PEFT adapter folder merged in (W' = W + (alpha / r) B A), read and checked (names, shapes, finite values) against this model before a weight is written
+    const adapter = options.mergeAdapter === undefined ? null : readPeftAdapter(options.mergeAdapter, config);
     // one engine tensor read at a time: the stored tensors of a fused one (q, k, v) are cut from it in turn
     let cached: { name: string; values: Float32Array } | null = null;
     const engine = (name: string): Float32Array => {
-      if (cached?.name !== name) cached = { name, values: reader.read(name) };
+      if (cached?.name !== name) {
+        const values = reader.read(name);
+        if (adapter) addLoraUpdate(config, adapter.spec, name, reader.entries.get(name)!.shape, values, adapter.layout, adapter.adapters);
+        cached = { name, values };
+      }
       return cached.values;
     };
     const tensors = hfTensorSpecs(decoder).map((spec) => {

@@ -5,7 +5,8 @@
 // give every position's logits within 1e-4 of PyTorch's, both unmerged (the
 // training path: GptStage with the spec, base frozen) and merged into the
 // base at load (the serving path: two stages over their KV caches), with
-// the same 32 greedy tokens.
+// the same 32 greedy tokens; and exported with the adapter merged in
+// (`nbcli model export --merge`), as a plain folder that serves the same.
 import assert from 'node:assert/strict';
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -15,6 +16,7 @@ import { Engine } from '../../../src/engine/engine.ts';
 import { StageInference, stageParamLayout } from '../../../src/inference/stage-inference.ts';
 import type { GptConfig } from '../../../src/model/config.ts';
 import { GptStage } from '../../../src/model/gpt.ts';
+import { exportModelFile, importFolder } from '../../../src/model/hf/convert.ts';
 import { gptConfigOfDecoder } from '../../../src/model/hf/decoder-config.ts';
 import { hfWeights } from '../../../src/model/hf/hf-weights.ts';
 import { ModelFolder } from '../../../src/model/hf/model-folder.ts';
@@ -69,11 +71,13 @@ function runUnmerged(folder: ModelFolder, config: GptConfig, adapter: PeftAdapte
   }
 }
 
-/** Merged at load, served one token at a time through two stages' KV caches; then greedy tokens. */
-function runMerged(folder: ModelFolder, config: GptConfig, adapter: PeftAdapter, tokens: readonly number[], steps: number): { logits: Float32Array[]; greedy: number[] } {
+/** Merged at load (or no adapter: a folder already merged), served one token at a time through two stages' KV caches; then greedy tokens. */
+function runMerged(folder: ModelFolder, config: GptConfig, adapter: PeftAdapter | null, tokens: readonly number[], steps: number): { logits: Float32Array[]; greedy: number[] } {
   const stages = splitEvenly(config, 2).map((range) => {
+    const weights = hfWeights(folder, stageParamLayout(config, range));
+    if (!adapter) return new StageInference(engine, config, range, weights, { maxSessions: 1 });
     const adapters = copyByName(adapter.layout, adapter.adapters, loraLayout(config, adapter.spec, range));
-    return new StageInference(engine, config, range, hfWeights(folder, stageParamLayout(config, range)), { maxSessions: 1, lora: { spec: adapter.spec, adapters } });
+    return new StageInference(engine, config, range, weights, { maxSessions: 1, lora: { spec: adapter.spec, adapters } });
   });
   try {
     for (const s of stages) s.join('s');
@@ -117,6 +121,20 @@ for (const c of LORA_REFERENCE_CASES) {
       assert.ok(unmerged <= 1e-4, `unmerged: max |Δlogit| ${unmerged}`);
       assert.ok(merged <= 1e-4, `merged: max |Δlogit| ${merged}`);
       assert.deepEqual(served.greedy, f.greedy);
+      // `nbcli model export --merge`: the base's model file exported with the adapter merged in is a plain folder that serves the same
+      const file = join(root, `${c.name}.safetensors`), mergedDir = join(root, `${c.name}-merged`);
+      importFolder(dir, file);
+      exportModelFile(file, mergedDir, { mergeAdapter: adapterDir, dtype: 'F32' });
+      const mergedFolder = ModelFolder.open(mergedDir);
+      try {
+        const plain = runMerged(mergedFolder, config, null, f.tokens, REFERENCE_GREEDY_STEPS);
+        const exported = maxDiff(f.logits, plain.logits);
+        t.diagnostic(`exported with --merge: max |Δlogit| ${exported.toExponential(2)}`);
+        assert.ok(exported <= 1e-4, `exported merged: max |Δlogit| ${exported}`);
+        assert.deepEqual(plain.greedy, f.greedy);
+      } finally {
+        mergedFolder.close();
+      }
     } finally {
       folder.close();
     }
